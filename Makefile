@@ -1,0 +1,57 @@
+# numamem developer entry points. `make test` and `make run` need nothing but
+# python3 (3.11+) and network access to PyPI on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PROTOS := $(wildcard proto/numamem/v1/*.proto)
+
+RUN_DIR   ?= .numamem
+RUN_FLAGS ?=
+
+.PHONY: all install test lint typecheck unit run bench soak clean
+
+all: test
+
+# The venv is rebuilt when pyproject.toml or a .proto changes: the editable
+# install runs protoc (hatch-protobuf) into src/numamem/v1/.
+$(STAMP): pyproject.toml $(PROTOS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+# Serves on ./.numamem/numamem.sock with the real /sys and this embedded config
+# (Static policy; 924Mi system-reserved + 100Mi eviction = 1Gi reserved on NUMA
+# node 0, which every Linux machine has) that fits this kind of machine.
+run: $(STAMP)
+	mkdir -p $(RUN_DIR)
+	$(BIN)/numamem serve --socket $(RUN_DIR)/numamem.sock --state-dir $(RUN_DIR)/state \
+	  --memory-manager-policy Static --reserved-memory '0:memory=1Gi' \
+	  --system-reserved memory=924Mi --eviction-hard 'memory.available<100Mi' \
+	  --log-format console $(RUN_FLAGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+SOAK_SECONDS ?= 600
+soak: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $(SOAK_SECONDS)
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .hypothesis
+	rm -f src/numamem/v1/*_pb2*.py src/numamem/v1/*_pb2*.pyi

@@ -1,0 +1,1 @@
+"""gRPC edge of the daemon: servicers, validation, status mapping, bootstrap, interceptors."""

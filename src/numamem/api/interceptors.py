@@ -1,0 +1,204 @@
+"""The server interceptor: readiness gate, error mapping, one log line per RPC.
+
+For every RPC it
+
+* takes the request id from the ``x-request-id`` metadata or makes one, and
+  binds it with the method in structlog's contextvars (grpcio runs the
+  interceptor and the handler in the same per-RPC context);
+* answers UNAVAILABLE for numamem services while the daemon is starting or
+  shutting down (health and reflection are always served);
+* turns a :class:`~numamem.errors.NumamemError` into its status code through
+  :func:`numamem.api.status.to_status`, and any other exception into INTERNAL
+  with a short message and a logged traceback: a handler bug never takes the
+  daemon down;
+* logs one line: method, code, duration in ms, request id. Payloads are never
+  logged at info level. Health checks log at debug (probes would flood).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import grpc
+import structlog
+
+from numamem.api.status import to_status
+from numamem.errors import NumamemError
+from numamem.logging import get_logger
+
+_log = get_logger("rpc")
+
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+REFLECTION_PREFIX = "/grpc.reflection."
+REQUEST_ID_KEY = "x-request-id"
+
+RpcObserver = Callable[[str, str, float], None]
+"""Called after each RPC with (method, status code name, seconds)."""
+
+
+class Phase(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+class Readiness:
+    """The daemon's lifecycle phase, read by the interceptor on every RPC.
+
+    Thread-safe: the phase is one reference assignment; ``wait_ready`` blocks on
+    an event.
+    """
+
+    def __init__(self) -> None:
+        self.phase = Phase.STARTING
+        self._ready = threading.Event()
+
+    def set_ready(self) -> None:
+        self.phase = Phase.READY
+        self._ready.set()
+
+    def set_stopping(self) -> None:
+        self.phase = Phase.STOPPING
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
+
+_PHASE_MESSAGES = {
+    Phase.STARTING: "numamem is starting (restoring checkpoints); retry shortly",
+    Phase.STOPPING: "numamem is shutting down; retry against the next instance",
+}
+
+
+class ServerInterceptor(grpc.ServerInterceptor):
+    """See the module docstring. One instance serves every RPC of a server."""
+
+    def __init__(self, readiness: Readiness, observers: list[RpcObserver] | None = None) -> None:
+        self._readiness = readiness
+        self._observers = observers if observers is not None else []
+
+    def add_observer(self, observer: RpcObserver) -> None:
+        self._observers.append(observer)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        # The handler is grpc's RpcMethodHandler namedtuple; its stubs do not know _replace.
+        handler: Any = continuation(details)
+        if handler is None:
+            return None
+        method: str = details.method
+        request_id = ""
+        for key, value in details.invocation_metadata or ():
+            if key == REQUEST_ID_KEY:
+                request_id = str(value)[:128]
+                break
+        if not request_id:
+            request_id = uuid.uuid4().hex[:16]
+        structlog.contextvars.bind_contextvars(request_id=request_id, method=method)
+        gated = not (method.startswith(HEALTH_PREFIX) or method.startswith(REFLECTION_PREFIX))
+        quiet = method.startswith(HEALTH_PREFIX) or method.startswith(REFLECTION_PREFIX)
+        if handler.unary_unary is not None:
+            return handler._replace(
+                unary_unary=self._wrap_unary(handler.unary_unary, method, request_id, gated, quiet)
+            )
+        if handler.unary_stream is not None:
+            return handler._replace(
+                unary_stream=self._wrap_stream(
+                    handler.unary_stream, method, request_id, gated, quiet
+                )
+            )
+        return handler
+
+    def _gate(self, context: grpc.ServicerContext) -> None:
+        phase = self._readiness.phase
+        if phase is not Phase.READY:
+            context.abort(grpc.StatusCode.UNAVAILABLE, _PHASE_MESSAGES[phase])
+
+    def _wrap_unary(
+        self,
+        behavior: Callable[[Any, grpc.ServicerContext], Any],
+        method: str,
+        request_id: str,
+        gated: bool,
+        quiet: bool,
+    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        def wrapper(request: Any, context: grpc.ServicerContext) -> Any:
+            start = time.perf_counter()
+            try:
+                if gated:
+                    self._gate(context)
+                return behavior(request, context)
+            except NumamemError as err:
+                code, message = to_status(err)
+                context.abort(code, message)
+            except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
+                _abort_unexpected(err, context, request_id)
+            finally:
+                self._finish(context, method, request_id, start, quiet)
+
+        return wrapper
+
+    def _wrap_stream(
+        self,
+        behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]],
+        method: str,
+        request_id: str,
+        gated: bool,
+        quiet: bool,
+    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+        def wrapper(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            start = time.perf_counter()
+            try:
+                if gated:
+                    self._gate(context)
+                yield from behavior(request, context)
+            except NumamemError as err:
+                code, message = to_status(err)
+                context.abort(code, message)
+            except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
+                _abort_unexpected(err, context, request_id)
+            finally:
+                self._finish(context, method, request_id, start, quiet)
+
+        return wrapper
+
+    def _finish(
+        self, context: grpc.ServicerContext, method: str, request_id: str, start: float, quiet: bool
+    ) -> None:
+        seconds = time.perf_counter() - start
+        code = _code(context)
+        name = code.name if code is not None else "OK"
+        (_log.debug if quiet else _log.info)(
+            "rpc", code=name, ms=round(seconds * 1000, 3), request_id=request_id, method=method
+        )
+        for observer in self._observers:
+            observer(method, name, seconds)
+
+
+def _code(context: grpc.ServicerContext) -> grpc.StatusCode | None:
+    """The status a handler (or grpc) already set; the stubs lack ``code()``."""
+    code: grpc.StatusCode | None = cast(Any, context).code()
+    return code
+
+
+def _abort_unexpected(err: Exception, context: grpc.ServicerContext, request_id: str) -> None:
+    """INTERNAL for a handler bug; keep a status the handler or grpc already chose."""
+    code = _code(context)
+    if code is not None:
+        # context.abort() from grpc itself, or a generated base servicer's
+        # set_code(UNIMPLEMENTED) + NotImplementedError: keep that status.
+        details = cast(Any, context).details()
+        text = details.decode() if isinstance(details, bytes) else (details or "")
+        context.abort(code, text)
+    _log.error("unexpected error in handler", request_id=request_id, exc_info=err)
+    context.abort(
+        grpc.StatusCode.INTERNAL, f"internal error (request id {request_id}); see daemon log"
+    )

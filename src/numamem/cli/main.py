@@ -1,0 +1,48 @@
+"""``numamem`` command line: ``serve`` runs the daemon, the other commands are clients.
+
+Exit codes: 0 success; 1 the command failed (daemon refused to start, RPC
+error, bad input); 2 usage error (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from numamem import __version__
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from numamem.cli import serve
+
+    parser = argparse.ArgumentParser(
+        prog="numamem",
+        description="Node-local NUMA memory manager and metadata cache (gRPC on a unix socket).",
+        epilog="Exit codes: 0 success, 1 failure (one line on stderr), 2 usage error.",
+    )
+    parser.add_argument("--version", action="version", version=f"numamem {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    serve.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # grpc core writes its own non-JSON lines to stderr unless told otherwise.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Command = args.run
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""structlog configuration: JSON lines on stderr (or a console renderer for humans).
+
+Every event carries an ISO-8601 UTC timestamp and its level. Per-RPC fields
+(``request_id``, ``method``) are bound in contextvars by the server
+interceptor; grpcio runs the interceptor and the handler in the same
+per-RPC context, so handler log lines carry them too.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+FORMATS = ("json", "console")
+
+
+def configure(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
+    """Configure structlog process-wide. Idempotent; the last call wins."""
+    level_no = logging.getLevelNamesMapping()[level.upper()]
+    renderer: Any
+    if fmt == "console":
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+        exc_processors: list[Any] = []
+    else:
+        renderer = structlog.processors.JSONRenderer()
+        exc_processors = [
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        ]
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            *exc_processors,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level_no),
+        logger_factory=structlog.WriteLoggerFactory(file=stream or sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """A logger that names its component in every event."""
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(component=name)
+    return logger

@@ -1,0 +1,27 @@
+"""Shared fixtures: a temp root with a short path and a real daemon on it."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon import DaemonProcess, short_tmpdir
+
+
+@pytest.fixture
+def short_root() -> Iterator[Path]:
+    path = short_tmpdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon_factory(short_root: Path) -> Iterator[list[DaemonProcess]]:
+    """Collects daemons started by a test and kills any left running."""
+    started: list[DaemonProcess] = []
+    yield started
+    for d in started:
+        d.kill()

@@ -1,0 +1,219 @@
+"""The real daemon as a subprocess: socket, lock, health, reflection, grpcurl, shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from numamem.v1 import topology_pb2, topology_pb2_grpc
+from tests.daemon import REPO, DaemonProcess, grpcurl, run_once
+
+pytestmark = pytest.mark.e2e
+
+SERVICES = [
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1alpha.ServerReflection",
+    "numamem.v1.MemoryManager",
+    "numamem.v1.MetaReader",
+    "numamem.v1.MetaWriter",
+    "numamem.v1.Topology",
+]
+
+
+@pytest.fixture
+def daemon(short_root: Path, daemon_factory: list[DaemonProcess]) -> DaemonProcess:
+    d = DaemonProcess(short_root)
+    daemon_factory.append(d)
+    return d.start()
+
+
+def test_grpcurl_lists_services_health_and_reflection(daemon: DaemonProcess) -> None:
+    out = grpcurl(daemon.socket, "list")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == SERVICES
+
+
+def test_grpcurl_describe_and_health(daemon: DaemonProcess) -> None:
+    out = grpcurl(daemon.socket, "describe", "numamem.v1.MemoryManager")
+    assert out.returncode == 0, out.stderr
+    for rpc in (
+        "Allocate",
+        "AddContainer",
+        "RemoveContainer",
+        "GetTopologyHints",
+        "GetPodTopologyHints",
+        "GetMemoryNUMANodes",
+        "GetAllocatableMemory",
+        "GetMemory",
+        "GetState",
+        "SyncActivePods",
+        "Admit",
+    ):
+        assert f"rpc {rpc} (" in out.stdout
+    out = grpcurl(daemon.socket, "describe", "numamem.v1.ContainerInfo")
+    assert "container_id" in out.stdout
+    out = grpcurl(daemon.socket, "grpc.health.v1.Health/Check")
+    assert json.loads(out.stdout) == {"status": "SERVING"}
+    for service in SERVICES[2:]:
+        out = grpcurl(
+            daemon.socket,
+            "grpc.health.v1.Health/Check",
+            opts=["-d", json.dumps({"service": service})],
+        )
+        assert json.loads(out.stdout) == {"status": "SERVING"}, service
+    out = grpcurl(
+        daemon.socket, "grpc.health.v1.Health/Check", opts=["-d", '{"service":"no.such.Service"}']
+    )
+    assert out.returncode == 64 + 5  # NOT_FOUND
+
+
+def test_unknown_method_is_unimplemented(daemon: DaemonProcess) -> None:
+    out = grpcurl(
+        daemon.socket,
+        "numamem.v1.Topology/GetFutureThing",
+        opts=["-import-path", str(REPO / "tests" / "data"), "-proto", "future.proto"],
+    )
+    assert out.returncode == 64 + 12, out.stderr
+    assert "Unimplemented" in out.stderr
+
+
+def test_permissions_of_socket_state_and_lock(daemon: DaemonProcess) -> None:
+    assert stat.S_ISSOCK(os.lstat(daemon.socket).st_mode)
+    assert stat.S_IMODE(os.lstat(daemon.socket).st_mode) == 0o660
+    assert stat.S_IMODE(os.stat(Path(daemon.socket).parent).st_mode) == 0o750
+    assert stat.S_IMODE(os.stat(daemon.state_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(Path(daemon.state_dir) / "numamem.lock").st_mode) == 0o600
+
+
+def test_second_daemon_on_same_state_dir_refuses(daemon: DaemonProcess, short_root: Path) -> None:
+    other_socket = str(short_root / "other.sock")
+    out = run_once(["serve", "--socket", other_socket, "--state-dir", daemon.state_dir])
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert "another numamem" in lines[-1]
+    assert f"pid {daemon.proc.pid}" in lines[-1]  # type: ignore[union-attr]
+    assert not os.path.exists(other_socket)
+    daemon.wait_serving(5)  # the first daemon is untouched
+
+
+def test_live_socket_of_another_process_is_not_taken(
+    daemon: DaemonProcess, short_root: Path
+) -> None:
+    out = run_once(["serve", "--socket", daemon.socket, "--state-dir", str(short_root / "st2")])
+    assert out.returncode == 1
+    assert "served by another live process" in out.stderr
+    daemon.wait_serving(5)
+
+
+def test_regular_file_at_socket_path_is_refused_and_kept(short_root: Path) -> None:
+    path = short_root / "run" / "numamem.sock"
+    path.parent.mkdir(mode=0o750)
+    path.write_text("precious")
+    out = run_once(["serve", "--socket", str(path), "--state-dir", str(short_root / "state")])
+    assert out.returncode == 1
+    assert "exists and is not a socket" in out.stderr
+    assert path.read_text() == "precious"
+
+
+def test_stale_socket_is_replaced(short_root: Path, daemon_factory: list[DaemonProcess]) -> None:
+    d = DaemonProcess(short_root)
+    Path(d.socket).parent.mkdir(mode=0o750)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(d.socket)
+    stale.close()  # the file stays, nobody listens: what a crash leaves behind
+    daemon_factory.append(d)
+    d.start()
+    assert "removed stale socket" in d.stderr()
+
+
+def test_sigkill_leaves_socket_and_restart_replaces_it(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    d = DaemonProcess(short_root)
+    daemon_factory.append(d)
+    d.start()
+    d.stop(signal.SIGKILL)
+    assert os.path.exists(d.socket)
+    d.start()  # the lock died with the process; the stale socket is replaced
+
+
+def test_sigterm_stops_cleanly(daemon: DaemonProcess) -> None:
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert not os.path.exists(daemon.socket)
+    events = [
+        json.loads(line)["event"] for line in daemon.stderr().splitlines() if line.startswith("{")
+    ]
+    assert events[-2:] == ["signal received, shutting down", "stopped"]
+
+
+def test_config_error_is_one_line_and_nonzero(short_root: Path) -> None:
+    out = run_once(
+        [
+            "serve",
+            "--socket",
+            str(short_root / "s.sock"),
+            "--state-dir",
+            str(short_root / "st"),
+            "--memory-manager-policy",
+            "static",
+        ]
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().count("\n") == 0
+    assert 'unknown policy: "static"' in out.stderr
+    assert not (short_root / "st").exists()
+
+
+def test_socket_path_too_long_is_refused(short_root: Path) -> None:
+    long_dir = short_root / ("d" * 100)
+    out = run_once(
+        ["serve", "--socket", str(long_dir / "numamem.sock"), "--state-dir", str(short_root / "st")]
+    )
+    assert out.returncode == 1
+    assert "unix socket paths are limited to 107" in out.stderr
+
+
+def test_request_id_is_logged_per_rpc(daemon: DaemonProcess) -> None:
+    """One JSON line per RPC with method, code, duration and the caller's request id."""
+    grpcurl(
+        daemon.socket,
+        "numamem.v1.Topology/GetMachineInfo",
+        opts=["-rpc-header", "x-request-id: dbg-42"],
+    )
+    daemon.stop()
+    lines = [json.loads(x) for x in daemon.stderr().splitlines() if x.startswith("{")]
+    [rpc] = [line for line in lines if line.get("request_id") == "dbg-42"]
+    assert rpc["event"] == "rpc"
+    assert rpc["method"] == "/numamem.v1.Topology/GetMachineInfo"
+    assert rpc["level"] == "info"
+    assert isinstance(rpc["ms"], float)
+    assert rpc["code"]
+    assert rpc["timestamp"].endswith("Z")
+
+
+def test_health_port_serves_only_health(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = DaemonProcess(short_root, ["--health-port", str(port)])
+    daemon_factory.append(d)
+    d.start()
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert status.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as info:
+            topology_pb2_grpc.TopologyStub(ch).GetMachineInfo(
+                topology_pb2.GetMachineInfoRequest(), timeout=5
+            )
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert d.stop() == 0

@@ -1,0 +1,188 @@
+"""In-process daemon: readiness gating, error mapping, graceful shutdown with in-flight RPCs."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from numamem.api.server import Daemon
+from numamem.config import Config
+from numamem.errors import NotFoundError, PersistenceError
+from numamem.v1 import topology_pb2, topology_pb2_grpc
+
+TOPOLOGY = "numamem.v1.Topology"
+
+
+class ScriptedTopology(topology_pb2_grpc.TopologyServicer):
+    """GetMachineInfo runs whatever the test put in ``behave``."""
+
+    def __init__(self) -> None:
+        self.behave: Callable[[], topology_pb2.MachineInfo] = topology_pb2.MachineInfo
+
+    def GetMachineInfo(
+        self, request: topology_pb2.GetMachineInfoRequest, context: grpc.ServicerContext
+    ) -> topology_pb2.MachineInfo:
+        return self.behave()
+
+
+class FakeComponent:
+    service_names: Sequence[str] = (TOPOLOGY,)
+
+    def __init__(self) -> None:
+        self.servicer = ScriptedTopology()
+        self.release = threading.Event()
+        self.release.set()
+        self.stopped = False
+
+    def register(self, server: grpc.Server) -> None:
+        topology_pb2_grpc.add_TopologyServicer_to_server(self.servicer, server)
+
+    def start(self) -> None:
+        assert self.release.wait(10)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.fixture
+def umask_restored() -> Iterator[None]:
+    old = os.umask(0o022)
+    os.umask(old)
+    yield
+    os.umask(old)
+
+
+@pytest.fixture
+def config(short_root: Path, umask_restored: None) -> Config:
+    return Config(
+        socket=str(short_root / "run" / "n.sock"),
+        state_dir=str(short_root / "state"),
+        shutdown_grace_seconds=3.0,
+        workers=4,
+    )
+
+
+def health_status(sock: str, service: str = "") -> int:
+    with grpc.insecure_channel(f"unix://{sock}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+
+
+def call(sock: str, timeout: float = 5) -> topology_pb2.MachineInfo:
+    with grpc.insecure_channel(f"unix://{sock}") as ch:
+        return topology_pb2_grpc.TopologyStub(ch).GetMachineInfo(
+            topology_pb2.GetMachineInfoRequest(), timeout=timeout
+        )
+
+
+def start_in_thread(daemon: Daemon) -> threading.Thread:
+    thread = threading.Thread(target=daemon.start, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_not_serving_and_unavailable_until_components_started(config: Config) -> None:
+    component = FakeComponent()
+    component.release.clear()
+    daemon = Daemon(config, lambda cfg: [component])
+    thread = start_in_thread(daemon)
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(config.socket) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert health_status(config.socket) == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert health_status(config.socket, TOPOLOGY) == health_pb2.HealthCheckResponse.NOT_SERVING
+        with pytest.raises(grpc.RpcError) as info:
+            call(config.socket)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "starting" in (info.value.details() or "")
+        component.release.set()
+        thread.join(10)
+        assert health_status(config.socket) == health_pb2.HealthCheckResponse.SERVING
+        assert health_status(config.socket, TOPOLOGY) == health_pb2.HealthCheckResponse.SERVING
+        call(config.socket)
+    finally:
+        component.release.set()
+        daemon.shutdown()
+    assert component.stopped
+    assert not os.path.exists(config.socket)
+
+
+def test_errors_map_to_status_codes_and_bugs_to_internal(config: Config) -> None:
+    component = FakeComponent()
+    daemon = Daemon(config, lambda cfg: [component])
+    daemon.start()
+    try:
+
+        def not_found() -> topology_pb2.MachineInfo:
+            raise NotFoundError("pod 'p1' is not known")
+
+        def persistence() -> topology_pb2.MachineInfo:
+            raise PersistenceError("cannot write checkpoint: No space left on device")
+
+        def bug() -> topology_pb2.MachineInfo:
+            raise ZeroDivisionError("oops")
+
+        for behave, code, text in (
+            (not_found, grpc.StatusCode.NOT_FOUND, "pod 'p1' is not known"),
+            (persistence, grpc.StatusCode.UNAVAILABLE, "No space left"),
+            (bug, grpc.StatusCode.INTERNAL, "internal error (request id "),
+        ):
+            component.servicer.behave = behave
+            with pytest.raises(grpc.RpcError) as info:
+                call(config.socket)
+            assert info.value.code() == code
+            assert text in (info.value.details() or "")
+        # The daemon keeps serving after a handler bug.
+        component.servicer.behave = topology_pb2.MachineInfo
+        call(config.socket)
+        assert health_status(config.socket) == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        daemon.shutdown()
+
+
+def test_graceful_shutdown_finishes_in_flight_rpc(config: Config) -> None:
+    component = FakeComponent()
+    entered = threading.Event()
+
+    def slow() -> topology_pb2.MachineInfo:
+        entered.set()
+        time.sleep(0.8)
+        return topology_pb2.MachineInfo(numa_nodes=[topology_pb2.NUMANode(id=7)])
+
+    component.servicer.behave = slow
+    daemon = Daemon(config, lambda cfg: [component])
+    daemon.start()
+    result: list[object] = []
+    caller = threading.Thread(target=lambda: result.append(call(config.socket)))
+    caller.start()
+    assert entered.wait(5)
+    daemon.shutdown()
+    caller.join(5)
+    assert isinstance(result[0], topology_pb2.MachineInfo)
+    assert result[0].numa_nodes[0].id == 7
+    assert not os.path.exists(config.socket)
+
+
+def test_shared_directory_is_refused_unless_allowed(config: Config, short_root: Path) -> None:
+    shared = short_root / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    cfg = replace(config, state_dir=str(shared))
+    daemon = Daemon(cfg, lambda c: [FakeComponent()])
+    with pytest.raises(Exception, match="world-writable") as info:
+        daemon.start()
+    assert "--allow-shared-dirs" in str(info.value)
+    daemon.shutdown()
+    daemon = Daemon(replace(cfg, allow_shared_dirs=True), lambda c: [FakeComponent()])
+    daemon.start()
+    daemon.shutdown()
