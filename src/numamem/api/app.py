@@ -8,14 +8,15 @@ from typing import Any
 import grpc
 
 from numamem.api.server import Component
+from numamem.api.topology import TopologyComponent
 from numamem.config import Config
+from numamem.topology.sysfs import discover
 from numamem.v1 import (
     memorymanager_pb2,
     memorymanager_pb2_grpc,
     metacache_pb2,
     metacache_pb2_grpc,
     topology_pb2,
-    topology_pb2_grpc,
 )
 
 TOPOLOGY_SERVICE = topology_pb2.DESCRIPTOR.services_by_name["Topology"].full_name
@@ -28,19 +29,21 @@ SERVICE_NAMES = (TOPOLOGY_SERVICE, MEMORY_MANAGER_SERVICE, META_READER_SERVICE, 
 class _Unimplemented:
     """Registers the generated base servicers: every RPC answers UNIMPLEMENTED."""
 
-    service_names: Sequence[str] = SERVICE_NAMES
+    service_names: Sequence[str] = (
+        MEMORY_MANAGER_SERVICE,
+        META_READER_SERVICE,
+        META_WRITER_SERVICE,
+    )
 
     def register(self, server: grpc.Server) -> None:
         base: Any = (
-            topology_pb2_grpc.TopologyServicer,
             memorymanager_pb2_grpc.MemoryManagerServicer,
             metacache_pb2_grpc.MetaReaderServicer,
             metacache_pb2_grpc.MetaWriterServicer,
         )
-        topology_pb2_grpc.add_TopologyServicer_to_server(base[0](), server)
-        memorymanager_pb2_grpc.add_MemoryManagerServicer_to_server(base[1](), server)
-        metacache_pb2_grpc.add_MetaReaderServicer_to_server(base[2](), server)
-        metacache_pb2_grpc.add_MetaWriterServicer_to_server(base[3](), server)
+        memorymanager_pb2_grpc.add_MemoryManagerServicer_to_server(base[0](), server)
+        metacache_pb2_grpc.add_MetaReaderServicer_to_server(base[1](), server)
+        metacache_pb2_grpc.add_MetaWriterServicer_to_server(base[2](), server)
 
     def start(self) -> None:
         return None
@@ -50,6 +53,6 @@ class _Unimplemented:
 
 
 def build_components(config: Config) -> Sequence[Component]:
-    """The daemon's components for ``config``."""
-    del config
-    return [_Unimplemented()]
+    """The daemon's components for ``config``. Raises start-up errors (topology, config)."""
+    machine = discover(config.sysfs_root)
+    return [TopologyComponent(machine, config.sysfs_root), _Unimplemented()]

@@ -17,7 +17,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from numamem.cli import serve
+    from numamem.cli import serve, topology
 
     parser = argparse.ArgumentParser(
         prog="numamem",
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"numamem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve.add_parser(sub)
+    topology.add_parser(sub)
     return parser
 
 

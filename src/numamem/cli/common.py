@@ -1,0 +1,112 @@
+"""Shared pieces of the client commands: connection flags, errors, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from numamem.client import NumamemClient
+from numamem.config import DEFAULT_SOCKET
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_REJECTED = 3  # `admit`: the pod was not admitted (a normal answer, not an error)
+
+
+def add_client_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    parser.add_argument(
+        "--socket",
+        default=os.environ.get("NUMAMEM_SOCKET", DEFAULT_SOCKET),
+        metavar="PATH",
+        help="daemon socket (default: $NUMAMEM_SOCKET or %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="RPC deadline"
+    )
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def client_command(
+    func: Callable[[argparse.Namespace, NumamemClient], int],
+) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command: open a client from the flags; an RPC error is one line and exit 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        with NumamemClient(args.socket, timeout=args.timeout) as client:
+            try:
+                return func(args, client)
+            except grpc.RpcError as err:
+                code = err.code() if hasattr(err, "code") else None
+                details = err.details() if hasattr(err, "details") else str(err)
+                if code == grpc.StatusCode.UNAVAILABLE and not os.path.exists(args.socket):
+                    details = f"no daemon socket at {args.socket} (is numamem running? --socket)"
+                name = code.name if code is not None else "ERROR"
+                print(f"numamem: {name}: {details}", file=sys.stderr)
+                return EXIT_FAILED
+
+    return run
+
+
+def fail(message: str) -> int:
+    print(f"numamem: {message}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    """Proto field names, every field present, 64-bit integers as JSON numbers (unlike proto3 JSON)."""
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            out[field.name] = {
+                str(k): _scalar_or_message(value_field, v) for k, v in sorted(value.items())
+            }
+        elif field.is_repeated:
+            out[field.name] = [_scalar_or_message(field, v) for v in value]
+        elif field.message_type is not None:
+            out[field.name] = message_to_dict(value) if message.HasField(field.name) else None
+        else:
+            out[field.name] = _scalar_or_message(field, value)
+    return out
+
+
+def _scalar_or_message(field: Any, value: Any) -> Any:
+    if field.message_type is not None:
+        if field.message_type.full_name == "google.protobuf.Timestamp":
+            return value.ToJsonString()
+        return message_to_dict(value)
+    if field.enum_type is not None:
+        return field.enum_type.values_by_number[value].name
+    return value
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Left-aligned columns separated by two spaces."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for row in cells:
+        sys.stdout.write(
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n"
+        )
+
+
+def human_bytes(n: int) -> str:
+    """1073741824 -> '1Gi', 4254887936 -> '3.96Gi': exact where the largest unit divides."""
+    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n >= size:
+            return f"{n // size}{unit}" if n % size == 0 else f"{n / size:.2f}{unit}"
+    return str(n)

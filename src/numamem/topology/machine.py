@@ -1,0 +1,98 @@
+"""A plain, immutable description of the machine's NUMA nodes.
+
+Built once at start-up by :mod:`numamem.topology.sysfs` (or as a literal in
+tests) and shared read-only by every component; it is never refreshed, like
+cadvisor's MachineInfo in the kubelet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from numamem.quantity import Format, Quantity
+
+MAX_NUMA_ID = 63  # topology-manager bitmasks are 64 bits
+
+
+def hugepage_resource_name(page_size_kb: int) -> str:
+    """Kubernetes resource name of a hugepage size: 2048 -> ``hugepages-2Mi``."""
+    return "hugepages-" + str(Quantity.from_int(page_size_kb * 1024, Format.BINARY_SI))
+
+
+@dataclass(frozen=True, slots=True)
+class HugePagePool:
+    """Hugepages of one size on one node, as read at start-up."""
+
+    page_size_kb: int
+    total_pages: int
+    free_pages: int
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.page_size_kb * 1024
+
+    @property
+    def total_bytes(self) -> int:
+        return self.total_pages * self.page_size_kb * 1024
+
+    @property
+    def resource_name(self) -> str:
+        return hugepage_resource_name(self.page_size_kb)
+
+
+@dataclass(frozen=True, slots=True)
+class NUMANode:
+    """One NUMA node: MemTotal (bytes, includes hugepage memory), hugepages, CPUs, distances."""
+
+    id: int
+    memory_bytes: int
+    hugepages: tuple[HugePagePool, ...] = ()
+    cpus: tuple[int, ...] = ()
+    distances: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The NUMA nodes in ascending id order."""
+
+    nodes: tuple[NUMANode, ...]
+
+    def __post_init__(self) -> None:
+        ids = [n.id for n in self.nodes]
+        if ids != sorted(set(ids)):
+            raise ValueError(f"NUMA node ids must be unique and ascending, got {ids}")
+
+    @cached_property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(n.id for n in self.nodes)
+
+    @cached_property
+    def _by_id(self) -> dict[int, NUMANode]:
+        return {n.id: n for n in self.nodes}
+
+    def node(self, node_id: int) -> NUMANode:
+        return self._by_id[node_id]
+
+    def has_node(self, node_id: int) -> bool:
+        return node_id in self._by_id
+
+    @cached_property
+    def hugepage_resources(self) -> tuple[str, ...]:
+        """Every hugepage resource name any node reports, sorted by page size."""
+        sizes = sorted({p.page_size_kb for n in self.nodes for p in n.hugepages})
+        return tuple(hugepage_resource_name(s) for s in sizes)
+
+    @cached_property
+    def total_memory_bytes(self) -> int:
+        return sum(n.memory_bytes for n in self.nodes)
+
+    def distance(self, a: int, b: int) -> int | None:
+        """Distance from node ``a`` to ``b`` (by position in the distance row), or None."""
+        row = self.node(a).distances
+        index = self.node_ids.index(b)
+        return row[index] if index < len(row) else None
+
+    @cached_property
+    def has_distances(self) -> bool:
+        return all(len(n.distances) >= len(self.nodes) for n in self.nodes)
