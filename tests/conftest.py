@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from numamem import logging as nlog
 from tests.daemon import DaemonProcess, short_tmpdir
+
+# In-process code logs warnings and errors only, to stderr (pytest shows them on failure).
+nlog.configure("warning", "console", cache=False)
 
 
 @pytest.fixture

@@ -70,6 +70,10 @@ class AllocationError(MemoryManagerError):
     """Memory cannot be allocated as requested (kubelet Allocate error text)."""
 
 
+class UnsupportedResourceError(AllocationError):
+    """A container requests a memory type (hugepage size) the machine does not have."""
+
+
 class ReservedMemoryError(ConfigError):
     """The reserved-memory configuration contradicts the machine or node allocatable."""
 

@@ -18,8 +18,13 @@ LEVELS = ("debug", "info", "warning", "error", "critical")
 FORMATS = ("json", "console")
 
 
-def configure(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
-    """Configure structlog process-wide. Idempotent; the last call wins."""
+def configure(
+    level: str = "info", fmt: str = "json", stream: TextIO | None = None, *, cache: bool = True
+) -> None:
+    """Configure structlog process-wide. Idempotent; the last call wins.
+
+    ``cache=False`` keeps loggers reconfigurable (tests use ``structlog.testing.capture_logs``).
+    """
     level_no = logging.getLevelNamesMapping()[level.upper()]
     renderer: Any
     if fmt == "console":
@@ -43,7 +48,7 @@ def configure(level: str = "info", fmt: str = "json", stream: TextIO | None = No
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level_no),
         logger_factory=structlog.WriteLoggerFactory(file=stream or sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
 
 

@@ -1,0 +1,631 @@
+"""The Static policy (kubelet ``policy_static.go``, GA semantics).
+
+Guaranteed pods get their memory and hugepages pinned to NUMA nodes:
+
+* hints enumerate every NUMA mask (smallest first); a mask qualifies when its
+  summed allocatable fits the request, its nodes obey the multi-NUMA group
+  rules, and its summed free memory (plus this pod's reusable init-container
+  memory for exactly that mask) fits; "preferred" means the minimal number of
+  nodes whose *allocatable* could hold the request;
+* Allocate takes the topology manager's affinity (or the default hint),
+  extends an insufficient affinity to the narrowest superset, checks the group
+  rule and reserves each memory type lowest node first;
+* init containers' memory is reused by later containers of the same pod and
+  their stored blocks shrink accordingly (sidecars are never reused);
+* Start validates a restored state by replaying every block on the default
+  machine state and comparing group sums.
+
+Deliberate deviations from upstream (each raises a clear error or behaves
+sanely where Go would panic or wrap around; all are unreachable on machines
+and states the kubelet itself handles):
+
+* a reservation or hugepage total larger than a node's memory is an error
+  (:class:`~numamem.errors.ReservedMemoryError`), not a uint64 wrap-around;
+* a memory type missing from some node's memory map (e.g. a memory-only node
+  without hugepage directories) counts as 0 there, and masks including such a
+  node are not offered for that type; Go dereferences a nil table (panic);
+* a requested type that no node has is an
+  :class:`~numamem.errors.UnsupportedResourceError`;
+* negative requests are refused instead of wrapped to huge uint64 values;
+* quirk 2 is fixed: a single-node affinity on a node that belongs to a
+  multi-NUMA group is a violation, so groups stay disjoint.
+
+Pod-scope hints regenerate from the first container that has blocks using the
+*pod's* request, as the upstream code does (the spec's prose says "its own
+container request"; the code, which clients observe, passes the pod request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import cast
+
+from numamem.errors import (
+    AllocationError,
+    InvalidArgumentError,
+    ReservedMemoryError,
+    StateMismatchError,
+    UnsupportedResourceError,
+)
+from numamem.memorymanager.reserved import SystemReservedMemory
+from numamem.memorymanager.state import (
+    MEMORY,
+    Block,
+    MachineState,
+    MemoryTable,
+    NUMANodeState,
+    State,
+    StateReader,
+    is_memory_resource,
+)
+from numamem.pod import GUARANTEED, Container, Pod, pod_qos
+from numamem.quantity import Quantity
+from numamem.topology import Machine
+from numamem.topologymanager import bitmask
+from numamem.topologymanager.policy import TopologyHint
+
+POLICY_NAME = "Static"
+
+Requested = dict[str, int]
+Hints = dict[str, list[TopologyHint]]
+ReuseTable = dict[str, dict[int, dict[str, int]]]
+"""pod uid -> NUMA mask -> memory type -> reusable bytes (``initContainersReusableMemory``)."""
+
+
+def container_requested_resources(container: Container) -> Requested:
+    """``getRequestedResources``: memory and hugepages requests in bytes, zeros kept."""
+    result: Requested = {}
+    for name, q in container.requests.items():
+        if not is_memory_resource(name):
+            continue
+        result[name] = _bytes(q)
+    return result
+
+
+def _bytes(q: Quantity) -> int:
+    if q.value.denominator != 1 or not (-(1 << 63) <= q.value < (1 << 63)):
+        raise AllocationError("[memorymanager] failed to represent quantity as int64")
+    if q.value < 0:
+        raise AllocationError(f"[memorymanager] a memory request may not be negative, got {q}")
+    return int(q.value)
+
+
+def pod_requested_resources(pod: Pod) -> Requested:
+    """``getPodRequestedResources`` with the sidecar rules of KEP-753.
+
+    A type requested only by init containers is dropped (upstream quirk 6).
+    """
+    init_max: Requested = {}
+    sidecar_sum: Requested = {}
+    for ctr in pod.init_containers:
+        for name, size in container_requested_resources(ctr).items():
+            init_max.setdefault(name, 0)
+            if ctr.restartable:
+                sidecar_sum[name] = sidecar_sum.get(name, 0) + size
+            elif sidecar_sum.get(name, 0) + size > init_max[name]:
+                init_max[name] = sidecar_sum.get(name, 0) + size
+    app: Requested = {}
+    for ctr in pod.containers:
+        for name, size in container_requested_resources(ctr).items():
+            app[name] = app.get(name, 0) + size
+    return {name: max(app[name] + sidecar_sum.get(name, 0), init_max.get(name, 0)) for name in app}
+
+
+def _resource_order(name: str) -> tuple[bool, str]:
+    """Block order: memory first, then hugepages by name (Go's order is random)."""
+    return (name != MEMORY, name)
+
+
+class StaticPolicy:
+    """The Static policy. Not thread-safe; the manager serialises calls."""
+
+    name = POLICY_NAME
+
+    def __init__(self, machine: Machine, system_reserved: SystemReservedMemory) -> None:
+        """``NewPolicyStatic``: the reserved ``memory`` summed over nodes must be > 0."""
+        if sum(node.get(MEMORY, 0) for node in system_reserved.values()) <= 0:
+            raise ReservedMemoryError(
+                "[memorymanager] you should specify the system reserved memory"
+            )
+        self.machine = machine
+        self.system_reserved = system_reserved
+        self._reuse: ReuseTable = {}
+
+    def can_allocate_exclusively(self) -> bool:
+        return True
+
+    # --- transactions ----------------------------------------------------
+
+    def snapshot(self) -> object:
+        return {pod: {m: dict(t) for m, t in masks.items()} for pod, masks in self._reuse.items()}
+
+    def restore(self, snapshot: object) -> None:
+        self._reuse = cast(ReuseTable, snapshot)
+
+    # --- default machine state and validation ----------------------------
+
+    def default_machine_state(self) -> MachineState:
+        """``getDefaultMachineState``; refuses reservations larger than a node's memory."""
+        state: MachineState = {}
+        for node in self.machine.nodes:
+            reserved = self.system_reserved.get(node.id, {})
+            memory_map: dict[str, MemoryTable] = {}
+            hugepages_total = 0
+            for pool in node.hugepages:
+                name = pool.resource_name
+                sr = reserved.get(name, 0)
+                total = pool.total_bytes
+                if sr > total:
+                    raise ReservedMemoryError(
+                        f"[memorymanager] NUMA node {node.id}: reserved {name} ({sr} bytes) exceeds the "
+                        f"node's {name} total ({total} bytes); fix reservedMemory or the hugepage count"
+                    )
+                memory_map[name] = MemoryTable(total, sr, total - sr, 0, total - sr)
+                hugepages_total += total
+            sr = reserved.get(MEMORY, 0)
+            allocatable = node.memory_bytes - sr - hugepages_total
+            if allocatable < 0:
+                raise ReservedMemoryError(
+                    f"[memorymanager] NUMA node {node.id}: reserved memory ({sr} bytes) plus hugepages "
+                    f"({hugepages_total} bytes) exceed the node's MemTotal ({node.memory_bytes} bytes); "
+                    "fix reservedMemory or the hugepage count"
+                )
+            memory_map[MEMORY] = MemoryTable(node.memory_bytes, sr, allocatable, 0, allocatable)
+            state[node.id] = NUMANodeState(0, memory_map, [node.id])
+        return state
+
+    def start(self, state: State) -> None:
+        """``validateState``: default state for an empty one; else replay and compare."""
+        machine_state = state.get_machine_state()
+        assignments = state.get_memory_assignments()
+        if not machine_state:
+            if assignments:
+                raise StateMismatchError(
+                    "[memorymanager] machine state can not be empty when it has memory assignments"
+                )
+            state.set_machine_state(self.default_machine_state())
+            return
+        expected = self.default_machine_state()
+        for pod_uid, containers in assignments.items():
+            for container_name, blocks in containers.items():
+                for block in blocks:
+                    remaining = block.size
+                    for node_id in block.numa_affinity or ():
+                        node = expected.get(node_id)
+                        if node is None:
+                            raise StateMismatchError(
+                                f"[memorymanager] (pod: {pod_uid}, container: {container_name}) the memory "
+                                "assignment uses the NUMA that does not exist"
+                            )
+                        node.number_of_assignments += 1
+                        node.cells = list(block.numa_affinity or ())
+                        table = (node.memory_map or {}).get(block.type)
+                        if table is None:
+                            raise StateMismatchError(
+                                f"[memorymanager] (pod: {pod_uid}, container: {container_name}) the memory "
+                                "assignment uses memory resource that does not exist"
+                            )
+                        remaining = _reserve_on(table, remaining)
+        if not machine_states_equal(machine_state, expected):
+            raise StateMismatchError(
+                "[memorymanager] the expected machine state is different from the real one"
+            )
+
+    # --- hints -------------------------------------------------------------
+
+    def get_topology_hints(
+        self, state: StateReader, pod: Pod, container: Container
+    ) -> Hints | None:
+        if pod_qos(pod) != GUARANTEED:
+            return None
+        try:
+            requested = container_requested_resources(container)
+        except AllocationError:
+            return None
+        if not requested:
+            return None
+        blocks = state.get_memory_blocks(pod.uid, container.name)
+        if blocks is not None:
+            return regenerate_hints(blocks, requested)
+        return self.calculate_hints(state.get_machine_state(), pod, requested)
+
+    def get_pod_topology_hints(self, state: StateReader, pod: Pod) -> Hints | None:
+        if pod_qos(pod) != GUARANTEED:
+            return None
+        try:
+            requested = pod_requested_resources(pod)
+        except AllocationError:
+            return None
+        if not requested:
+            return None
+        for ctr in pod.all_containers():
+            blocks = state.get_memory_blocks(pod.uid, ctr.name)
+            if blocks is not None:
+                return regenerate_hints(blocks, requested)
+        return self.calculate_hints(state.get_machine_state(), pod, requested)
+
+    def calculate_hints(
+        self, machine_state: MachineState, pod: Pod, requested: Mapping[str, int]
+    ) -> Hints:
+        """``calculateHints``: see the module docstring; ``{}`` when no mask qualifies."""
+        nodes = sorted(machine_state)
+        min_affinity_size = len(nodes)
+        reuse = self._reuse.get(pod.uid, {})
+        tables = {n: _node(machine_state, n).memory_map or {} for n in nodes}
+        masks: list[int] = []
+        for mask in bitmask.iterate_masks(nodes):
+            bits = bitmask.get_bits(mask)
+            single = len(bits) == 1
+            fits = True
+            for name, size in requested.items():
+                allocatable = 0
+                for n in bits:
+                    table = tables[n].get(name)
+                    if table is None:
+                        # A node without this memory type can never hold a block of it
+                        # (kubelet would dereference a nil table here).
+                        allocatable = -1
+                        break
+                    allocatable += table.allocatable
+                if allocatable < size:
+                    fits = False
+                    break
+            if not fits:
+                continue
+            min_affinity_size = min(min_affinity_size, len(bits))
+            if single and len(_node(machine_state, bits[0]).cells or ()) > 1:
+                continue
+            if not single and not _group_usable(machine_state, bits):
+                continue
+            enough = True
+            for name, size in requested.items():
+                free = sum(tables[n][name].free for n in bits)
+                if free + reuse.get(mask, {}).get(name, 0) < size:
+                    enough = False
+                    break
+            if enough:
+                masks.append(mask)
+        hints: Hints = {}
+        if masks:
+            for name in requested:
+                hints[name] = [TopologyHint(m, m.bit_count() == min_affinity_size) for m in masks]
+        return hints
+
+    # --- allocate ------------------------------------------------------------
+
+    def allocate(
+        self, state: State, pod: Pod, container: Container, affinity: TopologyHint
+    ) -> None:
+        if pod_qos(pod) != GUARANTEED:
+            return
+        existing = state.get_memory_blocks(pod.uid, container.name)
+        if existing is not None:
+            self._update_reusable(pod, container, existing)
+            return
+        requested = container_requested_resources(container)
+        if not requested:
+            return
+        machine_state = state.get_machine_state()
+        self._check_types_exist(machine_state, requested)
+        best = affinity
+        if affinity.affinity is None:
+            hints = self.calculate_hints(machine_state, pod, requested)
+            if not hints:
+                raise AllocationError(
+                    "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough "
+                    "memory is available"
+                )
+            default = find_best_hint(hints.get(MEMORY, []))
+            if not default.preferred and affinity.preferred:
+                raise AllocationError("[memorymanager] failed to find the default preferred hint")
+            best = default
+        mask = best.affinity
+        if mask is None or not _affinity_satisfies(machine_state, mask, requested):
+            extended = self._extend_hint(machine_state, pod, requested, mask or 0)
+            if not extended.preferred and best.preferred:
+                raise AllocationError("[memorymanager] failed to find the extended preferred hint")
+            best = extended
+            mask = extended.affinity
+        if mask is None or _violates_numa_allocations(machine_state, mask):
+            raise AllocationError("[memorymanager] preferred hint violates NUMA node allocation")
+        bits = bitmask.get_bits(mask)
+        for node_id in bits:
+            if machine_state.get(node_id) is None:
+                raise AllocationError(
+                    f"[memorymanager] NUMA node {node_id} of the affinity does not exist"
+                )
+        self._check_types_on_nodes(machine_state, bits, requested)
+        reuse = self._reuse.get(pod.uid, {}).get(mask, {})
+        blocks = []
+        for name in sorted(requested, key=_resource_order):
+            size = requested[name]
+            blocks.append(Block(tuple(bits), name, size))
+            to_reserve = max(size - reuse.get(name, 0), 0)
+            update_machine_state(machine_state, bits, name, to_reserve)
+        self._update_reusable(pod, container, blocks)
+        state.set_machine_state(machine_state)
+        state.set_memory_blocks(pod.uid, container.name, blocks)
+        self._update_init_container_blocks(state, pod, container, blocks)
+
+    def _check_types_exist(self, machine_state: MachineState, requested: Mapping[str, int]) -> None:
+        known = {
+            name for n in machine_state.values() if n is not None for name in (n.memory_map or {})
+        }
+        for name in sorted(requested):
+            if name not in known:
+                raise_unsupported(name)
+
+    def _check_types_on_nodes(
+        self, machine_state: MachineState, bits: Sequence[int], requested: Mapping[str, int]
+    ) -> None:
+        """Every node of the affinity must have every requested type (else restart would fail)."""
+        for node_id in bits:
+            memory_map = _node(machine_state, node_id).memory_map or {}
+            for name in requested:
+                if name not in memory_map:
+                    raise AllocationError(
+                        f"[memorymanager] NUMA node {node_id} has no {name}; it cannot be part of an "
+                        f"allocation of {name}"
+                    )
+
+    def _extend_hint(
+        self, machine_state: MachineState, pod: Pod, requested: Mapping[str, int], mask: int
+    ) -> TopologyHint:
+        """``extendTopologyManagerHint``: the best qualifying memory hint that contains ``mask``."""
+        hints = self.calculate_hints(machine_state, pod, requested)
+        supersets = [h for h in hints.get(MEMORY, []) if bitmask.is_subset(mask, h.affinity or 0)]
+        if not supersets:
+            raise AllocationError(
+                "[memorymanager] failed to find NUMA nodes to extend the current topology hint"
+            )
+        return find_best_hint(supersets)
+
+    # --- init container reuse ---------------------------------------------
+
+    def _update_reusable(self, pod: Pod, container: Container, blocks: Sequence[Block]) -> None:
+        """``updatePodReusableMemory``: track only this pod; init containers add, others consume."""
+        for uid in [u for u in self._reuse if u != pod.uid]:
+            del self._reuse[uid]
+        if pod.is_regular_init_container(container.name):
+            masks = self._reuse.setdefault(pod.uid, {})
+            for block in blocks:
+                table = masks.setdefault(bitmask.new_mask(block.numa_affinity or ()), {})
+                if block.size > table.get(block.type, 0):
+                    table[block.type] = block.size
+            return
+        pod_masks = self._reuse.get(pod.uid, {})
+        for block in blocks:
+            reusable_table = pod_masks.get(bitmask.new_mask(block.numa_affinity or ()))
+            if reusable_table is None:
+                continue
+            reusable = reusable_table.get(block.type, 0)
+            if reusable != 0:
+                reusable_table[block.type] = 0 if block.size >= reusable else reusable - block.size
+
+    def _update_init_container_blocks(
+        self, state: State, pod: Pod, container: Container, blocks: Sequence[Block]
+    ) -> None:
+        """``updateInitContainersMemoryBlocks``: charge ``blocks`` against earlier init containers."""
+        for block in blocks:
+            remaining = block.size
+            for init in pod.init_containers:
+                if init.name == container.name or remaining == 0:
+                    break
+                if init.restartable:
+                    continue
+                init_blocks = state.get_memory_blocks(pod.uid, init.name)
+                if not init_blocks:
+                    continue
+                for i, ib in enumerate(init_blocks):
+                    if ib.size == 0 or ib.type != block.type:
+                        continue
+                    if set(ib.numa_affinity or ()) != set(block.numa_affinity or ()):
+                        continue
+                    if ib.size > remaining:
+                        init_blocks[i] = ib.with_size(ib.size - remaining)
+                        remaining = 0
+                    else:
+                        remaining -= ib.size
+                        init_blocks[i] = ib.with_size(0)
+                state.set_memory_blocks(pod.uid, init.name, init_blocks)
+
+    # --- remove ------------------------------------------------------------
+
+    def remove_container(self, state: State, pod_uid: str, container_name: str) -> None:
+        """Release the container's blocks (lowest node first) and reset dissolved groups."""
+        blocks = state.get_memory_blocks(pod_uid, container_name)
+        if blocks is None:
+            return
+        state.delete(pod_uid, container_name)
+        machine_state = state.get_machine_state()
+        release_memory(machine_state, blocks)
+        state.set_machine_state(machine_state)
+
+    def get_allocatable_memory(self, state: StateReader) -> list[Block]:
+        """One block per node and type with non-zero allocatable (node, then memory first)."""
+        result = []
+        for node_id, node in sorted(state.get_machine_state().items()):
+            if node is None:
+                continue
+            for name in sorted(node.memory_map or {}, key=_resource_order):
+                table = (node.memory_map or {})[name]
+                if table.allocatable != 0:
+                    result.append(Block((node_id,), name, table.allocatable))
+        return result
+
+
+def raise_unsupported(name: str) -> None:
+    raise UnsupportedResourceError(
+        f"[memorymanager] resource {name!r} is not available on this machine"
+    )
+
+
+def _node(machine_state: MachineState, node_id: int) -> NUMANodeState:
+    node = machine_state.get(node_id)
+    if node is None:
+        raise StateMismatchError(f"[memorymanager] NUMA node {node_id} has no state")
+    return node
+
+
+def _group_usable(machine_state: MachineState, bits: Sequence[int]) -> bool:
+    """A multi-node mask may use a node only if it is unused or already in exactly this group."""
+    for n in bits:
+        node = _node(machine_state, n)
+        if node.number_of_assignments > 0:
+            cells = node.cells or []
+            if len(cells) == 1 or sorted(cells) != list(bits):
+                return False
+    return True
+
+
+def _violates_numa_allocations(machine_state: MachineState, mask: int) -> bool:
+    """``isAffinityViolatingNUMAAllocations``, with upstream quirk 2 fixed.
+
+    Upstream never rejects a single-node mask, so a node already in a multi-NUMA
+    group can get a single-node block too ("joint groups", #113035): groups
+    overlap and their sums stop meaning anything. numamem rejects it; such masks
+    come from a topology-manager affinity (pod scope with init containers, or a
+    merge with other providers), never from the policy's own hints.
+    """
+    bits = bitmask.get_bits(mask)
+    if len(bits) == 1:
+        node = _node(machine_state, bits[0])
+        return node.number_of_assignments > 0 and len(node.cells or ()) > 1
+    return not _group_usable(machine_state, bits)
+
+
+def _affinity_satisfies(
+    machine_state: MachineState, mask: int, requested: Mapping[str, int]
+) -> bool:
+    """``isAffinitySatisfyRequest``: free memory only (reusable init memory is not counted)."""
+    bits = bitmask.get_bits(mask)
+    for name, size in requested.items():
+        free = 0
+        for n in bits:
+            node = machine_state.get(n)
+            table = None if node is None else (node.memory_map or {}).get(name)
+            free += 0 if table is None else table.free
+        if free < size:
+            return False
+    return True
+
+
+def find_best_hint(hints: Sequence[TopologyHint]) -> TopologyHint:
+    """``findBestHint``: preferred first, then the narrowest mask."""
+    best = TopologyHint(None, False)
+    for hint in hints:
+        if (
+            best.affinity is None
+            or (hint.preferred and not best.preferred)
+            or (
+                hint.preferred == best.preferred
+                and bitmask.is_narrower_than(hint.affinity or 0, best.affinity)
+            )
+        ):
+            best = hint
+    return best
+
+
+def regenerate_hints(blocks: Sequence[Block], requested: Mapping[str, int]) -> Hints | None:
+    """``regenerateHints``: the stored affinity as preferred hints, or None on any mismatch."""
+    hints: Hints = {name: [] for name in requested}
+    if len(blocks) != len(requested):
+        return None
+    for block in blocks:
+        if block.type not in requested or block.size != requested[block.type]:
+            return None
+        try:
+            mask = bitmask.new_mask(block.numa_affinity or ())
+        except InvalidArgumentError:
+            return None
+        hints[block.type].append(TopologyHint(mask, True))
+    return hints
+
+
+def _reserve_on(table: MemoryTable, size: int) -> int:
+    """Take up to ``size`` from one node's table; returns what is left to place."""
+    if size == 0 or table.free <= 0:
+        return size
+    if table.free >= size:
+        table.reserved += size
+        table.free -= size
+        return 0
+    size -= table.free
+    table.reserved += table.free
+    table.free = 0
+    return size
+
+
+def update_machine_state(
+    machine_state: MachineState, bits: Sequence[int], name: str, size: int
+) -> None:
+    """``updateMachineState``: count the block on every node, set the group, fill lowest node first."""
+    for node_id in bits:
+        node = _node(machine_state, node_id)
+        node.number_of_assignments += 1
+        node.cells = list(bits)
+        table = (node.memory_map or {}).get(name)
+        if table is not None:
+            size = _reserve_on(table, size)
+
+
+def release_memory(machine_state: MachineState, blocks: Sequence[Block]) -> None:
+    """The release half of ``RemoveContainer``: lowest node first; dissolved nodes get cells=[self]."""
+    for block in blocks:
+        size = block.size
+        for node_id in block.numa_affinity or ():
+            node = _node(machine_state, node_id)
+            node.number_of_assignments -= 1
+            if node.number_of_assignments == 0:
+                node.cells = [node_id]
+            if size == 0:
+                continue
+            table = (node.memory_map or {}).get(block.type)
+            if table is None or table.reserved == 0:
+                continue
+            if table.reserved < size:
+                size -= table.reserved
+                table.free += table.reserved
+                table.reserved = 0
+                continue
+            table.free += size
+            table.reserved -= size
+            size = 0
+
+
+def machine_states_equal(actual: MachineState, expected: MachineState) -> bool:
+    """``areMachineStatesEqual``: structure and totals exactly; free/reserved as group sums."""
+    if set(actual) != set(expected):
+        return False
+    for node_id, a in actual.items():
+        e = expected[node_id]
+        if a is None or e is None:
+            return a is e
+        if a.number_of_assignments != e.number_of_assignments:
+            return False
+        if sorted(a.cells or []) != sorted(e.cells or []):
+            return False
+        a_map, e_map = a.memory_map or {}, e.memory_map or {}
+        if set(a_map) != set(e_map):
+            return False
+        for name, at in a_map.items():
+            et = e_map[name]
+            if (at.total, at.system_reserved, at.allocatable) != (
+                et.total,
+                et.system_reserved,
+                et.allocatable,
+            ):
+                return False
+            sums = [0, 0, 0, 0]
+            for cell in a.cells or []:
+                # A group member without this type contributes nothing (Go would
+                # dereference a nil table; see the module docstring).
+                for offset, ms in ((0, actual), (2, expected)):
+                    cell_node = ms.get(cell)
+                    table = None if cell_node is None else (cell_node.memory_map or {}).get(name)
+                    if table is not None:
+                        sums[offset] += table.free
+                        sums[offset + 1] += table.reserved
+            if sums[0] != sums[2] or sums[1] != sums[3]:
+                return False
+    return True

@@ -1,0 +1,203 @@
+"""Memory manager state: machine state, blocks, assignments, and the state interfaces.
+
+The shapes follow the kubelet's ``state`` package: a :data:`MachineState` maps
+NUMA ids to :class:`NUMANodeState` (assignment count, one :class:`MemoryTable`
+per memory type, the ``cells`` group), and assignments map pod uid ->
+container name -> blocks. Go's nil and empty are kept apart (``None`` versus
+``[]``/``{}``) because the checkpoint checksum depends on the difference.
+
+Copy rules:
+
+* :class:`Block` is immutable; a container's blocks are a tuple.
+* The per-pod container maps inside a :class:`MemoryState` are never mutated
+  in place, only replaced; so a state can be forked cheaply for a transaction
+  (:meth:`MemoryState.fork`): the machine state is deep-copied (nodes x types,
+  small), the pod map is copied shallowly.
+* Readers get copies: :meth:`MemoryState.get_machine_state` returns a deep
+  clone, :meth:`MemoryState.get_memory_blocks` a new list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+MEMORY = "memory"
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def is_memory_resource(name: str) -> bool:
+    """``memory`` or any ``hugepages-<size>`` (the types the memory manager pins)."""
+    return name == MEMORY or name.startswith(HUGEPAGES_PREFIX)
+
+
+@dataclass(slots=True)
+class MemoryTable:
+    """One memory type on one NUMA node. All sizes are bytes."""
+
+    total: int
+    system_reserved: int
+    allocatable: int
+    reserved: int
+    free: int
+
+    def copy(self) -> MemoryTable:
+        return MemoryTable(
+            self.total, self.system_reserved, self.allocatable, self.reserved, self.free
+        )
+
+
+@dataclass(slots=True)
+class NUMANodeState:
+    """``NUMANodeState``: ``memory_map``/``cells`` are None when Go's would be nil."""
+
+    number_of_assignments: int
+    memory_map: dict[str, MemoryTable] | None
+    cells: list[int] | None
+
+    def copy(self) -> NUMANodeState:
+        memory_map = (
+            None if self.memory_map is None else {k: t.copy() for k, t in self.memory_map.items()}
+        )
+        return NUMANodeState(
+            self.number_of_assignments, memory_map, None if self.cells is None else list(self.cells)
+        )
+
+
+MachineState = dict[int, NUMANodeState | None]
+"""NUMA id -> node state (None where the checkpoint holds ``null``)."""
+
+
+def clone_machine_state(ms: Mapping[int, NUMANodeState | None]) -> MachineState:
+    """Deep copy (kubelet ``NUMANodeMap.Clone``)."""
+    return {k: (None if v is None else v.copy()) for k, v in ms.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A memory block pinned to a NUMA affinity; ``numa_affinity`` None is Go's nil slice."""
+
+    numa_affinity: tuple[int, ...] | None
+    type: str
+    size: int
+
+    def with_size(self, size: int) -> Block:
+        return Block(self.numa_affinity, self.type, size)
+
+
+ContainerBlocks = tuple[Block, ...]
+PodAssignments = Mapping[str, ContainerBlocks]
+Assignments = Mapping[str, PodAssignments]
+"""pod uid -> container name -> blocks."""
+
+
+class StateReader(Protocol):
+    """Read-only view of the memory manager state (kubelet ``state.Reader``)."""
+
+    def get_machine_state(self) -> MachineState: ...
+
+    def get_memory_blocks(self, pod_uid: str, container_name: str) -> list[Block] | None: ...
+
+    def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]: ...
+
+
+class State(StateReader, Protocol):
+    """Reader plus writers (kubelet ``state.State``); policies work on this."""
+
+    def set_machine_state(self, ms: Mapping[int, NUMANodeState | None]) -> None: ...
+
+    def set_memory_blocks(self, pod_uid: str, container_name: str, blocks: list[Block]) -> None: ...
+
+    def delete(self, pod_uid: str, container_name: str) -> None: ...
+
+
+class MemoryState:
+    """In-memory :class:`State`. Not thread-safe: the manager serialises access."""
+
+    __slots__ = ("_machine", "_pods")
+
+    def __init__(
+        self,
+        machine: Mapping[int, NUMANodeState | None] | None = None,
+        assignments: Mapping[str, Mapping[str, list[Block] | tuple[Block, ...]]] | None = None,
+    ) -> None:
+        self._machine: MachineState = clone_machine_state(machine or {})
+        self._pods: dict[str, dict[str, ContainerBlocks]] = {
+            pod: {ctr: tuple(blocks) for ctr, blocks in ctrs.items()}
+            for pod, ctrs in (assignments or {}).items()
+        }
+
+    # --- reader -------------------------------------------------------------
+
+    def get_machine_state(self) -> MachineState:
+        return clone_machine_state(self._machine)
+
+    def get_memory_blocks(self, pod_uid: str, container_name: str) -> list[Block] | None:
+        """A copy of the blocks, or None if the container has no entry (an empty entry is [])."""
+        blocks = self._pods.get(pod_uid, {}).get(container_name)
+        return None if blocks is None else list(blocks)
+
+    def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]:
+        return {pod: {ctr: list(b) for ctr, b in ctrs.items()} for pod, ctrs in self._pods.items()}
+
+    # --- cheap, non-copying access for the manager and the codec ------------
+
+    def machine_view(self) -> Mapping[int, NUMANodeState | None]:
+        """The live machine state. Callers must not mutate it."""
+        return self._machine
+
+    def pods_view(self) -> Mapping[str, Mapping[str, ContainerBlocks]]:
+        """The live assignments. Callers must not mutate them."""
+        return self._pods
+
+    def iter_containers(self) -> Iterator[tuple[str, str, ContainerBlocks]]:
+        for pod, ctrs in self._pods.items():
+            for ctr, blocks in ctrs.items():
+                yield pod, ctr, blocks
+
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    # --- writer -------------------------------------------------------------
+
+    def set_machine_state(self, ms: Mapping[int, NUMANodeState | None]) -> None:
+        self._machine = clone_machine_state(ms)
+
+    def set_memory_blocks(self, pod_uid: str, container_name: str, blocks: list[Block]) -> None:
+        ctrs = dict(self._pods.get(pod_uid, {}))
+        ctrs[container_name] = tuple(blocks)
+        self._pods[pod_uid] = ctrs
+
+    def set_memory_assignments(self, assignments: Mapping[str, Mapping[str, list[Block]]]) -> None:
+        self._pods = {
+            pod: {c: tuple(b) for c, b in ctrs.items()} for pod, ctrs in assignments.items()
+        }
+
+    def delete(self, pod_uid: str, container_name: str) -> None:
+        """Remove one container's entry; the pod entry goes when its last container does."""
+        ctrs = self._pods.get(pod_uid)
+        if ctrs is None or container_name not in ctrs:
+            return
+        remaining = {c: b for c, b in ctrs.items() if c != container_name}
+        if remaining:
+            self._pods[pod_uid] = remaining
+        else:
+            del self._pods[pod_uid]
+
+    def clear_state(self) -> None:
+        self._machine = {}
+        self._pods = {}
+
+    # --- transactions -------------------------------------------------------
+
+    def fork(self) -> MemoryState:
+        """An independent copy that shares the (immutable) per-pod container maps."""
+        other = MemoryState.__new__(MemoryState)
+        other._machine = clone_machine_state(self._machine)
+        other._pods = dict(self._pods)
+        return other
+
+    def same_as(self, other: MemoryState) -> bool:
+        """Whether two states hold equal machine state and assignments."""
+        return self._machine == other._machine and self._pods == other._pods

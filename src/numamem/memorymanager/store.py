@@ -1,0 +1,77 @@
+"""How the memory manager persists: the :class:`StateStore` protocol and an in-memory store.
+
+The manager hands the store one :class:`Snapshot` per logical operation, before
+the operation is acknowledged and before the new state becomes visible; a
+store that raises :class:`~numamem.errors.PersistenceError` makes the manager
+drop the operation (memory and disk stay equal). The kubelet-compatible file
+store lives in :mod:`numamem.checkpoint`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from numamem.errors import PersistenceError
+from numamem.memorymanager.containermap import ContainerRef
+from numamem.memorymanager.state import (
+    ContainerBlocks,
+    MachineState,
+    NUMANodeState,
+    clone_machine_state,
+)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the memory manager persists. Stores must not mutate it.
+
+    ``machine_state`` and ``assignments`` are the live committed structures
+    (never mutated after commit), so building a snapshot copies nothing.
+    """
+
+    policy_name: str
+    machine_state: Mapping[int, NUMANodeState | None]
+    assignments: Mapping[str, Mapping[str, ContainerBlocks]]
+    container_map: Mapping[str, ContainerRef] = field(default_factory=dict)
+
+
+class StateStore(Protocol):
+    def restore(self, policy_name: str) -> Snapshot | None:
+        """The persisted state, or None when there is none yet. Raises CheckpointError
+        (or StateMismatchError for a policy-name mismatch) when it cannot be used."""
+
+    def save(self, snapshot: Snapshot) -> None:
+        """Persist atomically; raise PersistenceError (nothing changed) on failure."""
+
+
+class InMemoryStore:
+    """A store that keeps the last snapshot in memory (persistence off, and tests).
+
+    ``fail_next`` makes the next ``save`` raise, to test rollback.
+    """
+
+    def __init__(self, initial: Snapshot | None = None) -> None:
+        self.saved: Snapshot | None = initial
+        self.writes = 0
+        self.fail_next: str | None = None
+
+    def restore(self, policy_name: str) -> Snapshot | None:
+        return self.saved
+
+    def save(self, snapshot: Snapshot) -> None:
+        if self.fail_next is not None:
+            message, self.fail_next = self.fail_next, None
+            raise PersistenceError(message)
+        self.writes += 1
+        self.saved = Snapshot(
+            snapshot.policy_name,
+            clone_machine_state(snapshot.machine_state),
+            {pod: dict(ctrs) for pod, ctrs in snapshot.assignments.items()},
+            dict(snapshot.container_map),
+        )
+
+    @staticmethod
+    def as_machine_state(snapshot: Snapshot) -> MachineState:
+        return clone_machine_state(snapshot.machine_state)

@@ -1,0 +1,117 @@
+"""Pod admission with the container and pod scopes (kubelet ``scope_*.go``).
+
+:func:`admit` gathers hints from every provider, merges them under the
+policy, rejects with ``TopologyAffinityError`` when the policy says no, and
+otherwise records the affinity of each container and asks every provider to
+allocate it; a provider error becomes ``UnexpectedAdmissionError``.
+
+It changes nothing itself: providers allocate into whatever state they were
+given, so a caller that wants all-or-nothing admission hands in providers bound
+to a transaction and discards it when :attr:`AdmitResult.admitted` is false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from numamem.errors import NumamemError
+from numamem.pod import Container, Pod
+from numamem.topologymanager.policy import (
+    NO_AFFINITY,
+    NONE,
+    SCOPE_POD,
+    ProviderHints,
+    TopologyHint,
+    TopologyPolicy,
+)
+
+TOPOLOGY_AFFINITY_ERROR = "TopologyAffinityError"
+TOPOLOGY_AFFINITY_MESSAGE = "Resources cannot be allocated with Topology locality"
+UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+
+
+class HintProvider(Protocol):
+    """A resource manager taking part in admission (kubelet ``HintProvider``)."""
+
+    def get_topology_hints(self, pod: Pod, container: Container) -> ProviderHints: ...
+
+    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints: ...
+
+    def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
+        """Allocate for one container; raise a NumamemError to reject the pod."""
+
+
+@dataclass
+class AdmitResult:
+    admitted: bool
+    reason: str = ""
+    message: str = ""
+    affinities: dict[str, TopologyHint] = field(default_factory=dict)
+    """The affinity stored for each container (``GetAffinity``), in admission order."""
+    hints: dict[str, list[ProviderHints]] = field(default_factory=dict)
+    """Per container (container scope) or under "" (pod scope): what each provider answered."""
+    merged: dict[str, TopologyHint] = field(default_factory=dict)
+
+
+def admit(
+    pod: Pod, policy: TopologyPolicy, scope: str, providers: Sequence[HintProvider]
+) -> AdmitResult:
+    """Admit ``pod``; see the module docstring."""
+    result = AdmitResult(admitted=True)
+    containers = list(pod.all_containers())
+    if policy.name == NONE:
+        for container in containers:
+            result.affinities[container.name] = NO_AFFINITY
+            if not _allocate(pod, container, NO_AFFINITY, providers, result):
+                return result
+        return result
+    if scope == SCOPE_POD:
+        answers = [p.get_pod_topology_hints(pod) for p in providers]
+        best, ok = policy.merge(answers)
+        result.hints[""] = answers
+        result.merged[""] = best
+        if not ok:
+            return _reject(result)
+        for container in containers:
+            result.affinities[container.name] = best
+            if not _allocate(pod, container, best, providers, result):
+                return result
+        return result
+    for container in containers:
+        answers = [p.get_topology_hints(pod, container) for p in providers]
+        best, ok = policy.merge(answers)
+        result.hints[container.name] = answers
+        result.merged[container.name] = best
+        if not ok:
+            return _reject(result)
+        result.affinities[container.name] = best
+        if not _allocate(pod, container, best, providers, result):
+            return result
+    return result
+
+
+def _reject(result: AdmitResult) -> AdmitResult:
+    result.admitted = False
+    result.reason = TOPOLOGY_AFFINITY_ERROR
+    result.message = TOPOLOGY_AFFINITY_MESSAGE
+    return result
+
+
+def _allocate(
+    pod: Pod,
+    container: Container,
+    hint: TopologyHint,
+    providers: Sequence[HintProvider],
+    result: AdmitResult,
+) -> bool:
+    for provider in providers:
+        try:
+            provider.allocate(pod, container, hint)
+        except NumamemError as err:
+            result.admitted = False
+            result.reason = UNEXPECTED_ADMISSION_ERROR
+            result.message = f"Allocate failed due to {err}, which is unexpected"
+            return False
+    return True

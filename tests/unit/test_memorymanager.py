@@ -1,0 +1,246 @@
+"""Memory manager behaviour beyond the upstream corpus: transactions, reuse, ids, stale state."""
+
+from __future__ import annotations
+
+import pytest
+
+from numamem.errors import (
+    AllocationError,
+    PersistenceError,
+    ReservedMemoryError,
+    UnsupportedResourceError,
+)
+from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.store import InMemoryStore
+from numamem.pod import Container, Pod
+from numamem.quantity import Format, Quantity
+from numamem.topology import HugePagePool, Machine, NUMANode
+from numamem.topologymanager import bitmask
+from numamem.topologymanager.policy import TopologyHint, new_policy
+
+GI = 1024**3
+MI = 1024**2
+
+
+def q(n: int) -> Quantity:
+    return Quantity.from_int(n, Format.BINARY_SI)
+
+
+def ctr(name: str, memory: int, hugepages_1g: int = 0, sidecar: bool = False) -> Container:
+    res = {"cpu": Quantity.from_int(1), "memory": q(memory)}
+    if hugepages_1g:
+        res["hugepages-1Gi"] = q(hugepages_1g)
+    return Container(name, res, dict(res), "Always" if sidecar else "")
+
+
+def two_nodes(memory: int = 8 * GI, pages: int = 4) -> Machine:
+    return Machine(
+        tuple(NUMANode(i, memory, (HugePagePool(1048576, pages, pages),)) for i in range(2))
+    )
+
+
+def manager(
+    machine: Machine, policy: str = "restricted", scope: str = "container", reserved: int = 512 * MI
+) -> tuple[Manager, InMemoryStore]:
+    store = InMemoryStore()
+    m = Manager(
+        StaticPolicy(machine, {0: {"memory": reserved}}),
+        store,
+        new_policy(policy, machine)[0],
+        scope,
+    )
+    m.start()
+    return m, store
+
+
+def test_rejected_admission_leaves_nothing_and_writes_nothing() -> None:
+    m, store = manager(two_nodes())
+    writes = store.writes
+    before = m.committed()
+    # The first container fits on node 0; the second needs more than any node has.
+    pod = Pod("p1", containers=(ctr("a", 2 * GI), ctr("b", 9 * GI)))
+    outcome = m.admit(pod)
+    assert not outcome.result.admitted
+    assert outcome.result.reason in ("TopologyAffinityError", "UnexpectedAdmissionError")
+    assert m.committed() is before
+    assert m.get_memory("p1", "a") == []
+    assert store.writes == writes
+
+
+def test_admission_is_one_write() -> None:
+    m, store = manager(two_nodes())
+    writes = store.writes
+    pod = Pod("p1", init_containers=(ctr("i", GI),), containers=(ctr("a", GI), ctr("b", GI, GI)))
+    outcome = m.admit(pod)
+    assert outcome.result.admitted
+    assert store.writes == writes + 1
+    assert [b.size for b in outcome.blocks["b"]] == [GI, GI]
+    assert [b.type for b in outcome.blocks["b"]] == ["memory", "hugepages-1Gi"]  # memory first
+
+
+def test_failed_write_rolls_back_memory_and_policy_state() -> None:
+    machine = Machine((NUMANode(0, 16 * GI, (HugePagePool(1048576, 8, 8),)),))
+    m, store = manager(machine, policy="none")
+    pod = Pod("p", init_containers=(ctr("init", 2 * GI),), containers=(ctr("app", 3 * GI),))
+    m.allocate(pod, "init")
+    before = m.committed()
+    store.fail_next = "No space left on device"
+    with pytest.raises(PersistenceError):
+        m.allocate(pod, "app")
+    assert m.committed() is before
+    assert store.saved is not None and store.saved.assignments.keys() == {"p"}
+    # The retry reuses the init container's memory exactly as a first attempt would.
+    blocks = m.allocate(pod, "app")
+    assert [b.size for b in blocks] == [3 * GI]
+    reserved = m.committed().get_machine_state()[0].memory_map["memory"].reserved  # type: ignore[union-attr,index]
+    assert reserved == 3 * GI
+
+
+def test_no_op_operations_do_not_write() -> None:
+    m, store = manager(two_nodes())
+    pod = Pod("p", containers=(ctr("a", GI),))
+    m.allocate(pod, "a")
+    writes = store.writes
+    m.allocate(pod, "a")  # idempotent
+    assert m.remove_container("unknown-id") is None
+    burstable = Pod("b", containers=(Container("x", {"memory": q(GI)}),))
+    assert m.allocate(burstable, "x") == []
+    assert store.writes == writes
+
+
+# spec section 4.7 (TestStaticPolicyAllocateWithInitContainers)
+REUSE_ROWS = [
+    ((1, 2, 3, 4), (0, 0, 3, 4), 7),
+    ((4, 3, 2, 1), (0, 1, 2, 1), 4),
+    ((7, 4, 4, 3), (0, 0, 4, 3), 7),
+]
+
+
+@pytest.mark.parametrize(("requests", "final", "reserved_gi"), REUSE_ROWS)
+def test_init_container_reuse_examples(
+    requests: tuple[int, ...], final: tuple[int, ...], reserved_gi: int
+) -> None:
+    machine = Machine((NUMANode(0, 16 * GI, (HugePagePool(1048576, 8, 8),)),))
+    m, _ = manager(machine, policy="none")
+    i1, i2, c1, c2 = (
+        ctr(n, r * GI, r * GI)
+        for n, r in zip(("init1", "init2", "c1", "c2"), requests, strict=True)
+    )
+    pod = Pod("pod", init_containers=(i1, i2), containers=(c1, c2))
+    for name in ("init1", "init2", "c1", "c2"):
+        m.allocate(pod, name)
+    sizes = tuple(m.get_memory("pod", n)[0].size // GI for n in ("init1", "init2", "c1", "c2"))
+    assert sizes == final
+    node = m.committed().get_machine_state()[0]
+    assert node is not None and node.memory_map is not None
+    assert node.memory_map["memory"].reserved == reserved_gi * GI
+    assert node.memory_map["hugepages-1Gi"].reserved == reserved_gi * GI
+    assert node.number_of_assignments == 8
+    state = m.committed()
+    assert violations(state.machine_view(), state.pods_view()) == []
+
+
+def test_add_container_frees_earlier_regular_init_containers() -> None:
+    machine = Machine((NUMANode(0, 16 * GI, (HugePagePool(1048576, 8, 8),)),))
+    m, _ = manager(machine, policy="none")
+    pod = Pod(
+        "pod",
+        init_containers=(ctr("init1", 4 * GI, 4 * GI), ctr("init2", 3 * GI, 3 * GI)),
+        containers=(ctr("c1", 2 * GI, 2 * GI), ctr("c2", GI, GI)),
+    )
+    for name in ("init1", "init2", "c1", "c2"):
+        m.allocate(pod, name)
+    m.add_container(pod, "init2", "id-init2")  # frees init1 only (already 0 bytes)
+    assert m.get_memory("pod", "init1") == []
+    assert m.get_memory("pod", "init2") != []
+    m.add_container(pod, "c1", "id-c1")  # frees init2's remaining 1Gi
+    assert m.get_memory("pod", "init2") == []
+    node = m.committed().get_machine_state()[0]
+    assert node is not None and node.memory_map is not None
+    assert node.memory_map["memory"].reserved == 3 * GI  # c1 + c2
+    assert m.container_map() == {"id-c1": ("pod", "c1")}  # init2's id went with its state
+
+
+def test_sidecar_memory_is_never_reused_or_freed() -> None:
+    machine = Machine((NUMANode(0, 16 * GI, (HugePagePool(1048576, 8, 8),)),))
+    m, _ = manager(machine, policy="none")
+    pod = Pod(
+        "pod",
+        init_containers=(ctr("side", 2 * GI, sidecar=True), ctr("init", 2 * GI)),
+        containers=(ctr("app", 2 * GI),),
+    )
+    for name in ("side", "init", "app"):
+        m.allocate(pod, name)
+    m.add_container(pod, "app", "id-app")
+    assert [b.size for b in m.get_memory("pod", "side")] == [2 * GI]
+    assert m.get_memory("pod", "init") == []
+    node = m.committed().get_machine_state()[0]
+    assert node is not None and node.memory_map is not None
+    assert node.memory_map["memory"].reserved == 4 * GI  # sidecar + app; init's memory went to app
+
+
+def test_remove_container_by_id_releases_and_resets_groups() -> None:
+    m, _ = manager(two_nodes(memory=4 * GI, pages=0), policy="best-effort")
+    pod = Pod("wide", containers=(ctr("a", 6 * GI),))  # needs both nodes
+    assert m.admit(pod).result.admitted
+    assert m.get_memory_numa_nodes("wide", "a") == [0, 1]
+    m.add_container(pod, "a", "cid")
+    assert m.remove_container("cid") == ("wide", "a")
+    ms = m.committed().get_machine_state()
+    assert [ms[n].cells for n in (0, 1)] == [[0], [1]]  # type: ignore[union-attr]
+    assert m.get_memory_numa_nodes("wide", "a") is None
+
+
+def test_single_node_affinity_on_a_grouped_node_is_refused() -> None:
+    """Upstream quirk 2, fixed: no "joint groups"."""
+    m, _ = manager(two_nodes(memory=4 * GI, pages=0), policy="best-effort")
+    assert m.admit(Pod("wide", containers=(ctr("a", 6 * GI),))).result.admitted
+    with pytest.raises(AllocationError, match="preferred hint violates NUMA node allocation"):
+        # node 1 is in the {0,1} group and still has free memory: upstream would pin there.
+        m.allocate(
+            Pod("small", containers=(ctr("b", 256 * MI),)),
+            "b",
+            TopologyHint(bitmask.new_mask([1]), True),
+        )
+
+
+def test_sync_active_pods_removes_and_reports_stale_state() -> None:
+    m, _ = manager(two_nodes())
+    keep = Pod("keep", containers=(ctr("a", GI),))
+    gone = Pod("gone", init_containers=(ctr("i", GI),), containers=(ctr("a", GI),))
+    for pod in (keep, gone):
+        assert m.admit(pod).result.admitted
+    m.add_container(gone, "i", "gone-i")
+    removed = m.sync_active_pods([keep])
+    assert sorted(removed) == [("gone", "a"), ("gone", "i")]
+    assert m.container_map() == {}
+    # Pods admitted after the sync are active: a later operation does not drop them.
+    late = Pod("late", containers=(ctr("a", GI),))
+    assert m.admit(late).result.admitted
+    m.get_topology_hints(keep, "a")
+    assert m.get_memory("late", "a") != []
+
+
+def test_requested_type_missing_from_the_machine() -> None:
+    machine = Machine((NUMANode(0, 8 * GI),))
+    m, _ = manager(machine, policy="none")
+    pod = Pod("p", containers=(ctr("a", GI, GI),))
+    with pytest.raises(UnsupportedResourceError, match="'hugepages-1Gi' is not available"):
+        m.allocate(pod, "a")
+
+
+def test_node_without_a_type_is_not_offered_for_it() -> None:
+    """A memory-only node lacking hugepage tables never joins a hugepage allocation."""
+    machine = Machine((NUMANode(0, 8 * GI, (HugePagePool(1048576, 2, 2),)), NUMANode(1, 8 * GI)))
+    m, _ = manager(machine, policy="best-effort")
+    hints = m.get_topology_hints(Pod("p", containers=(ctr("a", GI, GI),)), "a")
+    assert hints is not None
+    assert [h.nodes for h in hints["hugepages-1Gi"]] == [[0]]  # type: ignore[index,union-attr]
+
+
+def test_reservation_larger_than_node_memory_is_refused() -> None:
+    machine = Machine((NUMANode(0, 2 * GI, (HugePagePool(1048576, 2, 2),)),))
+    with pytest.raises(ReservedMemoryError, match="exceed the node's MemTotal"):
+        StaticPolicy(machine, {0: {"memory": 512 * MI}}).default_machine_state()
