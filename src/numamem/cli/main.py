@@ -17,7 +17,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from numamem.cli import serve, topology
+    from numamem.cli import serve, state, topology
 
     parser = argparse.ArgumentParser(
         prog="numamem",
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve.add_parser(sub)
     topology.add_parser(sub)
+    state.add_parser(sub)
     return parser
 
 

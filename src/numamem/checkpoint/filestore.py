@@ -1,0 +1,108 @@
+"""Atomic, durable file replacement: temp file, fsync, rename, fsync of the directory.
+
+A crash at any point leaves either the old file or the new one, never a mix:
+the new bytes go to ``.<name>.tmp-<random>`` in the same directory (mode 0600),
+are fsynced, renamed over the target, and the directory is fsynced so the
+rename itself is durable. Temp files left by a crash start with a dot (the
+kubelet ignores such files too) and are removed by :func:`remove_stale_temps`.
+
+A failed write raises :class:`~numamem.errors.PersistenceError` naming the
+file and the OS error; the target is untouched. ``faults`` lets tests inject
+failures or simulated crashes at each stage ("open", "write", "fsync",
+"rename", "dirsync").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from numamem.errors import PersistenceError
+
+FaultHook = Callable[[str, Path], None]
+"""Called with (stage, target) before each stage; raise to simulate a failure."""
+
+
+class DirSyncError(PersistenceError):
+    """The rename happened but the directory fsync failed: the new file is in place, its
+    durability is unknown. Callers restore the previous bytes before failing the operation."""
+
+
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{secrets.token_hex(6)}")
+
+
+def _fail(path: Path, err: OSError, doing: str) -> PersistenceError:
+    name = errno.errorcode.get(err.errno or 0, "EIO")
+    return PersistenceError(
+        f"cannot {doing} checkpoint {str(path)!r}: {err.strerror or err} ({name}); the change was not applied"
+    )
+
+
+def atomic_write(path: Path, data: bytes, *, faults: FaultHook | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically and durably (see the module docstring)."""
+    hook = faults or (lambda stage, target: None)
+    tmp = _temp_name(path)
+    try:
+        hook("open", path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise _fail(path, err, "write") from err
+    try:
+        hook("write", path)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        hook("fsync", path)
+        os.fsync(fd)
+    except OSError as err:
+        os.close(fd)
+        _unlink_quietly(tmp)
+        raise _fail(path, err, "write") from err
+    os.close(fd)
+    try:
+        hook("rename", path)
+        os.replace(tmp, path)
+    except OSError as err:
+        _unlink_quietly(tmp)
+        raise _fail(path, err, "replace") from err
+    try:
+        hook("dirsync", path)
+        fsync_dir(path.parent)
+    except OSError as err:
+        raise DirSyncError(str(_fail(path, err, "sync the directory of"))) from err
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_file(path: Path) -> bytes | None:
+    """The file's bytes, or None when it does not exist. Other OS errors propagate."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def remove_stale_temps(directory: Path, name: str) -> list[Path]:
+    """Remove ``.<name>.tmp-*`` files left by a crash; returns what was removed."""
+    removed = []
+    for child in directory.glob(f".{name}.tmp-*"):
+        _unlink_quietly(child)
+        removed.append(child)
+    return removed
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

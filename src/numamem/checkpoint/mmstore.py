@@ -1,0 +1,215 @@
+"""The memory manager's store: ``memory_manager_state`` (kubelet format) plus numamem's container map.
+
+``<state-dir>/memory_manager_state`` holds exactly what the kubelet's file holds
+(V1 written; V1, V2 and V3 read), so a kubelet and numamem can take over each
+other's state. The container id -> (pod, container) map, which the kubelet
+rebuilds from the container runtime at start, lives in numamem's own file
+``<state-dir>/numamem_containers`` (never inside the kubelet's file).
+
+Write order keeps the two files consistent without a shared transaction:
+
+* when an operation adds ids, the container map is written first, then the
+  memory manager state; a crash in between leaves ids for containers whose
+  operation was not acknowledged, which the client retries (AddContainer is
+  idempotent);
+* when it only removes ids, the state is written first and the map after;
+* on start, map entries whose container has no blocks are dropped, so ids left
+  behind by a crash between the two writes are inert.
+
+A failed write of the state (or of the map before it) fails the operation with
+the previous files in place; a failed map write *after* the state is logged
+and retried with the next write, since its stale ids are inert by the rule
+above.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from numamem.checkpoint import kubelet
+from numamem.checkpoint.filestore import (
+    DirSyncError,
+    FaultHook,
+    atomic_write,
+    read_file,
+    remove_stale_temps,
+)
+from numamem.checkpoint.fnv import fnv1a_32
+from numamem.errors import CheckpointError, CorruptCheckpointError, PersistenceError
+from numamem.logging import get_logger
+from numamem.memorymanager.containermap import ContainerRef
+from numamem.memorymanager.store import Snapshot
+
+_log = get_logger("checkpoint")
+
+STATE_FILE = "memory_manager_state"
+CONTAINERS_FILE = "numamem_containers"
+
+
+def restore_error(path: Path, err: object) -> CheckpointError:
+    """The kubelet's wrapper text, naming the file and the fix."""
+    return CheckpointError(
+        f"could not restore state from checkpoint: {err}, please drain this node and delete the memory "
+        f'manager checkpoint file "{path}" before restarting numamem'
+    )
+
+
+class KubeletStateStore:
+    """A :class:`~numamem.memorymanager.store.StateStore` on a state directory.
+
+    Not thread-safe: the memory manager calls it under its own lock.
+    """
+
+    def __init__(self, state_dir: str | Path, faults: FaultHook | None = None) -> None:
+        self.dir = Path(state_dir)
+        self.state_path = self.dir / STATE_FILE
+        self.containers_path = self.dir / CONTAINERS_FILE
+        self.faults = faults
+        self._last_state: bytes | None = None
+        self._last_map: dict[str, ContainerRef] = {}
+        self._map_dirty = False
+        self.writes = 0
+
+    # --- restore ---------------------------------------------------------------
+
+    def restore(self, policy_name: str) -> Snapshot | None:
+        for name in (STATE_FILE, CONTAINERS_FILE):
+            for tmp in remove_stale_temps(self.dir, name):
+                _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
+        data = read_file(self.state_path)
+        if data is None:
+            return None
+        try:
+            loaded = kubelet.load(data)
+        except CheckpointError as err:
+            raise restore_error(self.state_path, err) from err
+        if loaded.policy_name != policy_name:
+            raise restore_error(
+                self.state_path,
+                f'[memorymanager] configured policy "{policy_name}" differs from state checkpoint policy '
+                f'"{loaded.policy_name}"',
+            )
+        if loaded.format != "v1":
+            _log.info(
+                "memory manager state read in an older/newer format; it is rewritten as V1 at the "
+                "next change",
+                format=loaded.format,
+                path=str(self.state_path),
+            )
+        self._last_state = data
+        containers = self._read_containers()
+        live = {(p, c) for p, ctrs in loaded.assignments.items() for c in ctrs}
+        kept = {cid: ref for cid, ref in containers.items() if ref in live}
+        if len(kept) != len(containers):
+            _log.info(
+                "dropped container ids without memory state", dropped=len(containers) - len(kept)
+            )
+            self._map_dirty = True
+        self._last_map = kept
+        return Snapshot(loaded.policy_name, loaded.machine_state, loaded.assignments, kept)
+
+    def _read_containers(self) -> dict[str, ContainerRef]:
+        data = read_file(self.containers_path)
+        if data is None:
+            return {}
+        try:
+            return decode_containers(data)
+        except CheckpointError as err:
+            aside = self.containers_path.with_name(f"{CONTAINERS_FILE}.corrupt-{int(time.time())}")
+            self.containers_path.rename(aside)
+            _log.error(
+                "container map file is unusable; moved aside, starting without container ids "
+                "(RemoveContainer by id cannot free their memory; SyncActivePods can)",
+                path=str(self.containers_path),
+                moved_to=str(aside),
+                error=str(err),
+            )
+            return {}
+
+    # --- save --------------------------------------------------------------------
+
+    def save(self, snapshot: Snapshot) -> None:
+        state = kubelet.encode_v1(
+            snapshot.policy_name, snapshot.machine_state, snapshot.assignments
+        )
+        new_map = dict(snapshot.container_map)
+        old_map = self._last_map
+        adds = any(old_map.get(cid) != ref for cid, ref in new_map.items())
+        if adds:
+            self._write_map(new_map)
+        if state != self._last_state:
+            try:
+                self._write(self.state_path, state)
+            except PersistenceError:
+                if adds:
+                    self._best_effort_map(old_map)
+                raise
+            self._last_state = state
+        if not adds and (new_map != old_map or self._map_dirty):
+            try:
+                self._write_map(new_map)
+            except PersistenceError as err:
+                self._map_dirty = True
+                _log.warning(
+                    "container map write failed; stale ids are inert and rewritten later",
+                    error=str(err),
+                )
+        self._last_map = new_map
+
+    def _write(self, path: Path, data: bytes) -> None:
+        previous = read_file(path)
+        try:
+            atomic_write(path, data, faults=self.faults)
+        except DirSyncError:
+            if previous is not None:
+                try:
+                    atomic_write(path, previous, faults=self.faults)
+                except PersistenceError as err:
+                    _log.error(
+                        "could not restore the previous checkpoint after a failed sync",
+                        path=str(path),
+                        error=str(err),
+                    )
+            raise
+        self.writes += 1
+
+    def _write_map(self, entries: dict[str, ContainerRef]) -> None:
+        self._write(self.containers_path, encode_containers(entries))
+        self._map_dirty = False
+
+    def _best_effort_map(self, entries: dict[str, ContainerRef]) -> None:
+        try:
+            self._write_map(entries)
+        except PersistenceError as err:
+            self._map_dirty = True
+            _log.warning(
+                "could not roll back the container map; its extra ids are inert", error=str(err)
+            )
+
+
+def encode_containers(entries: dict[str, ContainerRef]) -> bytes:
+    """``{"containers": {id: [pod, container]}, "checksum": FNV-1a-32 of the body}``."""
+    body = {"containers": {cid: [pod, ctr] for cid, (pod, ctr) in sorted(entries.items())}}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    body_with_sum = dict(body, checksum=fnv1a_32(canonical.encode()))
+    return json.dumps(
+        body_with_sum, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+
+
+def decode_containers(data: bytes) -> dict[str, ContainerRef]:
+    try:
+        doc = json.loads(data)
+        containers = doc["containers"]
+        stored = doc["checksum"]
+        canonical = json.dumps(
+            {"containers": containers}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        result = {str(cid): (str(ref[0]), str(ref[1])) for cid, ref in containers.items()}
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        raise CheckpointError(f"cannot decode container map: {err}") from err
+    if fnv1a_32(canonical.encode()) != stored:
+        raise CorruptCheckpointError(stored, fnv1a_32(canonical.encode()))
+    return result

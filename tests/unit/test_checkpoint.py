@@ -1,0 +1,508 @@
+"""memory_manager_state: fixtures, checksum vectors, Go JSON rules, round trips, crash safety."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from numamem.checkpoint import kubelet
+from numamem.checkpoint.filestore import atomic_write
+from numamem.checkpoint.fnv import fnv1a_32
+from numamem.checkpoint.gojson import go_string
+from numamem.checkpoint.gospew import V1_TYPE, render_checkpoint
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, KubeletStateStore
+from numamem.errors import CheckpointError, PersistenceError, StateMismatchError
+from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.state import Block, MemoryState, MemoryTable, NUMANodeState
+from numamem.memorymanager.store import Snapshot
+from numamem.pod import Container, Pod
+from numamem.quantity import Format, Quantity
+from numamem.topology import HugePagePool, Machine, NUMANode
+from tests import kubelet_cases as kc
+from tests.daemon import shared_path
+
+FIXTURES = shared_path("fixtures", "kubelet-checkpoints")
+MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["fixtures"]
+MASTER = "master (V3 reader)"
+
+
+@pytest.mark.parametrize("fixture", MANIFEST, ids=[f["file"] for f in MANIFEST])
+def test_fixture_outcome_matches_the_newest_kubelet(fixture: dict[str, Any]) -> None:
+    """numamem reads like the newest kubelet (V3 -> V2 -> V1), pod-level gate off."""
+    data = (FIXTURES / fixture["file"]).read_bytes()
+    outcome = fixture["outcome_by_kubelet"][MASTER]
+    if outcome.startswith("rejected: "):
+        with pytest.raises(CheckpointError) as info:
+            kubelet.load(data)
+        assert str(info.value) == outcome.removeprefix("rejected: ")
+    else:
+        loaded = kubelet.load(data)
+        assert loaded.policy_name == "static"
+        expected = "v3" if "from data" in outcome else "v2" if "(V2 checksum)" in outcome else "v1"
+        assert loaded.format == expected
+        assert loaded.assignments == {"pod": {"container1": (Block((0,), "memory", 512),)}}
+
+
+def test_stored_checksums_of_valid_fixtures_are_reproduced() -> None:
+    """Every valid fixture's checksum is recomputed exactly (V1, V2, V3 data)."""
+    for fixture in MANIFEST:
+        data = (FIXTURES / fixture["file"]).read_bytes()
+        stored = fixture["stored_checksum"]
+        if not str(fixture["expect"]).startswith("valid") or stored in (0, None):
+            continue
+        doc = json.loads(data)
+        if "dataChecksum" in doc:
+            assert kubelet.string_checksum(doc["data"]) == stored, fixture["file"]
+        else:
+            cp = kubelet.decode(data, v2=fixture["format"] == "V2")
+            text = render_checkpoint(
+                cp.policy_name,
+                cp.machine_state,
+                cp.entries,
+                pod_entries=cp.pod_entries if fixture["format"] == "V2" else False,
+            )
+            assert fnv1a_32(text.encode()) == stored, fixture["file"]
+
+
+def test_upstream_spew_vector_text() -> None:
+    cp = kubelet.decode((FIXTURES / "mm_v1_valid_4215593881.json").read_bytes())
+    text = render_checkpoint(cp.policy_name, cp.machine_state, cp.entries)
+    assert text == (
+        "(*state.MemoryManagerCheckpoint){PolicyName:(string)static MachineState:(state.NUMANodeMap)map[0:<*>"
+        "{NumberOfAssignments:(int)0 MemoryMap:(map[v1.ResourceName]*state.MemoryTable)map[memory:<*>"
+        "{TotalMemSize:(uint64)2048 SystemReserved:(uint64)512 Allocatable:(uint64)1536 Reserved:(uint64)512 "
+        "Free:(uint64)1024}] Cells:([]int)[]}] Entries:(state.ContainerMemoryAssignments)map[pod:map[container1:"
+        "[{NUMAAffinity:([]int)[0] Type:(v1.ResourceName)memory Size:(uint64)512}]]] Checksum:(checksum.Checksum)0}"
+    )
+
+
+def spec_example() -> tuple[str, str]:
+    spec = shared_path("spec", "memory-manager.md").read_text()
+    v1 = re.search(r'```json\n(\{"policyName":"Static".*?"checksum":4050994722\})\n```', spec)
+    v3 = re.search(r'```json\n(\{"policyName":"Static".*?"dataChecksum":1844076009\})\n```', spec)
+    assert v1 and v3
+    return v1.group(1), v3.group(1)
+
+
+def test_spec_example_is_written_byte_for_byte() -> None:
+    v1_text, v3_text = spec_example()
+    loaded = kubelet.load(v1_text.encode())
+    assert kubelet.encode_v1("Static", loaded.machine_state, loaded.assignments).decode() == v1_text
+    # The V3 rendering of the same state loads from data and re-encodes to the same V1 bytes.
+    from_v3 = kubelet.load(v3_text.encode())
+    assert from_v3.format == "v3"
+    assert (
+        kubelet.encode_v1("Static", from_v3.machine_state, from_v3.assignments).decode() == v1_text
+    )
+    assert (
+        kubelet.encode_v1("Static", {}, {})
+        == b'{"policyName":"Static","machineState":{},"checksum":3940083781}'
+    )
+
+
+def test_v1_name_and_zero_checksum_are_accepted() -> None:
+    v1_text, _ = spec_example()
+    loaded = kubelet.load(v1_text.encode())
+    spew = render_checkpoint("Static", loaded.machine_state, loaded.assignments, type_name=V1_TYPE)
+    other_name = re.sub(r'"checksum":\d+', f'"checksum":{fnv1a_32(spew.encode())}', v1_text)
+    assert kubelet.load(other_name.encode()).format == "v1"
+    zero = re.sub(r'"checksum":\d+', '"checksum":0', v1_text)
+    assert kubelet.load(zero.encode()).format == "v1"
+    with pytest.raises(CheckpointError, match="checkpoint is corrupted"):
+        kubelet.load(re.sub(r'"checksum":\d+', '"checksum":1', v1_text).encode())
+
+
+def test_spew_nil_forms_and_the_sticky_ignore_flag() -> None:
+    nil_cells = NUMANodeState(0, {"memory": MemoryTable(1, 0, 1, 0, 1)}, None)
+    assert "Cells:([]int)<nil>" in render_checkpoint("S", {0: nil_cells}, {})
+    empty_cells = NUMANodeState(0, {}, [])
+    assert (
+        "MemoryMap:(map[v1.ResourceName]*state.MemoryTable)map[] Cells:([]int)[]"
+        in render_checkpoint("S", {0: empty_cells}, {})
+    )
+    assert "MemoryMap:(map[v1.ResourceName]*state.MemoryTable)<nil>" in render_checkpoint(
+        "S", {0: NUMANodeState(0, None, [0])}, {}
+    )
+    # A nil pointer as the last map value makes the next field lose its type.
+    assert render_checkpoint("S", {7: None}, {}).endswith(
+        "map[7:<nil>] Entries:map[] Checksum:(checksum.Checksum)0}"
+    )
+    leak = NUMANodeState(0, {"memory": None}, [0])  # type: ignore[dict-item]
+    assert "map[memory:<nil>] Cells:[0]}" in render_checkpoint("S", {0: leak}, {})
+    assert "Entries:(state.ContainerMemoryAssignments)<nil>" in render_checkpoint("S", {}, None)
+    # spew sorts int keys numerically; Go's JSON sorts them as strings.
+    two = {2: NUMANodeState(0, {}, [2]), 10: NUMANodeState(0, {}, [10])}
+    assert render_checkpoint("S", two, {}).index("2:<*>") < render_checkpoint("S", two, {}).index(
+        "10:<*>"
+    )
+    encoded = kubelet.encode_v1("S", two, {}).decode()
+    assert encoded.index('"10":') < encoded.index('"2":')
+
+
+GO_JSON_CASES = [
+    # (json text, what is checked)
+    ('{"POLICYNAME":"x","policyName":"static"}', lambda cp: cp.policy_name == "static"),
+    ('{"policyname":"static"}', lambda cp: cp.policy_name == "static"),
+    ('{"policyName":"static","unknown":[1,{"a":2}]}', lambda cp: cp.policy_name == "static"),
+    (
+        '{"machineState":{"0":{"numberOfAssignments":1}},"machineState":{"1":{}}}',
+        lambda cp: set(cp.machine_state) == {0, 1},
+    ),
+    (
+        '{"machineState":{"0":{"numberOfAssignments":1}},"machineState":null}',
+        lambda cp: cp.machine_state is None,
+    ),
+    ("{}", lambda cp: cp.machine_state == {} and cp.entries == {}),
+    (
+        '{"machineState":{"+1":{"cells":null},"007":{"cells":[]}}}',
+        lambda cp: (
+            set(cp.machine_state) == {1, 7}
+            and cp.machine_state[1].cells is None
+            and cp.machine_state[7].cells == []
+        ),
+    ),
+    (
+        '{"machineState":{"0":{}}}',
+        lambda cp: cp.machine_state[0].memory_map is None and cp.machine_state[0].cells is None,
+    ),
+    (
+        '{"entries":{"p":{"c":[{"affinity":[0],"type":"memory","size":1}]}}}',
+        lambda cp: cp.entries["p"]["c"][0].numa_affinity is None,
+    ),
+    ('{"policyName":"\\ud800x"}', lambda cp: cp.policy_name == "\ufffdx"),
+    ('{"checksum":18446744073709551615}', lambda cp: cp.checksum == 2**64 - 1),
+    ("null", lambda cp: cp.policy_name == "" and cp.machine_state == {}),
+]
+
+
+@pytest.mark.parametrize(("text", "check"), GO_JSON_CASES, ids=[c[0][:50] for c in GO_JSON_CASES])
+def test_go_json_decoding_rules(text: str, check: Any) -> None:
+    assert check(kubelet.decode(text.encode()))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "unexpected end of JSON input"),
+        ("", "unexpected end of JSON input"),
+        (
+            '{"checksum":1.0}',
+            "json: cannot unmarshal number 1.0 into Go struct field MemoryManagerCheckpoint.checksum of type checksum.Checksum",
+        ),
+        ('{"checksum":1e3}', "cannot unmarshal number 1e3"),
+        ('{"checksum":-1}', "cannot unmarshal number -1"),
+        ('{"checksum":18446744073709551616}', "cannot unmarshal number 18446744073709551616"),
+        ('{"checksum":NaN}', "invalid character 'N'"),
+        (
+            '{"policyName":7}',
+            "cannot unmarshal number 7 into Go struct field MemoryManagerCheckpoint.policyName of type string",
+        ),
+        ('{"machineState":{"x":{}}}', "cannot unmarshal number x into Go value of type int"),
+        ('{"machineState":[]}', "cannot unmarshal array"),
+        ("[]", "cannot unmarshal array into Go value of type state.MemoryManagerCheckpoint"),
+    ],
+)
+def test_go_json_decoding_errors(text: str, message: str) -> None:
+    with pytest.raises(CheckpointError) as info:
+        kubelet.decode(text.encode())
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "encoded"),
+    [
+        ("a<b>&c", '"a\\u003cb\\u003e\\u0026c"'),
+        ("é€", '"é€"'),
+        ("\u2028\u2029", '"\\u2028\\u2029"'),
+        ("\b\f\n\r\t\x01\x1f", '"\\b\\f\\n\\r\\t\\u0001\\u001f"'),
+        ('q"\\', '"q\\"\\\\"'),
+        ("\ud800", '"\ufffd"'),
+    ],
+)
+def test_go_string_escaping(text: str, encoded: str) -> None:
+    assert go_string(text) == encoded
+
+
+# --- round trips --------------------------------------------------------------------
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
+ints = st.integers(min_value=0, max_value=2**64 - 1)
+tables = st.builds(MemoryTable, ints, ints, ints, ints, ints)
+nodes = st.one_of(
+    st.none(),
+    st.builds(
+        NUMANodeState,
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        st.one_of(
+            st.none(),
+            st.dictionaries(st.sampled_from(["memory", "hugepages-2Mi", "hugepages-1Gi"]), tables),
+        ),
+        st.one_of(st.none(), st.lists(st.integers(0, 63), max_size=4)),
+    ),
+)
+blocks = st.builds(
+    Block,
+    st.one_of(st.none(), st.lists(st.integers(0, 63), max_size=3).map(tuple)),
+    st.sampled_from(["memory", "hugepages-2Mi", "a<b&c"]),
+    ints,
+)
+states = st.tuples(
+    names,
+    st.dictionaries(st.integers(0, 63), nodes, max_size=4),
+    st.dictionaries(
+        names,
+        st.dictionaries(names, st.lists(blocks, max_size=3).map(tuple), max_size=3),
+        max_size=3,
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(states)
+def test_random_states_round_trip_byte_exact(state: tuple[str, Any, Any]) -> None:
+    policy, machine_state, assignments = state
+    data = kubelet.encode_v1(policy, machine_state, assignments)
+    if any(
+        n is not None and n.memory_map and None in n.memory_map.values()
+        for n in machine_state.values()
+    ):
+        return
+    loaded = kubelet.load(data)
+    assert loaded.format == "v1"
+    assert loaded.policy_name == policy
+    assert loaded.machine_state == machine_state
+    assert loaded.assignments == {p: dict(c) for p, c in assignments.items()}
+    assert kubelet.encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments) == data
+
+
+# --- the store on disk ------------------------------------------------------------------
+
+GI = 1024**3
+
+
+def machine() -> Machine:
+    return Machine(tuple(NUMANode(i, 8 * GI, (HugePagePool(1048576, 2, 2),)) for i in range(2)))
+
+
+def guaranteed(uid: str, memory: int = GI) -> Pod:
+    res = {"cpu": Quantity.from_int(1), "memory": Quantity.from_int(memory, Format.BINARY_SI)}
+    return Pod(uid, containers=(Container("app", res, dict(res)),))
+
+
+def started(
+    state_dir: Path, policy: StaticPolicy | None = None, faults: Any = None
+) -> tuple[Manager, KubeletStateStore]:
+    store = KubeletStateStore(state_dir, faults=faults)
+    m = Manager(policy or StaticPolicy(machine(), {0: {"memory": GI}}), store)
+    m.start()
+    return m, store
+
+
+def test_missing_file_writes_the_default_state(tmp_path: Path) -> None:
+    m, store = started(tmp_path)
+    data = (tmp_path / STATE_FILE).read_bytes()
+    loaded = kubelet.load(data)
+    assert loaded.policy_name == "Static"
+    assert loaded.machine_state == m.committed().get_machine_state()
+    assert loaded.assignments == {}
+    assert b'"entries"' not in data
+    assert store.writes == 1
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in kc.load_cases() if c["kind"] == "checkpoint_restore"], ids=lambda c: c["id"]
+)
+def test_checkpoint_restore_cases(tmp_path: Path, case: dict[str, Any]) -> None:
+    if case["checkpoint_content"] is not None:
+        (tmp_path / STATE_FILE).write_text(case["checkpoint_content"])
+    store = KubeletStateStore(tmp_path)
+    if not case["expect_success"]:
+        with pytest.raises(CheckpointError) as info:
+            store.restore(case["policy_name"])
+        assert case["expect_error_contains"] in str(info.value)
+        assert f'delete the memory manager checkpoint file "{tmp_path / STATE_FILE}"' in str(
+            info.value
+        )
+        return
+    snapshot = store.restore(case["policy_name"])
+    expected = case["expect_state"]
+    if snapshot is None:
+        assert expected == {"machine_state": {}, "assignments": {}}
+        return
+    assert kc.normalised_state(dict(snapshot.machine_state)) == kc.normalised_state(
+        kc.machine_state(expected["machine_state"])
+    )
+    assert kc.normalised_assignments(
+        {p: {c: list(b) for c, b in ctrs.items()} for p, ctrs in snapshot.assignments.items()}
+    ) == kc.normalised_assignments(kc.assignments(expected["assignments"]))
+
+
+def test_checkpoint_store_roundtrip_case(tmp_path: Path) -> None:
+    [case] = [c for c in kc.load_cases() if c["kind"] == "checkpoint_store_roundtrip"]
+    steps = {s["op"]: s for s in case["steps"] if "value" in s}
+    ms = kc.machine_state(steps["set_machine_state"]["value"])
+    entries = {
+        p: {c: tuple(b) for c, b in ctrs.items()}
+        for p, ctrs in kc.assignments(steps["set_memory_assignments"]["value"]).items()
+    }
+    KubeletStateStore(tmp_path).save(Snapshot(case["policy_name"], ms, entries))
+    snapshot = KubeletStateStore(tmp_path).restore(case["policy_name"])
+    assert snapshot is not None
+    assert snapshot.machine_state == ms  # cells stays nil (null), exactly
+    assert snapshot.assignments == entries
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in kc.load_cases() if c["kind"] in ("state_accessors", "state_clear")],
+    ids=lambda c: c["id"],
+)
+def test_state_accessor_cases(case: dict[str, Any]) -> None:
+    state = MemoryState()
+    ms = kc.machine_state(case["machine_state"])
+    state.set_machine_state(ms)
+    assert state.get_machine_state() == ms
+    if case["kind"] == "state_clear":
+        state.set_memory_assignments(kc.assignments(case["assignments"]))
+        state.clear_state()
+        assert state.get_machine_state() == {}
+        assert state.get_memory_assignments() == {}
+        return
+    for pod, ctrs in kc.assignments(case["assignments"]).items():
+        for ctr, blocks in ctrs.items():
+            state.set_memory_blocks(pod, ctr, blocks)
+            assert state.get_memory_blocks(pod, ctr) == blocks  # [] stays [], not None
+            state.delete(pod, ctr)
+            assert state.get_memory_blocks(pod, ctr) is None
+
+
+def test_policy_mismatch_refuses_with_the_kubelet_text(tmp_path: Path) -> None:
+    started(tmp_path)
+    with pytest.raises(CheckpointError) as info:
+        KubeletStateStore(tmp_path).restore("None")
+    assert (
+        '[memorymanager] configured policy "None" differs from state checkpoint policy "Static"'
+        in str(info.value)
+    )
+    assert "please drain this node and delete the memory manager checkpoint file" in str(info.value)
+
+
+def test_state_that_fails_validation_refuses_start(tmp_path: Path) -> None:
+    m, _ = started(tmp_path)
+    m.allocate(guaranteed("p1"), "app")
+    smaller = Machine(tuple(NUMANode(i, 4 * GI, (HugePagePool(1048576, 2, 2),)) for i in range(2)))
+    with pytest.raises(
+        StateMismatchError, match="the expected machine state is different from the real one"
+    ):
+        started(tmp_path, StaticPolicy(smaller, {0: {"memory": GI}}))
+
+
+def test_restart_restores_identical_state_and_one_write_per_operation(tmp_path: Path) -> None:
+    m, store = started(tmp_path)
+    before = store.writes
+    m.allocate(guaranteed("p1"), "app")
+    assert store.writes == before + 1
+    m.add_container(guaranteed("p1"), "app", "cid-1")
+    assert store.writes == before + 2  # the container map; the memory state did not change
+    m.allocate(guaranteed("p2", 6 * GI), "app")
+    m.remove_container("cid-1")
+    assert store.writes == before + 5  # state, then the map without cid-1
+    again, _ = started(tmp_path)
+    assert again.committed().same_as(m.committed())
+    assert again.container_map() == m.container_map() == {}
+
+
+def test_remove_container_after_restart_frees_memory(tmp_path: Path) -> None:
+    m, _ = started(tmp_path)
+    m.allocate(guaranteed("p1"), "app")
+    m.add_container(guaranteed("p1"), "app", "cid-1")
+    again, _ = started(tmp_path)
+    assert again.remove_container("cid-1") == ("p1", "app")
+    assert again.get_memory("p1", "app") == []
+
+
+class SimulatedCrash(BaseException):
+    """Stands for the process dying at a stage of the write (no cleanup runs)."""
+
+
+@pytest.mark.parametrize("stage", ["write", "fsync", "rename"])
+def test_crash_before_rename_keeps_the_old_file_valid(tmp_path: Path, stage: str) -> None:
+    m, store = started(tmp_path)
+    m.allocate(guaranteed("p1"), "app")
+    old = (tmp_path / STATE_FILE).read_bytes()
+
+    def crash(at: str, target: Path) -> None:
+        if at == stage and target.name == STATE_FILE:
+            raise SimulatedCrash
+
+    store.faults = crash
+    with pytest.raises(SimulatedCrash):
+        m.allocate(guaranteed("p2"), "app")
+    assert (tmp_path / STATE_FILE).read_bytes() == old
+    assert kubelet.load(old).assignments.keys() == {"p1"}
+    again, _ = started(tmp_path)  # also removes the temp file the crash left behind
+    assert again.get_memory("p2", "app") == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EROFS, errno.EIO])
+def test_failed_write_leaves_memory_and_disk_unchanged(tmp_path: Path, error: int) -> None:
+    m, store = started(tmp_path)
+    m.allocate(guaranteed("p1"), "app")
+    on_disk = (tmp_path / STATE_FILE).read_bytes()
+    before = m.committed()
+
+    def fail(at: str, target: Path) -> None:
+        if at == "write":
+            raise OSError(error, "injected")
+
+    store.faults = fail
+    with pytest.raises(PersistenceError) as info:
+        m.allocate(guaranteed("p2"), "app")
+    assert str(tmp_path / STATE_FILE) in str(info.value)
+    assert errno.errorcode[error] in str(info.value)
+    assert m.committed() is before
+    assert (tmp_path / STATE_FILE).read_bytes() == on_disk
+    store.faults = None
+    m.allocate(guaranteed("p2"), "app")  # recovers when the disk does
+    assert kubelet.load((tmp_path / STATE_FILE).read_bytes()).assignments.keys() == {"p1", "p2"}
+
+
+def test_failed_directory_sync_restores_the_previous_file(tmp_path: Path) -> None:
+    m, store = started(tmp_path)
+    on_disk = (tmp_path / STATE_FILE).read_bytes()
+    calls: list[str] = []
+
+    def fail_once(at: str, target: Path) -> None:
+        if at == "dirsync" and not calls:
+            calls.append(at)
+            raise OSError(errno.EIO, "injected")
+
+    store.faults = fail_once
+    with pytest.raises(PersistenceError):
+        m.allocate(guaranteed("p1"), "app")
+    assert (tmp_path / STATE_FILE).read_bytes() == on_disk
+    assert m.get_memory("p1", "app") == []
+
+
+def test_corrupt_container_map_is_moved_aside(tmp_path: Path) -> None:
+    m, _ = started(tmp_path)
+    m.allocate(guaranteed("p1"), "app")
+    m.add_container(guaranteed("p1"), "app", "cid")
+    (tmp_path / CONTAINERS_FILE).write_text('{"containers":{"cid":["p1","app"]},"checksum":1}')
+    again, _ = started(tmp_path)
+    assert again.container_map() == {}
+    assert [p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+
+
+def test_atomic_write_file_mode(tmp_path: Path) -> None:
+    atomic_write(tmp_path / "f", b"x")
+    assert (tmp_path / "f").stat().st_mode & 0o777 == 0o600
