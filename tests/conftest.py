@@ -11,6 +11,9 @@ import pytest
 from numamem import logging as nlog
 from tests.daemon import DaemonProcess, short_tmpdir
 
+# The fixtures numamem ships for its clients' tests are used by numamem's own tests too.
+pytest_plugins = ["numamem.testing.fixtures"]
+
 # In-process code logs warnings and errors only, to stderr (pytest shows them on failure).
 nlog.configure("warning", "console", cache=False)
 

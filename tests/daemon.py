@@ -148,6 +148,18 @@ def grpcurl(
     )
 
 
+STATIC_ARGS = [
+    "--memory-manager-policy",
+    "Static",
+    "--reserved-memory",
+    "0:memory=1Gi",
+    "--system-reserved",
+    "memory=924Mi",
+    "--eviction-hard",
+    "memory.available<100Mi",
+]
+
+
 def run_once(args: list[str], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
     """Run ``numamem serve ARGS`` expecting it to exit by itself (refusals)."""
     return subprocess.run(

@@ -7,13 +7,13 @@ from typing import Any
 
 import grpc
 
+from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.server import Component
 from numamem.api.topology import TopologyComponent
 from numamem.config import Config
 from numamem.topology.sysfs import discover
 from numamem.v1 import (
     memorymanager_pb2,
-    memorymanager_pb2_grpc,
     metacache_pb2,
     metacache_pb2_grpc,
     topology_pb2,
@@ -29,21 +29,15 @@ SERVICE_NAMES = (TOPOLOGY_SERVICE, MEMORY_MANAGER_SERVICE, META_READER_SERVICE, 
 class _Unimplemented:
     """Registers the generated base servicers: every RPC answers UNIMPLEMENTED."""
 
-    service_names: Sequence[str] = (
-        MEMORY_MANAGER_SERVICE,
-        META_READER_SERVICE,
-        META_WRITER_SERVICE,
-    )
+    service_names: Sequence[str] = (META_READER_SERVICE, META_WRITER_SERVICE)
 
     def register(self, server: grpc.Server) -> None:
         base: Any = (
-            memorymanager_pb2_grpc.MemoryManagerServicer,
             metacache_pb2_grpc.MetaReaderServicer,
             metacache_pb2_grpc.MetaWriterServicer,
         )
-        memorymanager_pb2_grpc.add_MemoryManagerServicer_to_server(base[0](), server)
-        metacache_pb2_grpc.add_MetaReaderServicer_to_server(base[1](), server)
-        metacache_pb2_grpc.add_MetaWriterServicer_to_server(base[2](), server)
+        metacache_pb2_grpc.add_MetaReaderServicer_to_server(base[0](), server)
+        metacache_pb2_grpc.add_MetaWriterServicer_to_server(base[1](), server)
 
     def start(self) -> None:
         return None
@@ -55,4 +49,8 @@ class _Unimplemented:
 def build_components(config: Config) -> Sequence[Component]:
     """The daemon's components for ``config``. Raises start-up errors (topology, config)."""
     machine = discover(config.sysfs_root)
-    return [TopologyComponent(machine, config.sysfs_root), _Unimplemented()]
+    return [
+        TopologyComponent(machine, config.sysfs_root),
+        MemoryManagerComponent(config, machine),
+        _Unimplemented(),
+    ]

@@ -87,6 +87,8 @@ class Daemon:
     _health_server: grpc.Server | None = None
     _components: Sequence[Component] = ()
     interceptor: ServerInterceptor | None = None
+    set_umask: bool = True
+    """The daemon runs with umask 0077; in-process test servers leave the host process's umask alone."""
 
     def run(self) -> int:
         """Start, serve until SIGTERM/SIGINT, shut down. Returns the exit code."""
@@ -109,13 +111,16 @@ class Daemon:
     def start(self) -> None:
         """Steps 1-6 of the module docstring. On error, everything taken is released."""
         cfg = self.config
-        os.umask(DAEMON_UMASK)
+        if self.set_umask:
+            os.umask(DAEMON_UMASK)
         _ensure_dir(Path(cfg.state_dir), 0o700, "--state-dir", cfg.allow_shared_dirs)
         _ensure_dir(Path(cfg.socket).parent, 0o750, "--socket directory", cfg.allow_shared_dirs)
         self._lock_fd = acquire_lock(Path(cfg.state_dir) / LOCK_FILE)
         prepare_socket_path(cfg.socket)
         self._components = self.component_factory(cfg)
         names = [n for c in self._components for n in c.service_names]
+        if len(set(names)) != len(names):
+            raise StartupError(f"internal error: a service is registered twice: {sorted(names)}")
         for name in ("", *names):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 

@@ -1,7 +1,7 @@
 """``numamem`` command line: ``serve`` runs the daemon, the other commands are clients.
 
 Exit codes: 0 success; 1 the command failed (daemon refused to start, RPC
-error, bad input); 2 usage error (argparse).
+error, bad input); 2 usage error (argparse); 3 ``admit`` rejected the pod.
 """
 
 from __future__ import annotations
@@ -17,18 +17,19 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from numamem.cli import serve, state, topology
+    from numamem.cli import memory, serve, state, topology
 
     parser = argparse.ArgumentParser(
         prog="numamem",
         description="Node-local NUMA memory manager and metadata cache (gRPC on a unix socket).",
-        epilog="Exit codes: 0 success, 1 failure (one line on stderr), 2 usage error.",
+        epilog="Exit codes: 0 success, 1 failure (one line on stderr), 2 usage error, 3 pod rejected (admit).",
     )
     parser.add_argument("--version", action="version", version=f"numamem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve.add_parser(sub)
     topology.add_parser(sub)
     state.add_parser(sub)
+    memory.add_parsers(sub)
     return parser
 
 

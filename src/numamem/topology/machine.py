@@ -54,9 +54,16 @@ class NUMANode:
 
 @dataclass(frozen=True)
 class Machine:
-    """The NUMA nodes in ascending id order."""
+    """The NUMA nodes in ascending id order.
+
+    ``memory_capacity`` is the node's memory capacity as ``/proc/meminfo`` reports
+    it (the kubelet's node capacity, which percentage eviction thresholds apply
+    to); it can differ from the sum over NUMA nodes (ballooned VMs). None means
+    the sum.
+    """
 
     nodes: tuple[NUMANode, ...]
+    memory_capacity: int | None = None
 
     def __post_init__(self) -> None:
         ids = [n.id for n in self.nodes]
@@ -86,6 +93,10 @@ class Machine:
     @cached_property
     def total_memory_bytes(self) -> int:
         return sum(n.memory_bytes for n in self.nodes)
+
+    @property
+    def memory_capacity_bytes(self) -> int:
+        return self.memory_capacity if self.memory_capacity is not None else self.total_memory_bytes
 
     def distance(self, a: int, b: int) -> int | None:
         """Distance from node ``a`` to ``b`` (by position in the distance row), or None."""

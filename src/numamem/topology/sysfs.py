@@ -43,7 +43,11 @@ _MEMTOTAL_RE = re.compile(r"MemTotal:\s*([0-9]+) kB")
 
 
 def discover(sysfs_root: str | Path, total_memory: Callable[[], int] | None = None) -> Machine:
-    """Read the machine under ``sysfs_root``. ``total_memory`` is for the non-NUMA fallback."""
+    """Read the machine under ``sysfs_root``.
+
+    ``total_memory`` (default: psutil's total) gives the machine's memory capacity,
+    and the memory of node 0 on a kernel without NUMA directories.
+    """
     root = Path(sysfs_root)
     node_root = root / NODE_DIR
     entries: list[tuple[int, Path]] = []
@@ -53,8 +57,8 @@ def discover(sysfs_root: str | Path, total_memory: Callable[[], int] | None = No
             if match and child.is_dir():
                 entries.append((int(match.group(1)), child))
     entries.sort()
+    memory = (total_memory or (lambda: int(psutil.virtual_memory().total)))()
     if not entries:
-        memory = (total_memory or (lambda: int(psutil.virtual_memory().total)))()
         cpus = _fallback_cpus(root)
         _log.warning(
             "no NUMA nodes in sysfs; using one node 0 with the machine's total memory",
@@ -62,7 +66,7 @@ def discover(sysfs_root: str | Path, total_memory: Callable[[], int] | None = No
             memory_bytes=memory,
             cpus=len(cpus),
         )
-        return Machine((NUMANode(0, memory, (), cpus, ()),))
+        return Machine((NUMANode(0, memory, (), cpus, ()),), memory)
     nodes = []
     for node_id, path in entries:
         if node_id > MAX_NUMA_ID:
@@ -71,7 +75,7 @@ def discover(sysfs_root: str | Path, total_memory: Callable[[], int] | None = No
                 "64-bit masks cannot represent it"
             )
         nodes.append(_read_node(node_id, path))
-    return Machine(tuple(nodes))
+    return Machine(tuple(nodes), memory)
 
 
 def read_free_hugepages(sysfs_root: str | Path, node_id: int, page_size_kb: int) -> int:

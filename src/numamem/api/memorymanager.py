@@ -1,0 +1,261 @@
+"""``numamem.v1.MemoryManager``: the memory manager over gRPC.
+
+The component builds the manager from the configuration at start-up (any
+configuration error refuses start: reservations, policy names, topology
+options), restores ``memory_manager_state`` in :meth:`MemoryManagerComponent.start`
+(the daemon reports SERVING only afterwards) and serves every RPC of the
+contract. Requests are validated by :mod:`numamem.api.validation` before they
+reach the core; the manager serialises mutations itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+from numamem.api.validation import (
+    affinity_from_proto,
+    check_string,
+    container_in_pod,
+    pod_from_proto,
+)
+from numamem.checkpoint.mmstore import KubeletStateStore
+from numamem.config import Config, Limits
+from numamem.errors import InvalidArgumentError, LimitExceededError
+from numamem.logging import get_logger
+from numamem.memorymanager.manager import Manager, new_policy
+from numamem.memorymanager.reserved import (
+    node_allocatable_reservation,
+    validate_reserved_memory_config,
+)
+from numamem.memorymanager.state import Block, NUMANodeState
+from numamem.memorymanager.store import StateStore
+from numamem.pod import Pod
+from numamem.topology import Machine
+from numamem.topologymanager import policy as tm
+from numamem.topologymanager.policy import ProviderHints, TopologyHint
+from numamem.v1 import common_pb2, memorymanager_pb2, memorymanager_pb2_grpc
+
+SERVICE_NAME = memorymanager_pb2.DESCRIPTOR.services_by_name["MemoryManager"].full_name
+_log = get_logger("memorymanager")
+
+
+def blocks_to_proto(blocks: Sequence[Block]) -> list[memorymanager_pb2.MemoryBlock]:
+    return [
+        memorymanager_pb2.MemoryBlock(numa_affinity=b.numa_affinity or (), type=b.type, size=b.size)
+        for b in blocks
+    ]
+
+
+def hint_to_proto(hint: TopologyHint) -> memorymanager_pb2.TopologyHint:
+    return memorymanager_pb2.TopologyHint(numa_nodes=hint.nodes, preferred=hint.preferred)
+
+
+def hints_to_proto(hints: ProviderHints) -> memorymanager_pb2.GetTopologyHintsResponse:
+    resp = memorymanager_pb2.GetTopologyHintsResponse()
+    for name, lst in (hints or {}).items():
+        if lst is None:
+            continue
+        resp.hints[name].hints.extend(hint_to_proto(h) for h in lst)
+        resp.hints[name].SetInParent()
+    return resp
+
+
+def node_state_to_proto(node: NUMANodeState) -> memorymanager_pb2.NUMANodeState:
+    msg = memorymanager_pb2.NUMANodeState(
+        number_of_assignments=max(node.number_of_assignments, 0), cells=node.cells or ()
+    )
+    for name, t in (node.memory_map or {}).items():
+        msg.memory_map[name].CopyFrom(
+            memorymanager_pb2.MemoryTable(
+                total=t.total,
+                system_reserved=t.system_reserved,
+                allocatable=t.allocatable,
+                reserved=t.reserved,
+                free=t.free,
+            )
+        )
+    return msg
+
+
+def build_manager(config: Config, machine: Machine, store: StateStore | None = None) -> Manager:
+    """The manager for ``config`` on ``machine``; raises ConfigError/ReservedMemoryError (start-up refusal)."""
+    validate_reserved_memory_config(config.reserved_memory)
+    allocatable = node_allocatable_reservation(
+        machine,
+        dict(config.system_reserved),
+        dict(config.kube_reserved),
+        config.eviction_hard,
+        machine.memory_capacity_bytes,
+    )
+    policy = new_policy(config.memory_manager_policy, machine, allocatable, config.reserved_memory)
+    topology_policy, warnings = tm.new_policy(
+        config.topology_manager_policy, machine, dict(config.topology_manager_policy_options)
+    )
+    for warning in warnings:
+        _log.warning(warning)
+    if store is None:
+        store = KubeletStateStore(config.state_dir)
+    return Manager(policy, store, topology_policy, config.topology_manager_scope)
+
+
+class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
+    """Thin translation between protos and :class:`Manager`; no state of its own."""
+
+    def __init__(self, manager: Manager, machine: Machine, limits: Limits) -> None:
+        self.manager = manager
+        self.machine = machine
+        self.limits = limits
+
+    def _pod(self, msg: memorymanager_pb2.Pod, *, new_allowed: bool = True) -> Pod:
+        pod = pod_from_proto(msg, self.machine, self.limits)
+        if new_allowed:
+            state = self.manager.committed()
+            if pod.uid not in state.pods_view() and state.pod_count() >= self.limits.max_pods:
+                raise LimitExceededError(
+                    f"pod.uid {pod.uid!r}: the memory manager already holds {state.pod_count()} pods, the "
+                    f"limit (--max-pods {self.limits.max_pods}); release pods (SyncActivePods) first"
+                )
+        return pod
+
+    def Allocate(
+        self, request: memorymanager_pb2.AllocateRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.AllocateResponse:
+        pod = self._pod(request.pod)
+        name = container_in_pod(pod, request.container_name)
+        affinity = (
+            affinity_from_proto(request.affinity, self.machine)
+            if request.HasField("affinity")
+            else None
+        )
+        blocks = self.manager.allocate(pod, name, affinity)
+        return memorymanager_pb2.AllocateResponse(blocks=blocks_to_proto(blocks))
+
+    def AddContainer(
+        self, request: memorymanager_pb2.AddContainerRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.AddContainerResponse:
+        pod = self._pod(request.pod, new_allowed=False)
+        name = container_in_pod(pod, request.container_name)
+        self.manager.add_container(pod, name, check_string(request.container_id, "container_id"))
+        return memorymanager_pb2.AddContainerResponse()
+
+    def RemoveContainer(
+        self, request: memorymanager_pb2.RemoveContainerRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.RemoveContainerResponse:
+        self.manager.remove_container(check_string(request.container_id, "container_id"))
+        return memorymanager_pb2.RemoveContainerResponse()
+
+    def GetTopologyHints(
+        self, request: memorymanager_pb2.GetTopologyHintsRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.GetTopologyHintsResponse:
+        pod = self._pod(request.pod, new_allowed=False)
+        name = container_in_pod(pod, request.container_name)
+        return hints_to_proto(self.manager.get_topology_hints(pod, name))
+
+    def GetPodTopologyHints(
+        self, request: memorymanager_pb2.GetPodTopologyHintsRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.GetTopologyHintsResponse:
+        pod = self._pod(request.pod, new_allowed=False)
+        return hints_to_proto(self.manager.get_pod_topology_hints(pod))
+
+    def GetMemoryNUMANodes(
+        self, request: memorymanager_pb2.GetMemoryNUMANodesRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.GetMemoryNUMANodesResponse:
+        check_string(request.pod_uid, "pod_uid")
+        check_string(request.container_name, "container_name")
+        nodes = self.manager.get_memory_numa_nodes(request.pod_uid, request.container_name)
+        return memorymanager_pb2.GetMemoryNUMANodesResponse(numa_nodes=nodes or ())
+
+    def GetAllocatableMemory(
+        self, request: memorymanager_pb2.GetAllocatableMemoryRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.GetAllocatableMemoryResponse:
+        return memorymanager_pb2.GetAllocatableMemoryResponse(
+            blocks=blocks_to_proto(self.manager.get_allocatable_memory())
+        )
+
+    def GetMemory(
+        self, request: memorymanager_pb2.GetMemoryRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.GetMemoryResponse:
+        check_string(request.pod_uid, "pod_uid")
+        check_string(request.container_name, "container_name")
+        blocks = self.manager.get_memory(request.pod_uid, request.container_name)
+        return memorymanager_pb2.GetMemoryResponse(blocks=blocks_to_proto(blocks))
+
+    def GetState(
+        self, request: memorymanager_pb2.GetStateRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.GetStateResponse:
+        state = self.manager.committed()  # a committed state is never mutated: no lock needed
+        resp = memorymanager_pb2.GetStateResponse(policy_name=self.manager.policy.name)
+        for node_id, node in state.machine_view().items():
+            if node is not None:
+                resp.machine_state[node_id].CopyFrom(node_state_to_proto(node))
+        for pod_uid, containers in state.pods_view().items():
+            entry = resp.entries[pod_uid]
+            for name, blocks in containers.items():
+                entry.containers[name].blocks.extend(blocks_to_proto(blocks))
+                entry.containers[name].SetInParent()
+        return resp
+
+    def SyncActivePods(
+        self, request: memorymanager_pb2.SyncActivePodsRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.SyncActivePodsResponse:
+        if len(request.pods) > self.limits.max_pods:
+            raise LimitExceededError(
+                f"pods: {len(request.pods)} pods exceed --max-pods {self.limits.max_pods}"
+            )
+        pods = [
+            pod_from_proto(p, self.machine, self.limits, f"pods[{i}]")
+            for i, p in enumerate(request.pods)
+        ]
+        uids = [p.uid for p in pods]
+        if len(set(uids)) != len(uids):
+            raise InvalidArgumentError("pods: duplicate pod uids")
+        removed = self.manager.sync_active_pods(pods)
+        return memorymanager_pb2.SyncActivePodsResponse(
+            removed=[common_pb2.ContainerRef(pod_uid=p, container_name=c) for p, c in removed]
+        )
+
+    def Admit(
+        self, request: memorymanager_pb2.AdmitRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.AdmitResponse:
+        pod = self._pod(request.pod)
+        outcome = self.manager.admit(pod)
+        result = outcome.result
+        resp = memorymanager_pb2.AdmitResponse(
+            admitted=result.admitted, reason=result.reason, message=result.message
+        )
+        if result.admitted:
+            for ctr in pod.all_containers():
+                resp.containers.add(
+                    container_name=ctr.name,
+                    affinity=hint_to_proto(result.affinities.get(ctr.name, tm.NO_AFFINITY)),
+                    blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
+                )
+        return resp
+
+
+class MemoryManagerComponent:
+    """Builds the manager at construction (config errors refuse start), restores in start()."""
+
+    service_names: Sequence[str] = (SERVICE_NAME,)
+
+    def __init__(self, config: Config, machine: Machine) -> None:
+        self.manager = build_manager(config, machine)
+        self.servicer = MemoryManagerServicer(self.manager, machine, config.limits)
+
+    def register(self, server: grpc.Server) -> None:
+        memorymanager_pb2_grpc.add_MemoryManagerServicer_to_server(self.servicer, server)
+
+    def start(self) -> None:
+        self.manager.start()
+        state = self.manager.committed()
+        _log.info(
+            "memory manager restored",
+            policy=self.manager.policy.name,
+            pods=state.pod_count(),
+            container_ids=len(self.manager.container_map()),
+        )
+
+    def stop(self) -> None:
+        return None

@@ -1,0 +1,159 @@
+"""Input validation at the gRPC edge: proto messages -> core types, or INVALID_ARGUMENT.
+
+Every message names the field as a path (``pod.containers[1].requests["memory"]``)
+and the bad value. Checks mirror what the Kubernetes API server guarantees the
+kubelet (non-empty unique names, parseable non-negative quantities, requests <=
+limits, hugepage requests == limits, ``restartPolicy: Always`` only on init
+containers) plus what numamem itself needs (known hugepage sizes, existing NUMA
+nodes, bounded sizes). Requests missing for a limited resource default to the
+limit, as the API server's defaulting does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from numamem.config import Limits
+from numamem.errors import InvalidArgumentError, LimitExceededError, QuantityError
+from numamem.memorymanager.state import is_memory_resource
+from numamem.pod import QOS_CLASSES, RESTART_ALWAYS, Container, Pod, with_defaulted_requests
+from numamem.quantity import Quantity, parse_quantity
+from numamem.topology import Machine
+from numamem.topologymanager import bitmask
+from numamem.topologymanager.policy import TopologyHint
+from numamem.v1 import memorymanager_pb2
+
+MAX_STRING = 1024
+MAX_QUANTITY = 64
+MAX_RESOURCES = 64
+MAX_NUMA_IDS = 64
+
+
+def check_string(value: str, field: str, *, required: bool = True) -> str:
+    if required and not value:
+        raise InvalidArgumentError(f"{field}: must not be empty")
+    if len(value) > MAX_STRING:
+        raise InvalidArgumentError(f"{field}: longer than {MAX_STRING} characters ({len(value)})")
+    if "\x00" in value:
+        raise InvalidArgumentError(f"{field}: must not contain NUL characters")
+    return value
+
+
+def _quantities(values: Mapping[str, str], field: str) -> dict[str, Quantity]:
+    if len(values) > MAX_RESOURCES:
+        raise InvalidArgumentError(f"{field}: more than {MAX_RESOURCES} resources ({len(values)})")
+    result = {}
+    for name, text in sorted(values.items()):
+        where = f'{field}["{name}"]'
+        check_string(name, f"{field} resource name")
+        if len(text) > MAX_QUANTITY:
+            raise InvalidArgumentError(f"{where}: quantity longer than {MAX_QUANTITY} characters")
+        try:
+            q = parse_quantity(text)
+        except QuantityError as err:
+            raise InvalidArgumentError(f"{where}: {text!r} is not a valid quantity: {err}") from err
+        if q.value < 0:
+            raise InvalidArgumentError(f"{where}: must not be negative, got {text!r}")
+        if is_memory_resource(name) and (q.value.denominator != 1 or q.value >= 1 << 63):
+            raise InvalidArgumentError(
+                f"{where}: {text!r} is not a whole number of bytes below 2^63"
+            )
+        result[name] = q
+    return result
+
+
+def _container(
+    msg: memorymanager_pb2.Container, field: str, *, init: bool, hugepages: Iterable[str]
+) -> Container:
+    name = check_string(msg.name, f"{field}.name")
+    requests = _quantities(msg.requests, f"{field}.requests")
+    limits = _quantities(msg.limits, f"{field}.limits")
+    if msg.restart_policy and msg.restart_policy != RESTART_ALWAYS:
+        raise InvalidArgumentError(
+            f'{field}.restart_policy: {msg.restart_policy!r} is not supported; only "Always" (a sidecar) or empty'
+        )
+    if msg.restart_policy and not init:
+        raise InvalidArgumentError(f"{field}.restart_policy: only init containers may set it")
+    known = list(hugepages)
+    for res_name in (*requests, *limits):
+        if res_name.startswith("hugepages-") and res_name not in known:
+            sizes = ", ".join(known) or "none"
+            raise InvalidArgumentError(
+                f"{field}: {res_name} is not a hugepage size of this machine (it has: {sizes})"
+            )
+    for res_name, req in requests.items():
+        lim = limits.get(res_name)
+        if lim is not None and req.value > lim.value:
+            raise InvalidArgumentError(
+                f'{field}.requests["{res_name}"]: {req} must be less than or equal to the limit {lim}'
+            )
+        if res_name.startswith("hugepages-") and lim is not None and req.value != lim.value:
+            raise InvalidArgumentError(
+                f'{field}.requests["{res_name}"]: hugepage requests must equal limits ({req} != {lim})'
+            )
+    return with_defaulted_requests(Container(name, requests, limits, msg.restart_policy))
+
+
+def pod_from_proto(
+    msg: memorymanager_pb2.Pod, machine: Machine, limits: Limits, field: str = "pod"
+) -> Pod:
+    """A validated core :class:`Pod`; raises InvalidArgumentError or LimitExceededError."""
+    uid = check_string(msg.uid, f"{field}.uid")
+    check_string(msg.namespace, f"{field}.namespace", required=False)
+    check_string(msg.name, f"{field}.name", required=False)
+    count = len(msg.init_containers) + len(msg.containers)
+    if count > limits.max_containers_per_pod:
+        raise LimitExceededError(
+            f"{field}: {count} containers exceed the limit of {limits.max_containers_per_pod} per pod "
+            "(--max-containers-per-pod)"
+        )
+    if not msg.containers:
+        raise InvalidArgumentError(f"{field}.containers: a pod needs at least one container")
+    if msg.qos_class and msg.qos_class not in QOS_CLASSES:
+        raise InvalidArgumentError(
+            f"{field}.qos_class: {msg.qos_class!r} is not one of {', '.join(QOS_CLASSES)}"
+        )
+    hugepages = machine.hugepage_resources
+    inits = tuple(
+        _container(c, f"{field}.init_containers[{i}]", init=True, hugepages=hugepages)
+        for i, c in enumerate(msg.init_containers)
+    )
+    apps = tuple(
+        _container(c, f"{field}.containers[{i}]", init=False, hugepages=hugepages)
+        for i, c in enumerate(msg.containers)
+    )
+    seen: set[str] = set()
+    for c in (*inits, *apps):
+        if c.name in seen:
+            raise InvalidArgumentError(f"{field}: duplicate container name {c.name!r}")
+        seen.add(c.name)
+    return Pod(uid, msg.namespace, msg.name, inits, apps, msg.qos_class)
+
+
+def container_in_pod(pod: Pod, name: str, field: str = "container_name") -> str:
+    check_string(name, field)
+    if pod.container(name) is None:
+        raise InvalidArgumentError(f"{field}: {name!r} is not a container of pod {pod.uid!r}")
+    return name
+
+
+def affinity_from_proto(
+    msg: memorymanager_pb2.TopologyHint, machine: Machine, field: str = "affinity"
+) -> TopologyHint:
+    """A TopologyHint; an empty ``numa_nodes`` means no affinity (any node)."""
+    if len(msg.numa_nodes) > MAX_NUMA_IDS:
+        raise InvalidArgumentError(
+            f"{field}.numa_nodes: more than {MAX_NUMA_IDS} NUMA ids ({len(msg.numa_nodes)})"
+        )
+    nodes = list(msg.numa_nodes)
+    if len(set(nodes)) != len(nodes):
+        raise InvalidArgumentError(f"{field}.numa_nodes: duplicate NUMA ids in {nodes}")
+    for node in nodes:
+        if not machine.has_node(node):
+            raise InvalidArgumentError(
+                f"{field}.numa_nodes: NUMA node {node} does not exist on this machine "
+                f"(nodes: {', '.join(map(str, machine.node_ids))})"
+            )
+    if not nodes:
+        return TopologyHint(None, msg.preferred)
+    return TopologyHint(bitmask.new_mask(nodes), msg.preferred)

@@ -1,0 +1,316 @@
+"""The MemoryManager service on the in-process server (real servicers, unix socket, fake machine)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import grpc
+import pytest
+
+from numamem.client import NumamemClient
+from numamem.config import Limits
+from numamem.testing.server import InProcessServer, serve_in_process
+from numamem.testing.sysfs import standard_nodes
+from numamem.v1 import memorymanager_pb2 as mm
+
+GI = 1024**3
+
+
+def container(
+    name: str,
+    memory: str = "1Gi",
+    cpu: str = "1",
+    hugepages: dict[str, str] | None = None,
+    guaranteed: bool = True,
+    restart_policy: str = "",
+) -> mm.Container:
+    res = {"cpu": cpu, "memory": memory, **(hugepages or {})}
+    return mm.Container(
+        name=name, requests=res, limits=res if guaranteed else {}, restart_policy=restart_policy
+    )
+
+
+def pod(uid: str, *containers: mm.Container, inits: tuple[mm.Container, ...] = ()) -> mm.Pod:
+    return mm.Pod(uid=uid, namespace="ns", name=uid, containers=containers, init_containers=inits)
+
+
+def code_and_details(call: object) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        call()  # type: ignore[operator]
+    return info.value.code(), info.value.details() or ""
+
+
+def test_admit_allocate_query_release(numamem_server: InProcessServer) -> None:
+    client = numamem_server.client
+    p = pod("p1", container("app", "2Gi", hugepages={"hugepages-2Mi": "512Mi"}))
+    resp = client.admit(p)
+    assert resp.admitted
+    [adm] = resp.containers
+    assert adm.container_name == "app"
+    assert [(list(b.numa_affinity), b.type, b.size) for b in adm.blocks] == [
+        ([0], "memory", 2 * GI),
+        ([0], "hugepages-2Mi", GI // 2),
+    ]
+    assert client.get_memory_numa_nodes("p1", "app") == [0]
+    assert [(b.type, b.size) for b in client.get_memory("p1", "app")] == [
+        ("memory", 2 * GI),
+        ("hugepages-2Mi", GI // 2),
+    ]
+    state = client.get_state()
+    assert state.policy_name == "Static"
+    assert state.machine_state[0].number_of_assignments == 2
+    assert state.machine_state[0].memory_map["memory"].reserved == 2 * GI
+    assert list(state.entries["p1"].containers["app"].blocks) == list(adm.blocks)
+    client.add_container(p, "app", "cid-1")
+    client.remove_container("cid-1")
+    assert client.get_memory("p1", "app") == []
+    assert client.get_memory_numa_nodes("p1", "app") == []
+    client.remove_container("cid-1")  # unknown ids are fine
+
+
+def test_allocate_with_and_without_affinity(numamem_server: InProcessServer) -> None:
+    client = numamem_server.client
+    p = pod("p", container("a"), container("b"))
+    blocks = client.allocate(p, "a", mm.TopologyHint(numa_nodes=[1], preferred=True)).blocks
+    assert list(blocks[0].numa_affinity) == [1]
+    assert list(client.allocate(p, "b").blocks[0].numa_affinity) == [0]  # default hint: narrowest
+    assert list(
+        client.allocate(p, "b", mm.TopologyHint(numa_nodes=[1])).blocks[0].numa_affinity
+    ) == [0]  # idempotent
+
+
+def test_unsatisfiable_allocate_is_resource_exhausted_with_kubelet_text(
+    numamem_server: InProcessServer,
+) -> None:
+    code, details = code_and_details(
+        lambda: numamem_server.client.allocate(pod("big", container("a", "40Gi")), "a")
+    )
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (
+        "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available"
+        in details
+    )
+
+
+def test_hints(numamem_server: InProcessServer) -> None:
+    client = numamem_server.client
+    resp = client.get_topology_hints(pod("p", container("a", "20Gi")), "a")
+    assert [(list(h.numa_nodes), h.preferred) for h in resp.hints["memory"].hints] == [
+        ([0, 1], True)
+    ]
+    assert set(resp.hints) == {"memory"}
+    burstable = pod("b", container("a", guaranteed=False))
+    assert dict(client.get_topology_hints(burstable, "a").hints) == {}
+    pod_hints = client.get_pod_topology_hints(pod("p2", container("a"), container("b")))
+    assert [list(h.numa_nodes) for h in pod_hints.hints["memory"].hints] == [[0], [1], [0, 1]]
+    assert [h.preferred for h in pod_hints.hints["memory"].hints] == [True, True, False]
+
+
+def test_allocatable_memory(numamem_server: InProcessServer) -> None:
+    blocks = numamem_server.client.get_allocatable_memory()
+    assert [(list(b.numa_affinity), b.type, b.size) for b in blocks] == [
+        ([0], "memory", 16 * GI - GI - GI - 4 * GI),
+        ([0], "hugepages-1Gi", 4 * GI),
+        ([0], "hugepages-2Mi", GI),
+        ([1], "memory", 16 * GI - GI - 4 * GI),
+        ([1], "hugepages-1Gi", 4 * GI),
+        ([1], "hugepages-2Mi", GI),
+    ]
+
+
+def test_sync_active_pods(numamem_server: InProcessServer) -> None:
+    client = numamem_server.client
+    keep, drop = pod("keep", container("a")), pod("drop", container("a"), inits=(container("i"),))
+    assert client.admit(keep).admitted
+    assert client.admit(drop).admitted
+    removed = client.sync_active_pods([keep])
+    assert sorted((r.pod_uid, r.container_name) for r in removed) == [("drop", "a"), ("drop", "i")]
+    assert set(client.get_state().entries) == {"keep"}
+
+
+@pytest.mark.parametrize(
+    ("request_fn", "fragment"),
+    [
+        (lambda c: c.allocate(pod("", container("a")), "a"), "pod.uid: must not be empty"),
+        (
+            lambda c: c.allocate(pod("p", container("a"), container("a")), "a"),
+            "pod: duplicate container name 'a'",
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a"), inits=(container("a"),)), "a"),
+            "duplicate container name 'a'",
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a")), "b"),
+            "container_name: 'b' is not a container of pod 'p'",
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a", "1Gb")), "a"),
+            "pod.containers[0].requests[\"memory\"]: '1Gb' is not a valid quantity",
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a", "-1Gi")), "a"),
+            'pod.containers[0].requests["memory"]: must not be negative',
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a", "1e400")), "a"),
+            "is not a whole number of bytes below 2^63",
+        ),
+        (lambda c: c.allocate(pod("p", container("a", "NaN")), "a"), "is not a valid quantity"),
+        (
+            lambda c: c.allocate(pod("p", container("a", "1.5")), "a"),
+            "is not a whole number of bytes",
+        ),
+        (
+            lambda c: c.allocate(
+                pod("p", container("a", hugepages={"hugepages-64Ki": "1Mi"})), "a"
+            ),
+            "hugepages-64Ki is not a hugepage size of this machine (it has: hugepages-2Mi, hugepages-1Gi)",
+        ),
+        (
+            lambda c: c.allocate(
+                pod(
+                    "p",
+                    mm.Container(name="a", requests={"memory": "2Gi"}, limits={"memory": "1Gi"}),
+                ),
+                "a",
+            ),
+            'requests["memory"]: 2Gi must be less than or equal to the limit 1Gi',
+        ),
+        (
+            lambda c: c.allocate(
+                pod(
+                    "p",
+                    mm.Container(
+                        name="a", requests={"hugepages-2Mi": "2Mi"}, limits={"hugepages-2Mi": "4Mi"}
+                    ),
+                ),
+                "a",
+            ),
+            "hugepage requests must equal limits",
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a", restart_policy="Never")), "a"),
+            "restart_policy: 'Never' is not supported",
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a", restart_policy="Always")), "a"),
+            "only init containers may set it",
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a")), "a", mm.TopologyHint(numa_nodes=[7])),
+            "affinity.numa_nodes: NUMA node 7 does not exist",
+        ),
+        (
+            lambda c: c.allocate(
+                pod("p", container("a")), "a", mm.TopologyHint(numa_nodes=list(range(65)))
+            ),
+            "more than 64 NUMA ids",
+        ),
+        (
+            lambda c: c.allocate(pod("p", container("a")), "a", mm.TopologyHint(numa_nodes=[0, 0])),
+            "duplicate NUMA ids",
+        ),
+        (
+            lambda c: c.admit(mm.Pod(uid="p", qos_class="Gold", containers=[container("a")])),
+            "pod.qos_class: 'Gold'",
+        ),
+        (lambda c: c.admit(mm.Pod(uid="p")), "a pod needs at least one container"),
+        (
+            lambda c: c.add_container(pod("p", container("a")), "a", ""),
+            "container_id: must not be empty",
+        ),
+        (lambda c: c.remove_container(""), "container_id: must not be empty"),
+        (lambda c: c.get_memory("", "a"), "pod_uid: must not be empty"),
+        (
+            lambda c: c.admit(pod("x" * 2000, container("a"))),
+            "pod.uid: longer than 1024 characters",
+        ),
+    ],
+)
+def test_bad_input_is_invalid_argument_naming_the_field(
+    numamem_server: InProcessServer, request_fn: object, fragment: str
+) -> None:
+    code, details = code_and_details(lambda: request_fn(numamem_server.client))  # type: ignore[operator]
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+    assert fragment in details
+    assert numamem_server.client.get_state().entries == {}  # nothing reached the core
+
+
+def test_limits_are_resource_exhausted() -> None:
+    with serve_in_process(limits=replace(Limits(), max_pods=2, max_containers_per_pod=3)) as server:
+        client = server.client
+        assert client.admit(pod("p1", container("a", "256Mi"))).admitted
+        assert client.admit(pod("p2", container("a", "256Mi"))).admitted
+        code, details = code_and_details(lambda: client.admit(pod("p3", container("a", "256Mi"))))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "--max-pods 2" in details
+        assert client.admit(pod("p2", container("a", "256Mi"))).admitted  # an existing pod is fine
+        many = pod("p1", *(container(f"c{i}", "1Mi") for i in range(4)))
+        code, details = code_and_details(lambda: client.admit(many))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "4 containers exceed the limit of 3 per pod" in details
+
+
+# Node 0 has 10Gi allocatable memory, node 1 11Gi (16Gi - 5Gi hugepages - 1Gi reserved on node 0).
+TWO_NODE_POD = pod("wide", container("a", "14Gi"))
+ONE_NODE_POD = pod("narrow", container("a", "2Gi"), container("b", "2Gi"))
+
+
+@pytest.mark.parametrize("scope", ["container", "pod"])
+@pytest.mark.parametrize(
+    ("policy", "wide_admitted", "wide_reason"),
+    [
+        ("none", True, ""),
+        ("best-effort", True, ""),
+        ("restricted", True, ""),
+        ("single-numa-node", False, "TopologyAffinityError"),
+    ],
+)
+def test_admit_under_each_policy_and_scope(
+    policy: str, scope: str, wide_admitted: bool, wide_reason: str
+) -> None:
+    with serve_in_process(topology_manager_policy=policy, topology_manager_scope=scope) as server:
+        narrow = server.client.admit(ONE_NODE_POD)
+        assert narrow.admitted
+        nodes = {tuple(b.numa_affinity) for c in narrow.containers for b in c.blocks}
+        assert nodes == {(0,)}  # both containers on one node, the narrowest
+    with serve_in_process(topology_manager_policy=policy, topology_manager_scope=scope) as server:
+        wide = server.client.admit(TWO_NODE_POD)
+        assert (wide.admitted, wide.reason) == (wide_admitted, wide_reason)
+        if wide_admitted:
+            assert [list(b.numa_affinity) for b in wide.containers[0].blocks] == [[0, 1]]
+            if policy != "none":
+                assert list(wide.containers[0].affinity.numa_nodes) == [0, 1]
+        else:
+            assert wide.message == "Resources cannot be allocated with Topology locality"
+            assert "wide" not in server.client.get_state().entries  # no partial allocation
+
+
+def test_rejected_admission_leaves_no_partial_allocation() -> None:
+    with serve_in_process(topology_manager_policy="best-effort") as server:
+        client = server.client
+        # The first container fits; the second fits nowhere: Allocate fails for it.
+        resp = client.admit(pod("p", container("a", "2Gi"), container("b", "40Gi")))
+        assert not resp.admitted
+        assert resp.reason == "UnexpectedAdmissionError"
+        assert resp.message.startswith("Allocate failed due to [memorymanager] ")
+        assert resp.message.endswith(", which is unexpected")
+        state = client.get_state()
+        assert dict(state.entries) == {}
+        assert all(n.number_of_assignments == 0 for n in state.machine_state.values())
+
+
+def test_client_library_against_the_fixture(numamem_server: InProcessServer) -> None:
+    """``numamem.testing`` gives a ready client; a second client works on the same socket."""
+    with NumamemClient(numamem_server.socket) as other:
+        assert other.check_health("numamem.v1.MemoryManager") == 1  # SERVING
+        assert len(other.get_machine_info().numa_nodes) == 2
+
+
+def test_in_process_server_on_a_custom_machine() -> None:
+    with serve_in_process(standard_nodes(4, memory_gib=16)) as server:
+        assert len(server.client.get_machine_info().numa_nodes) == 4
+        resp = server.client.admit(pod("p", container("a", "12Gi")))
+        assert resp.admitted
+        assert list(resp.containers[0].blocks[0].numa_affinity) == [0, 1]
