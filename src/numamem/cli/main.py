@@ -17,7 +17,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from numamem.cli import memory, serve, state, topology
+    from numamem.cli import cache, memory, serve, state, topology
 
     parser = argparse.ArgumentParser(
         prog="numamem",
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     topology.add_parser(sub)
     state.add_parser(sub)
     memory.add_parsers(sub)
+    cache.add_parser(sub)
     return parser
 
 

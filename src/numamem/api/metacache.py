@@ -1,0 +1,489 @@
+"""``numamem.v1.MetaReader`` and ``numamem.v1.MetaWriter`` over the metacache.
+
+Validation (INVALID_ARGUMENT naming the field): a key that disagrees with the
+info's own ``pod_uid``/``container_name``/``pool_name``/``region_name`` (an
+empty one is filled from the key), a malformed cpulist, a negative or
+non-finite request/limit/headroom, an unknown container type, an unknown
+field-mask path. Missing entries are NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from numamem.api.validation import check_string
+from numamem.config import Config
+from numamem.cpuset import CPUSet
+from numamem.errors import InvalidArgumentError, NotFoundError
+from numamem.logging import get_logger
+from numamem.metacache.cache import MetaCache, State
+from numamem.metacache.metrics.store import MetricStore, insurance_period_ns
+from numamem.metacache.persistence import CheckpointPersister
+from numamem.metacache.types import (
+    CONTAINER_FIELDS,
+    CONTAINER_TYPES,
+    ContainerInfo,
+    ControlKnobItem,
+    PoolInfo,
+    RegionInfo,
+    RegionStatus,
+    TopologyAwareAssignment,
+)
+from numamem.v1 import common_pb2, metacache_pb2, metacache_pb2_grpc
+
+READER_SERVICE = metacache_pb2.DESCRIPTOR.services_by_name["MetaReader"].full_name
+WRITER_SERVICE = metacache_pb2.DESCRIPTOR.services_by_name["MetaWriter"].full_name
+_log = get_logger("metacache")
+_KEY_FIELDS = {"pod_uid", "container_name"}
+
+
+# --- proto <-> types -------------------------------------------------------------
+
+
+def _cpusets(values: dict[int, str], field: str) -> TopologyAwareAssignment:
+    result: TopologyAwareAssignment = {}
+    for numa, text in values.items():
+        if numa < 0:
+            raise InvalidArgumentError(f"{field}[{numa}]: NUMA id must not be negative")
+        try:
+            result[numa] = CPUSet.parse(text)
+        except InvalidArgumentError as err:
+            raise InvalidArgumentError(f"{field}[{numa}]: {err}") from err
+    return result
+
+
+def _amount(value: float, field: str) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(f"{field}: must be a finite number >= 0, got {value}")
+    return value
+
+
+def container_from_proto(
+    msg: metacache_pb2.ContainerInfo, pod_uid: str, name: str, field: str = "info"
+) -> ContainerInfo:
+    if msg.pod_uid and msg.pod_uid != pod_uid:
+        raise InvalidArgumentError(
+            f"{field}.pod_uid: {msg.pod_uid!r} disagrees with pod_uid {pod_uid!r}"
+        )
+    if msg.container_name and msg.container_name != name:
+        raise InvalidArgumentError(
+            f"{field}.container_name: {msg.container_name!r} disagrees with container_name {name!r}"
+        )
+    if msg.container_type not in CONTAINER_TYPES:
+        raise InvalidArgumentError(f"{field}.container_type: unknown value {msg.container_type}")
+    return ContainerInfo(
+        pod_uid,
+        check_string(msg.pod_namespace, f"{field}.pod_namespace", required=False),
+        check_string(msg.pod_name, f"{field}.pod_name", required=False),
+        name,
+        msg.container_type,
+        msg.container_index,
+        dict(msg.labels),
+        dict(msg.annotations),
+        check_string(msg.qos_level, f"{field}.qos_level", required=False),
+        _amount(msg.cpu_request, f"{field}.cpu_request"),
+        _amount(msg.cpu_limit, f"{field}.cpu_limit"),
+        _amount(msg.memory_request, f"{field}.memory_request"),
+        _amount(msg.memory_limit, f"{field}.memory_limit"),
+        msg.origin_owner_pool_name,
+        msg.ramp_up,
+        msg.owner_pool_name,
+        _cpusets(dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"),
+        _cpusets(
+            dict(msg.original_topology_aware_assignments),
+            f"{field}.original_topology_aware_assignments",
+        ),
+        set(msg.region_names),
+        msg.isolated,
+        check_string(msg.container_id, f"{field}.container_id", required=False),
+    )
+
+
+def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
+    return metacache_pb2.ContainerInfo(
+        pod_uid=info.pod_uid,
+        pod_namespace=info.pod_namespace,
+        pod_name=info.pod_name,
+        container_name=info.container_name,
+        container_type=info.container_type,  # type: ignore[arg-type]
+        container_index=info.container_index,
+        labels=info.labels,
+        annotations=info.annotations,
+        qos_level=info.qos_level,
+        cpu_request=info.cpu_request,
+        cpu_limit=info.cpu_limit,
+        memory_request=info.memory_request,
+        memory_limit=info.memory_limit,
+        origin_owner_pool_name=info.origin_owner_pool_name,
+        ramp_up=info.ramp_up,
+        owner_pool_name=info.owner_pool_name,
+        topology_aware_assignments={k: str(v) for k, v in info.topology_aware_assignments.items()},
+        original_topology_aware_assignments={
+            k: str(v) for k, v in info.original_topology_aware_assignments.items()
+        },
+        region_names=sorted(info.region_names),
+        isolated=info.isolated,
+        container_id=info.container_id,
+    )
+
+
+def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info") -> PoolInfo:
+    if msg.pool_name and msg.pool_name != name:
+        raise InvalidArgumentError(
+            f"{field}.pool_name: {msg.pool_name!r} disagrees with pool_name {name!r}"
+        )
+    return PoolInfo(
+        name,
+        _cpusets(dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"),
+        _cpusets(
+            dict(msg.original_topology_aware_assignments),
+            f"{field}.original_topology_aware_assignments",
+        ),
+        set(msg.region_names),
+    )
+
+
+def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
+    return metacache_pb2.PoolInfo(
+        pool_name=info.pool_name,
+        topology_aware_assignments={k: str(v) for k, v in info.topology_aware_assignments.items()},
+        original_topology_aware_assignments={
+            k: str(v) for k, v in info.original_topology_aware_assignments.items()
+        },
+        region_names=sorted(info.region_names),
+    )
+
+
+def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "info") -> RegionInfo:
+    if msg.region_name and msg.region_name != name:
+        raise InvalidArgumentError(
+            f"{field}.region_name: {msg.region_name!r} disagrees with region_name {name!r}"
+        )
+    try:
+        numas = CPUSet.parse(msg.binding_numas)
+    except InvalidArgumentError as err:
+        raise InvalidArgumentError(f"{field}.binding_numas: {err}") from err
+    knobs = {}
+    for knob, item in msg.control_knob_map.items():
+        if not math.isfinite(item.value):
+            raise InvalidArgumentError(f"{field}.control_knob_map[{knob!r}].value: must be finite")
+        knobs[knob] = ControlKnobItem(item.value, item.action)
+    if not math.isfinite(msg.headroom):
+        raise InvalidArgumentError(f"{field}.headroom: must be finite")
+    return RegionInfo(
+        name,
+        msg.region_type,
+        msg.owner_pool_name,
+        numas,
+        RegionStatus(dict(msg.region_status.overshoot_status), msg.region_status.bound_type),
+        {pod: set(names.container_names) for pod, names in msg.pods.items()},
+        knobs,
+        msg.provision_policy_top_priority,
+        msg.provision_policy_in_use,
+        msg.headroom,
+        msg.headroom_policy_top_priority,
+        msg.headroom_policy_in_use,
+    )
+
+
+def region_to_proto(info: RegionInfo) -> metacache_pb2.RegionInfo:
+    return metacache_pb2.RegionInfo(
+        region_name=info.region_name,
+        region_type=info.region_type,
+        owner_pool_name=info.owner_pool_name,
+        binding_numas=str(info.binding_numas),
+        region_status=metacache_pb2.RegionStatus(
+            overshoot_status=info.region_status.overshoot_status,
+            bound_type=info.region_status.bound_type,
+        ),
+        pods={
+            p: metacache_pb2.ContainerNames(container_names=sorted(c)) for p, c in info.pods.items()
+        },
+        control_knob_map={
+            k: metacache_pb2.ControlKnobItem(value=v.value, action=v.action)
+            for k, v in info.control_knob_map.items()
+        },
+        provision_policy_top_priority=info.provision_policy_top_priority,
+        provision_policy_in_use=info.provision_policy_in_use,
+        headroom=info.headroom,
+        headroom_policy_top_priority=info.headroom_policy_top_priority,
+        headroom_policy_in_use=info.headroom_policy_in_use,
+    )
+
+
+def _keys(pod_uid: str, container_name: str) -> tuple[str, str]:
+    return check_string(pod_uid, "pod_uid"), check_string(container_name, "container_name")
+
+
+def mask_updater(
+    update: metacache_pb2.ContainerUpdate, field: str
+) -> Callable[[ContainerInfo], None]:
+    """An in-place update of the named fields (all but the keys when the mask is empty)."""
+    pod_uid, name = _keys(update.pod_uid, update.container_name)
+    new = container_from_proto(update.info, pod_uid, name, f"{field}.info")
+    paths = list(update.update_mask.paths) or [f for f in CONTAINER_FIELDS if f not in _KEY_FIELDS]
+    for path in paths:
+        if path not in CONTAINER_FIELDS:
+            raise InvalidArgumentError(
+                f"{field}.update_mask: unknown path {path!r} (ContainerInfo fields: {', '.join(CONTAINER_FIELDS)})"
+            )
+        if path in _KEY_FIELDS:
+            raise InvalidArgumentError(
+                f"{field}.update_mask: {path!r} is the entry's key and cannot be updated"
+            )
+
+    def apply(info: ContainerInfo) -> None:
+        for path in paths:
+            setattr(info, path, getattr(new, path))
+
+    return apply
+
+
+# --- servicers ----------------------------------------------------------------------
+
+
+class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
+    def __init__(
+        self, cache: MetaCache, metrics: MetricStore, clock: Callable[[], int] = time.time_ns
+    ) -> None:
+        self.cache = cache
+        self.metrics = metrics
+        self.clock = clock
+
+    def GetContainerEntries(
+        self, request: metacache_pb2.GetContainerEntriesRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.GetContainerEntriesResponse:
+        entries = self.cache.get_container_entries(check_string(request.pod_uid, "pod_uid"))
+        if entries is None:
+            raise NotFoundError(f"pod {request.pod_uid!r} is not in the metacache")
+        return metacache_pb2.GetContainerEntriesResponse(
+            containers={name: container_to_proto(info) for name, info in entries.items()}
+        )
+
+    def GetContainerInfo(
+        self, request: metacache_pb2.GetContainerInfoRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.ContainerInfo:
+        info = self.cache.get_container_info(*_keys(request.pod_uid, request.container_name))
+        if info is None:
+            raise NotFoundError(
+                f"container {request.container_name!r} of pod {request.pod_uid!r} is not in the metacache"
+            )
+        return container_to_proto(info)
+
+    def GetContainerMetric(
+        self, request: metacache_pb2.GetContainerMetricRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.GetContainerMetricResponse:
+        pod_uid, name = _keys(request.pod_uid, request.container_name)
+        metric = check_string(request.metric_name, "metric_name")
+        value = self.metrics.get_container_metric(pod_uid, name, metric, self.clock())
+        stamp = Timestamp()
+        stamp.FromNanoseconds(value.time_ns)
+        return metacache_pb2.GetContainerMetricResponse(value=value.value, time=stamp)
+
+    def ListContainers(
+        self, request: metacache_pb2.ListContainersRequest, context: grpc.ServicerContext
+    ) -> Iterator[metacache_pb2.ContainerInfo]:
+        state = self.cache.state()
+        if request.pod_uid:
+            if request.pod_uid not in state.pods:
+                raise NotFoundError(f"pod {request.pod_uid!r} is not in the metacache")
+            pods = [request.pod_uid]
+        else:
+            pods = sorted(state.pods)
+        for pod in pods:
+            for name in sorted(state.pods[pod]):
+                yield container_to_proto(state.pods[pod][name])
+
+    def GetPoolInfo(
+        self, request: metacache_pb2.GetPoolInfoRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.PoolInfo:
+        info = self.cache.get_pool_info(check_string(request.pool_name, "pool_name"))
+        if info is None:
+            raise NotFoundError(f"pool {request.pool_name!r} is not in the metacache")
+        return pool_to_proto(info)
+
+    def GetPoolSize(
+        self, request: metacache_pb2.GetPoolSizeRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.GetPoolSizeResponse:
+        size = self.cache.get_pool_size(check_string(request.pool_name, "pool_name"))
+        if size is None:
+            raise NotFoundError(f"pool {request.pool_name!r} is not in the metacache")
+        return metacache_pb2.GetPoolSizeResponse(size=size)
+
+    def ListPools(
+        self, request: metacache_pb2.ListPoolsRequest, context: grpc.ServicerContext
+    ) -> Iterator[metacache_pb2.PoolInfo]:
+        state = self.cache.state()
+        for name in sorted(state.pools):
+            yield pool_to_proto(state.pools[name])
+
+    def GetRegionInfo(
+        self, request: metacache_pb2.GetRegionInfoRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.RegionInfo:
+        info = self.cache.get_region_info(check_string(request.region_name, "region_name"))
+        if info is None:
+            raise NotFoundError(f"region {request.region_name!r} is not in the metacache")
+        return region_to_proto(info)
+
+    def ListRegions(
+        self, request: metacache_pb2.ListRegionsRequest, context: grpc.ServicerContext
+    ) -> Iterator[metacache_pb2.RegionInfo]:
+        state = self.cache.state()
+        for name in sorted(state.regions):
+            yield region_to_proto(state.regions[name])
+
+
+class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
+    def __init__(self, cache: MetaCache) -> None:
+        self.cache = cache
+
+    def AddContainer(
+        self, request: metacache_pb2.AddContainerInfoRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        pod_uid, name = _keys(request.pod_uid, request.container_name)
+        info = (
+            container_from_proto(request.info, pod_uid, name) if request.HasField("info") else None
+        )
+        self.cache.add_container(pod_uid, name, info)
+        return metacache_pb2.MetaWriteResponse()
+
+    def SetContainerInfo(
+        self, request: metacache_pb2.SetContainerInfoRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        pod_uid, name = _keys(request.pod_uid, request.container_name)
+        self.cache.set_container_info(
+            pod_uid, name, container_from_proto(request.info, pod_uid, name)
+        )
+        return metacache_pb2.MetaWriteResponse()
+
+    def DeleteContainer(
+        self, request: metacache_pb2.DeleteContainerRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        self.cache.delete_container(*_keys(request.pod_uid, request.container_name))
+        return metacache_pb2.MetaWriteResponse()
+
+    def RemovePod(
+        self, request: metacache_pb2.RemovePodRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        self.cache.remove_pod(check_string(request.pod_uid, "pod_uid"))
+        return metacache_pb2.MetaWriteResponse()
+
+    def DeleteContainers(
+        self, request: metacache_pb2.DeleteContainersRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.DeleteContainersResponse:
+        pods, qos, owners = (
+            set(request.pod_uids),
+            set(request.qos_levels),
+            set(request.owner_pool_names),
+        )
+        keep = {(r.pod_uid, r.container_name) for r in request.keep}
+
+        def doomed(info: ContainerInfo) -> bool:
+            return (
+                (not pods or info.pod_uid in pods)
+                and (not qos or info.qos_level in qos)
+                and (not owners or info.owner_pool_name in owners)
+                and (info.pod_uid, info.container_name) not in keep
+            )
+
+        deleted = self.cache.range_and_delete_container(doomed, request.safe_time_unix_nano)
+        return metacache_pb2.DeleteContainersResponse(
+            deleted=[common_pb2.ContainerRef(pod_uid=p, container_name=c) for p, c in deleted]
+        )
+
+    def UpdateContainers(
+        self, request: metacache_pb2.UpdateContainersRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        updates = []
+        for i, update in enumerate(request.updates):
+            updates.append(
+                (update.pod_uid, update.container_name, mask_updater(update, f"updates[{i}]"))
+            )
+        self.cache.update_containers(updates)
+        return metacache_pb2.MetaWriteResponse()
+
+    def SetPoolInfo(
+        self, request: metacache_pb2.SetPoolInfoRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        name = check_string(request.pool_name, "pool_name")
+        self.cache.set_pool_info(name, pool_from_proto(request.info, name))
+        return metacache_pb2.MetaWriteResponse()
+
+    def DeletePool(
+        self, request: metacache_pb2.DeletePoolRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        self.cache.delete_pool(check_string(request.pool_name, "pool_name"))
+        return metacache_pb2.MetaWriteResponse()
+
+    def GCPoolEntries(
+        self, request: metacache_pb2.GCPoolEntriesRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.GCPoolEntriesResponse:
+        return metacache_pb2.GCPoolEntriesResponse(
+            deleted=self.cache.gc_pool_entries(request.living_pool_names)
+        )
+
+    def SetRegionEntries(
+        self, request: metacache_pb2.SetRegionEntriesRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        entries = {
+            check_string(name, "entries key"): region_from_proto(info, name, f"entries[{name!r}]")
+            for name, info in request.entries.items()
+        }
+        self.cache.set_region_entries(entries)
+        return metacache_pb2.MetaWriteResponse()
+
+    def SetRegionInfo(
+        self, request: metacache_pb2.SetRegionInfoRequest, context: grpc.ServicerContext
+    ) -> metacache_pb2.MetaWriteResponse:
+        name = check_string(request.region_name, "region_name")
+        self.cache.set_region_info(name, region_from_proto(request.info, name))
+        return metacache_pb2.MetaWriteResponse()
+
+
+class MetaCacheComponent:
+    """Restores the metacache in start() (refusing a corrupt file unless told to discard it)."""
+
+    service_names: Sequence[str] = (READER_SERVICE, WRITER_SERVICE)
+
+    def __init__(self, config: Config, metrics: MetricStore | None = None) -> None:
+        self.config = config
+        self.persister = CheckpointPersister(config.state_dir) if config.metacache_persist else None
+        self.cache = MetaCache(self.persister, max_entries=config.limits.max_metacache_entries)
+        self.metrics = metrics or MetricStore(
+            insurance_period_ns(config.metric_insurance_period_seconds)
+        )
+        self.reader = MetaReaderServicer(self.cache, self.metrics)
+        self.writer = MetaWriterServicer(self.cache)
+
+    def register(self, server: grpc.Server) -> None:
+        metacache_pb2_grpc.add_MetaReaderServicer_to_server(self.reader, server)
+        metacache_pb2_grpc.add_MetaWriterServicer_to_server(self.writer, server)
+
+    def start(self) -> None:
+        if self.persister is None:
+            return
+        restored = self.persister.load(discard_corrupt=self.config.metacache_discard_corrupt_state)
+        self.cache = MetaCache(
+            self.persister,
+            initial=restored or State(),
+            max_entries=self.config.limits.max_metacache_entries,
+        )
+        if restored is None:
+            self.persister.save(State())  # a missing (or discarded) file is created at once
+        self.reader.cache = self.cache
+        self.writer.cache = self.cache
+        state = self.cache.state()
+        _log.info(
+            "metacache restored",
+            containers=sum(len(c) for c in state.pods.values()),
+            pools=len(state.pools),
+            regions=len(state.regions),
+        )
+
+    def stop(self) -> None:
+        return None

@@ -1,0 +1,1 @@
+"""The sysadvisor metadata cache (katalyst-core MetaCache semantics), its checkpoint and metrics."""

@@ -1,0 +1,472 @@
+"""The metadata cache (katalyst-core sysadvisor ``MetaCache``), durable and linearizable.
+
+Semantics follow metacache.md (V-PERSIST, plus ``RangePool``) with the project
+decisions D1-D8: every value stored or returned is a copy (D1); returning
+False from a Range callback stops the whole walk (D2); each checkpoint is one
+consistent point-in-time state (D3); callbacks may read the cache but not
+write through it (D7).
+
+Concurrency and durability:
+
+* A :class:`State` (pods, pools, regions) is never mutated once published.
+  Readers take the current committed state without any lock, so a Range
+  callback can read the cache freely.
+* Writers serialise on one mutation lock, compute the new state copy-on-write
+  from the latest *pending* state (which includes writes not yet durable),
+  and then wait until a checkpoint containing their change is on disk (group
+  commit): the first waiting writer writes the newest pending state for every
+  writer queued so far, so under load one fsync covers many operations. Only
+  then is the write acknowledged and visible to readers.
+* If a checkpoint write fails, every pending change is dropped, all waiting
+  writers fail with :class:`~numamem.errors.PersistenceError`, and memory is
+  the last durable state again (katalyst keeps the in-memory change; numamem
+  keeps memory and disk equal).
+* A single mutation lock replaces katalyst's lock per family: critical
+  sections are microseconds (copy-on-write of one pod's map), the slow part
+  (serialisation and fsync) runs outside it, and one lock cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, cast
+
+from numamem.errors import (
+    FailedPreconditionError,
+    LimitExceededError,
+    NotFoundError,
+    PersistenceError,
+)
+from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo
+
+PodEntries = Mapping[str, Mapping[str, ContainerInfo]]
+ContainerRef = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class State:
+    """One immutable version of the cache. Values inside are never mutated either."""
+
+    pods: dict[str, dict[str, ContainerInfo]] = field(default_factory=dict)
+    pools: dict[str, PoolInfo] = field(default_factory=dict)
+    regions: dict[str, RegionInfo] = field(default_factory=dict)
+
+    def entry_count(self) -> int:
+        return sum(len(c) for c in self.pods.values()) + len(self.pools) + len(self.regions)
+
+
+class Persister(Protocol):
+    def save(self, state: State) -> None:
+        """Write ``state`` durably; raise PersistenceError on failure."""
+
+
+class _NoPersistence:
+    def save(self, state: State) -> None:
+        return None
+
+
+class _Work:
+    """A writer's copy-on-write view of the pending state, used under the mutation lock."""
+
+    def __init__(self, base: State) -> None:
+        self.base = base
+        self.pods = base.pods
+        self.pools = base.pools
+        self.regions = base.regions
+        self.changed = False
+        self._own_pods: set[str] = set()
+        self._own_top: set[str] = set()
+
+    def pods_for_write(self) -> dict[str, dict[str, ContainerInfo]]:
+        if "pods" not in self._own_top:
+            self.pods = dict(self.pods)
+            self._own_top.add("pods")
+        return self.pods
+
+    def pod_for_write(self, pod_uid: str) -> dict[str, ContainerInfo]:
+        pods = self.pods_for_write()
+        if pod_uid not in self._own_pods:
+            pods[pod_uid] = dict(pods.get(pod_uid, {}))
+            self._own_pods.add(pod_uid)
+        return pods[pod_uid]
+
+    def pools_for_write(self) -> dict[str, PoolInfo]:
+        if "pools" not in self._own_top:
+            self.pools = dict(self.pools)
+            self._own_top.add("pools")
+        return self.pools
+
+    def regions_for_write(self) -> dict[str, RegionInfo]:
+        if "regions" not in self._own_top:
+            self.regions = dict(self.regions)
+            self._own_top.add("regions")
+        return self.regions
+
+    def state(self) -> State:
+        return State(self.pods, self.pools, self.regions)
+
+
+class MetaCache:
+    """See the module docstring. ``clock`` gives Unix nanoseconds (create timestamps)."""
+
+    def __init__(
+        self,
+        persister: Persister | None = None,
+        *,
+        initial: State | None = None,
+        clock: Callable[[], int] = time.time_ns,
+        max_entries: int = 100000,
+    ) -> None:
+        self._persister = persister or _NoPersistence()
+        self._clock = clock
+        self._max_entries = max_entries
+        self._committed = initial or State()
+        # Guards _pending, _seq, _created. Held only while computing a change.
+        self._mutation = threading.Lock()
+        self._pending = self._committed
+        self._seq = 0
+        self._created: dict[ContainerRef, int] = {}
+        # Guards _durable, _failed_upto, _committing, _committed (publication).
+        self._commit = threading.Condition()
+        self._durable = 0
+        self._failed_upto = 0
+        self._committing = False
+        self._walking = threading.local()
+        self.commits = 0
+
+    # --- reading (lock-free on the committed state) ---------------------------
+
+    def state(self) -> State:
+        """The current committed state (immutable)."""
+        return self._committed
+
+    def get_container_info(self, pod_uid: str, container_name: str) -> ContainerInfo | None:
+        info = self._committed.pods.get(pod_uid, {}).get(container_name)
+        return None if info is None else info.clone()
+
+    def get_container_entries(self, pod_uid: str) -> dict[str, ContainerInfo] | None:
+        pod = self._committed.pods.get(pod_uid)
+        return None if pod is None else {name: info.clone() for name, info in pod.items()}
+
+    def range_container(self, f: Callable[[str, str, ContainerInfo], bool]) -> None:
+        """Calls ``f`` with copies; returning False stops the whole walk (D2)."""
+        with self._walk():
+            for pod_uid, containers in self._committed.pods.items():
+                for name, info in containers.items():
+                    if not f(pod_uid, name, info.clone()):
+                        return
+
+    def get_pool_info(self, pool_name: str) -> PoolInfo | None:
+        info = self._committed.pools.get(pool_name)
+        return None if info is None else info.clone()
+
+    def get_pool_size(self, pool_name: str) -> int | None:
+        info = self._committed.pools.get(pool_name)
+        return None if info is None else info.size()
+
+    def range_pool(self, f: Callable[[str, PoolInfo], bool]) -> None:
+        with self._walk():
+            for name, info in self._committed.pools.items():
+                if not f(name, info.clone()):
+                    return
+
+    def get_region_info(self, region_name: str) -> RegionInfo | None:
+        info = self._committed.regions.get(region_name)
+        return None if info is None else info.clone()
+
+    def range_region_info(self, f: Callable[[str, RegionInfo], bool]) -> None:
+        with self._walk():
+            for name, info in self._committed.regions.items():
+                if not f(name, info.clone()):
+                    return
+
+    @contextlib.contextmanager
+    def _walk(self) -> Iterator[None]:
+        """Marks this thread as inside a Range callback (writers then refuse, D7)."""
+        previous = getattr(self._walking, "active", False)
+        self._walking.active = True
+        try:
+            yield
+        finally:
+            self._walking.active = previous
+
+    def create_timestamp(self, pod_uid: str, container_name: str) -> int | None:
+        with self._mutation:
+            return self._created.get((pod_uid, container_name))
+
+    def create_timestamp_count(self) -> int:
+        with self._mutation:
+            return len(self._created)
+
+    # --- writing ----------------------------------------------------------------
+
+    def _mutate(self, change: Callable[[_Work], object]) -> object:
+        """Apply ``change`` copy-on-write to the pending state; wait until it is durable."""
+        if getattr(self._walking, "active", False):
+            raise FailedPreconditionError(
+                "a Range callback may read the metacache but not write through it (decision D7)"
+            )
+        with self._mutation:
+            work = _Work(self._pending)
+            result = change(work)
+            if work.changed:
+                state = work.state()
+                if (
+                    state.entry_count() > self._max_entries
+                    and state.entry_count() > work.base.entry_count()
+                ):
+                    raise LimitExceededError(
+                        f"the metacache would hold {state.entry_count()} entries, more than "
+                        f"--max-metacache-entries {self._max_entries}; delete entries first"
+                    )
+                self._pending = state
+                self._seq += 1
+            target = self._seq
+        self._wait_durable(target)
+        return result
+
+    def _wait_durable(self, target: int) -> None:
+        """Return once a checkpoint holds change ``target``; commit it ourselves if nobody is."""
+        while True:
+            with self._commit:
+                while self._committing and self._durable < target and self._failed_upto < target:
+                    self._commit.wait()
+                if self._durable >= target:
+                    return
+                if self._failed_upto >= target:
+                    raise PersistenceError(self._failure)
+                self._committing = True
+            # This thread writes everything pending so far: one fsync for every queued writer.
+            with self._mutation:
+                state, seq = self._pending, self._seq
+            error: PersistenceError | None = None
+            try:
+                self._persister.save(state)
+            except PersistenceError as err:
+                error = err
+            with self._mutation, self._commit:
+                if error is None:
+                    self._durable = seq
+                    self._committed = state
+                    self.commits += 1
+                else:
+                    # Memory goes back to the last durable state: every pending change is dropped,
+                    # including those queued after this snapshot (they were built on top of it).
+                    self._failure = f"{error}; pending metacache changes were dropped"
+                    self._failed_upto = self._seq
+                    self._pending = self._committed
+                self._committing = False
+                self._commit.notify_all()
+
+    _failure = "checkpoint write failed"
+
+    # containers
+
+    def add_container(self, pod_uid: str, container_name: str, info: ContainerInfo | None) -> None:
+        """``AddContainer``: a repeated add updates only requests/limits that are > 0.
+
+        A repeated add that changes nothing writes nothing (as upstream). One that
+        changes a request or limit is written before it is acknowledged; katalyst
+        would keep it in memory only until the next write (a deliberate deviation:
+        memory and disk stay equal).
+        """
+
+        def change(w: _Work) -> None:
+            existing = w.pods.get(pod_uid, {}).get(container_name)
+            if existing is not None:
+                if info is not None:
+                    updated = existing.clone()
+                    if updated.update_meta(info):
+                        w.pod_for_write(pod_uid)[container_name] = updated
+                        w.changed = True
+                return
+            self._created[(pod_uid, container_name)] = self._clock()
+            pod = w.pods.get(pod_uid)
+            if pod is None:
+                w.pod_for_write(pod_uid)
+                w.changed = True
+            if info is not None:
+                w.pod_for_write(pod_uid)[container_name] = info.clone()
+                w.changed = True
+
+        self._mutate(change)
+
+    def set_container_info(self, pod_uid: str, container_name: str, info: ContainerInfo) -> None:
+        """``SetContainerInfo``: replace; no write when the value is unchanged."""
+
+        def change(w: _Work) -> None:
+            current = w.pods.get(pod_uid, {}).get(container_name)
+            if current is not None and current.fragment() == info.fragment():
+                return
+            w.pod_for_write(pod_uid)[container_name] = info.clone()
+            w.changed = True
+
+        self._mutate(change)
+
+    def delete_container(self, pod_uid: str, container_name: str) -> bool:
+        """``DeleteContainer``; the pod goes with its last container. Returns whether it existed."""
+
+        def change(w: _Work) -> bool:
+            self._created.pop((pod_uid, container_name), None)
+            if container_name not in w.pods.get(pod_uid, {}):
+                return False
+            pod = w.pod_for_write(pod_uid)
+            del pod[container_name]
+            if not pod:
+                del w.pods_for_write()[pod_uid]
+            w.changed = True
+            return True
+
+        return bool(self._mutate(change))
+
+    def remove_pod(self, pod_uid: str) -> bool:
+        """``RemovePod``: idempotent; returns whether the pod existed."""
+
+        def change(w: _Work) -> bool:
+            pod = w.pods.get(pod_uid)
+            if pod is None:
+                return False
+            for name, info in pod.items():
+                self._created.pop((pod_uid, info.container_name or name), None)
+            del w.pods_for_write()[pod_uid]
+            w.changed = True
+            return True
+
+        return bool(self._mutate(change))
+
+    def range_and_delete_container(
+        self, f: Callable[[ContainerInfo], bool], safe_time: int
+    ) -> list[ContainerRef]:
+        """``RangeAndDeleteContainer``: containers created after ``safe_time`` (> 0) are protected."""
+
+        def change(w: _Work) -> list[ContainerRef]:
+            deleted: list[ContainerRef] = []
+            with self._walk():
+                for pod_uid in list(w.pods):
+                    for name, info in list(w.pods.get(pod_uid, {}).items()):
+                        key = (info.pod_uid or pod_uid, info.container_name or name)
+                        created = self._created.get(key, 0)
+                        if safe_time > 0 and created > safe_time:
+                            continue
+                        if not f(info.clone()):
+                            continue
+                        pod = w.pod_for_write(pod_uid)
+                        del pod[name]
+                        if not pod:
+                            del w.pods_for_write()[pod_uid]
+                        self._created.pop(key, None)
+                        deleted.append((pod_uid, name))
+                        w.changed = True
+            return deleted
+
+        return cast(list[ContainerRef], self._mutate(change))
+
+    def range_and_update_container(self, f: Callable[[str, str, ContainerInfo], bool]) -> None:
+        """``RangeAndUpdateContainer``: ``f`` changes the object in place; False stops the walk (D2)."""
+
+        def change(w: _Work) -> None:
+            with self._walk():
+                for pod_uid in list(w.pods):
+                    for name, info in list(w.pods[pod_uid].items()):
+                        copy = info.clone()
+                        keep_going = f(pod_uid, name, copy)
+                        copy.forget_fragment()
+                        if copy.fragment() != info.fragment():
+                            w.pod_for_write(pod_uid)[name] = copy
+                            w.changed = True
+                        if not keep_going:
+                            return
+
+        self._mutate(change)
+
+    def update_containers(
+        self, updates: Iterable[tuple[str, str, Callable[[ContainerInfo], None]]]
+    ) -> None:
+        """Apply every update or none (one checkpoint write). A missing container is NOT_FOUND."""
+        batch = list(updates)
+
+        def change(w: _Work) -> None:
+            staged: dict[ContainerRef, ContainerInfo] = {}
+            for pod_uid, name, apply in batch:
+                current = staged.get((pod_uid, name)) or w.pods.get(pod_uid, {}).get(name)
+                if current is None:
+                    raise NotFoundError(
+                        f"container {name!r} of pod {pod_uid!r} is not in the metacache"
+                    )
+                copy = current.clone()
+                apply(copy)
+                staged[(pod_uid, name)] = copy
+            for (pod_uid, name), info in staged.items():
+                if info.fragment() != w.pods[pod_uid][name].fragment():
+                    w.pod_for_write(pod_uid)[name] = info
+                    w.changed = True
+
+        self._mutate(change)
+
+    # pools
+
+    def set_pool_info(self, pool_name: str, info: PoolInfo) -> None:
+        def change(w: _Work) -> None:
+            current = w.pools.get(pool_name)
+            if current is not None and current.fragment() == info.fragment():
+                return
+            w.pools_for_write()[pool_name] = info.clone()
+            w.changed = True
+
+        self._mutate(change)
+
+    def delete_pool(self, pool_name: str) -> bool:
+        def change(w: _Work) -> bool:
+            if pool_name not in w.pools:
+                return False
+            del w.pools_for_write()[pool_name]
+            w.changed = True
+            return True
+
+        return bool(self._mutate(change))
+
+    def gc_pool_entries(self, living: Iterable[str]) -> list[str]:
+        """``GCPoolEntries``: delete every pool not in ``living`` (an empty set deletes all)."""
+        keep = set(living)
+
+        def change(w: _Work) -> list[str]:
+            dead = sorted(name for name in w.pools if name not in keep)
+            if dead:
+                pools = w.pools_for_write()
+                for name in dead:
+                    del pools[name]
+                w.changed = True
+            return dead
+
+        return cast(list[str], self._mutate(change))
+
+    # regions
+
+    def set_region_entries(self, entries: Mapping[str, RegionInfo]) -> None:
+        """``SetRegionEntries``: replace all regions; writes only when something differs."""
+        new = {name: info.clone() for name, info in entries.items()}
+
+        def change(w: _Work) -> None:
+            old = w.regions
+            same = old.keys() == new.keys() and all(
+                old[k].fragment() == new[k].fragment() for k in new
+            )
+            if not same:
+                w.regions = new
+                w.changed = True
+
+        self._mutate(change)
+
+    def set_region_info(self, region_name: str, info: RegionInfo) -> None:
+        def change(w: _Work) -> None:
+            current = w.regions.get(region_name)
+            if current is not None and current.fragment() == info.fragment():
+                return
+            w.regions_for_write()[region_name] = info.clone()
+            w.changed = True
+
+        self._mutate(change)

@@ -1,0 +1,163 @@
+"""``<state-dir>/sys_advisor_state``: the metacache checkpoint.
+
+The file is the project's canonical JSON (sorted keys, compact, UTF-8; see
+:func:`numamem.metacache.types.canonical_json`) of::
+
+    {"checksum": N, "pod_entries": {...}, "pool_entries": {...}, "region_entries": {...}}
+
+where ``N`` is FNV-1a-32 of the same text with ``"checksum":0`` (decision D5;
+files written by the Go katalyst agent do not verify, by design). Entries use
+katalyst's JSON field names. It is written atomically (temp file, fsync,
+rename, directory fsync) from per-entry fragments cached on the stored
+objects, so a write costs the join and the hash, not a re-encoding of every
+entry.
+
+Restore: a missing file means an empty cache (written at once); ``null`` or
+missing entry maps are empty (D4); a checksum mismatch or an unparsable file
+refuses start-up (D6) unless the operator asks to discard it, which moves the
+file aside (never deletes it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from numamem.checkpoint.filestore import (
+    DirSyncError,
+    FaultHook,
+    atomic_write,
+    read_file,
+    remove_stale_temps,
+)
+from numamem.checkpoint.fnv import fnv1a_32
+from numamem.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    InvalidArgumentError,
+    PersistenceError,
+)
+from numamem.logging import get_logger
+from numamem.metacache.cache import State
+from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo, canonical_json
+
+_log = get_logger("metacache")
+
+STATE_FILE = "sys_advisor_state"
+
+
+def _key(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def encode(state: State) -> bytes:
+    """The checkpoint bytes for ``state`` (canonical JSON with its checksum)."""
+    pods = ",".join(
+        _key(pod)
+        + ":{"
+        + ",".join(_key(c) + ":" + info.fragment() for c, info in sorted(ctrs.items()))
+        + "}"
+        for pod, ctrs in sorted(state.pods.items())
+    )
+    pools = ",".join(_key(n) + ":" + p.fragment() for n, p in sorted(state.pools.items()))
+    regions = ",".join(_key(n) + ":" + r.fragment() for n, r in sorted(state.regions.items()))
+    body = f',"pod_entries":{{{pods}}},"pool_entries":{{{pools}}},"region_entries":{{{regions}}}}}'
+    checksum = fnv1a_32(('{"checksum":0' + body).encode())
+    return (f'{{"checksum":{checksum}' + body).encode()
+
+
+def decode(data: bytes) -> State:
+    """Parse and verify; raises CheckpointError (CorruptCheckpointError on a checksum mismatch)."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"not valid JSON: {err}") from err
+    if not isinstance(doc, dict):
+        raise CheckpointError("not a metacache checkpoint (expected a JSON object)")
+    stored = doc.get("checksum")
+    if not isinstance(stored, int) or isinstance(stored, bool):
+        raise CheckpointError("no checksum")
+    try:
+        actual = fnv1a_32(canonical_json({**doc, "checksum": 0}).encode())
+    except ValueError as err:
+        raise CheckpointError(f"cannot canonicalise: {err}") from err
+    if actual != stored:
+        raise CorruptCheckpointError(stored, actual)
+    try:
+        return State(
+            {
+                str(p): {str(c): ContainerInfo.from_json(_obj(i)) for c, i in _obj(ctrs).items()}
+                for p, ctrs in _obj(doc.get("pod_entries")).items()
+            },
+            {str(n): PoolInfo.from_json(_obj(i)) for n, i in _obj(doc.get("pool_entries")).items()},
+            {
+                str(n): RegionInfo.from_json(_obj(i))
+                for n, i in _obj(doc.get("region_entries")).items()
+            },
+        )
+    except (ValueError, TypeError, AttributeError, InvalidArgumentError) as err:
+        raise CheckpointError(f"cannot decode entries: {err}") from err
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+class CheckpointPersister:
+    """Writes the metacache checkpoint; the cache calls :meth:`save` from one committer at a time."""
+
+    def __init__(self, state_dir: str | Path, faults: FaultHook | None = None) -> None:
+        self.path = Path(state_dir) / STATE_FILE
+        self.faults = faults
+        self.writes = 0
+        self._last: bytes | None = None
+
+    def load(self, *, discard_corrupt: bool = False) -> State | None:
+        """The stored state, or None when there is no file. See the module docstring for refusals."""
+        for tmp in remove_stale_temps(self.path.parent, STATE_FILE):
+            _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
+        data = read_file(self.path)
+        if data is None:
+            return None
+        try:
+            state = decode(data)
+        except CheckpointError as err:
+            if not discard_corrupt:
+                raise CheckpointError(
+                    f"could not restore the metacache from {str(self.path)!r}: {err}; move the file away, or "
+                    "start with --metacache-discard-corrupt-state to set it aside and start empty"
+                ) from err
+            aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+            self.path.rename(aside)
+            _log.warning(
+                "metacache checkpoint unusable; moved aside, starting empty",
+                error=str(err),
+                moved_to=str(aside),
+            )
+            return None
+        self._last = data
+        return state
+
+    def save(self, state: State) -> None:
+        data = encode(state)
+        if data == self._last:
+            return
+        try:
+            atomic_write(self.path, data, faults=self.faults)
+        except DirSyncError:
+            if self._last is not None:
+                try:
+                    atomic_write(self.path, self._last, faults=self.faults)
+                except PersistenceError as err:
+                    _log.error(
+                        "could not restore the previous metacache checkpoint", error=str(err)
+                    )
+            raise
+        self._last = data
+        self.writes += 1
