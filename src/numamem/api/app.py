@@ -15,8 +15,14 @@ from numamem.topology.sysfs import discover
 def build_components(config: Config) -> Sequence[Component]:
     """The daemon's components for ``config``. Raises start-up errors (topology, config)."""
     machine = discover(config.sysfs_root)
+    memory = MemoryManagerComponent(config, machine)
+
+    def memory_manager_ids() -> list[tuple[str, str, str]]:
+        """Containers whose runtime id the memory manager learned through AddContainer (D8)."""
+        return [(pod, name, cid) for cid, (pod, name) in memory.manager.container_map().items()]
+
     return [
         TopologyComponent(machine, config.sysfs_root),
-        MemoryManagerComponent(config, machine),
-        MetaCacheComponent(config),
+        memory,
+        MetaCacheComponent(config, memory_manager_ids),
     ]

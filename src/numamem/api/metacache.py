@@ -22,6 +22,7 @@ from numamem.cpuset import CPUSet
 from numamem.errors import InvalidArgumentError, NotFoundError
 from numamem.logging import get_logger
 from numamem.metacache.cache import MetaCache, State
+from numamem.metacache.metrics.collector import Collector, Target
 from numamem.metacache.metrics.store import MetricStore, insurance_period_ns
 from numamem.metacache.persistence import CheckpointPersister
 from numamem.metacache.types import (
@@ -450,15 +451,32 @@ class MetaCacheComponent:
 
     service_names: Sequence[str] = (READER_SERVICE, WRITER_SERVICE)
 
-    def __init__(self, config: Config, metrics: MetricStore | None = None) -> None:
+    def __init__(
+        self, config: Config, extra_targets: Callable[[], Sequence[Target]] | None = None
+    ) -> None:
         self.config = config
         self.persister = CheckpointPersister(config.state_dir) if config.metacache_persist else None
         self.cache = MetaCache(self.persister, max_entries=config.limits.max_metacache_entries)
-        self.metrics = metrics or MetricStore(
-            insurance_period_ns(config.metric_insurance_period_seconds)
-        )
+        self.metrics = MetricStore(insurance_period_ns(config.metric_insurance_period_seconds))
         self.reader = MetaReaderServicer(self.cache, self.metrics)
         self.writer = MetaWriterServicer(self.cache)
+        self._extra_targets = extra_targets or (lambda: [])
+        self.collector = Collector(
+            self.metrics,
+            config.cgroup_root,
+            self.targets,
+            interval_s=config.metric_interval_seconds,
+        )
+
+    def targets(self) -> list[Target]:
+        """Containers with a known runtime id: metacache entries first, then the memory manager's ids."""
+        found = [
+            (pod_uid, name, info.container_id)
+            for pod_uid, containers in self.cache.state().pods.items()
+            for name, info in containers.items()
+            if info.container_id
+        ]
+        return found + list(self._extra_targets())
 
     def register(self, server: grpc.Server) -> None:
         metacache_pb2_grpc.add_MetaReaderServicer_to_server(self.reader, server)
@@ -466,6 +484,7 @@ class MetaCacheComponent:
 
     def start(self) -> None:
         if self.persister is None:
+            self.collector.start()
             return
         restored = self.persister.load(discard_corrupt=self.config.metacache_discard_corrupt_state)
         self.cache = MetaCache(

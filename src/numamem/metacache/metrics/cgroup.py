@@ -1,0 +1,341 @@
+"""Reading container cgroups under ``--cgroup-root`` (default ``/sys/fs/cgroup``).
+
+Modes: **v2** when ``<root>/cgroup.controllers`` exists (a unified hierarchy);
+otherwise **v1**, with one directory per controller (``cpu,cpuacct`` or
+``cpuacct``, ``cpu``, ``memory``); a v1 host that also mounts cgroup2 at
+``<root>/unified`` is **hybrid**: counters come from v1, pressure (PSI) from
+the unified tree.
+
+Container directories (decision D8): the container id (``containerd://<id>``,
+``cri-o://<id>``, ``docker://<id>`` or a bare id) is looked up in the kubepods
+layouts of both cgroup drivers, for the guaranteed (directly under kubepods),
+burstable and besteffort QoS classes::
+
+    cgroupfs: kubepods[/burstable|/besteffort]/pod<uid>/<id>
+    systemd:  kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid_with_underscores>.slice/<runtime>-<id>.scope
+
+The first existing directory wins. A container without an id has no cgroup
+(no metrics), never a guess.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+V1, V2, HYBRID = "v1", "v2", "hybrid"
+UNLIMITED = (1 << 63) - 1  # what "max" and v1's huge page-aligned limit mean
+_RUNTIME_PREFIXES = {"containerd": "cri-containerd-", "cri-o": "crio-", "docker": "docker-"}
+_QOS = ("", "burstable", "besteffort")
+
+
+def detect_mode(root: Path) -> str:
+    if (root / "cgroup.controllers").exists():
+        return V2
+    if (root / "unified" / "cgroup.controllers").exists():
+        return HYBRID
+    return V1
+
+
+def split_container_id(container_id: str) -> tuple[str | None, str]:
+    """``containerd://abc`` -> ("containerd", "abc"); a bare id has no runtime."""
+    runtime, sep, rest = container_id.partition("://")
+    return (runtime, rest) if sep else (None, container_id)
+
+
+def candidate_paths(pod_uid: str, container_id: str) -> list[str]:
+    """Relative cgroup paths to try, in order (cgroupfs first, then systemd)."""
+    runtime, cid = split_container_id(container_id)
+    if not cid or "/" in cid or cid in (".", ".."):
+        return []
+    paths = []
+    for qos in _QOS:
+        parent = f"kubepods/{qos}" if qos else "kubepods"
+        paths.append(f"{parent}/pod{pod_uid}/{cid}")
+    prefixes = (
+        [_RUNTIME_PREFIXES[runtime]]
+        if runtime in _RUNTIME_PREFIXES
+        else list(_RUNTIME_PREFIXES.values())
+    )
+    uid = pod_uid.replace("-", "_")
+    for qos in _QOS:
+        if qos:
+            parent = f"kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice"
+        else:
+            parent = f"kubepods.slice/kubepods-pod{uid}.slice"
+        paths.extend(f"{parent}/{prefix}{cid}.scope" for prefix in prefixes)
+    return paths
+
+
+@dataclass
+class CgroupDirs:
+    """Where one container's files are: per controller on v1, one directory on v2."""
+
+    mode: str
+    cpu: Path
+    cpuacct: Path
+    memory: Path
+    pressure: Path | None
+
+
+def _v1_controller(root: Path, *names: str) -> Path:
+    for name in names:
+        if (root / name).is_dir():
+            return root / name
+    return root / names[0]
+
+
+def resolve(root: Path, mode: str, pod_uid: str, container_id: str) -> CgroupDirs | None:
+    """The container's cgroup directories, or None when no layout matches."""
+    if mode == V2:
+        for rel in candidate_paths(pod_uid, container_id):
+            if (root / rel).is_dir():
+                return CgroupDirs(mode, root / rel, root / rel, root / rel, root / rel)
+        return None
+    memory = _v1_controller(root, "memory")
+    cpuacct = _v1_controller(root, "cpu,cpuacct", "cpuacct", "cpuacct,cpu")
+    cpu = _v1_controller(root, "cpu,cpuacct", "cpu", "cpuacct,cpu")
+    for rel in candidate_paths(pod_uid, container_id):
+        if (memory / rel).is_dir() or (cpuacct / rel).is_dir():
+            pressure = (
+                root / "unified" / rel
+                if mode == HYBRID and (root / "unified" / rel).is_dir()
+                else None
+            )
+            return CgroupDirs(mode, cpu / rel, cpuacct / rel, memory / rel, pressure)
+    return None
+
+
+def path_dirs(root: Path, mode: str, rel: str) -> CgroupDirs:
+    """The directories of an arbitrary cgroup path (e.g. from ``/proc/<pid>/cgroup``)."""
+    rel = rel.lstrip("/")
+    if mode == V2:
+        d = root / rel
+        return CgroupDirs(mode, d, d, d, d)
+    pressure = root / "unified" / rel if mode == HYBRID else None
+    return CgroupDirs(
+        mode,
+        _v1_controller(root, "cpu,cpuacct", "cpu") / rel,
+        _v1_controller(root, "cpu,cpuacct", "cpuacct") / rel,
+        _v1_controller(root, "memory") / rel,
+        pressure,
+    )
+
+
+# --- file parsing ---------------------------------------------------------------------------
+
+
+def read_int(path: Path) -> int:
+    """A single number; ``max`` is :data:`UNLIMITED`."""
+    text = path.read_text().strip()
+    return UNLIMITED if text == "max" else int(text)
+
+
+def read_keyed(path: Path) -> dict[str, int]:
+    """``key value`` lines (``memory.stat``, ``cpu.stat``, ``memory.events``)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def read_cpu_max(path: Path) -> tuple[int, int]:
+    """v2 ``cpu.max``: (quota or -1 for ``max``, period)."""
+    quota, _, period = path.read_text().strip().partition(" ")
+    return (-1 if quota == "max" else int(quota)), int(period or 100000)
+
+
+_NUMA_TOKEN = re.compile(r"^N(\d+)=(\d+)$")
+
+
+def read_numa_stat(path: Path) -> dict[str, dict[int, int]]:
+    """``memory.numa_stat``: v1 ``total=.. N0=..`` or v2 ``anon N0=.. N1=..`` -> {stat: {node: value}}."""
+    out: dict[str, dict[int, int]] = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        name = parts[0].partition("=")[0]
+        per_node = {}
+        for token in parts[1:]:
+            match = _NUMA_TOKEN.match(token)
+            if match:
+                per_node[int(match.group(1))] = int(match.group(2))
+        if per_node:
+            out[name] = per_node
+    return out
+
+
+def read_psi_avg60(path: Path) -> float:
+    """``memory.pressure``: the ``some`` line's avg60."""
+    for line in path.read_text().splitlines():
+        if line.startswith("some "):
+            for token in line.split()[1:]:
+                key, _, value = token.partition("=")
+                if key == "avg60":
+                    return float(value)
+    raise ValueError(f"{path}: no 'some ... avg60=' line")
+
+
+@dataclass
+class RawSample:
+    """Counters and gauges read from one container's cgroup at one instant."""
+
+    gauges: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+    """cumulative values turned into rates: cpu_ns, user_ns, sys_ns"""
+
+
+def sample(dirs: CgroupDirs, page_size: int, clk_tck: int) -> RawSample:
+    """Read every supported file. A missing *directory* raises FileNotFoundError (the
+    container is gone); a missing optional file only leaves its metrics out."""
+    if not dirs.memory.is_dir() and not dirs.cpuacct.is_dir():
+        raise FileNotFoundError(str(dirs.memory))
+    s = RawSample()
+    if dirs.mode == V2:
+        _sample_v2(dirs.memory, s)
+    else:
+        _sample_v1(dirs, s, page_size, clk_tck)
+    if dirs.pressure is not None and (dirs.pressure / "memory.pressure").exists():
+        s.gauges["mem.psiavg60.container"] = read_psi_avg60(dirs.pressure / "memory.pressure")
+    return s
+
+
+def _sample_v2(d: Path, s: RawSample) -> None:
+    g = s.gauges
+    if (d / "cpu.stat").exists():
+        stat = read_keyed(d / "cpu.stat")
+        if "usage_usec" in stat:
+            s.counters["cpu_ns"] = stat["usage_usec"] * 1000
+        if "user_usec" in stat:
+            s.counters["user_ns"] = stat["user_usec"] * 1000
+        if "system_usec" in stat:
+            s.counters["sys_ns"] = stat["system_usec"] * 1000
+        for key, metric in (
+            ("nr_throttled", "cpu.nr.throttled.container"),
+            ("nr_periods", "cpu.nr.period.container"),
+            ("throttled_usec", "cpu.throttled.time.container"),
+        ):
+            if key in stat:
+                g[metric] = stat[key]
+    if (d / "cpu.max").exists():
+        quota, period = read_cpu_max(d / "cpu.max")
+        g["cpu.quota.container"] = quota
+        g["cpu.period.container"] = period
+        if quota > 0 and period > 0:
+            g["cpu.limit.container"] = quota / period
+    if (d / "cpu.weight").exists():
+        g["cpu.share.container"] = read_int(d / "cpu.weight")
+    if (d / "memory.current").exists():
+        g["mem.usage.container"] = read_int(d / "memory.current")
+    if (d / "memory.max").exists():
+        g["mem.limit.container"] = read_int(d / "memory.max")
+    if (d / "memory.swap.current").exists():
+        g["mem.swap.container"] = read_int(d / "memory.swap.current")
+    if (d / "memory.stat").exists():
+        stat = read_keyed(d / "memory.stat")
+        for key, metric in (
+            ("anon", "mem.rss.container"),
+            ("file", "mem.cache.container"),
+            ("shmem", "mem.shmem.container"),
+            ("file_dirty", "mem.dirty.container"),
+            ("file_writeback", "mem.writeback.container"),
+            ("file_mapped", "mem.mapped.container"),
+            ("pgfault", "mem.pgfault.container"),
+            ("pgmajfault", "mem.pgmajfault.container"),
+            ("kernel", "mem.usage.kern.container"),
+        ):
+            if key in stat:
+                g[metric] = stat[key]
+    if (d / "memory.events").exists():
+        events = read_keyed(d / "memory.events")
+        if "oom_kill" in events:
+            g["mem.oom.container"] = events["oom_kill"]
+    if (d / "memory.numa_stat").exists():
+        numa = read_numa_stat(d / "memory.numa_stat")
+        nodes = set(numa.get("anon", {})) | set(numa.get("file", {}))
+        for node in nodes:
+            anon = numa.get("anon", {}).get(node, 0)
+            file = numa.get("file", {}).get(node, 0)
+            g[f"mem.anon.numa.container.{node}"] = anon
+            g[f"mem.file.numa.container.{node}"] = file
+            g[f"mem.total.numa.container.{node}"] = anon + file
+
+
+def _sample_v1(dirs: CgroupDirs, s: RawSample, page_size: int, clk_tck: int) -> None:
+    g = s.gauges
+    acct, cpu, mem = dirs.cpuacct, dirs.cpu, dirs.memory
+    if (acct / "cpuacct.usage").exists():
+        s.counters["cpu_ns"] = read_int(acct / "cpuacct.usage")
+    if (acct / "cpuacct.usage_user").exists() and (acct / "cpuacct.usage_sys").exists():
+        s.counters["user_ns"] = read_int(acct / "cpuacct.usage_user")
+        s.counters["sys_ns"] = read_int(acct / "cpuacct.usage_sys")
+    elif (acct / "cpuacct.stat").exists():
+        stat = read_keyed(acct / "cpuacct.stat")
+        if "user" in stat and "system" in stat:
+            s.counters["user_ns"] = stat["user"] * 10**9 / clk_tck
+            s.counters["sys_ns"] = stat["system"] * 10**9 / clk_tck
+    if (cpu / "cpu.cfs_quota_us").exists() and (cpu / "cpu.cfs_period_us").exists():
+        quota, period = read_int(cpu / "cpu.cfs_quota_us"), read_int(cpu / "cpu.cfs_period_us")
+        g["cpu.quota.container"] = quota
+        g["cpu.period.container"] = period
+        if period > 0:
+            g["cpu.limit.container"] = quota / period  # katalyst does not special-case -1 here
+    if (cpu / "cpu.shares").exists():
+        g["cpu.share.container"] = read_int(cpu / "cpu.shares")
+    if (cpu / "cpu.stat").exists():
+        stat = read_keyed(cpu / "cpu.stat")
+        for key, metric in (
+            ("nr_throttled", "cpu.nr.throttled.container"),
+            ("nr_periods", "cpu.nr.period.container"),
+        ):
+            if key in stat:
+                g[metric] = stat[key]
+        if "throttled_time" in stat:
+            g["cpu.throttled.time.container"] = stat["throttled_time"] / 1000
+    if (mem / "memory.usage_in_bytes").exists():
+        g["mem.usage.container"] = read_int(mem / "memory.usage_in_bytes")
+    if (mem / "memory.limit_in_bytes").exists():
+        g["mem.limit.container"] = read_int(mem / "memory.limit_in_bytes")
+    if (mem / "memory.kmem.usage_in_bytes").exists():
+        g["mem.usage.kern.container"] = read_int(mem / "memory.kmem.usage_in_bytes")
+    if (mem / "memory.stat").exists():
+        stat = read_keyed(mem / "memory.stat")
+        for key, metric in (
+            ("total_rss", "mem.rss.container"),
+            ("total_cache", "mem.cache.container"),
+            ("total_shmem", "mem.shmem.container"),
+            ("dirty", "mem.dirty.container"),
+            ("writeback", "mem.writeback.container"),
+            ("total_mapped_file", "mem.mapped.container"),
+            ("pgfault", "mem.pgfault.container"),
+            ("pgmajfault", "mem.pgmajfault.container"),
+            ("total_swap", "mem.swap.container"),
+        ):
+            if key in stat:
+                g[metric] = stat[key]
+    if (mem / "memory.oom_control").exists():
+        control = read_keyed(mem / "memory.oom_control")
+        if "oom_kill" in control:
+            g["mem.oom.container"] = control["oom_kill"]
+    if (mem / "memory.numa_stat").exists():
+        numa = read_numa_stat(mem / "memory.numa_stat")
+        for stat_name, metric in (
+            ("total", "mem.total.numa.container"),
+            ("anon", "mem.anon.numa.container"),
+            ("file", "mem.file.numa.container"),
+        ):
+            for node, pages in numa.get(stat_name, {}).items():
+                g[f"{metric}.{node}"] = pages * page_size
+
+
+def page_size() -> int:
+    return os.sysconf("SC_PAGE_SIZE")
+
+
+def clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
