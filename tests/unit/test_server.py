@@ -186,3 +186,40 @@ def test_shared_directory_is_refused_unless_allowed(config: Config, short_root: 
     daemon = Daemon(replace(cfg, allow_shared_dirs=True), lambda c: [FakeComponent()])
     daemon.start()
     daemon.shutdown()
+
+
+class FakeContext:
+    """Just enough of grpc.ServicerContext for the interceptor's gate."""
+
+    def __init__(self, remaining: float | None) -> None:
+        self.remaining = remaining
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def time_remaining(self) -> float | None:
+        return self.remaining
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.aborted = (code, details)
+        raise RuntimeError("aborted")
+
+
+def test_expired_deadline_and_undecodable_requests_are_not_worked_on() -> None:
+    from numamem.api.interceptors import Readiness, ServerInterceptor, _tolerant
+
+    readiness = Readiness()
+    readiness.set_ready()
+    gate = ServerInterceptor(readiness)._gate
+    expired = FakeContext(0.0)
+    with pytest.raises(RuntimeError):
+        gate(object(), expired, True)  # type: ignore[arg-type]
+    assert expired.aborted is not None and expired.aborted[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+    fine = FakeContext(5.0)
+    gate(object(), fine, True)  # type: ignore[arg-type]
+    assert fine.aborted is None
+    decode = _tolerant(topology_pb2.GetMachineInfoRequest.FromString)
+    assert decode is not None
+    bad = decode(b"\xff\xff\xff")
+    garbled = FakeContext(None)
+    with pytest.raises(RuntimeError):
+        gate(bad, garbled, False)  # type: ignore[arg-type]
+    assert garbled.aborted is not None and garbled.aborted[0] == grpc.StatusCode.INVALID_ARGUMENT

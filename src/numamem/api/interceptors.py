@@ -7,6 +7,9 @@ For every RPC it
   interceptor and the handler in the same per-RPC context);
 * answers UNAVAILABLE for numamem services while the daemon is starting or
   shutting down (health and reflection are always served);
+* answers INVALID_ARGUMENT for a request that does not decode as its message
+  type (grpcio itself would answer INTERNAL), and DEADLINE_EXCEEDED without
+  doing any work when the client's deadline passed while the request waited;
 * turns a :class:`~numamem.errors.NumamemError` into its status code through
   :func:`numamem.api.status.to_status`, and any other exception into INTERNAL
   with a short message and a logged traceback: a handler bug never takes the
@@ -105,22 +108,36 @@ class ServerInterceptor(grpc.ServerInterceptor):
         structlog.contextvars.bind_contextvars(request_id=request_id, method=method)
         gated = not (method.startswith(HEALTH_PREFIX) or method.startswith(REFLECTION_PREFIX))
         quiet = method.startswith(HEALTH_PREFIX) or method.startswith(REFLECTION_PREFIX)
+        deserializer = _tolerant(handler.request_deserializer)
         if handler.unary_unary is not None:
             return handler._replace(
-                unary_unary=self._wrap_unary(handler.unary_unary, method, request_id, gated, quiet)
+                request_deserializer=deserializer,
+                unary_unary=self._wrap_unary(handler.unary_unary, method, request_id, gated, quiet),
             )
         if handler.unary_stream is not None:
             return handler._replace(
+                request_deserializer=deserializer,
                 unary_stream=self._wrap_stream(
                     handler.unary_stream, method, request_id, gated, quiet
-                )
+                ),
             )
         return handler
 
-    def _gate(self, context: grpc.ServicerContext) -> None:
-        phase = self._readiness.phase
-        if phase is not Phase.READY:
-            context.abort(grpc.StatusCode.UNAVAILABLE, _PHASE_MESSAGES[phase])
+    def _gate(self, request: Any, context: grpc.ServicerContext, gated: bool) -> None:
+        if isinstance(request, _Undecodable):
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"the request does not decode: {request.error}"
+            )
+        if gated:
+            phase = self._readiness.phase
+            if phase is not Phase.READY:
+                context.abort(grpc.StatusCode.UNAVAILABLE, _PHASE_MESSAGES[phase])
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "the deadline expired before the request was handled",
+            )
 
     def _wrap_unary(
         self,
@@ -133,8 +150,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
         def wrapper(request: Any, context: grpc.ServicerContext) -> Any:
             start = time.perf_counter()
             try:
-                if gated:
-                    self._gate(context)
+                self._gate(request, context, gated)
                 return behavior(request, context)
             except NumamemError as err:
                 code, message = to_status(err)
@@ -157,8 +173,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
         def wrapper(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             start = time.perf_counter()
             try:
-                if gated:
-                    self._gate(context)
+                self._gate(request, context, gated)
                 yield from behavior(request, context)
             except NumamemError as err:
                 code, message = to_status(err)
@@ -181,6 +196,28 @@ class ServerInterceptor(grpc.ServerInterceptor):
         )
         for observer in self._observers:
             observer(method, name, seconds)
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes do not parse; the handler wrapper rejects it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as err:  # noqa: BLE001 - protobuf raises DecodeError and friends
+            return _Undecodable(f"{type(err).__name__}: {err}"[:200])
+
+    return deserialize
 
 
 def _code(context: grpc.ServicerContext) -> grpc.StatusCode | None:

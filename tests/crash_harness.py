@@ -1,0 +1,334 @@
+"""Crash consistency: concurrent clients against the real daemon, SIGKILL at random points.
+
+Each client owns its own pods (memory manager) or containers (metacache) and
+keeps a model of what the daemon acknowledged. When the daemon is killed, at
+most one operation per client is in flight (its outcome unknown). After every
+restart the harness checks that
+
+* the daemon starts (no refusal: the files on disk always restore);
+* every acknowledged operation is in the state;
+* an unacknowledged operation is either fully applied or not at all (an
+  admission is all-or-nothing over the pod's containers);
+* the memory manager invariants hold, and nothing unknown appears;
+* both checkpoints verify and equal what the daemon serves.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from numamem.checkpoint import kubelet
+from numamem.client import NumamemClient
+from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
+from numamem.metacache import persistence
+from numamem.testing.sysfs import standard_nodes, write_sysfs
+from numamem.v1 import memorymanager_pb2 as mm
+from numamem.v1 import metacache_pb2 as mc
+from tests.daemon import STATIC_ARGS, DaemonProcess
+
+MI = 1024**2
+
+
+@dataclass
+class Report:
+    operations: int = 0
+    kills: int = 0
+    restarts: int = 0
+    lost: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"operations={self.operations} kills={self.kills} restarts={self.restarts} "
+            f"lost={len(self.lost)} violations={len(self.violations)}"
+        )
+
+
+def _pod(uid: str, sizes: list[int]) -> mm.Pod:
+    containers = []
+    for i, size in enumerate(sizes):
+        res = {"cpu": "1", "memory": f"{size}Mi"}
+        containers.append(mm.Container(name=f"c{i}", requests=res, limits=res))
+    return mm.Pod(uid=uid, containers=containers)
+
+
+class MemoryClient(threading.Thread):
+    """Admits pods and releases their containers; ``present`` is the acknowledged model."""
+
+    def __init__(self, n: int, rng: random.Random) -> None:
+        super().__init__(daemon=True)
+        self.n = n
+        self.rng = rng
+        self.present: dict[str, set[str]] = {}  # pod uid -> containers with memory, acknowledged
+        self.pods: dict[str, mm.Pod] = {}
+        self.next_pod = 0
+        self.in_flight: tuple[str, str, str] | None = None  # (kind, pod, container)
+        self.ops = 0
+        self.socket = ""
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with NumamemClient(self.socket, timeout=5) as client:
+                while not self.stop.is_set():
+                    self.step(client)
+        except grpc.RpcError:
+            pass  # the daemon died under us; in_flight stays set
+
+    def step(self, client: NumamemClient) -> None:
+        if self.present and self.rng.random() < 0.45:
+            uid = self.rng.choice(sorted(self.present))
+            name = self.rng.choice(sorted(self.present[uid]))
+            cid = f"{uid}/{name}"
+            self.in_flight = ("add", uid, name)
+            client.add_container(self.pods[uid], name, cid)
+            self.in_flight = ("remove", uid, name)
+            client.remove_container(cid)
+            self.present[uid].discard(name)
+            if not self.present[uid]:
+                del self.present[uid]
+        else:
+            uid = f"m{self.n}-{self.next_pod}"
+            self.next_pod += 1
+            pod = _pod(
+                uid, [self.rng.choice([128, 256, 512, 1024]) for _ in range(self.rng.randint(1, 3))]
+            )
+            self.pods[uid] = pod
+            self.in_flight = ("admit", uid, "")
+            resp = client.admit(pod)
+            if resp.admitted:
+                self.present[uid] = {c.name for c in pod.containers}
+        self.in_flight = None
+        self.ops += 1
+
+
+class CacheClient(threading.Thread):
+    """Sets and deletes its own metacache containers; ``values`` is the acknowledged model."""
+
+    def __init__(self, n: int, rng: random.Random) -> None:
+        super().__init__(daemon=True)
+        self.n = n
+        self.rng = rng
+        self.values: dict[str, float] = {}
+        self.in_flight: tuple[str, float | None] | None = None
+        self.counter = 0
+        self.ops = 0
+        self.socket = ""
+        self.stop = threading.Event()
+
+    @property
+    def pod(self) -> str:
+        return f"cache-{self.n}"
+
+    def run(self) -> None:
+        try:
+            with NumamemClient(self.socket, timeout=5) as client:
+                while not self.stop.is_set():
+                    name = f"c{self.rng.randrange(5)}"
+                    if name in self.values and self.rng.random() < 0.3:
+                        self.in_flight = (name, None)
+                        client.delete_container(self.pod, name)
+                        del self.values[name]
+                    else:
+                        self.counter += 1
+                        self.in_flight = (name, float(self.counter))
+                        client.set_container_info(
+                            mc.ContainerInfo(
+                                pod_uid=self.pod, container_name=name, cpu_request=self.counter
+                            )
+                        )
+                        self.values[name] = float(self.counter)
+                    self.in_flight = None
+                    self.ops += 1
+        except grpc.RpcError:
+            pass
+
+
+class Harness:
+    def __init__(
+        self, root: Path, seed: int, memory_clients: int = 3, cache_clients: int = 2
+    ) -> None:
+        self.root = root
+        self.rng = random.Random(seed)
+        write_sysfs(root / "sys", standard_nodes(2, memory_gib=8, hugepages={}))
+        self.daemon = DaemonProcess(
+            root,
+            [
+                "--sysfs-root",
+                str(root / "sys"),
+                *STATIC_ARGS,
+                "--topology-manager-policy",
+                "best-effort",
+                "--log-level",
+                "warning",
+                "--metric-interval",
+                "3600",
+            ],
+        )
+        self.memory = [
+            MemoryClient(n, random.Random(self.rng.random())) for n in range(memory_clients)
+        ]
+        self.cache = [
+            CacheClient(n, random.Random(self.rng.random())) for n in range(cache_clients)
+        ]
+        self.report = Report()
+
+    def round(self, min_s: float = 0.2, max_s: float = 1.2) -> None:
+        """Start, load, SIGKILL at a random point, restart, verify."""
+        self.daemon.start()
+        self.report.restarts += 1
+        self.verify()
+        threads: list[MemoryClient | CacheClient] = []
+        for old in [*self.memory, *self.cache]:
+            fresh = _restart_thread(old)
+            fresh.socket = self.daemon.socket
+            threads.append(fresh)
+        self.memory = [t for t in threads if isinstance(t, MemoryClient)]
+        self.cache = [t for t in threads if isinstance(t, CacheClient)]
+        for t in threads:
+            t.start()
+        time.sleep(self.rng.uniform(min_s, max_s))
+        self.daemon.stop(signal.SIGKILL)
+        self.report.kills += 1
+        for t in threads:
+            t.stop.set()
+            t.join(10)
+        self.report.operations = sum(t.ops for t in threads)
+
+    def finish(self) -> Report:
+        self.daemon.start()
+        self.report.restarts += 1
+        self.verify()
+        self.daemon.stop()
+        return self.report
+
+    def verify(self) -> None:
+        with NumamemClient(self.daemon.socket, timeout=10) as client:
+            state = client.get_state()
+            cache = {(i.pod_uid, i.container_name): i.cpu_request for i in client.list_containers()}
+        self._verify_memory(state)
+        self._verify_cache(cache)
+
+    def _problem(self, kind: str, text: str) -> None:
+        (self.report.lost if kind == "lost" else self.report.violations).append(text)
+
+    def _verify_memory(self, state: mm.GetStateResponse) -> None:
+        served = {pod: set(entry.containers) for pod, entry in state.entries.items()}
+        machine = {
+            n: NUMANodeState(
+                s.number_of_assignments,
+                {
+                    k: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
+                    for k, t in s.memory_map.items()
+                },
+                list(s.cells),
+            )
+            for n, s in state.machine_state.items()
+        }
+        entries = {
+            p: {
+                c: [Block(tuple(b.numa_affinity), b.type, b.size) for b in blocks.blocks]
+                for c, blocks in e.containers.items()
+            }
+            for p, e in state.entries.items()
+        }
+        for problem in violations(machine, entries):
+            self._problem("violation", f"invariant: {problem}")
+        on_disk = kubelet.load((Path(self.daemon.state_dir) / "memory_manager_state").read_bytes())
+        if {p: set(c) for p, c in on_disk.assignments.items()} != served:
+            self._problem("violation", "memory_manager_state differs from what the daemon serves")
+        known: set[str] = set()
+        for client in self.memory:
+            known.update(client.pods)
+            flight = client.in_flight
+            for uid, containers in list(client.present.items()):
+                got = served.get(uid, set())
+                expected = set(containers)
+                removed_in_flight = flight and flight[1] == uid and flight[0] == "remove"
+                if removed_in_flight and got == expected - {flight[2]}:  # type: ignore[index]
+                    expected = got  # the removal made it to disk before the kill
+                if got != expected:
+                    self._problem(
+                        "lost",
+                        f"pod {uid}: acknowledged containers {sorted(expected)}, served {sorted(got)}",
+                    )
+            if flight and flight[0] == "admit":
+                uid = flight[1]
+                got = served.get(uid, set())
+                full = {c.name for c in client.pods[uid].containers}
+                if got and got != full:
+                    self._problem(
+                        "violation",
+                        f"pod {uid}: half-applied admission {sorted(got)} of {sorted(full)}",
+                    )
+                if got == full:
+                    client.present[uid] = full  # applied but not acknowledged: adopt it
+            if flight and flight[0] == "remove" and flight[1] in client.present:
+                uid, name = flight[1], flight[2]
+                if name not in served.get(uid, set()):
+                    client.present[uid].discard(name)
+                    if not client.present[uid]:
+                        del client.present[uid]
+            client.in_flight = None
+        for uid in served:
+            if uid not in known:
+                self._problem("violation", f"unknown pod {uid} in the state")
+
+    def _verify_cache(self, served: dict[tuple[str, str], float]) -> None:
+        on_disk = persistence.decode(
+            (Path(self.daemon.state_dir) / persistence.STATE_FILE).read_bytes()
+        )
+        disk = {(p, c): i.cpu_request for p, ctrs in on_disk.pods.items() for c, i in ctrs.items()}
+        if disk != served:
+            self._problem("violation", "sys_advisor_state differs from what the daemon serves")
+        for client in self.cache:
+            mine = {c: v for (p, c), v in served.items() if p == client.pod}
+            expected = dict(client.values)
+            if client.in_flight is not None:
+                name, value = client.in_flight
+                alternative = dict(expected)
+                if value is None:
+                    alternative.pop(name, None)
+                else:
+                    alternative[name] = value
+                if mine == alternative:
+                    expected = alternative
+            if mine != expected:
+                self._problem("lost", f"{client.pod}: acknowledged {expected}, served {mine}")
+            client.values = mine
+            client.in_flight = None
+
+
+def _restart_thread(old: MemoryClient | CacheClient) -> MemoryClient | CacheClient:
+    """A thread can run once: carry the model over to a fresh one."""
+    fresh: MemoryClient | CacheClient
+    if isinstance(old, MemoryClient):
+        fresh = MemoryClient(old.n, old.rng)
+        fresh.present, fresh.pods, fresh.next_pod, fresh.ops = (
+            old.present,
+            old.pods,
+            old.next_pod,
+            old.ops,
+        )
+    else:
+        fresh = CacheClient(old.n, old.rng)
+        fresh.values, fresh.counter, fresh.ops = old.values, old.counter, old.ops
+    return fresh
+
+
+def run(root: Path, seed: int, rounds: int) -> Report:
+    harness = Harness(root, seed)
+    try:
+        for _ in range(rounds):
+            harness.round()
+        return harness.finish()
+    finally:
+        harness.daemon.kill()

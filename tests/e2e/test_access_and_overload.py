@@ -1,0 +1,165 @@
+"""File and socket permissions, no TCP but the health port, health under 64 clients, deadlines."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import psutil
+import pytest
+
+from numamem.client import NumamemClient
+from numamem.testing.sysfs import standard_nodes, write_sysfs
+from numamem.v1 import memorymanager_pb2 as mm
+from numamem.v1 import metacache_pb2 as mc
+from tests.daemon import STATIC_ARGS, DaemonProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def start(root: Path, factory: list[DaemonProcess], *extra: str) -> DaemonProcess:
+    write_sysfs(root / "sys", standard_nodes(2))
+    d = DaemonProcess(
+        root, ["--sysfs-root", str(root / "sys"), *STATIC_ARGS, "--log-level", "warning", *extra]
+    )
+    factory.append(d)
+    return d.start()
+
+
+def pod(uid: str, memory: str = "256Mi") -> mm.Pod:
+    res = {"cpu": "1", "memory": memory}
+    return mm.Pod(uid=uid, containers=[mm.Container(name="c", requests=res, limits=res)])
+
+
+def mode(path: str | Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_files_and_directories_are_private(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    d = start(short_root, daemon_factory)
+    with NumamemClient(d.socket) as c:
+        assert c.admit(pod("p")).admitted
+        c.add_container(pod("p"), "c", "cid")
+        c.set_container_info(mc.ContainerInfo(pod_uid="p", container_name="c"))
+    state = Path(d.state_dir)
+    assert mode(state) == 0o700
+    for name in ("memory_manager_state", "numamem_containers", "sys_advisor_state", "numamem.lock"):
+        assert mode(state / name) == 0o600, name
+    assert mode(d.socket) == 0o660
+    assert mode(Path(d.socket).parent) == 0o750
+
+
+def listening_tcp_ports(pid: int) -> set[int]:
+    return {
+        c.laddr.port
+        for c in psutil.Process(pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+def test_nothing_but_the_health_port_listens_on_tcp(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    d = start(short_root, daemon_factory)
+    assert d.proc is not None
+    assert listening_tcp_ports(d.proc.pid) == set()
+    d.stop()
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d.args += ["--health-port", str(port)]
+    d.start()
+    assert listening_tcp_ports(d.proc.pid) == {port}
+
+
+def test_health_answers_within_its_deadline_under_64_clients(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    d = start(short_root, daemon_factory)
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def load(n: int) -> None:
+        with NumamemClient(d.socket, timeout=30) as c:
+            i = 0
+            while not stop.is_set():
+                uid = f"l{n}-{i}"
+                i += 1
+                try:
+                    if c.admit(pod(uid)).admitted:
+                        c.add_container(pod(uid), "c", uid)
+                        c.remove_container(uid)
+                    c.set_container_info(
+                        mc.ContainerInfo(pod_uid=f"m{n}", container_name="c", cpu_request=i)
+                    )
+                except grpc.RpcError as err:
+                    errors.append(f"{err.code()}: {err.details()}")
+
+    threads = [threading.Thread(target=load, args=(n,), daemon=True) for n in range(64)]
+    for t in threads:
+        t.start()
+    latencies = []
+    try:
+        time.sleep(0.5)
+        with NumamemClient(d.socket, timeout=2.0) as probe:
+            for _ in range(40):
+                started = time.monotonic()
+                assert probe.check_health() == 1  # SERVING, within the 2 s deadline
+                latencies.append(time.monotonic() - started)
+                time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert errors == []
+    assert max(latencies) < 2.0
+
+
+def test_client_deadlines_are_honoured(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """A request whose deadline passes while it waits for a worker is not worked on."""
+    write_sysfs(short_root / "sys", standard_nodes(16, hugepages={}))
+    d = DaemonProcess(
+        short_root,
+        [
+            "--sysfs-root",
+            str(short_root / "sys"),
+            *STATIC_ARGS,
+            "--workers",
+            "1",
+            "--log-level",
+            "warning",
+        ],
+    )
+    daemon_factory.append(d)
+    d.start()
+    slow_done = threading.Event()
+
+    def slow() -> None:  # 16 NUMA nodes: 65535 masks to enumerate
+        with NumamemClient(d.socket, timeout=60) as c:
+            c.get_topology_hints(pod("hints", "1Gi"), "c")
+        slow_done.set()
+
+    worker = threading.Thread(target=slow)
+    worker.start()
+    time.sleep(0.05)
+    started = time.monotonic()
+    with NumamemClient(d.socket, timeout=0.2) as hurried:
+        with pytest.raises(grpc.RpcError) as info:
+            hurried.admit(pod("late"))
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert time.monotonic() - started < 1.0
+    assert not slow_done.is_set(), (
+        "the slow request must still be running for this test to mean anything"
+    )
+    worker.join(60)
+    with NumamemClient(d.socket) as c:
+        assert "late" not in c.get_state().entries  # the expired admission was never applied
+        assert c.check_health() == 1
