@@ -196,6 +196,15 @@ class NumamemClient:
             metadata=self._md(request_id),
         )
 
+    def explain(
+        self, pod: memorymanager_pb2.Pod, request_id: str | None = None
+    ) -> memorymanager_pb2.ExplainResponse:
+        return self.memory.Explain(
+            memorymanager_pb2.ExplainRequest(pod=pod),
+            timeout=self.timeout,
+            metadata=self._md(request_id),
+        )
+
     # --- metacache reader ---------------------------------------------------
 
     def get_container_entries(

@@ -91,6 +91,19 @@ def test_readme_walk_through(short_root: Path, daemon_factory: list[DaemonProces
     big = cli(d, "admit", "-f", "examples/pod-too-big.yaml")
     assert big.returncode == 3
     assert "rejected: UnexpectedAdmissionError" in big.stdout
+    why = cli(d, "explain", "-f", "examples/pod-too-big.yaml")
+    assert why.returncode == 3, why.stderr
+    assert "would be rejected: UnexpectedAdmissionError" in why.stdout
+    assert "{0,1}  no       memory: 21Gi allocatable < 64Gi requested" in why.stdout
+    why_json = json.loads(cli(d, "explain", "-f", "examples/pod-too-big.yaml", "--json").stdout)
+    assert why_json["decision"]["admitted"] is False
+    assert len(why_json["containers"][0]["masks"]) == 3
+    explained = json.loads(
+        grpcurl(d.socket, "numamem.v1.MemoryManager/Explain", opts=["-d", body]).stdout
+    )
+    assert explained["decision"]["admitted"] is True
+    released = json.loads(cli(d, "release", "nope", "--json").stdout)
+    assert released == {"released": ["nope"]}
 
 
 def test_validation_error_through_grpcurl(

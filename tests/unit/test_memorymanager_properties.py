@@ -131,8 +131,13 @@ def test_random_sequences_keep_invariants(scenario: Scenario) -> None:
         before = manager.committed()
         if kind == "admit":
             assert isinstance(arg, Pod)
+            writes = store.writes
+            explained = manager.explain(arg)
+            assert manager.committed() is before, "explain must change nothing"
+            assert store.writes == writes, "explain must write nothing"
             outcome = manager.admit(arg)
             event(f"admit: {outcome.result.reason or 'admitted'}")
+            assert explained.outcome == outcome, "explain must predict admit exactly"
             if not outcome.result.admitted:
                 assert manager.committed() is before, "a rejected pod must leave nothing behind"
         elif kind == "allocate":

@@ -314,3 +314,116 @@ def test_in_process_server_on_a_custom_machine() -> None:
         resp = server.client.admit(pod("p", container("a", "12Gi")))
         assert resp.admitted
         assert list(resp.containers[0].blocks[0].numa_affinity) == [0, 1]
+
+
+def _masks(expl: mm.ContainerExplanation) -> dict[tuple[int, ...], tuple[bool, bool, str]]:
+    return {tuple(m.numa_nodes): (m.offered, m.preferred, m.reason) for m in expl.masks}
+
+
+def test_explain_says_why_each_mask_is_refused_and_changes_nothing() -> None:
+    with serve_in_process(topology_manager_policy="single-numa-node") as server:
+        client = server.client
+        before = client.get_state()
+        resp = client.explain(TWO_NODE_POD)
+        assert (resp.topology_manager_policy, resp.topology_manager_scope) == (
+            "single-numa-node",
+            "container",
+        )
+        assert not resp.decision.admitted
+        assert resp.decision.reason == "TopologyAffinityError"
+        [ctr] = resp.containers
+        assert ctr.container_name == "a"
+        assert not ctr.admitted
+        assert dict(ctr.requested) == {"memory": 14 * GI}
+        assert _masks(ctr) == {
+            (0,): (False, False, "memory: 10Gi allocatable < 14Gi requested"),
+            (1,): (False, False, "memory: 11Gi allocatable < 14Gi requested"),
+            (0, 1): (True, True, ""),
+        }
+        assert [list(h.numa_nodes) for h in ctr.hints["memory"].hints] == [[0, 1]]
+        assert client.get_state() == before
+        # Admit agrees with the explanation.
+        admitted = client.admit(TWO_NODE_POD)
+        assert (admitted.admitted, admitted.reason) == (False, "TopologyAffinityError")
+
+
+def test_explain_names_free_memory_and_multi_numa_groups() -> None:
+    with serve_in_process(topology_manager_policy="best-effort") as server:
+        client = server.client
+        assert client.admit(pod("first", container("a", "9Gi"))).admitted  # node 0: 1Gi left
+        resp = client.explain(pod("second", container("a", "2Gi")))
+        assert resp.decision.admitted
+        assert [list(b.numa_affinity) for b in resp.decision.containers[0].blocks] == [[1]]
+        masks = _masks(resp.containers[0])
+        assert masks[(0,)] == (False, False, "memory: 1Gi free < 2Gi requested")
+        assert masks[(1,)] == (True, True, "")
+        assert masks[(0, 1)] == (False, False, "node 0 already holds single-NUMA allocations")
+        assert "second" not in client.get_state().entries
+
+    with serve_in_process(topology_manager_policy="best-effort") as server:
+        client = server.client
+        assert client.admit(TWO_NODE_POD).admitted  # a group {0,1}
+        masks = _masks(client.explain(pod("next", container("a", "2Gi"))).containers[0])
+        assert masks == {
+            (0,): (False, False, "node 0 belongs to the multi-NUMA group [0, 1]"),
+            (1,): (False, False, "node 1 belongs to the multi-NUMA group [0, 1]"),
+            (0, 1): (True, False, ""),  # the group can grow; not preferred (one node would do)
+        }
+
+
+def test_explain_pod_scope_and_notes() -> None:
+    with serve_in_process(
+        topology_manager_policy="restricted", topology_manager_scope="pod"
+    ) as server:
+        client = server.client
+        resp = client.explain(ONE_NODE_POD)
+        [step] = resp.containers
+        assert step.container_name == ""
+        assert dict(step.requested) == {"memory": 4 * GI}
+        assert step.admitted and resp.decision.admitted
+        burstable = pod("b", container("a", "1Gi", guaranteed=False))
+        [step] = client.explain(burstable).containers
+        assert step.note == "the pod's QoS class is Burstable; only Guaranteed pods get NUMA hints"
+        assert not step.masks and not step.hints
+        assert client.admit(ONE_NODE_POD).admitted
+        [step] = client.explain(ONE_NODE_POD).containers
+        # Upstream regenerates pod-scope hints by comparing the pod's request (4Gi) with the
+        # first container's blocks (2Gi): a mismatch, so no preference. Explain says so.
+        assert step.note.startswith(
+            "container 'a' already holds memory 2Gi, which does not match the request; no preference"
+        )
+    with serve_in_process(topology_manager_policy="restricted") as server:
+        assert server.client.admit(ONE_NODE_POD).admitted
+        steps = server.client.explain(ONE_NODE_POD).containers
+        assert [s.note for s in steps] == [
+            "container 'a' is already allocated; the hints repeat its affinity",
+            "container 'b' is already allocated; the hints repeat its affinity",
+        ]
+        assert [list(s.hints["memory"].hints[0].numa_nodes) for s in steps] == [[0], [0]]
+    with serve_in_process(topology_manager_policy="none") as server:
+        resp = server.client.explain(ONE_NODE_POD)
+        assert resp.decision.admitted
+        # The none policy asks for no hints; Allocate picks the policy's best hint itself.
+        assert [(c.container_name, c.admitted, len(c.hints)) for c in resp.containers] == [
+            ("a", True, 0),
+            ("b", True, 0),
+        ]
+        # The second step sees the first container's allocation on node 0.
+        assert _masks(resp.containers[1])[(0, 1)] == (
+            False,
+            False,
+            "node 0 already holds single-NUMA allocations",
+        )
+        assert _masks(resp.containers[1])[(0,)] == (True, True, "")
+
+
+def test_explain_stops_where_admission_stops() -> None:
+    with serve_in_process(topology_manager_policy="best-effort") as server:
+        resp = server.client.explain(pod("p", container("a", "2Gi"), container("b", "40Gi")))
+        assert resp.decision.reason == "UnexpectedAdmissionError"
+        assert [(c.container_name, c.admitted) for c in resp.containers] == [
+            ("a", True),
+            ("b", False),
+        ]
+        assert all(not m.offered for m in resp.containers[1].masks)
+        assert dict(server.client.get_state().entries) == {}

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
+from numamem.api.metrics import MetricsComponent
 from numamem.api.server import Component
 from numamem.api.topology import TopologyComponent
 from numamem.config import Config
@@ -21,8 +22,10 @@ def build_components(config: Config) -> Sequence[Component]:
         """Containers whose runtime id the memory manager learned through AddContainer (D8)."""
         return [(pod, name, cid) for cid, (pod, name) in memory.manager.container_map().items()]
 
-    return [
-        TopologyComponent(machine, config.sysfs_root),
-        memory,
-        MetaCacheComponent(config, memory_manager_ids),
-    ]
+    metacache = MetaCacheComponent(config, memory_manager_ids)
+    components: list[Component] = [TopologyComponent(machine, config.sysfs_root), memory, metacache]
+    if config.metrics_port is not None or config.metrics_socket is not None:
+        components.append(
+            MetricsComponent(config.metrics_port, config.metrics_socket, memory, metacache)
+        )
+    return components

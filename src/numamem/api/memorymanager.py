@@ -10,7 +10,7 @@ reach the core; the manager serialises mutations itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -24,7 +24,7 @@ from numamem.checkpoint.mmstore import KubeletStateStore
 from numamem.config import Config, Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError
 from numamem.logging import get_logger
-from numamem.memorymanager.manager import Manager, new_policy
+from numamem.memorymanager.manager import AdmitOutcome, Manager, new_policy
 from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
     validate_reserved_memory_config,
@@ -59,6 +59,21 @@ def hints_to_proto(hints: ProviderHints) -> memorymanager_pb2.GetTopologyHintsRe
             continue
         resp.hints[name].hints.extend(hint_to_proto(h) for h in lst)
         resp.hints[name].SetInParent()
+    return resp
+
+
+def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2.AdmitResponse:
+    result = outcome.result
+    resp = memorymanager_pb2.AdmitResponse(
+        admitted=result.admitted, reason=result.reason, message=result.message
+    )
+    if result.admitted:
+        for ctr in pod.all_containers():
+            resp.containers.add(
+                container_name=ctr.name,
+                affinity=hint_to_proto(result.affinities.get(ctr.name, tm.NO_AFFINITY)),
+                blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
+            )
     return resp
 
 
@@ -107,6 +122,8 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         self.manager = manager
         self.machine = machine
         self.limits = limits
+        self.on_admission: Callable[[bool, str], None] | None = None
+        """Called after each admission with (admitted, reason); set by the metrics component."""
 
     def _pod(self, msg: memorymanager_pb2.Pod, *, new_allowed: bool = True) -> Pod:
         pod = pod_from_proto(msg, self.machine, self.limits)
@@ -222,16 +239,38 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         pod = self._pod(request.pod)
         outcome = self.manager.admit(pod)
         result = outcome.result
-        resp = memorymanager_pb2.AdmitResponse(
-            admitted=result.admitted, reason=result.reason, message=result.message
+        if self.on_admission is not None:
+            self.on_admission(result.admitted, result.reason)
+        return admit_outcome_to_proto(pod, outcome)
+
+    def Explain(
+        self, request: memorymanager_pb2.ExplainRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.ExplainResponse:
+        pod = self._pod(request.pod, new_allowed=False)
+        explanation = self.manager.explain(pod)
+        resp = memorymanager_pb2.ExplainResponse(
+            topology_manager_policy=explanation.topology_policy,
+            topology_manager_scope=explanation.topology_scope,
+            decision=admit_outcome_to_proto(pod, explanation.outcome),
         )
-        if result.admitted:
-            for ctr in pod.all_containers():
-                resp.containers.add(
-                    container_name=ctr.name,
-                    affinity=hint_to_proto(result.affinities.get(ctr.name, tm.NO_AFFINITY)),
-                    blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
+        for ctr in explanation.containers:
+            msg = resp.containers.add(
+                container_name=ctr.container_name,
+                requested=ctr.explanation.requested,
+                merged=hint_to_proto(ctr.merged),
+                admitted=ctr.admitted,
+                note=ctr.explanation.note,
+            )
+            msg.hints.MergeFrom(hints_to_proto(ctr.hints).hints)
+            msg.masks.extend(
+                memorymanager_pb2.MaskVerdict(
+                    numa_nodes=v.numa_nodes,
+                    offered=v.offered,
+                    preferred=v.preferred,
+                    reason=v.reason,
                 )
+                for v in ctr.explanation.masks
+            )
         return resp
 
 
@@ -246,6 +285,13 @@ class MemoryManagerComponent:
 
     def register(self, server: grpc.Server) -> None:
         memorymanager_pb2_grpc.add_MemoryManagerServicer_to_server(self.servicer, server)
+
+    def manager_store_observers(self) -> list[Callable[[float, bool], None]]:
+        """The write observers of the memory manager's store (empty if it has none)."""
+        observers: list[Callable[[float, bool], None]] = getattr(
+            self.manager._store, "observers", []
+        )
+        return observers
 
     def start(self) -> None:
         self.manager.start()

@@ -125,6 +125,10 @@ class Daemon:
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
         self.interceptor = ServerInterceptor(self.readiness)
+        for component in self._components:
+            observe = getattr(component, "observe_rpc", None)
+            if observe is not None:
+                self.interceptor.add_observer(observe)
         options = [
             ("grpc.max_receive_message_length", cfg.limits.max_message_bytes),
             ("grpc.max_send_message_length", cfg.limits.max_message_bytes),
@@ -261,11 +265,14 @@ def acquire_lock(path: Path) -> int:
     return fd
 
 
-def prepare_socket_path(path: str) -> None:
-    """Make ``path`` free for binding, or refuse; never deletes anything but a dead socket."""
+def prepare_socket_path(path: str, flag: str = "--socket") -> None:
+    """Make ``path`` free for binding, or refuse; never deletes anything but a dead socket.
+
+    ``flag`` names the option the path came from, for the messages.
+    """
     if len(path.encode()) > MAX_SOCKET_PATH:
         raise StartupError(
-            f"--socket {path!r} is {len(path.encode())} bytes long; unix socket paths are limited "
+            f"{flag} {path!r} is {len(path.encode())} bytes long; unix socket paths are limited "
             f"to {MAX_SOCKET_PATH}: choose a shorter path"
         )
     try:
@@ -274,8 +281,8 @@ def prepare_socket_path(path: str) -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise StartupError(
-            f"--socket {path!r} exists and is not a socket; numamem never deletes it: "
-            "remove it yourself or choose another --socket"
+            f"{flag} {path!r} exists and is not a socket; numamem never deletes it: "
+            f"remove it yourself or choose another {flag}"
         )
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
@@ -288,5 +295,5 @@ def prepare_socket_path(path: str) -> None:
     finally:
         probe.close()
     raise StartupError(
-        f"--socket {path!r} is served by another live process; stop it or choose another --socket"
+        f"{flag} {path!r} is served by another live process; stop it or choose another {flag}"
     )

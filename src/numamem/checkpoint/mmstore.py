@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from numamem.checkpoint import kubelet
@@ -71,6 +72,8 @@ class KubeletStateStore:
         self._last_map: dict[str, ContainerRef] = {}
         self._map_dirty = False
         self.writes = 0
+        self.observers: list[Callable[[float, bool], None]] = []
+        """Called after each write of memory_manager_state with (seconds, succeeded)."""
 
     # --- restore ---------------------------------------------------------------
 
@@ -140,12 +143,15 @@ class KubeletStateStore:
         if adds:
             self._write_map(new_map)
         if state != self._last_state:
+            started = time.perf_counter()
             try:
                 self._write(self.state_path, state)
             except PersistenceError:
+                self._observe(time.perf_counter() - started, ok=False)
                 if adds:
                     self._best_effort_map(old_map)
                 raise
+            self._observe(time.perf_counter() - started, ok=True)
             self._last_state = state
         if not adds and (new_map != old_map or self._map_dirty):
             try:
@@ -157,6 +163,10 @@ class KubeletStateStore:
                     error=str(err),
                 )
         self._last_map = new_map
+
+    def _observe(self, seconds: float, *, ok: bool) -> None:
+        for observer in self.observers:
+            observer(seconds, ok)
 
     def _write(self, path: Path, data: bytes) -> None:
         previous = read_file(path)

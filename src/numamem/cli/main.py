@@ -1,7 +1,7 @@
 """``numamem`` command line: ``serve`` runs the daemon, the other commands are clients.
 
 Exit codes: 0 success; 1 the command failed (daemon refused to start, RPC
-error, bad input); 2 usage error (argparse); 3 ``admit`` rejected the pod.
+error, bad input); 2 usage error (argparse); 3 ``admit`` rejected the pod (``explain``: would reject it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="numamem",
         description="Node-local NUMA memory manager and metadata cache (gRPC on a unix socket).",
-        epilog="Exit codes: 0 success, 1 failure (one line on stderr), 2 usage error, 3 pod rejected (admit).",
+        epilog="Exit codes: 0 success, 1 failure (one line on stderr), 2 usage error, 3 pod rejected (admit) or would be (explain).",
     )
     parser.add_argument("--version", action="version", version=f"numamem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -1,8 +1,9 @@
-"""Pod commands against the memory manager: ``hints``, ``admit``, ``release``."""
+"""Pod commands against the memory manager: ``hints``, ``explain``, ``admit``, ``release``."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 from numamem.cli.common import (
@@ -37,6 +38,21 @@ def add_parsers(sub: Any) -> None:
     add_client_args(hints)
     hints.set_defaults(run=client_command(run_hints))
 
+    explain = sub.add_parser(
+        "explain",
+        help="explain what admitting a pod manifest would decide, and why (changes nothing)",
+        description=(
+            "Run admission without allocating: the decision, each container's request, hints and merged "
+            "hint, and for every NUMA mask why it was or was not offered. Exit code 3 when the pod would "
+            "be rejected."
+        ),
+    )
+    explain.add_argument(
+        "-f", "--file", required=True, help="Pod manifest (YAML or JSON; - for stdin)"
+    )
+    add_client_args(explain)
+    explain.set_defaults(run=client_command(run_explain))
+
     admit = sub.add_parser(
         "admit",
         help="admit a pod manifest (topology-manager admission, all-or-nothing)",
@@ -61,7 +77,7 @@ def add_parsers(sub: Any) -> None:
         description="RemoveContainer for each id; an unknown id is not an error.",
     )
     release.add_argument("container_ids", nargs="+", metavar="CONTAINER_ID")
-    add_client_args(release, json_flag=False)
+    add_client_args(release)
     release.set_defaults(run=client_command(run_release))
 
 
@@ -151,5 +167,62 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
 def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
     for cid in args.container_ids:
         client.remove_container(cid)
-        print(f"released {cid}")
+        if not args.json:
+            print(f"released {cid}")
+    if args.json:
+        print_json({"released": args.container_ids})
     return EXIT_OK
+
+
+def _nodes_text(nodes: Sequence[int]) -> str:
+    return "{" + (",".join(map(str, nodes)) or "any") + "}"
+
+
+def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
+    pod = _pod(args)
+    if isinstance(pod, int):
+        return pod
+    resp = client.explain(pod)
+    decision = resp.decision
+    if args.json:
+        print_json(message_to_dict(resp))
+        return EXIT_OK if decision.admitted else EXIT_REJECTED
+    print(
+        f"topology manager: policy {resp.topology_manager_policy}, "
+        f"scope {resp.topology_manager_scope}"
+    )
+    if decision.admitted:
+        print(f"pod {pod.uid} would be admitted")
+    else:
+        print(f"pod {pod.uid} would be rejected: {decision.reason}: {decision.message}")
+    if not resp.containers:
+        print("nothing to explain: no container reached hinting or allocation")
+    for ctr in resp.containers:
+        print()
+        print(f"{ctr.container_name or '(pod)'}: {'ok' if ctr.admitted else 'NOT ADMITTED'}")
+        requested = ", ".join(f"{k} {human_bytes(v)}" for k, v in sorted(ctr.requested.items()))
+        print(f"  requested: {requested or 'nothing pinned'}")
+        if ctr.note:
+            print(f"  note: {ctr.note}")
+        if ctr.masks and not ctr.hints:
+            print("  hints: none, no mask qualifies (the memory manager then states no preference)")
+        for resource in sorted(ctr.hints):
+            hints = ctr.hints[resource].hints
+            print(
+                f"  hints {resource}: {'  '.join(_hint_text(h) for h in hints) or 'none possible'}"
+            )
+        if ctr.hints or ctr.merged.numa_nodes:
+            print(f"  merged: {_hint_text(ctr.merged)}")
+        else:
+            print("  affinity: none given; the memory manager picks its own best hint")
+        if ctr.masks:
+            rows = [
+                [
+                    "  " + _nodes_text(m.numa_nodes),
+                    ("preferred" if m.preferred else "offered") if m.offered else "no",
+                    m.reason,
+                ]
+                for m in ctr.masks
+            ]
+            print_table(["  MASK", "OFFERED", "WHY NOT"], rows)
+    return EXIT_OK if decision.admitted else EXIT_REJECTED

@@ -33,7 +33,7 @@ from numamem.config import ReservedMemory
 from numamem.errors import AllocationError, ConfigError, NotFoundError
 from numamem.logging import get_logger
 from numamem.memorymanager.containermap import ContainerMap, ContainerRef
-from numamem.memorymanager.policy import NonePolicy, Policy
+from numamem.memorymanager.policy import HintExplanation, NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
 from numamem.memorymanager.state import Block, MemoryState, State, StateReader
@@ -81,6 +81,52 @@ class _TransactionProvider:
 
     def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
         self._policy.allocate(self._state, pod, container, affinity)
+
+
+class _ExplainingProvider(_TransactionProvider):
+    """A transaction provider that also records what the policy considered."""
+
+    def __init__(self, policy: Policy, state: State) -> None:
+        super().__init__(policy, state)
+        self.explanations: dict[str, HintExplanation] = {}
+        self.allocated: set[str] = set()
+
+    def get_topology_hints(self, pod: Pod, container: Container) -> ProviderHints:
+        self.explanations[container.name] = self._policy.explain(self._state, pod, container)
+        return super().get_topology_hints(pod, container)
+
+    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
+        self.explanations[""] = self._policy.explain(self._state, pod, None)
+        return super().get_pod_topology_hints(pod)
+
+    def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
+        if affinity.affinity is None and container.name not in self.explanations:
+            # No affinity (the none policy, or no preference): the policy picks
+            # its own best hint, so explain that choice.
+            self.explanations[container.name] = self._policy.explain(self._state, pod, container)
+        super().allocate(pod, container, affinity)
+        self.allocated.add(container.name)
+
+
+@dataclass
+class ContainerExplanation:
+    """One hinting step of an explained admission ("" = the pod scope's single step)."""
+
+    container_name: str
+    explanation: HintExplanation
+    hints: ProviderHints
+    merged: TopologyHint
+    admitted: bool
+
+
+@dataclass
+class Explanation:
+    """The result of :meth:`Manager.explain`."""
+
+    topology_policy: str
+    topology_scope: str
+    outcome: AdmitOutcome
+    containers: list[ContainerExplanation]
 
 
 class Manager:
@@ -292,6 +338,43 @@ class Manager:
             for ctr in pod.all_containers():
                 outcome.blocks[ctr.name] = self._state.get_memory_blocks(pod.uid, ctr.name) or []
             return outcome
+
+    def explain(self, pod: Pod) -> Explanation:
+        """What :meth:`admit` would decide now, and why; changes nothing.
+
+        Admission runs on a fork that is always dropped (the policy's private
+        state is restored), so nothing is written. Unlike Admit, stale state is
+        not removed first. Only the steps admission reached are explained: each
+        hint request, and each Allocate without an affinity (where the policy
+        picks its own hint).
+        """
+        if self._topology_policy is None:
+            raise AllocationError("explain needs a topology manager policy")
+        with self._lock:
+            work = self._state.fork()
+            policy_snapshot = self.policy.snapshot()
+            provider = _ExplainingProvider(self.policy, work)
+            try:
+                result = admission.admit(
+                    pod, self._topology_policy, self._topology_scope, [provider]
+                )
+            finally:
+                self.policy.restore(policy_snapshot)
+        outcome = AdmitOutcome(result)
+        if result.admitted:
+            for ctr in pod.all_containers():
+                outcome.blocks[ctr.name] = work.get_memory_blocks(pod.uid, ctr.name) or []
+        containers = [
+            ContainerExplanation(
+                name,
+                explanation,
+                (result.hints.get(name) or [None])[0],
+                result.merged.get(name, NO_AFFINITY),
+                result.admitted if name == "" else name in provider.allocated,
+            )
+            for name, explanation in provider.explanations.items()
+        ]
+        return Explanation(self._topology_policy.name, self._topology_scope, outcome, containers)
 
     # --- readers ---------------------------------------------------------------
 

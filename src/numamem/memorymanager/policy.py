@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from numamem.memorymanager.state import Block, State, StateReader
 from numamem.pod import Container, Pod
 from numamem.topologymanager.policy import ProviderHints, TopologyHint
+
+
+@dataclass(frozen=True)
+class MaskVerdict:
+    """Why one NUMA mask was or was not offered as a hint."""
+
+    numa_nodes: tuple[int, ...]
+    offered: bool
+    preferred: bool = False
+    reason: str = ""
+    """Why it was not offered; empty when it was."""
+
+
+@dataclass
+class HintExplanation:
+    """What a policy considered when hinting one container (or, pod scope, one pod)."""
+
+    requested: dict[str, int] = field(default_factory=dict)
+    masks: list[MaskVerdict] = field(default_factory=list)
+    note: str = ""
+    """Why there is no mask scan (no hints, or hints repeated from stored blocks)."""
 
 
 class Policy(Protocol):
@@ -32,6 +54,9 @@ class Policy(Protocol):
     def get_pod_topology_hints(self, state: StateReader, pod: Pod) -> ProviderHints: ...
 
     def get_allocatable_memory(self, state: StateReader) -> list[Block]: ...
+
+    def explain(self, state: StateReader, pod: Pod, container: Container | None) -> HintExplanation:
+        """Why the hints for ``container`` (None: the pod scope) are what they are. Read-only."""
 
     def can_allocate_exclusively(self) -> bool: ...
 
@@ -67,6 +92,9 @@ class NonePolicy:
 
     def get_allocatable_memory(self, state: StateReader) -> list[Block]:
         return []
+
+    def explain(self, state: StateReader, pod: Pod, container: Container | None) -> HintExplanation:
+        return HintExplanation(note="the None policy pins no memory and gives no hints")
 
     def can_allocate_exclusively(self) -> bool:
         return False

@@ -47,6 +47,7 @@ from numamem.errors import (
     StateMismatchError,
     UnsupportedResourceError,
 )
+from numamem.memorymanager.policy import HintExplanation, MaskVerdict
 from numamem.memorymanager.reserved import SystemReservedMemory
 from numamem.memorymanager.state import (
     MEMORY,
@@ -59,7 +60,7 @@ from numamem.memorymanager.state import (
     is_memory_resource,
 )
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
-from numamem.quantity import Quantity
+from numamem.quantity import Format, Quantity
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.policy import TopologyHint
@@ -216,38 +217,105 @@ class StaticPolicy:
     def get_topology_hints(
         self, state: StateReader, pod: Pod, container: Container
     ) -> Hints | None:
-        if pod_qos(pod) != GUARANTEED:
+        return self._hints(state, pod, container)
+
+    def get_pod_topology_hints(self, state: StateReader, pod: Pod) -> Hints | None:
+        return self._hints(state, pod, None)
+
+    def _hints(self, state: StateReader, pod: Pod, container: Container | None) -> Hints | None:
+        source = self._hint_source(state, pod, container)
+        if isinstance(source, str):
             return None
-        try:
-            requested = container_requested_resources(container)
-        except AllocationError:
-            return None
-        if not requested:
-            return None
-        blocks = state.get_memory_blocks(pod.uid, container.name)
+        requested, blocks, _ = source
         if blocks is not None:
             return regenerate_hints(blocks, requested)
         return self.calculate_hints(state.get_machine_state(), pod, requested)
 
-    def get_pod_topology_hints(self, state: StateReader, pod: Pod) -> Hints | None:
-        if pod_qos(pod) != GUARANTEED:
-            return None
+    def _hint_source(
+        self, state: StateReader, pod: Pod, container: Container | None
+    ) -> tuple[Requested, list[Block] | None, str] | str:
+        """The request, the stored blocks hints derive from and their container, or why no hints.
+
+        ``container`` None is the pod scope: the pod's request, and the blocks of
+        the first container that has any.
+        """
+        qos = pod_qos(pod)
+        if qos != GUARANTEED:
+            return f"the pod's QoS class is {qos}; only Guaranteed pods get NUMA hints"
         try:
-            requested = pod_requested_resources(pod)
-        except AllocationError:
-            return None
+            if container is None:
+                requested = pod_requested_resources(pod)
+            else:
+                requested = container_requested_resources(container)
+        except AllocationError as err:
+            return f"{err}; no hints"
         if not requested:
-            return None
+            return "no memory or hugepages requested; no hints"
+        if container is not None:
+            return requested, state.get_memory_blocks(pod.uid, container.name), container.name
         for ctr in pod.all_containers():
             blocks = state.get_memory_blocks(pod.uid, ctr.name)
             if blocks is not None:
-                return regenerate_hints(blocks, requested)
-        return self.calculate_hints(state.get_machine_state(), pod, requested)
+                return requested, blocks, ctr.name
+        return requested, None, ""
+
+    def explain(self, state: StateReader, pod: Pod, container: Container | None) -> HintExplanation:
+        source = self._hint_source(state, pod, container)
+        if isinstance(source, str):
+            return HintExplanation(note=source)
+        requested, blocks, owner = source
+        if blocks is not None:
+            if regenerate_hints(blocks, requested) is None:
+                stored = ", ".join(f"{b.type} {_q(b.size)}" for b in blocks)
+                note = (
+                    f"container {owner!r} already holds {stored}, which does not match the request; "
+                    "no preference"
+                )
+                if container is None:
+                    note += " (in the pod scope the kubelet compares the pod's request with one container's blocks)"
+                elif pod.is_regular_init_container(owner):
+                    note += " (later containers reuse an init container's memory)"
+            else:
+                note = f"container {owner!r} is already allocated; the hints repeat its affinity"
+            return HintExplanation(dict(requested), note=note)
+        verdicts: list[tuple[int, str]] = []
+        _, min_affinity_size = self._scan_masks(state.get_machine_state(), pod, requested, verdicts)
+        return HintExplanation(
+            dict(requested),
+            [
+                MaskVerdict(
+                    tuple(bitmask.get_bits(mask)),
+                    offered=not reason,
+                    preferred=not reason and mask.bit_count() == min_affinity_size,
+                    reason=reason,
+                )
+                for mask, reason in verdicts
+            ],
+        )
 
     def calculate_hints(
         self, machine_state: MachineState, pod: Pod, requested: Mapping[str, int]
     ) -> Hints:
         """``calculateHints``: see the module docstring; ``{}`` when no mask qualifies."""
+        masks, min_affinity_size = self._scan_masks(machine_state, pod, requested, None)
+        hints: Hints = {}
+        if masks:
+            for name in requested:
+                hints[name] = [TopologyHint(m, m.bit_count() == min_affinity_size) for m in masks]
+        return hints
+
+    def _scan_masks(
+        self,
+        machine_state: MachineState,
+        pod: Pod,
+        requested: Mapping[str, int],
+        verdicts: list[tuple[int, str]] | None,
+    ) -> tuple[list[int], int]:
+        """The qualifying masks (smallest first) and the preferred mask size.
+
+        With ``verdicts``, appends (mask, why it does not qualify or "") for every
+        mask; reasons are only formatted then, so hinting stays lean.
+        """
         nodes = sorted(machine_state)
         min_affinity_size = len(nodes)
         reuse = self._reuse.get(pod.uid, {})
@@ -256,7 +324,8 @@ class StaticPolicy:
         for mask in bitmask.iterate_masks(nodes):
             bits = bitmask.get_bits(mask)
             single = len(bits) == 1
-            fits = True
+            missing: int | None = None
+            short: str | None = None
             for name, size in requested.items():
                 allocatable = 0
                 for n in bits:
@@ -264,32 +333,53 @@ class StaticPolicy:
                     if table is None:
                         # A node without this memory type can never hold a block of it
                         # (kubelet would dereference a nil table here).
-                        allocatable = -1
+                        missing = n
                         break
                     allocatable += table.allocatable
-                if allocatable < size:
-                    fits = False
+                if missing is not None or allocatable < size:
+                    short = name
                     break
-            if not fits:
+            if short is not None:
+                if verdicts is not None:
+                    verdicts.append(
+                        (mask, _why_not_allocatable(tables, bits, short, requested, missing))
+                    )
                 continue
             min_affinity_size = min(min_affinity_size, len(bits))
-            if single and len(_node(machine_state, bits[0]).cells or ()) > 1:
-                continue
-            if not single and not _group_usable(machine_state, bits):
-                continue
-            enough = True
+            if single:
+                cells = _node(machine_state, bits[0]).cells or []
+                if len(cells) > 1:
+                    if verdicts is not None:
+                        verdicts.append(
+                            (
+                                mask,
+                                f"node {bits[0]} belongs to the multi-NUMA group {sorted(cells)}",
+                            )
+                        )
+                    continue
+            else:
+                conflict = _group_conflict(machine_state, bits)
+                if conflict is not None:
+                    if verdicts is not None:
+                        verdicts.append((mask, _why_group_conflict(machine_state, conflict)))
+                    continue
             for name, size in requested.items():
                 free = sum(tables[n][name].free for n in bits)
-                if free + reuse.get(mask, {}).get(name, 0) < size:
-                    enough = False
+                reusable = reuse.get(mask, {}).get(name, 0)
+                if free + reusable < size:
+                    if verdicts is not None:
+                        extra = (
+                            f" + {_q(reusable)} reusable from init containers" if reusable else ""
+                        )
+                        verdicts.append(
+                            (mask, f"{name}: {_q(free)} free{extra} < {_q(size)} requested")
+                        )
                     break
-            if enough:
+            else:
                 masks.append(mask)
-        hints: Hints = {}
-        if masks:
-            for name in requested:
-                hints[name] = [TopologyHint(m, m.bit_count() == min_affinity_size) for m in masks]
-        return hints
+                if verdicts is not None:
+                    verdicts.append((mask, ""))
+        return masks, min_affinity_size
 
     # --- allocate ------------------------------------------------------------
 
@@ -467,15 +557,43 @@ def _node(machine_state: MachineState, node_id: int) -> NUMANodeState:
     return node
 
 
-def _group_usable(machine_state: MachineState, bits: Sequence[int]) -> bool:
-    """A multi-node mask may use a node only if it is unused or already in exactly this group."""
+def _group_conflict(machine_state: MachineState, bits: Sequence[int]) -> int | None:
+    """The first node a multi-node mask may not use, or None.
+
+    A multi-node mask may use a node only if it is unused or already in exactly this group.
+    """
     for n in bits:
         node = _node(machine_state, n)
         if node.number_of_assignments > 0:
             cells = node.cells or []
             if len(cells) == 1 or sorted(cells) != list(bits):
-                return False
-    return True
+                return n
+    return None
+
+
+def _why_group_conflict(machine_state: MachineState, node_id: int) -> str:
+    cells = sorted(_node(machine_state, node_id).cells or [])
+    if len(cells) == 1:
+        return f"node {node_id} already holds single-NUMA allocations"
+    return f"node {node_id} belongs to the multi-NUMA group {cells}"
+
+
+def _why_not_allocatable(
+    tables: Mapping[int, Mapping[str, MemoryTable]],
+    bits: Sequence[int],
+    name: str,
+    requested: Mapping[str, int],
+    missing: int | None,
+) -> str:
+    if missing is not None:
+        return f"node {missing} has no {name}"
+    allocatable = sum(tables[n][name].allocatable for n in bits)
+    return f"{name}: {_q(allocatable)} allocatable < {_q(requested[name])} requested"
+
+
+def _q(size: int) -> str:
+    """Bytes as a Kubernetes quantity, e.g. ``10Gi``."""
+    return str(Quantity.from_int(size, Format.BINARY_SI))
 
 
 def _violates_numa_allocations(machine_state: MachineState, mask: int) -> bool:
@@ -491,7 +609,7 @@ def _violates_numa_allocations(machine_state: MachineState, mask: int) -> bool:
     if len(bits) == 1:
         node = _node(machine_state, bits[0])
         return node.number_of_assignments > 0 and len(node.cells or ()) > 1
-    return not _group_usable(machine_state, bits)
+    return _group_conflict(machine_state, bits) is not None
 
 
 def _affinity_satisfies(

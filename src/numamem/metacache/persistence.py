@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,8 @@ class CheckpointPersister:
         self.faults = faults
         self.writes = 0
         self._last: bytes | None = None
+        self.observers: list[Callable[[float, bool], None]] = []
+        """Called after each write with (seconds, succeeded)."""
 
     def load(self, *, discard_corrupt: bool = False) -> State | None:
         """The stored state, or None when there is no file. See the module docstring for refusals."""
@@ -148,6 +151,19 @@ class CheckpointPersister:
         data = encode(state)
         if data == self._last:
             return
+        started = time.perf_counter()
+        try:
+            self._atomic(data)
+        except PersistenceError:
+            for observer in self.observers:
+                observer(time.perf_counter() - started, False)
+            raise
+        for observer in self.observers:
+            observer(time.perf_counter() - started, True)
+        self._last = data
+        self.writes += 1
+
+    def _atomic(self, data: bytes) -> None:
         try:
             atomic_write(self.path, data, faults=self.faults)
         except DirSyncError:
@@ -159,5 +175,3 @@ class CheckpointPersister:
                         "could not restore the previous metacache checkpoint", error=str(err)
                     )
             raise
-        self._last = data
-        self.writes += 1

@@ -1,0 +1,287 @@
+"""Prometheus metrics on ``--metrics-port`` (TCP) or ``--metrics-socket`` (HTTP on a unix socket).
+
+State gauges are computed at scrape time from the committed (immutable) states,
+so operations pay nothing for them. Events are counted where they happen:
+RPCs (the interceptor's observer), admissions, checkpoint writes, collector
+rounds. All metrics live in the daemon's own registry (not the global one).
+
+| metric | labels |
+|---|---|
+| ``numamem_numa_memory_bytes`` | node, resource, kind (total, system_reserved, allocatable, reserved, free) |
+| ``numamem_numa_assignments`` | node |
+| ``numamem_numa_group_info`` | node, group (the ``cells``, e.g. ``0,1``) |
+| ``numamem_memory_manager_pods``, ``numamem_memory_manager_containers`` | |
+| ``numamem_admissions_total`` | result (admitted, rejected), reason |
+| ``numamem_rpc_requests_total`` | method, code |
+| ``numamem_rpc_duration_seconds`` (histogram) | method, code |
+| ``numamem_checkpoint_write_duration_seconds`` (histogram), ``numamem_checkpoint_write_failures_total`` | file |
+| ``numamem_metacache_entries`` | kind (containers, pods, pools, regions) |
+| ``numamem_collector_sample_duration_seconds`` (histogram), ``numamem_collector_errors_total`` | |
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socketserver
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import MetricsHandler
+from prometheus_client.registry import Collector
+
+from numamem.api.server import prepare_socket_path
+from numamem.errors import StartupError
+from numamem.memorymanager.manager import Manager
+from numamem.metacache.cache import MetaCache
+
+_LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+)
+
+
+class Metrics:
+    """The daemon's registry and event metrics. Thread-safe (prometheus_client is)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.rpc_requests = Counter(
+            "numamem_rpc_requests_total", "RPCs served", ["method", "code"], registry=self.registry
+        )
+        self.rpc_duration = Histogram(
+            "numamem_rpc_duration_seconds",
+            "RPC handling time",
+            ["method", "code"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.admissions = Counter(
+            "numamem_admissions_total",
+            "Pod admissions",
+            ["result", "reason"],
+            registry=self.registry,
+        )
+        self.checkpoint_duration = Histogram(
+            "numamem_checkpoint_write_duration_seconds",
+            "Atomic checkpoint write time",
+            ["file"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.checkpoint_failures = Counter(
+            "numamem_checkpoint_write_failures_total",
+            "Failed checkpoint writes",
+            ["file"],
+            registry=self.registry,
+        )
+        self.collector_duration = Histogram(
+            "numamem_collector_sample_duration_seconds",
+            "Time of one metrics collection round",
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+        )
+        self.collector_errors = Counter(
+            "numamem_collector_errors_total",
+            "Container cgroups that could not be read",
+            registry=self.registry,
+        )
+
+    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+        self.rpc_requests.labels(method, code).inc()
+        self.rpc_duration.labels(method, code).observe(seconds)
+
+    def observe_admission(self, admitted: bool, reason: str) -> None:
+        self.admissions.labels("admitted" if admitted else "rejected", reason).inc()
+
+    def checkpoint_observer(self, file: str) -> Callable[[float, bool], None]:
+        def observe(seconds: float, ok: bool) -> None:
+            if ok:
+                self.checkpoint_duration.labels(file).observe(seconds)
+            else:
+                self.checkpoint_failures.labels(file).inc()
+
+        return observe
+
+    def observe_collector(self, seconds: float, errors: int) -> None:
+        self.collector_duration.observe(seconds)
+        if errors:
+            self.collector_errors.inc(errors)
+
+    def add_state(
+        self, manager: Callable[[], Manager | None], cache: Callable[[], MetaCache | None]
+    ) -> None:
+        self.registry.register(_StateCollector(manager, cache))
+
+
+class _StateCollector(Collector):
+    """Gauges read from the committed states at scrape time."""
+
+    def __init__(
+        self, manager: Callable[[], Manager | None], cache: Callable[[], MetaCache | None]
+    ) -> None:
+        self._manager = manager
+        self._cache = cache
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        manager = self._manager()
+        if manager is not None:
+            state = manager.committed()
+            memory = GaugeMetricFamily(
+                "numamem_numa_memory_bytes",
+                "Memory per NUMA node, type and kind",
+                labels=["node", "resource", "kind"],
+            )
+            assignments = GaugeMetricFamily(
+                "numamem_numa_assignments", "Memory blocks on the node", labels=["node"]
+            )
+            groups = GaugeMetricFamily(
+                "numamem_numa_group_info", "The node's NUMA group (cells)", labels=["node", "group"]
+            )
+            for node_id, node in sorted(state.machine_view().items()):
+                if node is None:
+                    continue
+                n = str(node_id)
+                for name, t in sorted((node.memory_map or {}).items()):
+                    for kind, value in (
+                        ("total", t.total),
+                        ("system_reserved", t.system_reserved),
+                        ("allocatable", t.allocatable),
+                        ("reserved", t.reserved),
+                        ("free", t.free),
+                    ):
+                        memory.add_metric([n, name, kind], value)
+                assignments.add_metric([n], node.number_of_assignments)
+                groups.add_metric([n, ",".join(map(str, node.cells or []))], 1)
+            yield memory
+            yield assignments
+            yield groups
+            yield GaugeMetricFamily(
+                "numamem_memory_manager_pods", "Pods with memory state", value=state.pod_count()
+            )
+            yield GaugeMetricFamily(
+                "numamem_memory_manager_containers",
+                "Containers with memory state",
+                value=sum(1 for _ in state.iter_containers()),
+            )
+        cache = self._cache()
+        if cache is not None:
+            s = cache.state()
+            entries = GaugeMetricFamily(
+                "numamem_metacache_entries", "Metacache entries", labels=["kind"]
+            )
+            entries.add_metric(["containers"], sum(len(c) for c in s.pods.values()))
+            entries.add_metric(["pods"], len(s.pods))
+            entries.add_metric(["pools"], len(s.pools))
+            entries.add_metric(["regions"], len(s.regions))
+            yield entries
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self) -> tuple[Any, Any]:
+        request, _ = super().get_request()
+        return request, ("unix", 0)  # BaseHTTPRequestHandler wants a (host, port) client address
+
+
+class MetricsComponent:
+    """Wires the metrics to the other components and serves them (only when enabled).
+
+    A component with an ``observe_rpc`` method gets every RPC from the daemon's
+    interceptor.
+    """
+
+    service_names: Sequence[str] = ()
+
+    def __init__(
+        self, port: int | None, socket_path: str | None, memory: Any, metacache: Any
+    ) -> None:
+        self.metrics = Metrics()
+        self._port, self._socket = port, socket_path
+        self._memory, self._metacache = memory, metacache
+        self._server: MetricsServer | None = None
+        self.metrics.add_state(lambda: memory.manager, lambda: metacache.cache)
+
+    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+        self.metrics.observe_rpc(method, code, seconds)
+
+    def register(self, server: Any) -> None:
+        return None
+
+    def start(self) -> None:
+        m = self.metrics
+        self._memory.manager_store_observers().append(m.checkpoint_observer("memory_manager_state"))
+        if self._metacache.persister is not None:
+            self._metacache.persister.observers.append(m.checkpoint_observer("sys_advisor_state"))
+        self._metacache.collector.observers.append(m.observe_collector)
+        self._memory.servicer.on_admission = m.observe_admission
+        self._server = MetricsServer(m, self._port, self._socket)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+class MetricsServer:
+    """Serves /metrics on a TCP port or a unix socket; stop() closes it."""
+
+    def __init__(self, metrics: Metrics, port: int | None, socket_path: str | None) -> None:
+        self._stops: list[Callable[[], None]] = []
+        if port is not None:
+            try:
+                server, thread = start_http_server(port, registry=metrics.registry)
+            except OSError as err:
+                raise StartupError(f"--metrics-port {port}: cannot listen: {err.strerror}") from err
+
+            def stop_tcp() -> None:
+                server.shutdown()
+                server.server_close()
+                thread.join(5)
+
+            self._stops.append(stop_tcp)
+        if socket_path is not None:
+            prepare_socket_path(socket_path, "--metrics-socket")
+            old = os.umask(0o117)
+            try:
+                unix = _UnixHTTPServer(socket_path, MetricsHandler.factory(metrics.registry))
+            except OSError as err:
+                raise StartupError(
+                    f"--metrics-socket {socket_path!r}: cannot listen: {err.strerror}"
+                ) from err
+            finally:
+                os.umask(old)
+            thread = threading.Thread(target=unix.serve_forever, name="metrics-unix", daemon=True)
+            thread.start()
+
+            def stop_unix() -> None:
+                unix.shutdown()
+                unix.server_close()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(socket_path)
+
+            self._stops.append(stop_unix)
+
+    def stop(self) -> None:
+        for stop in self._stops:
+            stop()
+        self._stops = []

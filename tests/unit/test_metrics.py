@@ -1,0 +1,149 @@
+"""Prometheus metrics over HTTP on a unix socket and on a TCP port."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import urllib.request
+
+import pytest
+
+from numamem.errors import StartupError
+from numamem.testing.server import serve_in_process
+from numamem.v1 import memorymanager_pb2 as mm
+from numamem.v1 import metacache_pb2 as mc
+from tests.daemon import short_tmpdir
+
+GI = 1024**3
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost")
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.path)
+
+
+def scrape_unix(path: str) -> str:
+    conn = UnixHTTPConnection(path)
+    conn.request("GET", "/metrics")
+    body = conn.getresponse().read().decode()
+    conn.close()
+    return body
+
+
+def value(text: str, line_start: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {line_start!r}")
+
+
+def pod(uid: str, memory: str) -> mm.Pod:
+    res = {"cpu": "1", "memory": memory}
+    return mm.Pod(uid=uid, containers=[mm.Container(name="c", requests=res, limits=res)])
+
+
+def test_metrics_on_a_unix_socket() -> None:
+    root = short_tmpdir()
+    with serve_in_process(
+        root=root,
+        metrics_socket=str(root / "metrics.sock"),
+        topology_manager_policy="single-numa-node",
+    ) as server:
+        c = server.client
+        assert not c.admit(pod("wide", "14Gi")).admitted  # needs two nodes: TopologyAffinityError
+        assert c.admit(pod("p1", "2Gi")).admitted
+        c.set_container_info(mc.ContainerInfo(pod_uid="p", container_name="c"))
+        c.set_pool_info(mc.PoolInfo(pool_name="share"))
+        text = scrape_unix(str(root / "metrics.sock"))
+    assert (
+        value(text, 'numamem_numa_memory_bytes{kind="reserved",node="0",resource="memory"}')
+        == 2 * GI
+    )
+    assert (
+        value(text, 'numamem_numa_memory_bytes{kind="allocatable",node="1",resource="memory"}')
+        == 11 * GI
+    )
+    assert (
+        value(text, 'numamem_numa_memory_bytes{kind="total",node="0",resource="hugepages-1Gi"}')
+        == 4 * GI
+    )
+    assert value(text, 'numamem_numa_assignments{node="0"}') == 1
+    assert value(text, 'numamem_numa_group_info{group="0",node="0"}') == 1
+    assert value(text, "numamem_memory_manager_pods") == 1
+    assert value(text, 'numamem_admissions_total{reason="",result="admitted"}') == 1
+    assert (
+        value(text, 'numamem_admissions_total{reason="TopologyAffinityError",result="rejected"}')
+        == 1
+    )
+    assert (
+        value(
+            text, 'numamem_rpc_requests_total{code="OK",method="/numamem.v1.MemoryManager/Admit"}'
+        )
+        == 2
+    )
+    assert (
+        value(
+            text,
+            'numamem_rpc_duration_seconds_count{code="OK",method="/numamem.v1.MemoryManager/Admit"}',
+        )
+        == 2
+    )
+    assert (
+        value(text, 'numamem_checkpoint_write_duration_seconds_count{file="memory_manager_state"}')
+        >= 1
+    )
+    assert (
+        value(text, 'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state"}')
+        >= 2
+    )
+    assert value(text, 'numamem_metacache_entries{kind="containers"}') == 1
+    assert value(text, 'numamem_metacache_entries{kind="pools"}') == 1
+
+
+def test_metrics_on_a_tcp_port() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with serve_in_process(metrics_port=port) as server:
+        server.client.get_state()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    assert (
+        value(
+            text,
+            'numamem_rpc_requests_total{code="OK",method="/numamem.v1.MemoryManager/GetState"}',
+        )
+        == 1
+    )
+    assert "numamem_numa_memory_bytes" in text
+
+
+def test_no_metrics_listener_unless_asked() -> None:
+    with serve_in_process() as server:
+        assert not any(type(c).__name__ == "MetricsComponent" for c in server.daemon._components)
+
+
+def test_metrics_socket_never_replaces_a_file_or_a_live_socket() -> None:
+    root = short_tmpdir()
+    occupied = root / "metrics.sock"
+    occupied.write_text("not a socket")
+    with (
+        pytest.raises(StartupError, match=r"--metrics-socket .* exists and is not a socket"),
+        serve_in_process(root=root, metrics_socket=str(occupied)),
+    ):
+        pass
+    assert occupied.read_text() == "not a socket"
+    occupied.unlink()
+    with socket.socket(socket.AF_UNIX) as live:
+        live.bind(str(occupied))
+        live.listen()
+        with (
+            pytest.raises(StartupError, match="is served by another live process"),
+            serve_in_process(root=root, metrics_socket=str(occupied)),
+        ):
+            pass
