@@ -9,7 +9,7 @@ PROTOS := $(wildcard proto/numamem/v1/*.proto)
 RUN_DIR   ?= .numamem
 RUN_FLAGS ?=
 
-.PHONY: all install test lint typecheck unit run bench soak clean
+.PHONY: all install test lint typecheck unit run bench soak docs clean
 
 all: test
 
@@ -24,8 +24,8 @@ $(STAMP): pyproject.toml $(PROTOS)
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests $(wildcard bench)
+	$(BIN)/ruff format --check src tests $(wildcard bench)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -47,6 +47,10 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# Regenerates README.md's configuration reference from src/numamem/config.py.
+docs: $(STAMP)
+	$(BIN)/python -m tests.readme_docs --write
 
 SOAK_SECONDS ?= 600
 soak: $(STAMP)

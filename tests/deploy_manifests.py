@@ -1,0 +1,63 @@
+"""Loading the deploy/ manifests and reading the daemon flags they pass (shared by the deploy tests)."""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from numamem.config import Config, add_serve_arguments, config_from_args
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+
+
+def deploy_file(*parts: str) -> Path:
+    path = DEPLOY.joinpath(*parts)
+    if not path.exists():
+        raise AssertionError(f"{path} is missing: deploy/ must ship it")
+    return path
+
+
+def serve_config(args: list[str], config_file: Path | None = None) -> Config:
+    """The Config `numamem serve ARGS` builds, reading ``config_file`` in place of its --config."""
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    namespace = parser.parse_args([a for a in args if a != "serve"])
+    if config_file is not None:
+        namespace.config = str(config_file)
+    return config_from_args(namespace)
+
+
+def daemonset_docs() -> dict[str, dict[str, Any]]:
+    """The documents of deploy/kubernetes/daemonset.yaml by kind."""
+    docs = list(yaml.safe_load_all(deploy_file("kubernetes", "daemonset.yaml").read_text()))
+    return {d["kind"]: d for d in docs}
+
+
+def numamem_container(daemonset: dict[str, Any]) -> dict[str, Any]:
+    [container] = [
+        c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "numamem"
+    ]
+    return container
+
+
+def probe_command(container: dict[str, Any], probe: str) -> list[str]:
+    command: list[str] = container[probe]["exec"]["command"]
+    return command
+
+
+def systemd_unit() -> configparser.ConfigParser:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read_string(deploy_file("systemd", "numamem.service").read_text())
+    return unit
+
+
+def exec_start_args(unit: configparser.ConfigParser) -> list[str]:
+    """ExecStart as argv (continuation lines joined)."""
+    return shlex.split(unit["Service"]["ExecStart"].replace("\\\n", " "))

