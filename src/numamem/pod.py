@@ -45,6 +45,8 @@ class Pod:
     init_containers: tuple[Container, ...] = ()
     containers: tuple[Container, ...] = ()
     qos_class: str = ""
+    _computed_qos: str = field(default="", init=False, compare=False, repr=False)
+    """:func:`pod_qos` memoised (the pod is immutable); not part of the pod's value."""
 
     def all_containers(self) -> Iterator[Container]:
         """Init containers in spec order, then app containers."""
@@ -84,7 +86,9 @@ def pod_qos(pod: Pod) -> str:
     """``v1qos.GetPodQOS``: ``status.qosClass`` if set, else computed from cpu and memory."""
     if pod.qos_class:
         return pod.qos_class
-    return compute_pod_qos(pod)
+    if not pod._computed_qos:
+        object.__setattr__(pod, "_computed_qos", compute_pod_qos(pod))
+    return pod._computed_qos
 
 
 def compute_pod_qos(pod: Pod) -> str:

@@ -12,8 +12,12 @@ import grpc
 import psutil
 import pytest
 
+from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.client import NumamemClient
+from numamem.pod import Pod
+from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
+from numamem.topologymanager.policy import ProviderHints
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 from tests.daemon import STATIC_ARGS, DaemonProcess
@@ -121,45 +125,46 @@ def test_health_answers_within_its_deadline_under_64_clients(
     assert max(latencies) < 2.0
 
 
-def test_client_deadlines_are_honoured(
-    short_root: Path, daemon_factory: list[DaemonProcess]
-) -> None:
-    """A request whose deadline passes while it waits for a worker is not worked on."""
-    write_sysfs(short_root / "sys", standard_nodes(16, hugepages={}))
-    d = DaemonProcess(
-        short_root,
-        [
-            "--sysfs-root",
-            str(short_root / "sys"),
-            *STATIC_ARGS,
-            "--workers",
-            "1",
-            "--log-level",
-            "warning",
-        ],
-    )
-    daemon_factory.append(d)
-    d.start()
-    slow_done = threading.Event()
+def test_client_deadlines_are_honoured() -> None:
+    """A request whose deadline passes while it waits for a worker is not worked on.
 
-    def slow() -> None:  # 16 NUMA nodes: 65535 masks to enumerate
-        with NumamemClient(d.socket, timeout=60) as c:
-            c.get_topology_hints(pod("hints", "1Gi"), "c")
-        slow_done.set()
+    The daemon's own bootstrap and interceptor, in-process with one worker thread; the
+    worker is held by a GetTopologyHints call that waits until the test releases it.
+    """
+    release = threading.Event()
+    entered = threading.Event()
+    with serve_in_process(workers=1) as server:
+        [component] = [
+            c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)
+        ]
+        manager = component.manager
+        real = manager.get_topology_hints
 
-    worker = threading.Thread(target=slow)
-    worker.start()
-    time.sleep(0.05)
-    started = time.monotonic()
-    with NumamemClient(d.socket, timeout=0.2) as hurried:
-        with pytest.raises(grpc.RpcError) as info:
-            hurried.admit(pod("late"))
-        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert time.monotonic() - started < 1.0
-    assert not slow_done.is_set(), (
-        "the slow request must still be running for this test to mean anything"
-    )
-    worker.join(60)
-    with NumamemClient(d.socket) as c:
-        assert "late" not in c.get_state().entries  # the expired admission was never applied
-        assert c.check_health() == 1
+        def held(pod: Pod, container_name: str) -> ProviderHints:
+            entered.set()
+            release.wait(30)
+            return real(pod, container_name)
+
+        manager.get_topology_hints = held  # type: ignore[method-assign]
+        slow_done = threading.Event()
+
+        def slow() -> None:
+            with NumamemClient(server.socket, timeout=60) as c:
+                c.get_topology_hints(pod("hints", "1Gi"), "c")
+            slow_done.set()
+
+        worker = threading.Thread(target=slow)
+        worker.start()
+        assert entered.wait(10)
+        started = time.monotonic()
+        with NumamemClient(server.socket, timeout=0.2) as hurried:
+            with pytest.raises(grpc.RpcError) as info:
+                hurried.admit(pod("late"))
+            assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - started < 1.0
+        assert not slow_done.is_set()
+        release.set()
+        worker.join(30)
+        assert slow_done.is_set()
+        assert "late" not in server.client.get_state().entries  # never applied
+        assert server.client.check_health() == 1

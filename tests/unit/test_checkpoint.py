@@ -14,10 +14,16 @@ from hypothesis import strategies as st
 
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.filestore import atomic_write
-from numamem.checkpoint.fnv import fnv1a_32
+from numamem.checkpoint.fnv import fnv1a_32, fnv1a_32_reference
 from numamem.checkpoint.gojson import go_string
 from numamem.checkpoint.gospew import V1_TYPE, render_checkpoint
-from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, KubeletStateStore
+from numamem.checkpoint.mmstore import (
+    CONTAINERS_FILE,
+    STATE_FILE,
+    KubeletStateStore,
+    decode_containers,
+    encode_containers,
+)
 from numamem.errors import CheckpointError, PersistenceError, StateMismatchError
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
@@ -281,6 +287,47 @@ def test_random_states_round_trip_byte_exact(state: tuple[str, Any, Any]) -> Non
     assert loaded.machine_state == machine_state
     assert loaded.assignments == {p: dict(c) for p, c in assignments.items()}
     assert kubelet.encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments) == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000))
+def test_fast_fnv_is_fnv1a_32(data: bytes) -> None:
+    assert fnv1a_32(data) == fnv1a_32_reference(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(states, min_size=1, max_size=6), st.data())
+def test_caching_encoder_equals_a_fresh_encode(
+    sequence: list[tuple[str, Any, Any]], data: st.DataObject
+) -> None:
+    """Pods whose mapping object is kept reuse cached text; the bytes never differ."""
+    encoder = kubelet.V1Encoder()
+    previous: dict[str, Any] = {}
+    for policy, machine_state, fresh in sequence:
+        assignments = dict(fresh)
+        for pod, ctrs in previous.items():
+            if data.draw(st.booleans()):  # keep this pod's (immutable) mapping object
+                assignments[pod] = ctrs
+        assert encoder.encode(policy, machine_state, assignments) == kubelet.encode_v1(
+            policy, machine_state, assignments
+        )
+        previous = assignments
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(names, st.tuples(names, names), max_size=8))
+def test_container_map_file_is_canonical_json_with_its_checksum(
+    entries: dict[str, tuple[str, str]],
+) -> None:
+    data = encode_containers(entries)
+    body = {"containers": {cid: [p, c] for cid, (p, c) in entries.items()}}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    expected = dict(body, checksum=fnv1a_32(canonical.encode()))
+    assert (
+        data
+        == json.dumps(expected, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    )
+    assert decode_containers(data) == entries
 
 
 # --- the store on disk ------------------------------------------------------------------

@@ -427,3 +427,16 @@ def test_explain_stops_where_admission_stops() -> None:
         ]
         assert all(not m.offered for m in resp.containers[1].masks)
         assert dict(server.client.get_state().entries) == {}
+
+
+def test_explain_on_a_16_node_machine_lists_the_first_masks_and_counts_the_rest() -> None:
+    """65,535 masks per step would not fit a gRPC message: the smallest 256 are listed."""
+    with serve_in_process(standard_nodes(16, hugepages={})) as server:
+        server.client.timeout = 60
+        resp = server.client.explain(pod("big", container("a", "1Gi")))
+        [step] = resp.containers
+        assert len(step.masks) == 256
+        assert step.omitted_masks == 65535 - 256
+        assert [list(m.numa_nodes) for m in step.masks[:2]] == [[0], [1]]
+        assert step.masks[255].numa_nodes and len(step.masks[255].numa_nodes) == 3
+        assert resp.ByteSize() < 100_000

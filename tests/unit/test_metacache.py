@@ -580,3 +580,30 @@ def test_which_mutations_write(tmp_path: Path) -> None:
     assert writes(lambda: cache.gc_pool_entries([])) == 1
     assert writes(lambda: cache.range_and_delete_container(lambda i: False, 0)) == 0
     assert writes(lambda: cache.remove_pod("p")) == 1
+
+
+def test_incremental_encoding_and_counting_equal_full_ones(tmp_path: Path) -> None:
+    """The persister reuses unchanged pods' text; every file must equal a fresh encode."""
+    persister = CheckpointPersister(tmp_path)
+    cache = MetaCache(persister)
+    path = tmp_path / STATE_FILE
+    steps: list[Any] = [
+        lambda: cache.add_container("p1", "a", info("p1", "a", cpu_request=1)),
+        lambda: cache.add_container("p2", "a", info("p2", "a", cpu_request=2)),
+        lambda: cache.add_container("p1", "b", info("p1", "b")),
+        lambda: cache.set_container_info("p2", "a", info("p2", "a", cpu_request=5)),
+        lambda: cache.range_and_update_container(
+            lambda p, c, i: setattr(i, "cpu_limit", 3.0) or True  # type: ignore[func-returns-value]
+        ),
+        lambda: cache.delete_container("p1", "a"),
+        lambda: cache.set_pool_info("share", PoolInfo(pool_name="share")),
+        lambda: cache.remove_pod("p2"),
+        lambda: cache.add_container("p2", "a", info("p2", "a", cpu_request=7)),
+    ]
+    for step in steps:
+        step()
+        state = cache.state()
+        assert path.read_bytes() == encode(state)
+        # The entry count a writer derives incrementally equals a full count.
+        assert state.entry_count() == State(state.pods, state.pools, state.regions).entry_count()
+    assert decode(path.read_bytes()) == cache.state()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
@@ -81,3 +83,29 @@ def test_expired_metric_is_failed_precondition() -> None:
             server.client.get_container_metric("p1", "app", "mem.usage.container")
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert info.value.details() == "metric data expired"
+
+
+@pytest.mark.parametrize("persist", [True, False])
+def test_the_collector_samples_by_itself_and_stops_with_the_daemon(persist: bool) -> None:
+    """With and without persistence, the collector thread runs every --metric-interval."""
+    root = short_tmpdir()
+    cgroups = root / "cgroup"
+    write_container(cgroups, V2, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(memory_usage=MI))
+    with serve_in_process(
+        root=root,
+        cgroup_root=str(cgroups),
+        metric_interval_seconds=0.05,
+        metacache_persist=persist,
+    ) as server:
+        client = server.client
+        client.add_container_info(
+            mc.ContainerInfo(pod_uid="p1", container_name="app", container_id="aaa")
+        )
+        component = metacache(server)
+        deadline = time.monotonic() + 10
+        while component.collector.stats.samples < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert component.collector.stats.samples >= 3
+        assert client.get_container_metric("p1", "app", "mem.usage.container").value == MI
+    thread = component.collector._thread
+    assert thread is not None and not thread.is_alive()

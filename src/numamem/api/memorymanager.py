@@ -10,6 +10,7 @@ reach the core; the manager serialises mutations itself.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import grpc
@@ -25,6 +26,7 @@ from numamem.config import Config, Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError
 from numamem.logging import get_logger
 from numamem.memorymanager.manager import AdmitOutcome, Manager, new_policy
+from numamem.memorymanager.policy_static import MAX_EXPLAINED_MASKS
 from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
     validate_reserved_memory_config,
@@ -33,6 +35,7 @@ from numamem.memorymanager.state import Block, NUMANodeState
 from numamem.memorymanager.store import StateStore
 from numamem.pod import Pod
 from numamem.topology import Machine
+from numamem.topologymanager import bitmask
 from numamem.topologymanager import policy as tm
 from numamem.topologymanager.policy import ProviderHints, TopologyHint
 from numamem.v1 import common_pb2, memorymanager_pb2, memorymanager_pb2_grpc
@@ -53,13 +56,31 @@ def hint_to_proto(hint: TopologyHint) -> memorymanager_pb2.TopologyHint:
 
 
 def hints_to_proto(hints: ProviderHints) -> memorymanager_pb2.GetTopologyHintsResponse:
+    """The response for ``hints``; a list equal to an earlier type's is copied in C, not rebuilt
+    (the Static policy gives every requested type the same hints)."""
     resp = memorymanager_pb2.GetTopologyHintsResponse()
+    built: list[tuple[Sequence[TopologyHint], memorymanager_pb2.TopologyHints]] = []
     for name, lst in (hints or {}).items():
         if lst is None:
             continue
-        resp.hints[name].hints.extend(hint_to_proto(h) for h in lst)
-        resp.hints[name].SetInParent()
+        target = resp.hints[name]
+        same = next((msg for prev, msg in built if prev == lst), None)
+        if same is not None:
+            target.CopyFrom(same)
+            continue
+        target.hints.extend(
+            memorymanager_pb2.TopologyHint(numa_nodes=mask_nodes(h.affinity), preferred=h.preferred)
+            for h in lst
+        )
+        target.SetInParent()
+        built.append((lst, target))
     return resp
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def mask_nodes(mask: int | None) -> tuple[int, ...]:
+    """The node ids of a hint's mask (cached: machines have few distinct masks)."""
+    return () if mask is None else tuple(bitmask.get_bits(mask))
 
 
 def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2.AdmitResponse:
@@ -254,14 +275,24 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
             decision=admit_outcome_to_proto(pod, explanation.outcome),
         )
         for ctr in explanation.containers:
+            listed = {
+                name: None if lst is None else list(lst[:MAX_EXPLAINED_MASKS])
+                for name, lst in (ctr.hints or {}).items()
+            }
             msg = resp.containers.add(
                 container_name=ctr.container_name,
                 requested=ctr.explanation.requested,
                 merged=hint_to_proto(ctr.merged),
                 admitted=ctr.admitted,
                 note=ctr.explanation.note,
+                omitted_masks=ctr.explanation.omitted_masks,
+                omitted_hints=sum(
+                    len(lst) - MAX_EXPLAINED_MASKS
+                    for lst in (ctr.hints or {}).values()
+                    if lst is not None and len(lst) > MAX_EXPLAINED_MASKS
+                ),
             )
-            msg.hints.MergeFrom(hints_to_proto(ctr.hints).hints)
+            msg.hints.MergeFrom(hints_to_proto(listed).hints)
             msg.masks.extend(
                 memorymanager_pb2.MaskVerdict(
                     numa_nodes=v.numa_nodes,

@@ -483,17 +483,20 @@ class MetaCacheComponent:
         metacache_pb2_grpc.add_MetaWriterServicer_to_server(self.writer, server)
 
     def start(self) -> None:
-        if self.persister is None:
-            self.collector.start()
-            return
-        restored = self.persister.load(discard_corrupt=self.config.metacache_discard_corrupt_state)
+        """Restore (when persisting), then start the metric collector's thread."""
+        if self.persister is not None:
+            self._restore(self.persister)
+        self.collector.start()
+
+    def _restore(self, persister: CheckpointPersister) -> None:
+        restored = persister.load(discard_corrupt=self.config.metacache_discard_corrupt_state)
         self.cache = MetaCache(
-            self.persister,
+            persister,
             initial=restored or State(),
             max_entries=self.config.limits.max_metacache_entries,
         )
         if restored is None:
-            self.persister.save(State())  # a missing (or discarded) file is created at once
+            persister.save(State())  # a missing (or discarded) file is created at once
         self.reader.cache = self.cache
         self.writer.cache = self.cache
         state = self.cache.state()
@@ -505,4 +508,4 @@ class MetaCacheComponent:
         )
 
     def stop(self) -> None:
-        return None
+        self.collector.stop()

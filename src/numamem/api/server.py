@@ -28,6 +28,7 @@ import os
 import signal
 import socket
 import stat
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
@@ -48,6 +49,7 @@ from numamem.logging import get_logger
 _log = get_logger("server")
 
 LOCK_FILE = "numamem.lock"
+GIL_SWITCH_INTERVAL_S = 0.0005
 MAX_SOCKET_PATH = 107
 SOCKET_UMASK = 0o117  # socket 0660
 DAEMON_UMASK = 0o077  # checkpoint files 0600, directories 0700
@@ -92,6 +94,10 @@ class Daemon:
 
     def run(self) -> int:
         """Start, serve until SIGTERM/SIGINT, shut down. Returns the exit code."""
+        # A thread back from an fsync must retake the GIL from threads running Python
+        # code; CPython makes it wait up to the switch interval (5 ms by default). The
+        # checkpoint writer is such a thread, and every durable RPC waits for it.
+        sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         try:

@@ -19,7 +19,7 @@ The model below mirrors the Go structs field by field; ``None`` is Go's nil.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numamem.memorymanager.state import Block, NUMANodeState
@@ -110,6 +110,34 @@ def _node(out: _Out, node: NUMANodeState) -> None:
     out.parts.append("}")
 
 
+def sorted_keys(mapping: Mapping[str, object]) -> list[str]:
+    """Map keys in Go's order (bytewise)."""
+    return sorted(mapping, key=_go_string_key)
+
+
+def render_entry(pod: str, containers: RawContainers) -> str:
+    """``pod:map[container:[blocks] ...]``, one key/value of ``Entries``.
+
+    Independent of what precedes it: spew's "ignore the next type" flag is set
+    before every map value, and cleared after it.
+    """
+    out = _Out([pod, ":"], ignore_next_type=True)
+    out.typed("")  # suppressed: map values carry no type
+    if containers is None:
+        out.parts.append("<nil>")
+        return "".join(out.parts)
+    out.parts.append("map[")
+    for j, name in enumerate(sorted_keys(containers)):
+        if j:
+            out.parts.append(" ")
+        out.parts.append(name)
+        out.parts.append(":")
+        out.ignore_next_type = True
+        _blocks(out, "", containers[name])
+    out.parts.append("]")
+    return "".join(out.parts)
+
+
 def render_checkpoint(
     policy_name: str,
     machine_state: Mapping[int, NUMANodeState | None] | None,
@@ -118,8 +146,13 @@ def render_checkpoint(
     type_name: str = LEGACY_TYPE,
     pod_entries: RawPodEntries | bool = False,
     checksum: int = 0,
+    entry: Callable[[str, RawContainers], str] | None = None,
 ) -> str:
-    """``%#v`` of ``&MemoryManagerCheckpoint{...}``; ``pod_entries`` False = the V1 struct."""
+    """``%#v`` of ``&MemoryManagerCheckpoint{...}``; ``pod_entries`` False = the V1 struct.
+
+    ``entry`` renders one pod of ``entries`` (default :func:`render_entry`); a
+    caller may pass a caching one, since a pod's text depends only on the pod.
+    """
     out = _Out([f"(*{type_name}){{PolicyName:(string){policy_name} MachineState:"])
     out.typed("state.NUMANodeMap")
     if machine_state is None:
@@ -144,28 +177,11 @@ def render_checkpoint(
     if entries is None:
         out.parts.append("<nil>")
     else:
+        render = entry or render_entry
         out.parts.append("map[")
-        for i, pod in enumerate(sorted(entries, key=_go_string_key)):
-            if i:
-                out.parts.append(" ")
-            out.parts.append(pod)
-            out.parts.append(":")
-            containers = entries[pod]
-            out.ignore_next_type = True
-            out.typed("")  # suppressed: map values carry no type
-            if containers is None:
-                out.parts.append("<nil>")
-                continue
-            out.parts.append("map[")
-            for j, name in enumerate(sorted(containers, key=_go_string_key)):
-                if j:
-                    out.parts.append(" ")
-                out.parts.append(name)
-                out.parts.append(":")
-                out.ignore_next_type = True
-                _blocks(out, "", containers[name])
-            out.parts.append("]")
+        out.parts.append(" ".join(render(pod, entries[pod]) for pod in sorted_keys(entries)))
         out.parts.append("]")
+        out.ignore_next_type = False
     if pod_entries is not False:
         out.parts.append(" PodEntries:")
         out.typed("state.PodMemoryAssignments")

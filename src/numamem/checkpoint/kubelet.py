@@ -35,6 +35,7 @@ from numamem.checkpoint.gospew import (
     RawEntries,
     RawPodEntries,
     render_checkpoint,
+    render_entry,
 )
 from numamem.errors import CheckpointError, CorruptCheckpointError
 from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
@@ -111,39 +112,84 @@ def _node_json(node: NUMANodeState | None) -> str:
     return f'{{"numberOfAssignments":{node.number_of_assignments},"memoryMap":{tables},"cells":{_int_list(node.cells)}}}'
 
 
+RawAssignments = Mapping[str, Mapping[str, Sequence[Block] | None] | None]
+
+
+def _entry_json(pod: str, containers: Mapping[str, Sequence[Block] | None] | None) -> str:
+    if containers is None:
+        return f"{go_string(pod)}:null"
+    return (
+        f"{go_string(pod)}:{{"
+        + ",".join(f"{go_string(c)}:{_blocks_json(containers[c])}" for c in _sorted_str(containers))
+        + "}"
+    )
+
+
+class V1Encoder:
+    """Encodes V1 checkpoints, reusing each pod's text while the pod's mapping is the same object.
+
+    The memory manager never mutates a committed pod mapping (a change makes a
+    new one), so identity means "unchanged": a write then renders only the
+    pods that changed and the machine state, instead of the whole state. The
+    cache holds the mappings it saw (so identity cannot be recycled) and drops
+    pods that are gone. Not thread-safe: one encoder per store.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[object, str, str]] = {}
+
+    def _texts(
+        self, pod: str, containers: Mapping[str, Sequence[Block] | None] | None
+    ) -> tuple[str, str]:
+        hit = self._cache.get(pod)
+        if hit is not None and hit[0] is containers:
+            return hit[1], hit[2]
+        spew, js = render_entry(pod, containers), _entry_json(pod, containers)
+        self._cache[pod] = (containers, spew, js)
+        return spew, js
+
+    def encode(
+        self,
+        policy_name: str,
+        machine_state: Mapping[int, NUMANodeState | None] | None,
+        assignments: RawAssignments,
+    ) -> bytes:
+        """The V1 file bytes, byte-identical to what the kubelet writes for the same state."""
+        if len(self._cache) > len(assignments):
+            self._cache = {p: v for p, v in self._cache.items() if p in assignments}
+        checksum = fnv1a_32(
+            render_checkpoint(
+                policy_name,
+                machine_state,
+                assignments,
+                entry=lambda pod, ctrs: self._texts(pod, ctrs)[0],
+            ).encode("utf-8", "replace")
+        )
+        if machine_state is None:
+            ms = "null"
+        else:
+            ms = (
+                "{"
+                + ",".join(
+                    f'"{k}":{_node_json(machine_state[k])}' for k in _sorted_str(machine_state)
+                )
+                + "}"
+            )
+        out = ['{"policyName":', go_string(policy_name), ',"machineState":', ms]
+        if assignments:
+            pods = [self._texts(pod, assignments[pod])[1] for pod in _sorted_str(assignments)]
+            out += [',"entries":{', ",".join(pods), "}"]
+        out += [',"checksum":', str(checksum), "}"]
+        return "".join(out).encode("utf-8", "replace")
+
+
 def encode_v1(
     policy_name: str,
     machine_state: Mapping[int, NUMANodeState | None] | None,
-    assignments: Mapping[str, Mapping[str, Sequence[Block] | None] | None],
+    assignments: RawAssignments,
 ) -> bytes:
     """The V1 file bytes, byte-identical to what the kubelet writes for the same state."""
-    checksum = fnv1a_32(
-        render_checkpoint(policy_name, machine_state, assignments).encode("utf-8", "replace")
-    )
-    if machine_state is None:
-        ms = "null"
-    else:
-        ms = (
-            "{"
-            + ",".join(f'"{k}":{_node_json(machine_state[k])}' for k in _sorted_str(machine_state))
-            + "}"
-        )
-    out = ['{"policyName":', go_string(policy_name), ',"machineState":', ms]
-    if assignments:
-        pods = []
-        for pod in _sorted_str(assignments):
-            ctrs = assignments[pod]
-            if ctrs is None:
-                pods.append(f"{go_string(pod)}:null")
-                continue
-            pods.append(
-                f"{go_string(pod)}:{{"
-                + ",".join(f"{go_string(c)}:{_blocks_json(ctrs[c])}" for c in _sorted_str(ctrs))
-                + "}"
-            )
-        out += [',"entries":{', ",".join(pods), "}"]
-    out += [',"checksum":', str(checksum), "}"]
-    return "".join(out).encode("utf-8", "replace")
+    return V1Encoder().encode(policy_name, machine_state, assignments)
 
 
 # --- decoding --------------------------------------------------------------------

@@ -69,6 +69,7 @@ class KubeletStateStore:
         self.containers_path = self.dir / CONTAINERS_FILE
         self.faults = faults
         self._last_state: bytes | None = None
+        self._encoder = kubelet.V1Encoder()
         self._last_map: dict[str, ContainerRef] = {}
         self._map_dirty = False
         self.writes = 0
@@ -134,7 +135,7 @@ class KubeletStateStore:
     # --- save --------------------------------------------------------------------
 
     def save(self, snapshot: Snapshot) -> None:
-        state = kubelet.encode_v1(
+        state = self._encoder.encode(
             snapshot.policy_name, snapshot.machine_state, snapshot.assignments
         )
         new_map = dict(snapshot.container_map)
@@ -200,13 +201,19 @@ class KubeletStateStore:
 
 
 def encode_containers(entries: dict[str, ContainerRef]) -> bytes:
-    """``{"containers": {id: [pod, container]}, "checksum": FNV-1a-32 of the body}``."""
-    body = {"containers": {cid: [pod, ctr] for cid, (pod, ctr) in sorted(entries.items())}}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    body_with_sum = dict(body, checksum=fnv1a_32(canonical.encode()))
-    return json.dumps(
-        body_with_sum, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    """``{"checksum": FNV-1a-32 of the body, "containers": {id: [pod, container]}}``.
+
+    Canonical JSON (sorted keys, compact); the body is ``{"containers": ...}``
+    and, since "checksum" sorts first, the file is the body with the checksum
+    spliced in front (one serialisation instead of two).
+    """
+    canonical = json.dumps(
+        {"containers": {cid: [pod, ctr] for cid, (pod, ctr) in entries.items()}},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
     ).encode()
+    return b'{"checksum":%d,' % fnv1a_32(canonical) + canonical[1:]
 
 
 def decode_containers(data: bytes) -> dict[str, ContainerRef]:

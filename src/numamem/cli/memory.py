@@ -211,6 +211,8 @@ def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
             print(
                 f"  hints {resource}: {'  '.join(_hint_text(h) for h in hints) or 'none possible'}"
             )
+        if ctr.omitted_hints:
+            print(f"  ({ctr.omitted_hints} more hints not listed)")
         if ctr.hints or ctr.merged.numa_nodes:
             print(f"  merged: {_hint_text(ctr.merged)}")
         else:
@@ -225,4 +227,6 @@ def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
                 for m in ctr.masks
             ]
             print_table(["  MASK", "OFFERED", "WHY NOT"], rows)
+        if ctr.omitted_masks:
+            print(f"  ... and {ctr.omitted_masks} larger masks not listed")
     return EXIT_OK if decision.admitted else EXIT_REJECTED

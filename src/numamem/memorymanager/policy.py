@@ -29,6 +29,8 @@ class HintExplanation:
     masks: list[MaskVerdict] = field(default_factory=list)
     note: str = ""
     """Why there is no mask scan (no hints, or hints repeated from stored blocks)."""
+    omitted_masks: int = 0
+    """Masks scanned but not listed in ``masks`` (after the first ones, smallest first)."""
 
 
 class Policy(Protocol):

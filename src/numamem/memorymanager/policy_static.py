@@ -117,6 +117,27 @@ def _resource_order(name: str) -> tuple[bool, str]:
     return (name != MEMORY, name)
 
 
+MAX_EXPLAINED_MASKS = 256
+"""Explain lists the first masks (smallest first) and counts the rest: a 16-node machine has
+65,535 masks, far more than anyone reads or a gRPC message holds."""
+
+
+class _Verdicts:
+    """The (mask, reason) pairs an explanation keeps, and how many it left out."""
+
+    def __init__(self, limit: int) -> None:
+        self.items: list[tuple[int, str]] = []
+        self.limit = limit
+        self.omitted = 0
+
+    def room(self) -> bool:
+        """True when one more verdict is kept; otherwise counts it as omitted."""
+        if len(self.items) < self.limit:
+            return True
+        self.omitted += 1
+        return False
+
+
 class StaticPolicy:
     """The Static policy. Not thread-safe; the manager serialises calls."""
 
@@ -278,7 +299,7 @@ class StaticPolicy:
             else:
                 note = f"container {owner!r} is already allocated; the hints repeat its affinity"
             return HintExplanation(dict(requested), note=note)
-        verdicts: list[tuple[int, str]] = []
+        verdicts = _Verdicts(MAX_EXPLAINED_MASKS)
         _, min_affinity_size = self._scan_masks(state.get_machine_state(), pod, requested, verdicts)
         return HintExplanation(
             dict(requested),
@@ -289,8 +310,9 @@ class StaticPolicy:
                     preferred=not reason and mask.bit_count() == min_affinity_size,
                     reason=reason,
                 )
-                for mask, reason in verdicts
+                for mask, reason in verdicts.items
             ],
+            omitted_masks=verdicts.omitted,
         )
 
     def calculate_hints(
@@ -300,8 +322,9 @@ class StaticPolicy:
         masks, min_affinity_size = self._scan_masks(machine_state, pod, requested, None)
         hints: Hints = {}
         if masks:
-            for name in requested:
-                hints[name] = [TopologyHint(m, m.bit_count() == min_affinity_size) for m in masks]
+            shared = [TopologyHint(m, m.bit_count() == min_affinity_size) for m in masks]
+            for name in requested:  # the hints are immutable; each type gets its own list
+                hints[name] = list(shared)
         return hints
 
     def _scan_masks(
@@ -309,76 +332,94 @@ class StaticPolicy:
         machine_state: MachineState,
         pod: Pod,
         requested: Mapping[str, int],
-        verdicts: list[tuple[int, str]] | None,
+        verdicts: _Verdicts | None,
     ) -> tuple[list[int], int]:
         """The qualifying masks (smallest first) and the preferred mask size.
 
-        With ``verdicts``, appends (mask, why it does not qualify or "") for every
-        mask; reasons are only formatted then, so hinting stays lean.
+        With ``verdicts``, records (mask, why it does not qualify or "") for the
+        first masks and counts the rest; reasons are only formatted then, so
+        hinting stays lean.
         """
         nodes = sorted(machine_state)
         min_affinity_size = len(nodes)
         reuse = self._reuse.get(pod.uid, {})
-        tables = {n: _node(machine_state, n).memory_map or {} for n in nodes}
+        states = {n: _node(machine_state, n) for n in nodes}
+        tables = {n: states[n].memory_map or {} for n in nodes}
+        # Per requested type: node -> allocatable and node -> free, for the nodes that have it.
+        per_type: list[tuple[str, int, dict[int, int], dict[int, int], bool]] = []
+        for name, size in requested.items():
+            present = {n: t for n in nodes if (t := tables[n].get(name)) is not None}
+            per_type.append(
+                (
+                    name,
+                    size,
+                    {n: t.allocatable for n, t in present.items()},
+                    {n: t.free for n, t in present.items()},
+                    len(present) == len(nodes),
+                )
+            )
+        group_of = {n: tuple(sorted(states[n].cells or ())) for n in nodes}
+        in_use = {n for n in nodes if states[n].number_of_assignments > 0}
         masks: list[int] = []
-        for mask in bitmask.iterate_masks(nodes):
-            bits = bitmask.get_bits(mask)
-            single = len(bits) == 1
+        for mask, bits in bitmask.iterate_masks_with_bits(nodes):
             missing: int | None = None
             short: str | None = None
-            for name, size in requested.items():
-                allocatable = 0
-                for n in bits:
-                    table = tables[n].get(name)
-                    if table is None:
-                        # A node without this memory type can never hold a block of it
-                        # (kubelet would dereference a nil table here).
-                        missing = n
-                        break
-                    allocatable += table.allocatable
-                if missing is not None or allocatable < size:
+            for name, size, allocatable, _, everywhere in per_type:
+                if not everywhere:
+                    # A node without this memory type can never hold a block of it
+                    # (kubelet would dereference a nil table here).
+                    missing = next((n for n in bits if n not in allocatable), None)
+                if missing is not None or sum(map(allocatable.__getitem__, bits)) < size:
                     short = name
                     break
             if short is not None:
-                if verdicts is not None:
-                    verdicts.append(
+                if verdicts is not None and verdicts.room():
+                    verdicts.items.append(
                         (mask, _why_not_allocatable(tables, bits, short, requested, missing))
                     )
                 continue
             min_affinity_size = min(min_affinity_size, len(bits))
-            if single:
-                cells = _node(machine_state, bits[0]).cells or []
-                if len(cells) > 1:
-                    if verdicts is not None:
-                        verdicts.append(
+            if len(bits) == 1:
+                if len(group_of[bits[0]]) > 1:
+                    if verdicts is not None and verdicts.room():
+                        verdicts.items.append(
                             (
                                 mask,
-                                f"node {bits[0]} belongs to the multi-NUMA group {sorted(cells)}",
+                                f"node {bits[0]} belongs to the multi-NUMA group {list(group_of[bits[0]])}",
                             )
                         )
                     continue
-            else:
-                conflict = _group_conflict(machine_state, bits)
+            elif in_use:
+                # A multi-node mask may use a node only if it is unused or already in exactly this group.
+                conflict = next(
+                    (
+                        n
+                        for n in bits
+                        if n in in_use and (len(group_of[n]) == 1 or group_of[n] != bits)
+                    ),
+                    None,
+                )
                 if conflict is not None:
-                    if verdicts is not None:
-                        verdicts.append((mask, _why_group_conflict(machine_state, conflict)))
+                    if verdicts is not None and verdicts.room():
+                        verdicts.items.append((mask, _why_group_conflict(machine_state, conflict)))
                     continue
-            for name, size in requested.items():
-                free = sum(tables[n][name].free for n in bits)
-                reusable = reuse.get(mask, {}).get(name, 0)
+            reusable_here = reuse.get(mask, {})
+            for name, size, _, free_of, _ in per_type:
+                free = sum(map(free_of.__getitem__, bits))
+                reusable = reusable_here.get(name, 0)
                 if free + reusable < size:
-                    if verdicts is not None:
+                    if verdicts is not None and verdicts.room():
                         extra = (
                             f" + {_q(reusable)} reusable from init containers" if reusable else ""
                         )
-                        verdicts.append(
+                        verdicts.items.append(
                             (mask, f"{name}: {_q(free)} free{extra} < {_q(size)} requested")
                         )
                     break
             else:
                 masks.append(mask)
-                if verdicts is not None:
-                    verdicts.append((mask, ""))
+                if verdicts is not None and verdicts.room():
+                    verdicts.items.append((mask, ""))
         return masks, min_affinity_size
 
     # --- allocate ------------------------------------------------------------

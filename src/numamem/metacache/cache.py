@@ -54,9 +54,15 @@ class State:
     pods: dict[str, dict[str, ContainerInfo]] = field(default_factory=dict)
     pools: dict[str, PoolInfo] = field(default_factory=dict)
     regions: dict[str, RegionInfo] = field(default_factory=dict)
+    _entries: int = field(default=-1, init=False, compare=False, repr=False)
+    """entry_count() memoised; a writer's :class:`_Work` sets it from the base's count."""
 
     def entry_count(self) -> int:
-        return sum(len(c) for c in self.pods.values()) + len(self.pools) + len(self.regions)
+        """Containers + pools + regions (O(1) for states made by writers)."""
+        if self._entries < 0:
+            count = sum(len(c) for c in self.pods.values()) + len(self.pools) + len(self.regions)
+            object.__setattr__(self, "_entries", count)
+        return self._entries
 
 
 class Persister(Protocol):
@@ -79,6 +85,7 @@ class _Work:
         self.regions = base.regions
         self.changed = False
         self._own_pods: set[str] = set()
+        self._deleted_pods: set[str] = set()
         self._own_top: set[str] = set()
 
     def pods_for_write(self) -> dict[str, dict[str, ContainerInfo]]:
@@ -94,6 +101,10 @@ class _Work:
             self._own_pods.add(pod_uid)
         return pods[pod_uid]
 
+    def delete_pod(self, pod_uid: str) -> None:
+        del self.pods_for_write()[pod_uid]
+        self._deleted_pods.add(pod_uid)
+
     def pools_for_write(self) -> dict[str, PoolInfo]:
         if "pools" not in self._own_top:
             self.pools = dict(self.pools)
@@ -107,7 +118,16 @@ class _Work:
         return self.regions
 
     def state(self) -> State:
-        return State(self.pods, self.pools, self.regions)
+        """The new state, its entry count derived from the base's and the pods touched."""
+        state = State(self.pods, self.pools, self.regions)
+        base = self.base
+        delta = sum(
+            len(self.pods.get(p, ())) - len(base.pods.get(p, ()))
+            for p in self._own_pods | self._deleted_pods
+        )
+        delta += len(self.pools) - len(base.pools) + len(self.regions) - len(base.regions)
+        object.__setattr__(state, "_entries", base.entry_count() + delta)
+        return state
 
 
 class MetaCache:
@@ -317,7 +337,7 @@ class MetaCache:
             pod = w.pod_for_write(pod_uid)
             del pod[container_name]
             if not pod:
-                del w.pods_for_write()[pod_uid]
+                w.delete_pod(pod_uid)
             w.changed = True
             return True
 
@@ -332,7 +352,7 @@ class MetaCache:
                 return False
             for name, info in pod.items():
                 self._created.pop((pod_uid, info.container_name or name), None)
-            del w.pods_for_write()[pod_uid]
+            w.delete_pod(pod_uid)
             w.changed = True
             return True
 
@@ -357,7 +377,7 @@ class MetaCache:
                         pod = w.pod_for_write(pod_uid)
                         del pod[name]
                         if not pod:
-                            del w.pods_for_write()[pod_uid]
+                            w.delete_pod(pod_uid)
                         self._created.pop(key, None)
                         deleted.append((pod_uid, name))
                         w.changed = True

@@ -53,15 +53,41 @@ def _key(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def encode(state: State) -> bytes:
-    """The checkpoint bytes for ``state`` (canonical JSON with its checksum)."""
-    pods = ",".join(
+PodTextCache = dict[str, tuple[object, str]]
+"""pod uid -> (the pod's container mapping, its JSON text); see :func:`encode`."""
+
+
+def _pod_text(pod: str, ctrs: dict[str, ContainerInfo]) -> str:
+    return (
         _key(pod)
         + ":{"
         + ",".join(_key(c) + ":" + info.fragment() for c, info in sorted(ctrs.items()))
         + "}"
-        for pod, ctrs in sorted(state.pods.items())
     )
+
+
+def encode(state: State, cache: PodTextCache | None = None) -> bytes:
+    """The checkpoint bytes for ``state`` (canonical JSON with its checksum).
+
+    With ``cache``, a pod's text is reused while its container mapping is the
+    same object: the cache never mutates a committed mapping (a change copies
+    the pod's mapping), so identity means "unchanged". The cache holds the
+    mappings it saw, so an identity cannot be recycled, and forgets gone pods.
+    """
+    texts = []
+    for pod, ctrs in sorted(state.pods.items()):
+        hit = cache.get(pod) if cache is not None else None
+        if hit is not None and hit[0] is ctrs:
+            texts.append(hit[1])
+            continue
+        text = _pod_text(pod, ctrs)
+        if cache is not None:
+            cache[pod] = (ctrs, text)
+        texts.append(text)
+    if cache is not None and len(cache) > len(state.pods):
+        for gone in [p for p in cache if p not in state.pods]:
+            del cache[gone]
+    pods = ",".join(texts)
     pools = ",".join(_key(n) + ":" + p.fragment() for n, p in sorted(state.pools.items()))
     regions = ",".join(_key(n) + ":" + r.fragment() for n, r in sorted(state.regions.items()))
     body = f',"pod_entries":{{{pods}}},"pool_entries":{{{pools}}},"region_entries":{{{regions}}}}}'
@@ -118,6 +144,7 @@ class CheckpointPersister:
         self.faults = faults
         self.writes = 0
         self._last: bytes | None = None
+        self._pod_texts: PodTextCache = {}
         self.observers: list[Callable[[float, bool], None]] = []
         """Called after each write with (seconds, succeeded)."""
 
@@ -148,7 +175,7 @@ class CheckpointPersister:
         return state
 
     def save(self, state: State) -> None:
-        data = encode(state)
+        data = encode(state, self._pod_texts)
         if data == self._last:
             return
         started = time.perf_counter()

@@ -57,5 +57,19 @@ def iterate_masks(bits: Iterable[int]) -> Iterator[int]:
             yield new_mask(combo)
 
 
+def iterate_masks_with_bits(bits: Iterable[int]) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """:func:`iterate_masks` order, yielding (mask, its ascending bits) without recomputing either.
+
+    ``bits`` must be ascending, distinct and in 0..63 (node ids of a machine).
+    """
+    ordered = list(bits)
+    weights = [1 << b for b in ordered]
+    for size in range(1, len(ordered) + 1):
+        for combo, values in zip(
+            combinations(ordered, size), combinations(weights, size), strict=True
+        ):
+            yield sum(values), combo
+
+
 def is_subset(small: int, big: int) -> bool:
     return small & ~big == 0

@@ -1,0 +1,694 @@
+"""numamem benchmarks (``make bench``): every figure beside a floor measured in the same run.
+
+The floor is ``grpc.health.v1.Health/Check`` over the daemon's unix socket: the
+cost of one gRPC round trip on this machine. Everything else is reported as
+p50/p99 and as a ratio to the floor's p50, so runs on different machines
+compare. The daemon is the real one (``python -m numamem serve``) on a fake
+sysfs machine in a temporary directory, with durable checkpoints (fsync) on
+that directory's file system.
+
+Prints one table and writes every figure to ``bench/results/bench-<time>.json``.
+``--quick`` shortens every phase (for a smoke run, not for numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from numamem.checkpoint.filestore import atomic_write
+from numamem.checkpoint.mmstore import KubeletStateStore
+from numamem.client import NumamemClient
+from numamem.config import ReservedMemory
+from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.reserved import get_system_reserved_memory
+from numamem.memorymanager.state import MemoryState
+from numamem.memorymanager.store import InMemoryStore
+from numamem.metacache.cache import State
+from numamem.metacache.metrics.collector import Collector
+from numamem.metacache.metrics.store import MetricStore
+from numamem.metacache.persistence import CheckpointPersister
+from numamem.metacache.types import ContainerInfo
+from numamem.pod import Container, Pod
+from numamem.quantity import parse_quantity
+from numamem.testing.cgroups import V2, CgroupValues, write_container
+from numamem.testing.sysfs import standard_nodes, write_sysfs
+from numamem.topology.machine import HugePagePool, Machine, NUMANode
+from numamem.topologymanager import policy as tm
+from numamem.v1 import memorymanager_pb2 as mm
+from numamem.v1 import metacache_pb2 as mc
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+GI = 1024**3
+STATIC = [
+    "--memory-manager-policy=Static",
+    "--reserved-memory=0:memory=1Gi",
+    "--system-reserved=memory=924Mi",
+    "--eviction-hard=memory.available<100Mi",
+]
+
+
+# --- measuring ------------------------------------------------------------------
+
+
+@dataclass
+class Scale:
+    latency_n: int = 2000
+    warmup: int = 200
+    seconds: float = 3.0
+    hints_n: int = 200
+    large_pods: int = 2000
+    large_containers: int = 10000
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def latencies(call: Callable[[int], object], n: int, warmup: int) -> list[float]:
+    for i in range(warmup):
+        call(-1 - i)
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        call(i)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def throughput(
+    make_worker: Callable[[int], Callable[[int], int]], threads: int, seconds: float
+) -> float:
+    """Operations per second: each thread calls its worker with 0, 1, 2, ... until time is up."""
+    counts = [0] * threads
+    start = threading.Barrier(threads + 1)
+    stop = threading.Event()
+
+    def run(t: int) -> None:
+        work = make_worker(t)
+        start.wait()
+        i = 0
+        while not stop.is_set():
+            counts[t] += work(i)
+            i += 1
+
+    pool = [threading.Thread(target=run, args=(t,), daemon=True) for t in range(threads)]
+    for th in pool:
+        th.start()
+    start.wait()
+    began = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for th in pool:
+        th.join()
+    return sum(counts) / (time.perf_counter() - began)
+
+
+@dataclass
+class Report:
+    floor_p50: float = 0.0
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def latency(self, key: str, label: str, samples: list[float]) -> None:
+        p50, p99 = pct(samples, 0.5), pct(samples, 0.99)
+        ratio = p50 / self.floor_p50 if self.floor_p50 else 0.0
+        self.figures[key] = {
+            "p50_ms": p50 * 1e3,
+            "p99_ms": p99 * 1e3,
+            "ratio_to_floor": ratio,
+            "n": len(samples),
+        }
+        self.rows.append((label, f"{p50 * 1e3:.3f} ms", f"{p99 * 1e3:.3f} ms", f"{ratio:.2f}x"))
+        print(
+            f"  {label}: p50 {p50 * 1e3:.3f} ms, p99 {p99 * 1e3:.3f} ms, {ratio:.2f}x floor",
+            flush=True,
+        )
+
+    def value(self, key: str, label: str, value: float, unit: str, note: str = "") -> None:
+        self.figures[key] = value
+        self.rows.append(
+            (
+                label,
+                f"{value:.3f} {unit}" if isinstance(value, float) else f"{value} {unit}",
+                "",
+                note,
+            )
+        )
+        print(f"  {label}: {value:.3f} {unit} {note}", flush=True)
+
+
+# --- the daemon -----------------------------------------------------------------------
+
+
+class Daemon:
+    def __init__(self, root: Path, args: list[str]) -> None:
+        self.root = root
+        self.socket = str(root / "run" / "numamem.sock")
+        self.state_dir = root / "state"
+        self.metrics_socket = str(root / "run" / "metrics.sock")
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_s = 0.0
+
+    def start(self) -> Daemon:
+        cmd = [
+            sys.executable, "-m", "numamem", "serve", "--socket", self.socket,
+            "--state-dir", str(self.state_dir), "--metrics-socket", self.metrics_socket,
+            "--log-level", "warning", *self.args,
+        ]  # fmt: skip
+        began = time.perf_counter()
+        with open(self.root / "stderr.log", "ab") as err:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = began + 60
+        while time.perf_counter() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"daemon exited: {(self.root / 'stderr.log').read_text()[-2000:]}")
+            if os.path.exists(self.socket):
+                try:
+                    with grpc.insecure_channel(f"unix://{self.socket}") as ch:
+                        resp = health_pb2_grpc.HealthStub(ch).Check(
+                            health_pb2.HealthCheckRequest(), timeout=1
+                        )
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        self.startup_s = time.perf_counter() - began
+                        return self
+                except grpc.RpcError:
+                    pass
+            time.sleep(0.005)
+        raise SystemExit("daemon did not become SERVING within 60 s")
+
+    def rss_bytes(self) -> int:
+        assert self.proc is not None
+        return int(psutil.Process(self.proc.pid).memory_info().rss)
+
+    def cpu_seconds(self) -> float:
+        assert self.proc is not None
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return float(t.user + t.system)
+
+    def metric(self, name: str) -> float:
+        """One sample of the daemon's Prometheus metrics (over its metrics socket)."""
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(self.metrics_socket)
+        sock.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        sock.close()
+        for line in data.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+@contextmanager
+def daemon(
+    root: Path, nodes: int = 2, memory_gib: int = 16, extra: list[str] | None = None
+) -> Iterator[Daemon]:
+    root.mkdir(parents=True, exist_ok=True)
+    sysfs = root / "sys"
+    if not sysfs.exists():
+        write_sysfs(sysfs, standard_nodes(nodes, memory_gib=memory_gib))
+    cgroup = root / "no-cgroups"  # unless a phase gives one: never sample this machine's cgroups
+    cgroup.mkdir(exist_ok=True)
+    extra = extra or []
+    own = [] if "--cgroup-root" in extra else ["--cgroup-root", str(cgroup)]
+    d = Daemon(root, ["--sysfs-root", str(sysfs), *STATIC, *own, *extra])
+    try:
+        yield d.start()
+    finally:
+        d.stop()
+
+
+def guaranteed(uid: str, containers: int = 1, memory: str = "100Mi") -> mm.Pod:
+    res = {"cpu": "1", "memory": memory}
+    return mm.Pod(
+        uid=uid, namespace="bench", name=uid,
+        containers=[mm.Container(name=f"c{i}", requests=res, limits=res) for i in range(containers)],
+    )  # fmt: skip
+
+
+# --- phases ------------------------------------------------------------------------------
+
+
+def floor_phase(r: Report, d: Daemon, s: Scale) -> None:
+    print("floor: grpc.health.v1.Health/Check over the unix socket", flush=True)
+    with grpc.insecure_channel(f"unix://{d.socket}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        req = health_pb2.HealthCheckRequest()
+        samples = latencies(lambda _i: stub.Check(req, timeout=5), s.latency_n, s.warmup)
+    r.floor_p50 = pct(samples, 0.5)
+    r.latency("floor", "floor: Health/Check (1 client)", samples)
+
+    def worker(_t: int) -> Callable[[int], int]:
+        ch = grpc.insecure_channel(f"unix://{d.socket}")
+        stub = health_pb2_grpc.HealthStub(ch)
+        return lambda _i: (stub.Check(req, timeout=5), 1)[1]
+
+    ops = throughput(worker, 8, s.seconds)
+    r.value("floor_throughput_8", "floor: Health/Check throughput, 8 threads", ops, "ops/s")
+
+
+def memory_manager_phase(r: Report, d: Daemon, s: Scale) -> None:
+    print(
+        "memory manager: Allocate + AddContainer + RemoveContainer, Admit (2-node machine)",
+        flush=True,
+    )
+    client = NumamemClient(d.socket, timeout=10)
+    alloc: list[float] = []
+    add: list[float] = []
+    remove: list[float] = []
+    pair: list[float] = []
+
+    def lifecycle(i: int) -> None:
+        pod = guaranteed(f"lc-{i}")
+        t0 = time.perf_counter()
+        client.allocate(pod, "c0")
+        t1 = time.perf_counter()
+        client.add_container(pod, "c0", f"id-lc-{i}")
+        t2 = time.perf_counter()
+        client.remove_container(f"id-lc-{i}")
+        t3 = time.perf_counter()
+        if i >= 0:
+            alloc.append(t1 - t0)
+            add.append(t2 - t1)
+            remove.append(t3 - t2)
+            pair.append((t1 - t0) + (t3 - t2))
+
+    # The second floor of a durable RPC: one atomic checkpoint write (temp file, fsync, rename,
+    # fsync of the directory) of a state-sized file, on the daemon's file system.
+    sample = (d.state_dir / "memory_manager_state").read_bytes()
+    target = d.root / "write-floor" / "memory_manager_state"
+    target.parent.mkdir()
+    writes = latencies(lambda _i: atomic_write(target, sample), s.latency_n // 2, s.warmup // 2)
+    r.latency("write_floor", "write floor: one atomic durable write", writes)
+    latencies(lifecycle, s.latency_n, s.warmup)
+    r.latency("allocate", "Allocate (1 container, durable)", alloc)
+    r.latency("add_container", "AddContainer (durable)", add)
+    r.latency("remove_container", "RemoveContainer (durable)", remove)
+    r.latency("allocate_remove_pair", "Allocate + RemoveContainer pair", pair)
+    # Allocate writes memory_manager_state once; RemoveContainer writes it and then the
+    # container-id map (ordered, so a crash between them cannot lose a release).
+    floor_pair = 2 * r.floor_p50 + 3 * pct(writes, 0.5)
+    r.value(
+        "allocate_remove_pair_vs_durable_floor",
+        "  pair p50 / (2 RPC floors + 3 write floors)",
+        pct(pair, 0.5) / floor_pair,
+        "",
+    )
+
+    def lifecycle_worker(t: int) -> Callable[[int], int]:
+        c = NumamemClient(d.socket, timeout=10)
+
+        def work(i: int) -> int:
+            pod = guaranteed(f"lc-{t}-{i}")
+            c.allocate(pod, "c0")
+            c.add_container(pod, "c0", f"id-{t}-{i}")
+            c.remove_container(f"id-{t}-{i}")
+            return 1
+
+        return work
+
+    ops = throughput(lifecycle_worker, 8, s.seconds)
+    r.value(
+        "allocate_remove_throughput_8",
+        "Allocate+Add+Remove lifecycles, 8 threads",
+        ops,
+        "lifecycles/s",
+    )
+
+    admitted = 0
+
+    def admit(i: int) -> None:
+        nonlocal admitted
+        resp = client.admit(guaranteed(f"ad-{i}", containers=3))
+        assert resp.admitted, resp.message
+        admitted += 1
+        if admitted % 50 == 0:  # keep the machine from filling up (not timed in the next call)
+            client.sync_active_pods([])
+
+    samples = []
+    for i in range(-s.warmup, s.latency_n):
+        t = time.perf_counter()
+        admit(i)
+        dt = time.perf_counter() - t
+        if i >= 0 and admitted % 50 != 0:
+            samples.append(dt)
+    r.latency("admit", "Admit, 3-container Guaranteed pod", samples)
+    r.value(
+        "admit_vs_durable_floor",
+        "  Admit p50 / (RPC floor + write floor)",
+        pct(samples, 0.5) / (r.floor_p50 + pct(writes, 0.5)),
+        "",
+    )
+    client.sync_active_pods([])
+
+    lock = threading.Lock()
+    total = [0]
+
+    def admit_worker(t: int) -> Callable[[int], int]:
+        c = NumamemClient(d.socket, timeout=10)
+
+        def work(i: int) -> int:
+            c.admit(guaranteed(f"ad-{t}-{i}", containers=3))
+            with lock:
+                total[0] += 1
+                sync = total[0] % 50 == 0
+            if sync:
+                c.sync_active_pods([])
+            return 1
+
+        return work
+
+    ops = throughput(admit_worker, 8, s.seconds)
+    r.value("admit_throughput_8", "Admit throughput, 8 threads (a sync per 50)", ops, "pods/s")
+    writes = d.metric(
+        'numamem_checkpoint_write_duration_seconds_count{file="memory_manager_state"}'
+    )
+    r.figures["memory_manager_state_writes"] = writes
+    client.close()
+
+
+def hint_phase(r: Report, root: Path, s: Scale) -> None:
+    print("GetTopologyHints by NUMA node count (in-process policy, and over gRPC)", flush=True)
+    q = parse_quantity
+    res = {"cpu": q("1"), "memory": q("1Gi"), "hugepages-2Mi": q("2Mi")}
+    pod = Pod("hints", containers=(Container("c", res, dict(res)),))
+    for n in (1, 2, 4, 8, 16):
+        machine = Machine(
+            tuple(
+                NUMANode(i, 64 * GI, (HugePagePool(2048, 512, 512), HugePagePool(1048576, 4, 4)))
+                for i in range(n)
+            )
+        )
+        policy = StaticPolicy(machine, {0: {"memory": GI}})
+        state = MemoryState(policy.default_machine_state(), {})
+        reps = 5 if n == 16 else s.hints_n
+        samples = latencies(
+            lambda _i, p=policy, st=state: p.get_topology_hints(st, pod, pod.containers[0]),
+            reps,
+            2,
+        )
+        r.latency(f"hints_inprocess_{n}", f"GetTopologyHints in-process, {n} nodes", samples)
+    for n in (1, 2, 4, 8, 16):
+        with daemon(root / f"hints-{n}", nodes=n, memory_gib=64) as d:
+            client = NumamemClient(d.socket, timeout=30)
+            wire = mm.Pod(
+                uid="hints",
+                containers=[mm.Container(name="c", requests={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "2Mi"},
+                                         limits={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "2Mi"})],
+            )  # fmt: skip
+            reps = 5 if n == 16 else s.hints_n
+            samples = latencies(lambda _i, c=client, w=wire: c.get_topology_hints(w, "c"), reps, 2)
+            r.latency(f"hints_grpc_{n}", f"GetTopologyHints over gRPC, {n} nodes", samples)
+            client.close()
+
+
+def metacache_phase(r: Report, root: Path, s: Scale) -> None:
+    print("MetaWriter AddContainer/UpdateContainers, durable and in memory", flush=True)
+    for persist in (True, False):
+        tag = "durable" if persist else "memory"
+        extra = [] if persist else ["--no-metacache-persist"]
+        with daemon(root / f"metacache-{tag}", extra=extra) as d:
+            for writers in (1, 16):
+                before = d.metric(
+                    'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state"}'
+                )
+                done = [0]
+
+                def add_worker(
+                    t: int, w: int = writers, done: list[int] = done
+                ) -> Callable[[int], int]:
+                    c = NumamemClient(d.socket, timeout=30)
+
+                    def work(i: int) -> int:
+                        # 64 containers per writer, each add changing cpu_request: the cache stays
+                        # node-sized (up to 1,024 containers) and every call is a real write.
+                        c.add_container_info(
+                            mc.ContainerInfo(pod_uid=f"p{w}-{t}-{i % 64}", container_name="c", qos_level="shared_cores",
+                                             cpu_request=float(i // 64 % 32) + 1, owner_pool_name="share")
+                        )  # fmt: skip
+                        done[0] += 1
+                        return 1
+
+                    return work
+
+                ops = throughput(add_worker, writers, s.seconds)
+                writes = (
+                    d.metric(
+                        'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state"}'
+                    )
+                    - before
+                )
+                r.value(
+                    f"metacache_add_{tag}_{writers}",
+                    f"MetaWriter.AddContainer {tag}, {writers} writer(s)",
+                    ops,
+                    "ops/s",
+                )
+                if persist:
+                    r.value(f"metacache_add_fsyncs_per_op_{writers}", f"  checkpoint writes per AddContainer, {writers} writer(s)",
+                            writes / max(done[0], 1), "writes/op")  # fmt: skip
+
+                def update_worker(t: int, w: int = writers) -> Callable[[int], int]:
+                    c = NumamemClient(d.socket, timeout=30)
+                    c.add_container_info(mc.ContainerInfo(pod_uid=f"u{w}-{t}", container_name="c"))
+
+                    def work(i: int) -> int:
+                        c.update_containers(
+                            [mc.ContainerUpdate(pod_uid=f"u{w}-{t}", container_name="c",
+                                                info=mc.ContainerInfo(cpu_request=float(i % 64) + 1),
+                                                update_mask={"paths": ["cpu_request"]})]
+                        )  # fmt: skip
+                        return 1
+
+                    return work
+
+                ops = throughput(update_worker, writers, s.seconds)
+                r.value(
+                    f"metacache_update_{tag}_{writers}",
+                    f"MetaWriter.UpdateContainers {tag}, {writers} writer(s)",
+                    ops,
+                    "ops/s",
+                )
+    for op in ("add", "update"):
+        durable = r.figures[f"metacache_{op}_durable_16"]
+        memory = r.figures[f"metacache_{op}_memory_16"]
+        r.value(f"metacache_{op}_durable_share_16", f"{op}: durable / in-memory throughput, 16 writers",
+                durable / memory, "", "(target >= 0.50)")  # fmt: skip
+
+
+def write_large_state(state_dir: Path, sysfs: Path, s: Scale) -> None:
+    """2,000 three-container pods in memory_manager_state (with their container ids) and
+    10,000 containers in sys_advisor_state, written as the daemon would."""
+    from numamem.topology.sysfs import discover
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o700)
+    machine = discover(str(sysfs))
+    q = parse_quantity
+    reserved = get_system_reserved_memory(
+        machine, {"memory": q("1Gi")}, [ReservedMemory(0, (("memory", q("1Gi")),))]
+    )
+    policy = StaticPolicy(machine, reserved)
+    memory_store = InMemoryStore()
+    topology, _ = tm.new_policy("none", machine, {})
+    manager = Manager(policy, memory_store, topology, "container")
+    manager.start()
+    res = {"cpu": q("1"), "memory": q("100Mi")}
+    for i in range(s.large_pods):
+        pod = Pod(
+            f"pod-{i:05d}", containers=tuple(Container(f"c{j}", res, dict(res)) for j in range(3))
+        )
+        for j in range(3):
+            manager.allocate(pod, f"c{j}")
+            manager.add_container(pod, f"c{j}", f"cid-{i:05d}-{j}")
+    assert memory_store.saved is not None
+    KubeletStateStore(state_dir).save(memory_store.saved)
+    pods: dict[str, dict[str, ContainerInfo]] = {}
+    for i in range(s.large_containers // 5):
+        uid = f"mc-{i:05d}"
+        pods[uid] = {
+            f"c{j}": ContainerInfo(pod_uid=uid, container_name=f"c{j}", qos_level="shared_cores", cpu_request=2,
+                                   owner_pool_name="share", labels={"app": "bench"}, container_id=f"mcid-{i}-{j}")
+            for j in range(5)
+        }  # fmt: skip
+    CheckpointPersister(state_dir).save(State(pods=pods))
+
+
+def startup_phase(r: Report, root: Path, s: Scale) -> None:
+    print(
+        f"start-up and RSS: empty, and {s.large_containers} metacache containers + {s.large_pods} pods",
+        flush=True,
+    )
+    with daemon(root / "startup-empty", memory_gib=2048) as d:
+        r.value("startup_empty_s", "start-up to SERVING, empty state", d.startup_s, "s")
+        r.value("rss_empty_mb", "RSS, empty state", d.rss_bytes() / 2**20, "MiB")
+    big = root / "startup-large"
+    big.mkdir()
+    write_sysfs(big / "sys", standard_nodes(2, memory_gib=2048))
+    write_large_state(big / "state", big / "sys", s)
+    sizes = {p.name: p.stat().st_size for p in (big / "state").iterdir()}
+    r.figures["large_state_file_bytes"] = sizes
+    with daemon(big, memory_gib=2048, extra=["--metric-interval=3600"]) as d:
+        r.value(
+            "startup_large_s",
+            "start-up to SERVING, large state",
+            d.startup_s,
+            "s",
+            "(target <= 2 s)",
+        )
+        client = NumamemClient(d.socket, timeout=30)
+        state = client.get_state()
+        assert len(state.entries) == s.large_pods, len(state.entries)
+        assert sum(1 for _ in client.list_containers()) == s.large_containers
+        r.value(
+            "rss_large_mb", "RSS, large state", d.rss_bytes() / 2**20, "MiB", "(target <= 150 MB)"
+        )
+        samples = latencies(lambda i: client.admit(guaranteed(f"late-{i}", containers=3)), 50, 5)
+        r.latency("admit_large_state", f"Admit with {s.large_pods} pods in the state", samples)
+        client.close()
+
+
+def metrics_phase(r: Report, root: Path, s: Scale) -> None:
+    print("container metrics: GetContainerMetric, collector cost per 100 containers", flush=True)
+    cg = root / "cgroup"
+    targets = []
+    for i in range(100):
+        uid = f"00000000-0000-4000-8000-{i:012d}"
+        cid = f"{i:064x}"
+        values = CgroupValues(
+            usage_ns=10**9 * i, memory_usage=GI, rss=GI // 2, numa={0: (GI // 4, GI // 4)}
+        )
+        write_container(cg, V2, "systemd", "guaranteed", uid, cid, values)
+        targets.append((uid, "c", cid))
+    store = MetricStore()
+    collector = Collector(store, cg, lambda: targets)
+    collector.sample_once()
+    rounds = 10 if s.latency_n < 2000 else 50
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for _ in range(rounds):
+        collector.sample_once()
+    cpu = (time.process_time() - cpu0) / rounds
+    wall = (time.perf_counter() - wall0) / rounds
+    r.value("collector_cpu_ms_per_100", "collector CPU per sample, 100 containers", cpu * 1e3, "ms")
+    r.value(
+        "collector_wall_ms_per_100",
+        "collector wall time per sample, 100 containers",
+        wall * 1e3,
+        "ms",
+    )
+    with daemon(
+        root / "metrics", extra=["--cgroup-root", str(cg), "--metric-interval", "0.5"]
+    ) as d:
+        client = NumamemClient(d.socket, timeout=10)
+        for uid, name, cid in targets:
+            client.add_container_info(
+                mc.ContainerInfo(pod_uid=uid, container_name=name, container_id=cid)
+            )
+        uid = targets[0][0]
+        deadline = time.perf_counter() + 10
+        while True:
+            try:
+                client.get_container_metric(uid, "c", "mem.usage.container")
+                break
+            except grpc.RpcError:
+                if time.perf_counter() > deadline:
+                    raise
+                time.sleep(0.1)
+        samples = latencies(
+            lambda _i: client.get_container_metric(uid, "c", "mem.usage.container"),
+            s.latency_n,
+            s.warmup,
+        )
+        r.latency("get_container_metric", "GetContainerMetric", samples)
+        client.close()
+
+
+# --- main -------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="short phases: a smoke run, not numbers"
+    )
+    parser.add_argument(
+        "--only", action="append", default=[], help="run only these phases (repeatable)"
+    )
+    args = parser.parse_args()
+    s = (
+        Scale(
+            latency_n=200, warmup=20, seconds=0.5, hints_n=20, large_pods=200, large_containers=1000
+        )
+        if args.quick
+        else Scale()
+    )
+    phases = ["memory", "hints", "metacache", "startup", "metrics"]
+    chosen = args.only or phases
+    root = Path(tempfile.mkdtemp(prefix="nmbench-", dir="/tmp"))
+    report = Report()
+    report.figures["machine"] = {
+        "cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+        "quick": args.quick, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+    began = time.perf_counter()
+    try:
+        with daemon(root / "main") as d:
+            floor_phase(report, d, s)
+            if "memory" in chosen:
+                memory_manager_phase(report, d, s)
+        if "hints" in chosen:
+            hint_phase(report, root, s)
+        if "metacache" in chosen:
+            metacache_phase(report, root, s)
+        if "startup" in chosen:
+            startup_phase(report, root, s)
+        if "metrics" in chosen:
+            metrics_phase(report, root, s)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    report.figures["bench_seconds"] = time.perf_counter() - began
+    print()
+    width = max(len(row[0]) for row in report.rows)
+    print(f"{'figure'.ljust(width)}  {'p50 / value':>16}  {'p99':>12}  vs floor / note")
+    for label, a, b, c in report.rows:
+        print(f"{label.ljust(width)}  {a:>16}  {b:>12}  {c}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(report.figures, indent=2, sort_keys=True) + "\n")
+    print(
+        f"\n{len(report.figures)} figures written to {out.relative_to(REPO)} in {report.figures['bench_seconds']:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
