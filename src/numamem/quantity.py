@@ -26,6 +26,7 @@ Deliberate deviations (documented, tested):
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -116,7 +117,25 @@ class Quantity:
 
 
 def parse_quantity(text: str) -> Quantity:
-    """Parse a Kubernetes quantity string; raise :class:`QuantityError` if malformed."""
+    """Parse a Kubernetes quantity string; raise :class:`QuantityError` if malformed.
+
+    Short strings are memoised (quantities are immutable, and pods repeat the
+    same few: "1", "100Mi", ...); long ones, which could be large numbers, are not.
+    """
+    if isinstance(text, str) and len(text) <= _CACHED_LENGTH:
+        return _parse_cached(text)
+    return _parse(text)
+
+
+_CACHED_LENGTH = 24
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_cached(text: str) -> Quantity:
+    return _parse(text)
+
+
+def _parse(text: str) -> Quantity:
     if not isinstance(text, str) or not text:
         raise QuantityError(_FORMAT_ERROR)
     if text == "0":
