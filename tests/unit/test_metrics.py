@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import http.client
 import socket
 import urllib.request
+from pathlib import Path
 
+import grpc
 import pytest
 
+from numamem.api.memorymanager import MemoryManagerComponent
+from numamem.api.metacache import MetaCacheComponent
 from numamem.errors import StartupError
+from numamem.testing.cgroups import SYSTEMD, V2, CgroupValues, write_container
 from numamem.testing.server import serve_in_process
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
@@ -147,3 +153,36 @@ def test_metrics_socket_never_replaces_a_file_or_a_live_socket() -> None:
             serve_in_process(root=root, metrics_socket=str(occupied)),
         ):
             pass
+
+
+def test_failed_writes_and_collector_rounds_are_counted() -> None:
+    root = short_tmpdir()
+    cgroups = root / "cgroup"
+    write_container(cgroups, V2, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(memory_usage=GI))
+    broken = write_container(cgroups, V2, SYSTEMD, "guaranteed", "p2", "bbb", CgroupValues())
+    (cgroups / broken / "memory.current").write_text("not a number\n")
+    with serve_in_process(
+        root=root,
+        cgroup_root=str(cgroups),
+        metric_interval_seconds=3600,
+        metrics_socket=str(root / "metrics.sock"),
+    ) as server:
+        c = server.client
+        c.add_container_info(mc.ContainerInfo(pod_uid="p1", container_name="c", container_id="aaa"))
+        c.add_container_info(mc.ContainerInfo(pod_uid="p2", container_name="c", container_id="bbb"))
+        [cache] = [x for x in server.daemon._components if isinstance(x, MetaCacheComponent)]
+        cache.collector.sample_once()
+        [memory] = [x for x in server.daemon._components if isinstance(x, MemoryManagerComponent)]
+
+        def full_disk(stage: str, target: Path) -> None:
+            if stage == "write":
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        memory.manager._store.faults = full_disk  # type: ignore[attr-defined]
+        with pytest.raises(grpc.RpcError) as info:
+            c.admit(pod("p9", "1Gi"))
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        text = scrape_unix(str(root / "metrics.sock"))
+    assert value(text, 'numamem_checkpoint_write_failures_total{file="memory_manager_state"}') == 1
+    assert value(text, "numamem_collector_sample_duration_seconds_count") >= 1
+    assert value(text, "numamem_collector_errors_total") >= 1
