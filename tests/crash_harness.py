@@ -25,9 +25,8 @@ from pathlib import Path
 import grpc
 
 from numamem.checkpoint import kubelet
-from numamem.client import NumamemClient
+from numamem.client import NumamemClient, state_from_proto
 from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
 from numamem.metacache import persistence
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
@@ -222,24 +221,7 @@ class Harness:
 
     def _verify_memory(self, state: mm.GetStateResponse) -> None:
         served = {pod: set(entry.containers) for pod, entry in state.entries.items()}
-        machine = {
-            n: NUMANodeState(
-                s.number_of_assignments,
-                {
-                    k: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
-                    for k, t in s.memory_map.items()
-                },
-                list(s.cells),
-            )
-            for n, s in state.machine_state.items()
-        }
-        entries = {
-            p: {
-                c: [Block(tuple(b.numa_affinity), b.type, b.size) for b in blocks.blocks]
-                for c, blocks in e.containers.items()
-            }
-            for p, e in state.entries.items()
-        }
+        machine, entries = state_from_proto(state)
         for problem in violations(machine, entries):
             self._problem("violation", f"invariant: {problem}")
         on_disk = kubelet.load((Path(self.daemon.state_dir) / "memory_manager_state").read_bytes())

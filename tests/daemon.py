@@ -129,6 +129,12 @@ class DaemonProcess:
             self.proc.wait()
             raise
 
+    def run_to_exit(self, *args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+        """``serve`` on this daemon's socket and state dir with ``args``, expected to exit by itself."""
+        return run_once(
+            ["serve", "--socket", self.socket, "--state-dir", self.state_dir, *args], timeout
+        )
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()

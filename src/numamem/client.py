@@ -19,6 +19,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.config import DEFAULT_SOCKET
+from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
 from numamem.v1 import (
     common_pb2,
     memorymanager_pb2,
@@ -29,7 +30,33 @@ from numamem.v1 import (
     topology_pb2_grpc,
 )
 
-__all__ = ["NumamemClient"]
+__all__ = ["NumamemClient", "state_from_proto"]
+
+MachineState = dict[int, NUMANodeState | None]
+Assignments = dict[str, dict[str, list[Block]]]
+
+
+def state_from_proto(resp: memorymanager_pb2.GetStateResponse) -> tuple[MachineState, Assignments]:
+    """A GetState answer as the memory manager's own types (machine state, assignments)."""
+    machine: MachineState = {
+        node_id: NUMANodeState(
+            node.number_of_assignments,
+            {
+                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
+                for name, t in node.memory_map.items()
+            },
+            list(node.cells),
+        )
+        for node_id, node in resp.machine_state.items()
+    }
+    assignments: Assignments = {
+        pod: {
+            ctr: [Block(tuple(b.numa_affinity), b.type, b.size) for b in blocks.blocks]
+            for ctr, blocks in entry.containers.items()
+        }
+        for pod, entry in resp.entries.items()
+    }
+    return machine, assignments
 
 
 class NumamemClient:

@@ -31,9 +31,9 @@ import pytest
 
 from numamem.checkpoint.kubelet import encode_v1
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, encode_containers
+from numamem.client import state_from_proto
 from numamem.config import parse_eviction_hard, parse_reserved_memory, parse_reserved_resources
 from numamem.errors import NumamemError
-from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
 from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.testing.sysfs import FakeNode
 from tests import kubelet_cases as kc
@@ -110,26 +110,7 @@ def seed(root: Path, case: dict[str, Any]) -> None:
 
 
 def served_state(server: InProcessServer) -> tuple[dict[int, Any], dict[str, Any]]:
-    resp = server.client.get_state()
-    machine = {
-        n: NUMANodeState(
-            s.number_of_assignments,
-            {
-                k: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
-                for k, t in s.memory_map.items()
-            },
-            list(s.cells),
-        )
-        for n, s in resp.machine_state.items()
-    }
-    entries = {
-        p: {
-            c: [Block(tuple(b.numa_affinity), b.type, b.size) for b in blocks.blocks]
-            for c, blocks in e.containers.items()
-        }
-        for p, e in resp.entries.items()
-    }
-    return machine, entries
+    return state_from_proto(server.client.get_state())
 
 
 def expect_state(case: dict[str, Any], server: InProcessServer) -> None:

@@ -15,9 +15,8 @@ import grpc
 import pytest
 
 from numamem.checkpoint import kubelet
-from numamem.client import NumamemClient
+from numamem.client import NumamemClient, state_from_proto
 from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.daemon import REPO, STATIC_ARGS, DaemonProcess, grpcurl, run_once
@@ -177,18 +176,7 @@ def test_corrupt_state_refuses_start_with_the_fix(
     d.stop()
     state_file = Path(d.state_dir) / "memory_manager_state"
     state_file.write_bytes(state_file.read_bytes().replace(b'"checksum":', b'"checksum":1'))
-    out = run_once(
-        [
-            "serve",
-            "--socket",
-            d.socket,
-            "--state-dir",
-            d.state_dir,
-            "--sysfs-root",
-            str(short_root / "sys"),
-            *STATIC_ARGS,
-        ]
-    )
+    out = d.run_to_exit("--sysfs-root", str(short_root / "sys"), *STATIC_ARGS)
     assert out.returncode == 1
     line = out.stderr.strip().splitlines()[-1]
     assert "could not restore state from checkpoint: checkpoint is corrupted" in line
@@ -201,17 +189,7 @@ def test_corrupt_state_refuses_start_with_the_fix(
 def test_policy_change_refuses_start(short_root: Path, daemon_factory: list[DaemonProcess]) -> None:
     d = start(short_root, daemon_factory)
     d.stop()
-    out = run_once(
-        [
-            "serve",
-            "--socket",
-            d.socket,
-            "--state-dir",
-            d.state_dir,
-            "--sysfs-root",
-            str(short_root / "sys"),
-        ]
-    )
+    out = d.run_to_exit("--sysfs-root", str(short_root / "sys"))
     assert out.returncode == 1
     assert (
         '[memorymanager] configured policy "None" differs from state checkpoint policy "Static"'
@@ -226,18 +204,7 @@ def test_changed_machine_refuses_start(
     d = start(short_root, daemon_factory)
     d.stop()
     write_sysfs(short_root / "sys", standard_nodes(2, memory_gib=15))
-    out = run_once(
-        [
-            "serve",
-            "--socket",
-            d.socket,
-            "--state-dir",
-            d.state_dir,
-            "--sysfs-root",
-            str(short_root / "sys"),
-            *STATIC_ARGS,
-        ]
-    )
+    out = d.run_to_exit("--sysfs-root", str(short_root / "sys"), *STATIC_ARGS)
     assert out.returncode == 1
     assert "[memorymanager] the expected machine state is different from the real one" in out.stderr
 
@@ -350,24 +317,7 @@ def test_concurrent_admissions_never_overcommit(
 
 
 def check_state(state: mm.GetStateResponse) -> None:
-    machine = {
-        n: NUMANodeState(
-            s.number_of_assignments,
-            {
-                k: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
-                for k, t in s.memory_map.items()
-            },
-            list(s.cells),
-        )
-        for n, s in state.machine_state.items()
-    }
-    entries = {
-        p: {
-            c: [Block(tuple(b.numa_affinity), b.type, b.size) for b in blocks.blocks]
-            for c, blocks in e.containers.items()
-        }
-        for p, e in state.entries.items()
-    }
+    machine, entries = state_from_proto(state)
     problems = violations(machine, entries)
     assert problems == [], problems
     for node in machine.values():

@@ -13,7 +13,7 @@ from numamem.client import NumamemClient
 from numamem.metacache.persistence import STATE_FILE, decode
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import metacache_pb2 as mc
-from tests.daemon import DaemonProcess, run_once
+from tests.daemon import DaemonProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -58,17 +58,7 @@ def test_corrupt_file_refuses_start_unless_discarded(
     d.stop()
     path = Path(d.state_dir) / STATE_FILE
     path.write_bytes(path.read_bytes().replace(b'"PodUID":"p"', b'"PodUID":"q"'))
-    out = run_once(
-        [
-            "serve",
-            "--socket",
-            d.socket,
-            "--state-dir",
-            d.state_dir,
-            "--sysfs-root",
-            str(short_root / "sys"),
-        ]
-    )
+    out = d.run_to_exit("--sysfs-root", str(short_root / "sys"))
     assert out.returncode == 1
     line = out.stderr.strip().splitlines()[-1]
     assert (

@@ -28,9 +28,9 @@ from numamem.cli.common import (
     print_json,
     print_table,
 )
-from numamem.client import NumamemClient
+from numamem.client import NumamemClient, state_from_proto
 from numamem.config import DEFAULT_STATE_DIR
-from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
+from numamem.memorymanager.state import Block, NUMANodeState
 
 
 def add_parser(sub: Any) -> None:
@@ -69,20 +69,7 @@ def live(args: argparse.Namespace, client: NumamemClient) -> int:
     if args.json:
         print_json(message_to_dict(resp))
         return EXIT_OK
-    machine: dict[int, NUMANodeState | None] = {}
-    for node_id, node in resp.machine_state.items():
-        tables = {
-            name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
-            for name, t in node.memory_map.items()
-        }
-        machine[node_id] = NUMANodeState(node.number_of_assignments, tables, list(node.cells))
-    assignments = {
-        pod: {
-            ctr: [Block(tuple(b.numa_affinity), b.type, b.size) for b in blocks.blocks]
-            for ctr, blocks in entry.containers.items()
-        }
-        for pod, entry in resp.entries.items()
-    }
+    machine, assignments = state_from_proto(resp)
     render(resp.policy_name, machine, assignments)
     return EXIT_OK
 
