@@ -166,6 +166,13 @@ STATIC_ARGS = [
 ]
 
 
+def serve_to_exit(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``serve`` on a fresh socket and state dir under ``root``, expected to refuse and exit."""
+    return run_once(
+        ["serve", "--socket", str(root / "s.sock"), "--state-dir", str(root / "st"), *args]
+    )
+
+
 def run_once(args: list[str], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
     """Run ``numamem serve ARGS`` expecting it to exit by itself (refusals)."""
     return subprocess.run(

@@ -14,7 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.v1 import topology_pb2, topology_pb2_grpc
-from tests.daemon import REPO, DaemonProcess, grpcurl, run_once
+from tests.daemon import REPO, DaemonProcess, grpcurl, run_once, serve_to_exit
 
 pytestmark = pytest.mark.e2e
 
@@ -155,17 +155,7 @@ def test_sigterm_stops_cleanly(daemon: DaemonProcess) -> None:
 
 
 def test_config_error_is_one_line_and_nonzero(short_root: Path) -> None:
-    out = run_once(
-        [
-            "serve",
-            "--socket",
-            str(short_root / "s.sock"),
-            "--state-dir",
-            str(short_root / "st"),
-            "--memory-manager-policy",
-            "static",
-        ]
-    )
+    out = serve_to_exit(short_root, "--memory-manager-policy", "static")
     assert out.returncode == 1
     assert out.stderr.strip().count("\n") == 0
     assert 'unknown policy: "static"' in out.stderr

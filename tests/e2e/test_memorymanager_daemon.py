@@ -19,7 +19,7 @@ from numamem.client import NumamemClient, state_from_proto
 from numamem.memorymanager.invariants import violations
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO, STATIC_ARGS, DaemonProcess, grpcurl, run_once
+from tests.daemon import REPO, STATIC_ARGS, DaemonProcess, grpcurl, serve_to_exit
 
 pytestmark = pytest.mark.e2e
 GI = 1024**3
@@ -247,19 +247,13 @@ def test_changed_machine_refuses_start(
 )
 def test_configuration_refusals(short_root: Path, flags: list[str], message: str) -> None:
     write_sysfs(short_root / "sys", standard_nodes(2))
-    out = run_once(
-        [
-            "serve",
-            "--socket",
-            str(short_root / "s.sock"),
-            "--state-dir",
-            str(short_root / "st"),
-            "--sysfs-root",
-            str(short_root / "sys"),
-            "--memory-manager-policy",
-            "Static",
-            *flags,
-        ]
+    out = serve_to_exit(
+        short_root,
+        "--sysfs-root",
+        str(short_root / "sys"),
+        "--memory-manager-policy",
+        "Static",
+        *flags,
     )
     assert out.returncode == 1
     assert message in out.stderr.strip().splitlines()[-1]

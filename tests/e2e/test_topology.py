@@ -12,7 +12,7 @@ import pytest
 
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 from numamem.v1 import topology_pb2, topology_pb2_grpc
-from tests.daemon import REPO, DaemonProcess, run_once
+from tests.daemon import REPO, DaemonProcess, serve_to_exit
 
 pytestmark = pytest.mark.e2e
 NODE = "devices/system/node"
@@ -142,17 +142,7 @@ def test_daemon_refuses_unparsable_sysfs(
 ) -> None:
     sysfs = write_sysfs(short_root / "sys", standard_nodes(2))
     (sysfs / NODE / file).write_text(content)
-    out = run_once(
-        [
-            "serve",
-            "--socket",
-            str(short_root / "s.sock"),
-            "--state-dir",
-            str(short_root / "st"),
-            "--sysfs-root",
-            str(sysfs),
-        ]
-    )
+    out = serve_to_exit(short_root, "--sysfs-root", str(sysfs))
     assert out.returncode == 1
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("numamem: ")

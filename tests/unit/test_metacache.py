@@ -345,6 +345,12 @@ def test_range_and_update_changes_are_kept_and_false_stops_the_walk(cache: MetaC
     pools: list[str] = []
     cache.range_pool(lambda name, p: pools.append(name) or False)
     assert len(pools) == 1
+    cache.set_region_entries({"r1": RegionInfo("r1"), "r2": RegionInfo("r2")})
+    regions: list[RegionInfo] = []
+    cache.range_region_info(lambda name, r: regions.append(r) or False)
+    assert len(regions) == 1  # a real early stop
+    regions[0].region_type = "changed"
+    assert cache.get_region_info(regions[0].region_name).region_type == ""  # a copy
 
 
 def test_callbacks_may_read_but_not_write(cache: MetaCache) -> None:

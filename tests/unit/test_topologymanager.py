@@ -299,7 +299,8 @@ def test_none_policy_allocates_without_hints() -> None:
 
 
 def test_bitmask_iteration_order_and_bounds() -> None:
-    assert [bitmask.get_bits(m) for m in bitmask.iterate_masks([0, 1, 2])] == [
+    pairs = list(bitmask.iterate_masks_with_bits([0, 1, 2]))
+    assert [list(bits) for _, bits in pairs] == [
         [0],
         [1],
         [2],
@@ -308,6 +309,8 @@ def test_bitmask_iteration_order_and_bounds() -> None:
         [1, 2],
         [0, 1, 2],
     ]
+    assert all(bitmask.get_bits(mask) == list(bits) for mask, bits in pairs)
+    assert [m for m, _ in bitmask.iterate_masks_with_bits([1, 5])] == [2, 32, 34]
     with pytest.raises(NumamemError, match="bit number must be in range 0-63"):
         bitmask.new_mask([64])
     assert bitmask.is_narrower_than(bitmask.new_mask([1]), bitmask.new_mask([0, 1]))

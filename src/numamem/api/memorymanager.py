@@ -52,7 +52,9 @@ def blocks_to_proto(blocks: Sequence[Block]) -> list[memorymanager_pb2.MemoryBlo
 
 
 def hint_to_proto(hint: TopologyHint) -> memorymanager_pb2.TopologyHint:
-    return memorymanager_pb2.TopologyHint(numa_nodes=hint.nodes, preferred=hint.preferred)
+    return memorymanager_pb2.TopologyHint(
+        numa_nodes=mask_nodes(hint.affinity), preferred=hint.preferred
+    )
 
 
 def hints_to_proto(hints: ProviderHints) -> memorymanager_pb2.GetTopologyHintsResponse:
@@ -68,10 +70,7 @@ def hints_to_proto(hints: ProviderHints) -> memorymanager_pb2.GetTopologyHintsRe
         if same is not None:
             target.CopyFrom(same)
             continue
-        target.hints.extend(
-            memorymanager_pb2.TopologyHint(numa_nodes=mask_nodes(h.affinity), preferred=h.preferred)
-            for h in lst
-        )
+        target.hints.extend(hint_to_proto(h) for h in lst)
         target.SetInParent()
         built.append((lst, target))
     return resp

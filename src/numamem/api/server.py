@@ -107,9 +107,6 @@ class Daemon:
             self.shutdown()
         return 0
 
-    def request_stop(self) -> None:
-        self._stop.set()
-
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         _log.info("signal received, shutting down", signal=signal.Signals(signum).name)
         self._stop.set()

@@ -19,7 +19,7 @@ The model below mirrors the Go structs field by field; ``None`` is Go's nil.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from numamem.memorymanager.state import Block, NUMANodeState
@@ -146,12 +146,13 @@ def render_checkpoint(
     type_name: str = LEGACY_TYPE,
     pod_entries: RawPodEntries | bool = False,
     checksum: int = 0,
-    entry: Callable[[str, RawContainers], str] | None = None,
+    entry_texts: Sequence[str] | None = None,
 ) -> str:
     """``%#v`` of ``&MemoryManagerCheckpoint{...}``; ``pod_entries`` False = the V1 struct.
 
-    ``entry`` renders one pod of ``entries`` (default :func:`render_entry`); a
-    caller may pass a caching one, since a pod's text depends only on the pod.
+    ``entry_texts`` are the :func:`render_entry` texts of ``entries`` in Go's key
+    order (:func:`sorted_keys`), when the caller has them (a pod's text depends
+    only on the pod, so it can be cached); by default they are rendered here.
     """
     out = _Out([f"(*{type_name}){{PolicyName:(string){policy_name} MachineState:"])
     out.typed("state.NUMANodeMap")
@@ -177,9 +178,10 @@ def render_checkpoint(
     if entries is None:
         out.parts.append("<nil>")
     else:
-        render = entry or render_entry
+        if entry_texts is None:
+            entry_texts = [render_entry(pod, entries[pod]) for pod in sorted_keys(entries)]
         out.parts.append("map[")
-        out.parts.append(" ".join(render(pod, entries[pod]) for pod in sorted_keys(entries)))
+        out.parts.append(" ".join(entry_texts))
         out.parts.append("]")
         out.ignore_next_type = False
     if pod_entries is not False:

@@ -36,6 +36,7 @@ from numamem.checkpoint.gospew import (
     RawPodEntries,
     render_checkpoint,
     render_entry,
+    sorted_keys,
 )
 from numamem.errors import CheckpointError, CorruptCheckpointError
 from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
@@ -157,12 +158,10 @@ class V1Encoder:
         """The V1 file bytes, byte-identical to what the kubelet writes for the same state."""
         if len(self._cache) > len(assignments):
             self._cache = {p: v for p, v in self._cache.items() if p in assignments}
+        texts = [self._texts(pod, assignments[pod]) for pod in sorted_keys(assignments)]
         checksum = fnv1a_32(
             render_checkpoint(
-                policy_name,
-                machine_state,
-                assignments,
-                entry=lambda pod, ctrs: self._texts(pod, ctrs)[0],
+                policy_name, machine_state, assignments, entry_texts=[t[0] for t in texts]
             ).encode("utf-8", "replace")
         )
         if machine_state is None:
@@ -177,8 +176,7 @@ class V1Encoder:
             )
         out = ['{"policyName":', go_string(policy_name), ',"machineState":', ms]
         if assignments:
-            pods = [self._texts(pod, assignments[pod])[1] for pod in _sorted_str(assignments)]
-            out += [',"entries":{', ",".join(pods), "}"]
+            out += [',"entries":{', ",".join(t[1] for t in texts), "}"]
         out += [',"checksum":', str(checksum), "}"]
         return "".join(out).encode("utf-8", "replace")
 

@@ -28,9 +28,7 @@ def add_parsers(sub: Any) -> None:
         help="show the memory manager's NUMA topology hints for a pod manifest",
         description="Container-scope hints for every container (or --container), or --pod-scope hints.",
     )
-    hints.add_argument(
-        "-f", "--file", required=True, help="Pod manifest (YAML or JSON; - for stdin)"
-    )
+    _add_pod_file(hints)
     hints.add_argument("--container", help="only this container")
     hints.add_argument(
         "--pod-scope", action="store_true", help="pod-scope hints (GetPodTopologyHints)"
@@ -47,9 +45,7 @@ def add_parsers(sub: Any) -> None:
             "be rejected."
         ),
     )
-    explain.add_argument(
-        "-f", "--file", required=True, help="Pod manifest (YAML or JSON; - for stdin)"
-    )
+    _add_pod_file(explain)
     add_client_args(explain)
     explain.set_defaults(run=client_command(run_explain))
 
@@ -62,9 +58,7 @@ def add_parsers(sub: Any) -> None:
             "memory of init containers as the kubelet does. Exit code 3 when the pod is rejected."
         ),
     )
-    admit.add_argument(
-        "-f", "--file", required=True, help="Pod manifest (YAML or JSON; - for stdin)"
-    )
+    _add_pod_file(admit)
     admit.add_argument(
         "--no-start", action="store_true", help="only admit; do not record containers as started"
     )
@@ -81,6 +75,12 @@ def add_parsers(sub: Any) -> None:
     release.set_defaults(run=client_command(run_release))
 
 
+def _add_pod_file(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f", "--file", required=True, help="Pod manifest (YAML or JSON; - for stdin)"
+    )
+
+
 def _pod(args: argparse.Namespace) -> memorymanager_pb2.Pod | int:
     try:
         return load_pod(args.file)
@@ -89,8 +89,7 @@ def _pod(args: argparse.Namespace) -> memorymanager_pb2.Pod | int:
 
 
 def _hint_text(h: memorymanager_pb2.TopologyHint) -> str:
-    nodes = ",".join(map(str, h.numa_nodes)) or "any"
-    return f"{{{nodes}}}" + (" preferred" if h.preferred else "")
+    return _nodes_text(h.numa_nodes) + (" preferred" if h.preferred else "")
 
 
 def run_hints(args: argparse.Namespace, client: NumamemClient) -> int:

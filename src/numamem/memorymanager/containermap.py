@@ -35,9 +35,6 @@ class ContainerMap:
                 return cid
         return None
 
-    def remove_by_container_id(self, container_id: str) -> None:
-        self._ids.pop(container_id, None)
-
     def remove_by_container_ref(self, pod_uid: str, container_name: str) -> None:
         """Remove the first id that maps to the reference (only one, like the kubelet)."""
         cid = self.get_container_id(pod_uid, container_name)

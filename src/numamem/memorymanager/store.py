@@ -17,7 +17,6 @@ from numamem.errors import PersistenceError
 from numamem.memorymanager.containermap import ContainerRef
 from numamem.memorymanager.state import (
     ContainerBlocks,
-    MachineState,
     NUMANodeState,
     clone_machine_state,
 )
@@ -71,7 +70,3 @@ class InMemoryStore:
             {pod: dict(ctrs) for pod, ctrs in snapshot.assignments.items()},
             dict(snapshot.container_map),
         )
-
-    @staticmethod
-    def as_machine_state(snapshot: Snapshot) -> MachineState:
-        return clone_machine_state(snapshot.machine_state)

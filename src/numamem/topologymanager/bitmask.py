@@ -37,10 +37,6 @@ def get_bits(mask: int) -> list[int]:
     return bits
 
 
-def count(mask: int) -> int:
-    return mask.bit_count()
-
-
 def is_narrower_than(a: int, b: int) -> bool:
     """``IsNarrowerThan``: fewer bits, or as many and a smaller integer value."""
     ca, cb = a.bit_count(), b.bit_count()
@@ -49,16 +45,9 @@ def is_narrower_than(a: int, b: int) -> bool:
     return ca < cb
 
 
-def iterate_masks(bits: Iterable[int]) -> Iterator[int]:
-    """``IterateBitMasks``: every non-empty subset, by size, then in combination order."""
-    ordered = list(bits)
-    for size in range(1, len(ordered) + 1):
-        for combo in combinations(ordered, size):
-            yield new_mask(combo)
-
-
 def iterate_masks_with_bits(bits: Iterable[int]) -> Iterator[tuple[int, tuple[int, ...]]]:
-    """:func:`iterate_masks` order, yielding (mask, its ascending bits) without recomputing either.
+    """``IterateBitMasks``: every non-empty subset, by size, then in combination order,
+    as (mask, its ascending bits).
 
     ``bits`` must be ascending, distinct and in 0..63 (node ids of a machine).
     """

@@ -48,12 +48,6 @@ class MetricStore:
         with self._lock:
             self._containers[(pod_uid, container_name)] = dict(values)
 
-    def update_container_metrics(
-        self, pod_uid: str, container_name: str, values: Mapping[str, MetricValue]
-    ) -> None:
-        with self._lock:
-            self._containers.setdefault((pod_uid, container_name), {}).update(values)
-
     def delete_container(self, pod_uid: str, container_name: str) -> None:
         with self._lock:
             self._containers.pop((pod_uid, container_name), None)
