@@ -189,7 +189,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--eviction-hard",
         "eviction_hard",
-        "hard eviction thresholds, kubelet syntax 'memory.available<100Mi,...' (replaces the default)",
+        "hard eviction thresholds, kubelet syntax 'memory.available<100Mi,...' (replaces the "
+        "default; 'memory.available<0%' disables that signal, as in the kubelet)",
         DEFAULT_EVICTION_HARD,
         yaml_key="evictionHard",
         metavar="LIST",
@@ -437,6 +438,10 @@ def _convert(f: Flag, raw: Any, where: str) -> Any:
 def _choice_error(f: Flag, raw: str) -> str:
     options = ", ".join(f'"{c}"' for c in f.choices or ())
     if f.attr == "memory_manager_policy":
+        if raw == "BestEffort":  # the kubelet's Windows-only policy, refused with its Linux text
+            return (
+                f'policy "{raw}" is not available for platform "linux" (expected one of {options})'
+            )
         return f'unknown policy: "{raw}" (expected one of {options})'
     if f.attr == "topology_manager_policy":
         return f'unknown policy: "{raw}" (expected one of {options})'
@@ -519,7 +524,12 @@ def parse_reserved_resources(raw: Any, where: str) -> tuple[tuple[str, Quantity]
 
 
 def parse_eviction_hard(raw: Any, where: str) -> tuple[EvictionThreshold, ...]:
-    """kubelet ``--eviction-hard``: ``signal<quantity`` or ``signal<N%``; YAML: a mapping."""
+    """kubelet ``--eviction-hard``: ``signal<quantity`` or ``signal<N%``; YAML: a mapping.
+
+    As kubelet's threshold parser: exactly ``0%`` or ``100%`` is no threshold
+    (the way to disable a signal, e.g. the default ``memory.available<100Mi``);
+    other percentages must lie in [0%, 100%]; a quantity must be positive.
+    """
     if isinstance(raw, Mapping):
         pairs = [(str(k), str(v)) for k, v in raw.items()]
     else:
@@ -533,25 +543,36 @@ def parse_eviction_hard(raw: Any, where: str) -> tuple[EvictionThreshold, ...]:
                     raise ConfigError(f"{where}: expected signal<value, got {part!r}")
                 pairs.append((signal.strip(), value.strip()))
     thresholds: dict[str, EvictionThreshold] = {}
+    seen: set[str] = set()
     for signal, value in pairs:
         if signal not in EVICTION_SIGNALS:
             raise ConfigError(f"{where}: unsupported eviction signal {signal!r}")
-        if signal in thresholds:
+        if signal in seen:
             raise ConfigError(f"{where}: duplicate eviction signal {signal!r}")
+        seen.add(signal)
         if value.endswith("%"):
+            if value in ("0%", "100%"):
+                continue
             try:
                 pct = Fraction(value[:-1])
             except (ValueError, ZeroDivisionError) as err:
                 raise ConfigError(f"{where}: {signal}: invalid percentage {value!r}") from err
-            if not 0 < pct <= 100:
+            if pct < 0:
                 raise ConfigError(
-                    f"{where}: {signal}: percentage must be > 0% and <= 100%, got {value}"
+                    f"{where}: eviction percentage threshold {signal} must be >= 0%: {value}"
+                )
+            if pct > 100:
+                raise ConfigError(
+                    f"{where}: eviction percentage threshold {signal} must be <= 100%: {value}"
                 )
             thresholds[signal] = EvictionThreshold(signal, percentage=pct / 100)
         else:
             q = _quantity(value, f"{where} {signal}")
-            if q.value < 0:
-                raise ConfigError(f"{where}: eviction threshold {signal} cannot be negative: {q}")
+            if q.value <= 0:
+                raise ConfigError(
+                    f"{where}: eviction threshold {signal} must be positive: {q} (use {signal}<0% "
+                    "to disable it)"
+                )
             thresholds[signal] = EvictionThreshold(signal, quantity=q)
     return tuple(thresholds.values())
 

@@ -82,6 +82,18 @@ def test_eviction_percentage() -> None:
     [t] = parse_eviction_hard("memory.available<10%", "--eviction-hard")
     assert t.percentage == Fraction(1, 10)
     assert t.quantity is None
+    [t] = parse_eviction_hard("memory.available<0.0%", "--eviction-hard")
+    assert t.percentage == 0  # only the exact strings "0%" and "100%" mean "no threshold"
+
+
+@pytest.mark.parametrize("value", ["0%", "100%"])
+def test_zero_and_hundred_percent_disable_a_threshold(tmp_path: Path, value: str) -> None:
+    """kubelet's threshold parser returns no threshold for exactly 0% and 100%."""
+    cfg = parse(["--eviction-hard", f"memory.available<{value},nodefs.available<10%"])
+    assert [t.signal for t in cfg.eviction_hard] == ["nodefs.available"]
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(f'evictionHard: {{memory.available: "{value}"}}\n')
+    assert parse(["--config", str(cfg_file)]).eviction_hard == ()
 
 
 @pytest.mark.parametrize(
@@ -97,7 +109,19 @@ def test_eviction_percentage() -> None:
         (["--system-reserved", "gpu=1"], "cannot reserve 'gpu' resource"),
         (["--eviction-hard", "memory.available>1Gi"], "expected signal<value"),
         (["--eviction-hard", "memory.free<1Gi"], "unsupported eviction signal 'memory.free'"),
-        (["--eviction-hard", "memory.available<150%"], "percentage must be > 0% and <= 100%"),
+        (
+            ["--eviction-hard", "memory.available<150%"],
+            "eviction percentage threshold memory.available must be <= 100%: 150%",
+        ),
+        (
+            ["--eviction-hard", "memory.available<-1%"],
+            "eviction percentage threshold memory.available must be >= 0%: -1%",
+        ),
+        (
+            ["--eviction-hard", "memory.available<0"],
+            "eviction threshold memory.available must be positive: 0",
+        ),
+        (["--eviction-hard", "memory.available<1%,memory.available<0%"], "duplicate eviction"),
         (["--health-port", "70000"], "port 70000 is out of range"),
         (["--health-port", "abc"], "expected a positive integer, got 'abc'"),
         (["--shutdown-grace", "-1"], "expected a non-negative number of seconds"),

@@ -182,12 +182,25 @@ def test_sync_active_pods(numamem_server: InProcessServer) -> None:
                 pod(
                     "p",
                     mm.Container(
-                        name="a", requests={"hugepages-2Mi": "2Mi"}, limits={"hugepages-2Mi": "4Mi"}
+                        name="a",
+                        requests={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "2Mi"},
+                        limits={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "4Mi"},
                     ),
                 ),
                 "a",
             ),
-            "hugepage requests must equal limits",
+            'pod.containers[0].requests["hugepages-2Mi"]: hugepage requests must equal limits',
+        ),
+        (
+            lambda c: c.admit(
+                mm.Pod(
+                    uid="p",
+                    qos_class="Guaranteed",
+                    containers=[mm.Container(name="a", requests={"memory": "1Gi"})],
+                )
+            ),
+            "pod.qos_class: 'Guaranteed' contradicts the requests and limits, which make the pod "
+            "Burstable",
         ),
         (
             lambda c: c.allocate(pod("p", container("a", restart_policy="Never")), "a"),
@@ -235,6 +248,35 @@ def test_bad_input_is_invalid_argument_naming_the_field(
     assert code == grpc.StatusCode.INVALID_ARGUMENT, details
     assert fragment in details
     assert numamem_server.client.get_state().entries == {}  # nothing reached the core
+
+
+def test_burstable_pod_with_unequal_hugepages_is_not_the_memory_managers_business(
+    numamem_server: InProcessServer,
+) -> None:
+    """kubelet's Static policy returns at once for a non-Guaranteed pod (upstream static_allocate/01,
+    static_hints/01): no hints, nothing pinned, no error, whatever its hugepages say."""
+    client = numamem_server.client
+    burstable = pod(
+        "b",
+        mm.Container(
+            name="a",
+            requests={"cpu": "1", "memory": "1Gi", "hugepages-1Gi": "1Gi"},
+            limits={"cpu": "1", "memory": "2Gi", "hugepages-1Gi": "2Gi"},
+        ),
+    )
+    before = client.get_state()
+    assert list(client.get_topology_hints(burstable, "a").hints) == []
+    assert list(client.get_pod_topology_hints(burstable).hints) == []
+    assert list(client.allocate(burstable, "a").blocks) == []
+    resp = client.admit(burstable)
+    assert resp.admitted
+    assert [list(c.blocks) for c in resp.containers] == [[]]
+    assert client.get_state() == before
+    # A malformed quantity is still refused: the kubelet never receives one.
+    bad = pod("b", mm.Container(name="a", requests={"hugepages-1Gi": "1Gx"}))
+    code, details = code_and_details(lambda: client.allocate(bad, "a"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'1Gx' is not a valid quantity" in details
 
 
 def test_limits_are_resource_exhausted() -> None:

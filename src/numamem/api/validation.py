@@ -3,20 +3,30 @@
 Every message names the field as a path (``pod.containers[1].requests["memory"]``)
 and the bad value. Checks mirror what the Kubernetes API server guarantees the
 kubelet (non-empty unique names, parseable non-negative quantities, requests <=
-limits, hugepage requests == limits, ``restartPolicy: Always`` only on init
-containers) plus what numamem itself needs (known hugepage sizes, existing NUMA
-nodes, bounded sizes). Requests missing for a limited resource default to the
-limit, as the API server's defaulting does.
+limits, a QoS class that matches the resources, hugepage requests == limits,
+``restartPolicy: Always`` only on init containers) plus what numamem itself
+needs (known hugepage sizes, existing NUMA nodes, bounded sizes). Requests
+missing for a limited resource default to the limit, as the API server's
+defaulting does. Hugepage rules apply to Guaranteed pods only: the memory
+manager never looks at other pods (see :func:`pod_from_proto`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 
 from numamem.config import Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError, QuantityError
 from numamem.memorymanager.state import is_memory_resource
-from numamem.pod import QOS_CLASSES, RESTART_ALWAYS, Container, Pod, with_defaulted_requests
+from numamem.pod import (
+    GUARANTEED,
+    QOS_CLASSES,
+    RESTART_ALWAYS,
+    Container,
+    Pod,
+    compute_pod_qos,
+    with_defaulted_requests,
+)
 from numamem.quantity import Quantity, parse_quantity
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
@@ -62,9 +72,8 @@ def _quantities(values: Mapping[str, str], field: str) -> dict[str, Quantity]:
     return result
 
 
-def _container(
-    msg: memorymanager_pb2.Container, field: str, *, init: bool, hugepages: Iterable[str]
-) -> Container:
+def _container(msg: memorymanager_pb2.Container, field: str, *, init: bool) -> Container:
+    """Syntax: names, quantities, requests <= limits, the restart policy; defaults requests."""
     name = check_string(msg.name, f"{field}.name")
     requests = _quantities(msg.requests, f"{field}.requests")
     limits = _quantities(msg.limits, f"{field}.limits")
@@ -74,30 +83,46 @@ def _container(
         )
     if msg.restart_policy and not init:
         raise InvalidArgumentError(f"{field}.restart_policy: only init containers may set it")
-    known = list(hugepages)
-    for res_name in (*requests, *limits):
-        if res_name.startswith("hugepages-") and res_name not in known:
-            sizes = ", ".join(known) or "none"
-            raise InvalidArgumentError(
-                f"{field}: {res_name} is not a hugepage size of this machine (it has: {sizes})"
-            )
     for res_name, req in requests.items():
         lim = limits.get(res_name)
         if lim is not None and req.value > lim.value:
             raise InvalidArgumentError(
                 f'{field}.requests["{res_name}"]: {req} must be less than or equal to the limit {lim}'
             )
+    return with_defaulted_requests(Container(name, requests, limits, msg.restart_policy))
+
+
+def _check_hugepages(container: Container, field: str, known: Sequence[str]) -> None:
+    """What the memory manager needs of a Guaranteed container's hugepages.
+
+    Known sizes, and requests equal to limits (the API server's rule for every
+    pod; the kubelet's Static policy pins the request).
+    """
+    for res_name in (*container.requests, *container.limits):
+        if res_name.startswith("hugepages-") and res_name not in known:
+            sizes = ", ".join(known) or "none"
+            raise InvalidArgumentError(
+                f"{field}: {res_name} is not a hugepage size of this machine (it has: {sizes})"
+            )
+    for res_name, req in container.requests.items():
+        lim = container.limits.get(res_name)
         if res_name.startswith("hugepages-") and lim is not None and req.value != lim.value:
             raise InvalidArgumentError(
                 f'{field}.requests["{res_name}"]: hugepage requests must equal limits ({req} != {lim})'
             )
-    return with_defaulted_requests(Container(name, requests, limits, msg.restart_policy))
 
 
 def pod_from_proto(
     msg: memorymanager_pb2.Pod, machine: Machine, limits: Limits, field: str = "pod"
 ) -> Pod:
-    """A validated core :class:`Pod`; raises InvalidArgumentError or LimitExceededError."""
+    """A validated core :class:`Pod`; raises InvalidArgumentError or LimitExceededError.
+
+    QoS is computed first (after request defaulting), as the API server does:
+    a given ``qos_class`` that contradicts it is refused, and only Guaranteed
+    pods, the memory manager's business, have their hugepages checked. A
+    Burstable pod whose hugepage requests differ from its limits is therefore
+    accepted and, as in the kubelet, gets no hints and no allocation.
+    """
     uid = check_string(msg.uid, f"{field}.uid")
     check_string(msg.namespace, f"{field}.namespace", required=False)
     check_string(msg.name, f"{field}.name", required=False)
@@ -113,21 +138,36 @@ def pod_from_proto(
         raise InvalidArgumentError(
             f"{field}.qos_class: {msg.qos_class!r} is not one of {', '.join(QOS_CLASSES)}"
         )
-    hugepages = machine.hugepage_resources
-    inits = tuple(
-        _container(c, f"{field}.init_containers[{i}]", init=True, hugepages=hugepages)
-        for i, c in enumerate(msg.init_containers)
-    )
-    apps = tuple(
-        _container(c, f"{field}.containers[{i}]", init=False, hugepages=hugepages)
-        for i, c in enumerate(msg.containers)
-    )
+    named = [
+        *(
+            (
+                f"{field}.init_containers[{i}]",
+                _container(c, f"{field}.init_containers[{i}]", init=True),
+            )
+            for i, c in enumerate(msg.init_containers)
+        ),
+        *(
+            (f"{field}.containers[{i}]", _container(c, f"{field}.containers[{i}]", init=False))
+            for i, c in enumerate(msg.containers)
+        ),
+    ]
     seen: set[str] = set()
-    for c in (*inits, *apps):
+    for _, c in named:
         if c.name in seen:
             raise InvalidArgumentError(f"{field}: duplicate container name {c.name!r}")
         seen.add(c.name)
-    return Pod(uid, msg.namespace, msg.name, inits, apps, msg.qos_class)
+    inits = tuple(c for _, c in named[: len(msg.init_containers)])
+    apps = tuple(c for _, c in named[len(msg.init_containers) :])
+    computed = compute_pod_qos(Pod(uid, init_containers=inits, containers=apps))
+    if msg.qos_class and msg.qos_class != computed:
+        raise InvalidArgumentError(
+            f"{field}.qos_class: {msg.qos_class!r} contradicts the requests and limits, which make "
+            f"the pod {computed}; leave qos_class empty or send the pod's status.qosClass"
+        )
+    if computed == GUARANTEED:
+        for where, c in named:
+            _check_hugepages(c, where, machine.hugepage_resources)
+    return Pod(uid, msg.namespace, msg.name, inits, apps, computed)
 
 
 def container_in_pod(pod: Pod, name: str, field: str = "container_name") -> str:
