@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shutil
 import signal
@@ -15,18 +17,39 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from numamem.testing.sysfs import standard_nodes, write_sysfs
+
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+DATA = REPO / "tests" / "data"
 
 
-def shared_path(*parts: str) -> Path:
-    """A file under ../shared; fails the test with a clear message if it is missing."""
-    path = SHARED.joinpath(*parts)
+def data_path(*parts: str) -> Path:
+    """A file under tests/data (see tests/data/README.md for where each came from)."""
+    path = DATA.joinpath(*parts)
     if not path.exists():
-        raise AssertionError(
-            f"shared reference file {path} is missing: the tests need ../shared/ next to the repo"
-        )
+        raise AssertionError(f"test data file {path} is missing from the repository")
     return path
+
+
+@functools.cache
+def fake_machine_root() -> Path:
+    """A 2-node fake sysfs tree and an empty cgroup root, shared by every test that does not
+    bring its own machine: tests never read this host's /sys or cgroups (smoke tests aside)."""
+    root = short_tmpdir()
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    write_sysfs(root / "sys", standard_nodes(2))
+    (root / "cgroup").mkdir()
+    return root
+
+
+def with_fake_machine(args: list[str]) -> list[str]:
+    """``serve`` arguments plus ``--sysfs-root``/``--cgroup-root`` of the fake machine, unless given."""
+    extra = []
+    if "--sysfs-root" not in args:
+        extra += ["--sysfs-root", str(fake_machine_root() / "sys")]
+    if "--cgroup-root" not in args:
+        extra += ["--cgroup-root", str(fake_machine_root() / "cgroup")]
+    return [*args, *extra]
 
 
 def short_tmpdir() -> Path:
@@ -78,7 +101,7 @@ class DaemonProcess:
             self.state_dir,
             "--shutdown-grace",
             "2",
-            *self.args,
+            *with_fake_machine(self.args),
         ]
 
     def start(self, wait: bool = True, timeout: float = 15.0) -> DaemonProcess:
@@ -174,7 +197,10 @@ def serve_to_exit(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def run_once(args: list[str], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    """Run ``numamem serve ARGS`` expecting it to exit by itself (refusals)."""
+    """Run ``numamem ARGS`` expecting it to exit by itself (refusals); ``serve`` gets the fake
+    machine unless ``args`` name one."""
+    if args and args[0] == "serve":
+        args = with_fake_machine(args)
     return subprocess.run(
         [sys.executable, "-m", "numamem", *args],
         capture_output=True,

@@ -14,7 +14,7 @@ from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
-from tests.daemon import shared_path
+from tests.daemon import data_path
 
 GI = 1024**3
 
@@ -59,7 +59,7 @@ def test_show_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_verify_reports_problems(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture: str, fragment: str
 ) -> None:
-    shutil.copy(shared_path("fixtures", "kubelet-checkpoints", fixture), tmp_path / STATE_FILE)
+    shutil.copy(data_path("kubelet-checkpoints", fixture), tmp_path / STATE_FILE)
     assert main(["state", "verify", "--state-dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert fragment in out

@@ -1,4 +1,4 @@
-"""Every upstream kubelet memory-manager scenario in ../shared/cases/kubelet/, against the core.
+"""Every upstream kubelet memory-manager scenario in tests/data/kubelet-cases/, against the core.
 
 Comparison semantics follow SCHEMA.md: machine states exactly (a nil ``cells``
 equals []), blocks as multisets, hints exactly (order matters), errors by exact
@@ -347,7 +347,7 @@ def test_best_effort_is_refused_on_linux() -> None:
     "case", [c for c in CASES if c.get("pod")], ids=case_ids([c for c in CASES if c.get("pod")])
 )
 def test_computed_qos_matches_the_corpus(case: dict[str, Any]) -> None:
-    """GetPodQOS computed from the spec agrees with the ``qos`` the corpus records."""
+    """GetPodQOS computed from the pod spec agrees with the ``qos`` the corpus records."""
     assert compute_pod_qos(kc.pod(case["pod"], with_qos=False)) == case["pod"]["qos"]
 
 

@@ -59,11 +59,18 @@ def test_rejected_admission_leaves_nothing_and_writes_nothing() -> None:
     m, store = manager(two_nodes())
     writes = store.writes
     before = m.committed()
-    # The first container fits on node 0; the second needs more than any node has.
+    # The first container fits on node 0; the second needs more than both nodes hold, so the
+    # policy offers no hint (no preference: an empty map), the merge gives the preferred
+    # any-node mask, and Allocate finds no mask to extend it to (as in the kubelet).
     pod = Pod("p1", containers=(ctr("a", 2 * GI), ctr("b", 9 * GI)))
     outcome = m.admit(pod)
     assert not outcome.result.admitted
-    assert outcome.result.reason in ("TopologyAffinityError", "UnexpectedAdmissionError")
+    assert outcome.result.reason == "UnexpectedAdmissionError"
+    assert outcome.result.message == (
+        "Allocate failed due to [memorymanager] failed to find NUMA nodes to extend the current "
+        "topology hint, which is unexpected"
+    )
+    assert outcome.result.affinities["a"] == TopologyHint(0b01, True)
     assert m.committed() is before
     assert m.get_memory("p1", "a") == []
     assert store.writes == writes
@@ -110,7 +117,8 @@ def test_no_op_operations_do_not_write() -> None:
     assert store.writes == writes
 
 
-# spec section 4.7 (TestStaticPolicyAllocateWithInitContainers)
+# kubelet TestStaticPolicyAllocateWithInitContainers: requests of init1, init2, c1, c2 (Gi), the
+# stored sizes after all four are allocated, and the Gi reserved per type
 REUSE_ROWS = [
     ((1, 2, 3, 4), (0, 0, 3, 4), 7),
     ((4, 3, 2, 1), (0, 1, 2, 1), 4),

@@ -1,4 +1,4 @@
-"""The metacache core: upstream scenarios, the spec's edge cases (metacache.md section 5), persistence."""
+"""The metacache core: upstream scenarios (tests/data/metacache-cases), edge cases, persistence."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ from numamem.errors import (
 from numamem.metacache.cache import MetaCache, State
 from numamem.metacache.persistence import STATE_FILE, CheckpointPersister, decode, encode
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo, RegionStatus
-from tests.daemon import shared_path
+from tests.daemon import data_path
 
-CASES_DIR = shared_path("cases", "metacache")
+CASES_DIR = data_path("metacache-cases")
 OUT_OF_SUBSET = {
-    # (metacache.md covers the 2023 API plus RangePool; SCHEMA.md marks these as outside it)
+    # (numamem implements the 2023 API plus RangePool; the cases' SCHEMA.md marks these as outside it)
     "metacache_test/GetFilteredInferenceResult/test_without_filter": "inference results",
     "metacache_test/GetFilteredInferenceResult/test_with_filter": "inference results",
     "metacache_test/GetFilteredInferenceResult/test_with_invalid_result_type": "inference results",
@@ -159,7 +159,7 @@ def test_upstream_scenarios(scenario: dict[str, Any], tmp_path: Path) -> None:
             pytest.fail(f"unexpected op {op}")
 
 
-# --- edge cases (metacache.md section 5) -------------------------------------------------
+# --- edge cases and invariants ---------------------------------------------------------
 
 
 class CountingPersister:

@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.api.server import Daemon
 from numamem.config import Config
-from numamem.errors import NotFoundError, PersistenceError
+from numamem.errors import NotFoundError, PersistenceError, StartupError
 from numamem.v1 import topology_pb2, topology_pb2_grpc
 
 TOPOLOGY = "numamem.v1.Topology"
@@ -179,7 +179,7 @@ def test_shared_directory_is_refused_unless_allowed(config: Config, short_root: 
     shared.chmod(0o777)
     cfg = replace(config, state_dir=str(shared))
     daemon = Daemon(cfg, lambda c: [FakeComponent()])
-    with pytest.raises(Exception, match="world-writable") as info:
+    with pytest.raises(StartupError, match="world-writable") as info:
         daemon.start()
     assert "--allow-shared-dirs" in str(info.value)
     daemon.shutdown()

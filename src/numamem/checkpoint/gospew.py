@@ -1,8 +1,8 @@
 """go-spew ``%#v`` text of the kubelet memory manager checkpoint structs (for the checksum).
 
 The kubelet hashes ``dump.ForHash(&checkpoint)``: go-spew with ``SortKeys`` and
-``DisableMethods``, ``%#v``. The rules that matter here (memory-manager.md,
-section 8.3):
+``DisableMethods``, ``%#v``, then FNV-1a-32 of that text. The go-spew rules
+that matter here:
 
 * every value shows its Go type in parentheses, except map keys and values and
   slice elements; struct fields show ``Name:`` and the value with its type;

@@ -31,8 +31,9 @@ and states the kubelet itself handles):
   multi-NUMA group is a violation, so groups stay disjoint.
 
 Pod-scope hints regenerate from the first container that has blocks using the
-*pod's* request, as the upstream code does (the spec's prose says "its own
-container request"; the code, which clients observe, passes the pod request).
+*pod's* request, as the released upstream code does (descriptions of the
+algorithm say "its own container request"; the code, which clients observe,
+passes the pod request).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The metadata cache (katalyst-core sysadvisor ``MetaCache``), durable and linearizable.
 
-Semantics follow metacache.md (V-PERSIST, plus ``RangePool``) with the project
-decisions D1-D8: every value stored or returned is a copy (D1); returning
+Semantics are katalyst's persistent MetaCache plus ``RangePool``, with the
+decisions D1-D8 listed in :mod:`numamem.metacache`: every value stored or returned is a copy (D1); returning
 False from a Range callback stops the whole walk (D2); each checkpoint is one
 consistent point-in-time state (D3); callbacks may read the cache but not
 write through it (D7).
@@ -25,7 +25,7 @@ Concurrency and durability:
   sections are microseconds (copy-on-write of one pod's map), the slow part
   (serialisation and fsync) runs outside it, and one lock cannot deadlock.
 
-Cost: every commit writes the whole state (metacache.md 3.5, and one atomic
+Cost: every commit writes the whole state (as katalyst does, and one atomic
 checkpoint per acknowledged change), about 430 bytes per container, reusing
 the text of unchanged pods but hashing and fsyncing all of it. Group commit
 amortises that over concurrent writers; on a 2-core machine the commit also

@@ -4,7 +4,7 @@ Values are normalised when they are built, which is what katalyst's ``Clone``
 does on every read: a missing ``RegionNames`` is an empty set, cpusets are
 always initialised (katalyst's ``"nil"`` zero value reads back as ``""``),
 ``OvershootStatus`` is never nil, and maps are never nil. A value read back is
-therefore equal to the value stored (metacache.md, section 2.3).
+therefore equal to the value stored.
 
 Every type has ``clone()`` (a deep copy) and ``to_json()`` (its part of the
 project's canonical checkpoint JSON). Stored objects are never mutated: the
