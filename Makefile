@@ -26,6 +26,7 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests $(wildcard bench)
 	$(BIN)/ruff format --check src tests $(wildcard bench)
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -48,7 +49,7 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
-# Regenerates README.md's configuration reference from src/numamem/config.py.
+# Regenerates README.md's configuration reference from src/numamem/config/flags.py.
 docs: $(STAMP)
 	$(BIN)/python -m tests.readme_docs --write
 

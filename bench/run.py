@@ -37,7 +37,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
 from numamem.client import NumamemClient
-from numamem.config import ReservedMemory
+from numamem.config.model import ReservedMemory
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory

@@ -10,7 +10,9 @@ from typing import Any
 
 import yaml
 
-from numamem.config import Config, add_serve_arguments, config_from_args
+from numamem.config.flags import add_serve_arguments
+from numamem.config.load import config_from_args
+from numamem.config.model import Config
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"

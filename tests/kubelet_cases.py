@@ -10,8 +10,8 @@ from typing import Any
 
 import grpc
 
-from numamem.config import ReservedMemory
-from numamem.memorymanager.state import (
+from numamem.config.model import ReservedMemory
+from numamem.memtypes import (
     HUGEPAGES_PREFIX,
     MEMORY,
     Block,

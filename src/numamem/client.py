@@ -18,8 +18,8 @@ from types import TracebackType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from numamem.config import DEFAULT_SOCKET
-from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
+from numamem.config.model import DEFAULT_SOCKET
+from numamem.memtypes import Block, MemoryTable, NUMANodeState
 from numamem.v1 import (
     common_pb2,
     memorymanager_pb2,

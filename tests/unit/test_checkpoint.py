@@ -27,8 +27,8 @@ from numamem.checkpoint.mmstore import (
 from numamem.errors import CheckpointError, PersistenceError, StateMismatchError
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.state import Block, MemoryState, MemoryTable, NUMANodeState
-from numamem.memorymanager.store import Snapshot
+from numamem.memorymanager.state import MemoryState
+from numamem.memtypes import Block, MemoryTable, NUMANodeState, Snapshot
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode

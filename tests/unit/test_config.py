@@ -8,14 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from numamem.config import (
-    Config,
-    add_serve_arguments,
-    config_from_args,
-    flag_reference,
-    parse_eviction_hard,
-    parse_reserved_memory,
-)
+from numamem.config.flags import add_serve_arguments, flag_reference
+from numamem.config.load import config_from_args
+from numamem.config.model import Config
+from numamem.config.syntax import parse_eviction_hard, parse_reserved_memory
 from numamem.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from numamem.config import DEFAULT_SOCKET, DEFAULT_STATE_DIR
+from numamem.config.model import DEFAULT_SOCKET, DEFAULT_STATE_DIR
 from tests.deploy_manifests import (
     REPO,
     daemonset_docs,

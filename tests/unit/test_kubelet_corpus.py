@@ -24,7 +24,8 @@ from numamem.memorymanager.reserved import (
     validate_reserved_memory,
 )
 from numamem.memorymanager.state import MemoryState, State, StateReader
-from numamem.memorymanager.store import InMemoryStore, Snapshot
+from numamem.memorymanager.store import InMemoryStore
+from numamem.memtypes import Snapshot
 from numamem.pod import Container, Pod, compute_pod_qos
 from numamem.topologymanager.policy import ProviderHints, TopologyHint
 from tests import kubelet_cases as kc

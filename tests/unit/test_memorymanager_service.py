@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from numamem.client import NumamemClient
-from numamem.config import Limits
+from numamem.config.model import Limits
 from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.testing.sysfs import standard_nodes
 from numamem.v1 import memorymanager_pb2 as mm

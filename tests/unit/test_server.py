@@ -14,7 +14,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.api.server import Daemon
-from numamem.config import Config
+from numamem.config.model import Config
 from numamem.errors import NotFoundError, PersistenceError, StartupError
 from numamem.v1 import topology_pb2, topology_pb2_grpc
 

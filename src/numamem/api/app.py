@@ -9,7 +9,7 @@ from numamem.api.metacache import MetaCacheComponent
 from numamem.api.metrics import MetricsComponent
 from numamem.api.server import Component
 from numamem.api.topology import TopologyComponent
-from numamem.config import Config
+from numamem.config.model import Config
 from numamem.topology.sysfs import discover
 
 

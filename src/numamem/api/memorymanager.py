@@ -22,7 +22,7 @@ from numamem.api.validation import (
     pod_from_proto,
 )
 from numamem.checkpoint.mmstore import KubeletStateStore
-from numamem.config import Config, Limits
+from numamem.config.model import Config, Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError
 from numamem.logging import get_logger
 from numamem.memorymanager.manager import AdmitOutcome, Manager, new_policy
@@ -31,8 +31,8 @@ from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
     validate_reserved_memory_config,
 )
-from numamem.memorymanager.state import Block, NUMANodeState
 from numamem.memorymanager.store import StateStore
+from numamem.memtypes import Block, NUMANodeState
 from numamem.pod import Pod
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask

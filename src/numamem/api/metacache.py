@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from numamem.api.validation import check_string
-from numamem.config import Config
+from numamem.config.model import Config
 from numamem.cpuset import CPUSet
 from numamem.errors import InvalidArgumentError, NotFoundError
 from numamem.logging import get_logger

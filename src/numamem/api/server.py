@@ -42,7 +42,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from numamem.api.interceptors import Readiness, ServerInterceptor
-from numamem.config import Config
+from numamem.config.model import Config
 from numamem.errors import StartupError
 from numamem.logging import get_logger
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from numamem.config import Limits
+from numamem.config.model import Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError, QuantityError
-from numamem.memorymanager.state import is_memory_resource
+from numamem.memtypes import is_memory_resource
 from numamem.pod import (
     GUARANTEED,
     QOS_CLASSES,

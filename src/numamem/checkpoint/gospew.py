@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from numamem.memorymanager.state import Block, NUMANodeState
+from numamem.memtypes import Block, NUMANodeState
 
 LEGACY_TYPE = "state.MemoryManagerCheckpoint"
 V1_TYPE = "state.MemoryManagerCheckpointV1"

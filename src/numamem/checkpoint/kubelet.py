@@ -39,7 +39,7 @@ from numamem.checkpoint.gospew import (
     sorted_keys,
 )
 from numamem.errors import CheckpointError, CorruptCheckpointError
-from numamem.memorymanager.state import Block, MemoryTable, NUMANodeState
+from numamem.memtypes import Block, MemoryTable, NUMANodeState
 
 MachineStateRaw = dict[int, NUMANodeState | None] | None
 

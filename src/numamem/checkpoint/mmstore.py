@@ -40,8 +40,7 @@ from numamem.checkpoint.filestore import (
 from numamem.checkpoint.fnv import fnv1a_32
 from numamem.errors import CheckpointError, CorruptCheckpointError, PersistenceError
 from numamem.logging import get_logger
-from numamem.memorymanager.containermap import ContainerRef
-from numamem.memorymanager.store import Snapshot
+from numamem.memtypes import ContainerRef, Snapshot
 
 _log = get_logger("checkpoint")
 

@@ -13,7 +13,7 @@ import grpc
 from google.protobuf.message import Message
 
 from numamem.client import NumamemClient
-from numamem.config import DEFAULT_SOCKET
+from numamem.config.model import DEFAULT_SOCKET
 
 EXIT_OK = 0
 EXIT_FAILED = 1

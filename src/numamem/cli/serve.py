@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from numamem.config import add_serve_arguments, config_from_args, describe
+from numamem.config.flags import add_serve_arguments, describe
+from numamem.config.load import config_from_args
 from numamem.errors import NumamemError
 
 

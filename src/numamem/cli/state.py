@@ -29,8 +29,8 @@ from numamem.cli.common import (
     print_table,
 )
 from numamem.client import NumamemClient, state_from_proto
-from numamem.config import DEFAULT_STATE_DIR
-from numamem.memorymanager.state import Block, NUMANodeState
+from numamem.config.model import DEFAULT_STATE_DIR
+from numamem.memtypes import Block, NUMANodeState
 
 
 def add_parser(sub: Any) -> None:

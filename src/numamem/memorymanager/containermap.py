@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-ContainerRef = tuple[str, str]
+from numamem.memtypes import ContainerRef
 
 
 class ContainerMap:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from numamem.memorymanager.state import MEMORY, Block, NUMANodeState
+from numamem.memtypes import MEMORY, Block, NUMANodeState
 
 
 def violations(

@@ -29,15 +29,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from numamem.config import ReservedMemory
+from numamem.config.model import ReservedMemory
 from numamem.errors import AllocationError, ConfigError, NotFoundError
 from numamem.logging import get_logger
-from numamem.memorymanager.containermap import ContainerMap, ContainerRef
+from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.policy import HintExplanation, NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
-from numamem.memorymanager.state import Block, MemoryState, State, StateReader
-from numamem.memorymanager.store import Snapshot, StateStore
+from numamem.memorymanager.state import MemoryState, State, StateReader
+from numamem.memorymanager.store import StateStore
+from numamem.memtypes import Block, ContainerRef, Snapshot
 from numamem.pod import Container, Pod
 from numamem.quantity import Quantity
 from numamem.topology import Machine

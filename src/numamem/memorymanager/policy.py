@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from numamem.memorymanager.state import Block, State, StateReader
+from numamem.memorymanager.state import State, StateReader
+from numamem.memtypes import Block
 from numamem.pod import Container, Pod
 from numamem.topologymanager.policy import ProviderHints, TopologyHint
 

@@ -50,14 +50,13 @@ from numamem.errors import (
 )
 from numamem.memorymanager.policy import HintExplanation, MaskVerdict
 from numamem.memorymanager.reserved import SystemReservedMemory
-from numamem.memorymanager.state import (
+from numamem.memorymanager.state import State, StateReader
+from numamem.memtypes import (
     MEMORY,
     Block,
     MachineState,
     MemoryTable,
     NUMANodeState,
-    State,
-    StateReader,
     is_memory_resource,
 )
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos

@@ -18,9 +18,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 
-from numamem.config import EvictionThreshold, ReservedMemory
+from numamem.config.model import EvictionThreshold, ReservedMemory
 from numamem.errors import QuantityError, ReservedMemoryError
-from numamem.memorymanager.state import MEMORY, is_memory_resource
+from numamem.memtypes import MEMORY, is_memory_resource
 from numamem.quantity import Format, Quantity
 from numamem.topology import Machine
 

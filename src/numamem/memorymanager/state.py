@@ -1,10 +1,6 @@
-"""Memory manager state: machine state, blocks, assignments, and the state interfaces.
+"""Memory manager state: the state interfaces and the in-memory state (kubelet ``state``).
 
-The shapes follow the kubelet's ``state`` package: a :data:`MachineState` maps
-NUMA ids to :class:`NUMANodeState` (assignment count, one :class:`MemoryTable`
-per memory type, the ``cells`` group), and assignments map pod uid ->
-container name -> blocks. Go's nil and empty are kept apart (``None`` versus
-``[]``/``{}``) because the checkpoint checksum depends on the difference.
+The value types (tables, node states, blocks) are in :mod:`numamem.memtypes`.
 
 Copy rules:
 
@@ -20,76 +16,15 @@ Copy rules:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
-MEMORY = "memory"
-HUGEPAGES_PREFIX = "hugepages-"
-
-
-def is_memory_resource(name: str) -> bool:
-    """``memory`` or any ``hugepages-<size>`` (the types the memory manager pins)."""
-    return name == MEMORY or name.startswith(HUGEPAGES_PREFIX)
-
-
-@dataclass(slots=True)
-class MemoryTable:
-    """One memory type on one NUMA node. All sizes are bytes."""
-
-    total: int
-    system_reserved: int
-    allocatable: int
-    reserved: int
-    free: int
-
-    def copy(self) -> MemoryTable:
-        return MemoryTable(
-            self.total, self.system_reserved, self.allocatable, self.reserved, self.free
-        )
-
-
-@dataclass(slots=True)
-class NUMANodeState:
-    """``NUMANodeState``: ``memory_map``/``cells`` are None when Go's would be nil."""
-
-    number_of_assignments: int
-    memory_map: dict[str, MemoryTable] | None
-    cells: list[int] | None
-
-    def copy(self) -> NUMANodeState:
-        memory_map = (
-            None if self.memory_map is None else {k: t.copy() for k, t in self.memory_map.items()}
-        )
-        return NUMANodeState(
-            self.number_of_assignments, memory_map, None if self.cells is None else list(self.cells)
-        )
-
-
-MachineState = dict[int, NUMANodeState | None]
-"""NUMA id -> node state (None where the checkpoint holds ``null``)."""
-
-
-def clone_machine_state(ms: Mapping[int, NUMANodeState | None]) -> MachineState:
-    """Deep copy (kubelet ``NUMANodeMap.Clone``)."""
-    return {k: (None if v is None else v.copy()) for k, v in ms.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """A memory block pinned to a NUMA affinity; ``numa_affinity`` None is Go's nil slice."""
-
-    numa_affinity: tuple[int, ...] | None
-    type: str
-    size: int
-
-    def with_size(self, size: int) -> Block:
-        return Block(self.numa_affinity, self.type, size)
-
-
-ContainerBlocks = tuple[Block, ...]
-PodAssignments = Mapping[str, ContainerBlocks]
-Assignments = Mapping[str, PodAssignments]
-"""pod uid -> container name -> blocks."""
+from numamem.memtypes import (
+    Block,
+    ContainerBlocks,
+    MachineState,
+    NUMANodeState,
+    clone_machine_state,
+)
 
 
 class StateReader(Protocol):

@@ -9,31 +9,10 @@ store lives in :mod:`numamem.checkpoint`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from numamem.errors import PersistenceError
-from numamem.memorymanager.containermap import ContainerRef
-from numamem.memorymanager.state import (
-    ContainerBlocks,
-    NUMANodeState,
-    clone_machine_state,
-)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything the memory manager persists. Stores must not mutate it.
-
-    ``machine_state`` and ``assignments`` are the live committed structures
-    (never mutated after commit), so building a snapshot copies nothing.
-    """
-
-    policy_name: str
-    machine_state: Mapping[int, NUMANodeState | None]
-    assignments: Mapping[str, Mapping[str, ContainerBlocks]]
-    container_map: Mapping[str, ContainerRef] = field(default_factory=dict)
+from numamem.memtypes import Snapshot, clone_machine_state
 
 
 class StateStore(Protocol):

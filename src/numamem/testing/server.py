@@ -28,8 +28,8 @@ from typing import Any
 from numamem.api.app import build_components
 from numamem.api.server import Daemon
 from numamem.client import NumamemClient
-from numamem.config import (
-    Config,
+from numamem.config.model import Config
+from numamem.config.syntax import (
     parse_eviction_hard,
     parse_reserved_memory,
     parse_reserved_resources,
@@ -73,7 +73,7 @@ def serve_in_process(
 ) -> Iterator[InProcessServer]:
     """Start the servicers on ``nodes`` (default: 2 standard nodes); stop them on exit.
 
-    Keyword arguments override :class:`~numamem.config.Config` fields. The
+    Keyword arguments override :class:`~numamem.config.model.Config` fields. The
     temporary directory is removed on exit unless ``root`` was given.
     """
     owned = root is None

@@ -1,0 +1,398 @@
+"""The ``numamem serve`` flags: one table for the argument parser, the YAML keys and the README.
+
+Every problem is a :class:`~numamem.errors.ConfigError` with one line naming
+the field (as the operator wrote it: ``--flag`` or ``fileField (in FILE)``) and
+the bad value. Only syntax is checked here; rules that need the machine
+(reservations versus NUMA nodes, topology-manager limits) are checked when the
+memory manager and topology manager are built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from numamem.config.model import (
+    DEFAULT_EVICTION_HARD,
+    DEFAULT_SOCKET,
+    DEFAULT_STATE_DIR,
+    MEMORY_MANAGER_POLICIES,
+    TOPOLOGY_MANAGER_POLICIES,
+    TOPOLOGY_MANAGER_SCOPES,
+    Config,
+)
+from numamem.config.syntax import (
+    parse_eviction_hard,
+    parse_key_values,
+    parse_reserved_memory,
+    parse_reserved_resources,
+)
+from numamem.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """One ``numamem serve`` flag: its name, the Config attribute, a YAML key if kubelet has one."""
+
+    name: str
+    attr: str
+    help: str
+    default: str
+    yaml_key: str | None = None
+    kind: str = "str"  # str | int | float | bool | list
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "--socket",
+        "socket",
+        "unix socket to serve on (directory created 0750, socket 0660)",
+        DEFAULT_SOCKET,
+        metavar="PATH",
+    ),
+    Flag(
+        "--state-dir",
+        "state_dir",
+        "checkpoints: memory_manager_state (kubelet-compatible), sys_advisor_state (metacache); "
+        "created 0700",
+        DEFAULT_STATE_DIR,
+        metavar="DIR",
+    ),
+    Flag(
+        "--sysfs-root",
+        "sysfs_root",
+        "root that replaces /sys for topology discovery",
+        "/sys",
+        metavar="DIR",
+    ),
+    Flag(
+        "--cgroup-root",
+        "cgroup_root",
+        "root of the cgroup hierarchy for container metrics",
+        "/sys/fs/cgroup",
+        metavar="DIR",
+    ),
+    Flag(
+        "--memory-manager-policy",
+        "memory_manager_policy",
+        "memory manager policy (kubelet names, case-sensitive)",
+        "None",
+        yaml_key="memoryManagerPolicy",
+        choices=MEMORY_MANAGER_POLICIES,
+    ),
+    Flag(
+        "--reserved-memory",
+        "reserved_memory",
+        "per-NUMA reservations, kubelet syntax '0:memory=1Gi,hugepages-1Gi=2Gi;1:memory=2Gi' "
+        "(repeatable)",
+        "none",
+        yaml_key="reservedMemory",
+        kind="list",
+        metavar="SPEC",
+    ),
+    Flag(
+        "--system-reserved",
+        "system_reserved",
+        "resources reserved for the system, 'memory=1Gi,...'",
+        "none",
+        yaml_key="systemReserved",
+        metavar="LIST",
+    ),
+    Flag(
+        "--kube-reserved",
+        "kube_reserved",
+        "resources reserved for Kubernetes, 'memory=1Gi,...'",
+        "none",
+        yaml_key="kubeReserved",
+        metavar="LIST",
+    ),
+    Flag(
+        "--eviction-hard",
+        "eviction_hard",
+        "hard eviction thresholds, kubelet syntax 'memory.available<100Mi,...' (replaces the "
+        "default; 'memory.available<0%' disables that signal, as in the kubelet)",
+        DEFAULT_EVICTION_HARD,
+        yaml_key="evictionHard",
+        metavar="LIST",
+    ),
+    Flag(
+        "--topology-manager-policy",
+        "topology_manager_policy",
+        "topology manager policy",
+        "none",
+        yaml_key="topologyManagerPolicy",
+        choices=TOPOLOGY_MANAGER_POLICIES,
+    ),
+    Flag(
+        "--topology-manager-scope",
+        "topology_manager_scope",
+        "topology manager scope",
+        "container",
+        yaml_key="topologyManagerScope",
+        choices=TOPOLOGY_MANAGER_SCOPES,
+    ),
+    Flag(
+        "--topology-manager-policy-options",
+        "topology_manager_policy_options",
+        "'prefer-closest-numa-nodes=true,max-allowable-numa-nodes=16'",
+        "none",
+        yaml_key="topologyManagerPolicyOptions",
+        metavar="LIST",
+    ),
+    Flag(
+        "--health-port",
+        "health_port",
+        "TCP port serving only grpc.health.v1, for kubelet native gRPC probes",
+        "off",
+        kind="int",
+        metavar="N",
+    ),
+    Flag(
+        "--metrics-port",
+        "metrics_port",
+        "TCP port for Prometheus metrics (/metrics)",
+        "off",
+        kind="int",
+        metavar="N",
+    ),
+    Flag(
+        "--metrics-socket",
+        "metrics_socket",
+        "unix socket for Prometheus metrics over HTTP",
+        "off",
+        metavar="PATH",
+    ),
+    Flag(
+        "--log-level",
+        "log_level",
+        "log level",
+        "info",
+        choices=("debug", "info", "warning", "error"),
+    ),
+    Flag(
+        "--log-format",
+        "log_format",
+        "log format: JSON lines or a console renderer",
+        "json",
+        choices=("json", "console"),
+    ),
+    Flag(
+        "--shutdown-grace",
+        "shutdown_grace_seconds",
+        "seconds in-flight RPCs may take to finish after SIGTERM/SIGINT",
+        "5",
+        kind="float",
+        metavar="SECONDS",
+    ),
+    Flag("--workers", "workers", "gRPC handler threads", "16", kind="int", metavar="N"),
+    Flag(
+        "--metric-interval",
+        "metric_interval_seconds",
+        "seconds between container metric samples",
+        "10",
+        kind="float",
+        metavar="SECONDS",
+    ),
+    Flag(
+        "--metric-insurance-period",
+        "metric_insurance_period_seconds",
+        "metrics older than this are an error (0 = never expire; values below 60 are raised to 60)",
+        "0",
+        kind="float",
+        metavar="SECONDS",
+    ),
+    Flag(
+        "--metacache-discard-corrupt-state",
+        "metacache_discard_corrupt_state",
+        "on a corrupt sys_advisor_state, move it aside and start empty instead of refusing to start",
+        "false",
+        kind="bool",
+    ),
+    Flag(
+        "--no-metacache-persist",
+        "metacache_persist",
+        "keep the metacache in memory only (no sys_advisor_state writes)",
+        "persist",
+        kind="bool",
+    ),
+    Flag(
+        "--allow-shared-dirs",
+        "allow_shared_dirs",
+        "run even if the state or socket directory is group/world-writable by another user",
+        "false",
+        kind="bool",
+    ),
+    Flag(
+        "--max-pods",
+        "limits.max_pods",
+        "maximum pods in the memory manager state",
+        "10000",
+        kind="int",
+        metavar="N",
+    ),
+    Flag(
+        "--max-containers-per-pod",
+        "limits.max_containers_per_pod",
+        "maximum init+app containers in one pod",
+        "256",
+        kind="int",
+        metavar="N",
+    ),
+    Flag(
+        "--max-metacache-entries",
+        "limits.max_metacache_entries",
+        "maximum containers+pools+regions in the metacache",
+        "100000",
+        kind="int",
+        metavar="N",
+    ),
+    Flag(
+        "--max-message-bytes",
+        "limits.max_message_bytes",
+        "maximum gRPC message size",
+        str(4 * 1024 * 1024),
+        kind="int",
+        metavar="N",
+    ),
+)
+YAML_KEYS = {f.yaml_key: f for f in FLAGS if f.yaml_key}
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every flag of :data:`FLAGS` (plus ``--config``); unset flags parse to ``None``."""
+    parser.add_argument("--config", metavar="FILE", help="YAML file with kubelet-style field names")
+    for f in FLAGS:
+        help_text = f"{f.help} (default: {f.default})"
+        if f.kind == "bool":
+            parser.add_argument(
+                f.name, dest=flag_dest(f), action="store_true", default=None, help=help_text
+            )
+        elif f.kind == "list":
+            parser.add_argument(
+                f.name, dest=flag_dest(f), action="append", metavar=f.metavar, help=help_text
+            )
+        else:
+            parser.add_argument(
+                f.name, dest=flag_dest(f), metavar=f.metavar or f.name[2:].upper(), help=help_text
+            )
+
+
+def flag_dest(f: Flag) -> str:
+    return "flag_" + f.attr.replace(".", "__")
+
+
+def apply_value(cfg: Config, f: Flag, raw: Any, where: str) -> Config:
+    """``cfg`` with the flag's setting converted from ``raw`` (a flag string or a YAML value)."""
+    value = _convert(f, raw, where)
+    if f.attr.startswith("limits."):
+        return replace(cfg, limits=replace(cfg.limits, **{f.attr.split(".", 1)[1]: value}))
+    return replace(cfg, **{f.attr: value})
+
+
+def _convert(f: Flag, raw: Any, where: str) -> Any:
+    if f.kind == "bool":
+        # Presence of the flag means "on"; --no-... flags store the negation.
+        return not f.name.startswith("--no-")
+    if f.attr == "reserved_memory":
+        return parse_reserved_memory(raw, where)
+    if f.attr in ("system_reserved", "kube_reserved"):
+        return parse_reserved_resources(raw, where)
+    if f.attr == "eviction_hard":
+        return parse_eviction_hard(raw, where)
+    if f.attr == "topology_manager_policy_options":
+        return parse_key_values(raw, where)
+    if f.kind == "int":
+        return _positive_int(raw, where, port=f.attr.endswith("_port"))
+    if f.kind == "float":
+        return _non_negative_float(raw, where)
+    if not isinstance(raw, str):
+        raise ConfigError(f"{where}: expected a string, got {raw!r}")
+    if f.choices is not None and raw not in f.choices:
+        raise ConfigError(f"{where}: {_choice_error(f, raw)}")
+    if f.attr in ("socket", "state_dir", "sysfs_root", "cgroup_root", "metrics_socket"):
+        if not raw:
+            raise ConfigError(f"{where}: must not be empty")
+        return os.path.abspath(raw)
+    return raw
+
+
+def _choice_error(f: Flag, raw: str) -> str:
+    options = ", ".join(f'"{c}"' for c in f.choices or ())
+    if f.attr == "memory_manager_policy":
+        if raw == "BestEffort":  # the kubelet's Windows-only policy, refused with its Linux text
+            return (
+                f'policy "{raw}" is not available for platform "linux" (expected one of {options})'
+            )
+        return f'unknown policy: "{raw}" (expected one of {options})'
+    if f.attr == "topology_manager_policy":
+        return f'unknown policy: "{raw}" (expected one of {options})'
+    if f.attr == "topology_manager_scope":
+        return f'unknown scope: "{raw}" (expected one of {options})'
+    return f"{raw!r} is not one of {options}"
+
+
+def _positive_int(raw: Any, where: str, *, port: bool) -> int:
+    try:
+        value = int(raw) if isinstance(raw, (int, str)) and not isinstance(raw, bool) else None
+    except ValueError:
+        value = None
+    if value is None or value <= 0:
+        raise ConfigError(f"{where}: expected a positive integer, got {raw!r}")
+    if port and value > 65535:
+        raise ConfigError(f"{where}: port {value} is out of range 1-65535")
+    return value
+
+
+def _non_negative_float(raw: Any, where: str) -> float:
+    try:
+        value = float(raw) if not isinstance(raw, bool) else -1.0
+    except (TypeError, ValueError):
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"{where}: expected a non-negative number of seconds, got {raw!r}")
+    return value
+
+
+def describe(cfg: Config) -> dict[str, Any]:
+    """A JSON-friendly summary of the configuration for the start-up log line."""
+    return {
+        "socket": cfg.socket,
+        "state_dir": cfg.state_dir,
+        "sysfs_root": cfg.sysfs_root,
+        "memory_manager_policy": cfg.memory_manager_policy,
+        "reserved_memory": [
+            {"numa_node": r.numa_node, "limits": {k: str(q) for k, q in r.limits}}
+            for r in cfg.reserved_memory
+        ],
+        "system_reserved": {k: str(q) for k, q in cfg.system_reserved},
+        "kube_reserved": {k: str(q) for k, q in cfg.kube_reserved},
+        "eviction_hard": {
+            t.signal: str(t.quantity)
+            if t.quantity is not None
+            else f"{float(t.percentage or 0):.2%}"
+            for t in cfg.eviction_hard
+        },
+        "topology_manager_policy": cfg.topology_manager_policy,
+        "topology_manager_scope": cfg.topology_manager_scope,
+        "topology_manager_policy_options": dict(cfg.topology_manager_policy_options),
+        "health_port": cfg.health_port,
+    }
+
+
+def flag_reference() -> Sequence[tuple[str, str, str]]:
+    """(flag, default, meaning) rows for the README configuration reference."""
+    rows = [
+        ("--config FILE", "none", "YAML file with kubelet-style field names; flags override it")
+    ]
+    for f in FLAGS:
+        name = f.name + (f" {f.metavar}" if f.metavar and f.kind != "bool" else "")
+        meaning = f.help + (f" (YAML: `{f.yaml_key}`)" if f.yaml_key else "")
+        if f.choices:
+            meaning += "; one of " + ", ".join(f"`{c}`" for c in f.choices)
+        rows.append((name, f.default, meaning))
+    return rows

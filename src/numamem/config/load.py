@@ -1,0 +1,22 @@
+"""The merged configuration: defaults, then ``--config FILE``, then command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+
+from numamem.config.flags import FLAGS, apply_value, flag_dest
+from numamem.config.model import Config
+from numamem.config.yamlfile import apply_yaml
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Merge defaults, the ``--config`` file and the flags into a :class:`Config`."""
+    cfg = Config()
+    if args.config:
+        cfg = apply_yaml(cfg, args.config)
+    for f in FLAGS:
+        raw = getattr(args, flag_dest(f), None)
+        if raw is None:
+            continue
+        cfg = apply_value(cfg, f, raw, f.name)
+    return cfg

@@ -1,0 +1,94 @@
+"""The daemon's configuration as values: what the core and the edge both read.
+
+Pure data, no parsing libraries: the core (memory manager, reservations)
+imports these types; :mod:`numamem.config.flags` and
+:mod:`numamem.config.yamlfile` build them from flags and files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from numamem.quantity import Quantity, parse_quantity
+
+MEMORY_MANAGER_POLICIES = ("None", "Static")
+TOPOLOGY_MANAGER_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+TOPOLOGY_MANAGER_SCOPES = ("container", "pod")
+RESERVABLE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
+EVICTION_SIGNALS = (
+    "memory.available",
+    "allocatableMemory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "pid.available",
+)
+DEFAULT_SOCKET = "/run/numamem/numamem.sock"
+DEFAULT_STATE_DIR = "/var/lib/numamem"
+DEFAULT_EVICTION_HARD = "memory.available<100Mi"
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedMemory:
+    """One ``reservedMemory`` entry: limits reserved on one NUMA node, in input order."""
+
+    numa_node: int
+    limits: tuple[tuple[str, Quantity], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionThreshold:
+    """A hard eviction threshold ``signal<value``; exactly one of quantity/percentage is set."""
+
+    signal: str
+    quantity: Quantity | None = None
+    percentage: Fraction | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds that keep one client from exhausting the daemon (RESOURCE_EXHAUSTED past them)."""
+
+    max_pods: int = 10000
+    max_containers_per_pod: int = 256
+    max_metacache_entries: int = 100000
+    max_message_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The merged configuration. Immutable; build a changed copy with :func:`dataclasses.replace`."""
+
+    socket: str = DEFAULT_SOCKET
+    state_dir: str = DEFAULT_STATE_DIR
+    sysfs_root: str = "/sys"
+    cgroup_root: str = "/sys/fs/cgroup"
+    memory_manager_policy: str = "None"
+    reserved_memory: tuple[ReservedMemory, ...] = ()
+    system_reserved: tuple[tuple[str, Quantity], ...] = ()
+    kube_reserved: tuple[tuple[str, Quantity], ...] = ()
+    eviction_hard: tuple[EvictionThreshold, ...] = field(
+        default_factory=lambda: (
+            EvictionThreshold("memory.available", quantity=parse_quantity("100Mi")),
+        )
+    )
+    topology_manager_policy: str = "none"
+    topology_manager_scope: str = "container"
+    topology_manager_policy_options: tuple[tuple[str, str], ...] = ()
+    health_port: int | None = None
+    metrics_port: int | None = None
+    metrics_socket: str | None = None
+    log_level: str = "info"
+    log_format: str = "json"
+    shutdown_grace_seconds: float = 5.0
+    workers: int = 16
+    metric_interval_seconds: float = 10.0
+    metric_insurance_period_seconds: float = 0.0
+    metacache_discard_corrupt_state: bool = False
+    metacache_persist: bool = True
+    allow_shared_dirs: bool = False
+    limits: Limits = field(default_factory=Limits)

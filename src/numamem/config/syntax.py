@@ -1,0 +1,178 @@
+"""kubelet syntax of the reservation and eviction settings, as flags and as YAML values.
+
+Every parser takes ``where`` (how the operator wrote the setting: ``--flag``
+or ``field (in FILE)``) and raises :class:`~numamem.errors.ConfigError` with one
+line naming it and the bad value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from numamem.config.model import (
+    EVICTION_SIGNALS,
+    RESERVABLE_RESOURCES,
+    EvictionThreshold,
+    ReservedMemory,
+)
+from numamem.errors import ConfigError, QuantityError
+from numamem.quantity import Quantity, parse_quantity
+
+
+def _quantity(text: Any, where: str) -> Quantity:
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise ConfigError(f'{where}: expected a quantity such as "1Gi", got {text!r}')
+    try:
+        return parse_quantity(str(text))
+    except QuantityError as err:
+        raise ConfigError(f"{where}: {text!r} is not a valid quantity: {err}") from err
+
+
+def _split_list(raw: Any, where: str) -> list[tuple[str, Any]]:
+    """``a=b,c=d`` (flag) or a mapping (YAML) into ordered pairs; repeated flags concatenate."""
+    if isinstance(raw, Mapping):
+        return [(str(k), v) for k, v in raw.items()]
+    items = raw if isinstance(raw, list) else [raw]
+    pairs: list[tuple[str, Any]] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"{where}: expected 'key=value,...', got {item!r}")
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"{where}: expected key=value, got {part!r}")
+            pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def parse_key_values(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``k=v,k2=v2`` or a mapping; duplicate keys are errors."""
+    pairs = _split_list(raw, where)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ConfigError(f"{where}: duplicate key {key!r}")
+        seen.add(key)
+    return tuple((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in pairs)
+
+
+def parse_reserved_resources(raw: Any, where: str) -> tuple[tuple[str, Quantity], ...]:
+    """kubelet ``--system-reserved``/``--kube-reserved``: cpu, memory, ephemeral-storage, pid."""
+    result: dict[str, Quantity] = {}
+    for name, text in _split_list(raw, where):
+        if name not in RESERVABLE_RESOURCES:
+            allowed = ", ".join(RESERVABLE_RESOURCES)
+            raise ConfigError(f"{where}: cannot reserve {name!r} resource (allowed: {allowed})")
+        q = _quantity(text, f"{where} {name}")
+        if q.value < 0:
+            raise ConfigError(f"{where}: resource quantity for {name!r} cannot be negative: {q}")
+        result[name] = q
+    return tuple(result.items())
+
+
+def parse_eviction_hard(raw: Any, where: str) -> tuple[EvictionThreshold, ...]:
+    """kubelet ``--eviction-hard``: ``signal<quantity`` or ``signal<N%``; YAML: a mapping.
+
+    As kubelet's threshold parser: exactly ``0%`` or ``100%`` is no threshold
+    (the way to disable a signal, e.g. the default ``memory.available<100Mi``);
+    other percentages must lie in [0%, 100%]; a quantity must be positive.
+    """
+    if isinstance(raw, Mapping):
+        pairs = [(str(k), str(v)) for k, v in raw.items()]
+    else:
+        pairs = []
+        for item in raw if isinstance(raw, list) else [raw]:
+            if not isinstance(item, str):
+                raise ConfigError(f"{where}: expected 'signal<value,...', got {item!r}")
+            for part in filter(None, (p.strip() for p in item.split(","))):
+                signal, sep, value = part.partition("<")
+                if not sep:
+                    raise ConfigError(f"{where}: expected signal<value, got {part!r}")
+                pairs.append((signal.strip(), value.strip()))
+    thresholds: dict[str, EvictionThreshold] = {}
+    seen: set[str] = set()
+    for signal, value in pairs:
+        if signal not in EVICTION_SIGNALS:
+            raise ConfigError(f"{where}: unsupported eviction signal {signal!r}")
+        if signal in seen:
+            raise ConfigError(f"{where}: duplicate eviction signal {signal!r}")
+        seen.add(signal)
+        if value.endswith("%"):
+            if value in ("0%", "100%"):
+                continue
+            try:
+                pct = Fraction(value[:-1])
+            except (ValueError, ZeroDivisionError) as err:
+                raise ConfigError(f"{where}: {signal}: invalid percentage {value!r}") from err
+            if pct < 0:
+                raise ConfigError(
+                    f"{where}: eviction percentage threshold {signal} must be >= 0%: {value}"
+                )
+            if pct > 100:
+                raise ConfigError(
+                    f"{where}: eviction percentage threshold {signal} must be <= 100%: {value}"
+                )
+            thresholds[signal] = EvictionThreshold(signal, percentage=pct / 100)
+        else:
+            q = _quantity(value, f"{where} {signal}")
+            if q.value <= 0:
+                raise ConfigError(
+                    f"{where}: eviction threshold {signal} must be positive: {q} (use {signal}<0% "
+                    "to disable it)"
+                )
+            thresholds[signal] = EvictionThreshold(signal, quantity=q)
+    return tuple(thresholds.values())
+
+
+def parse_reserved_memory(raw: Any, where: str) -> tuple[ReservedMemory, ...]:
+    """kubelet ``--reserved-memory`` syntax (repeatable) or the YAML ``reservedMemory`` list.
+
+    Entries keep their order; the memory manager validates them against the
+    machine and node allocatable (zero or duplicate entries, unknown NUMA nodes,
+    unsupported types) with the kubelet's texts.
+    """
+    entries: list[ReservedMemory] = []
+    if isinstance(raw, list) and all(isinstance(i, Mapping) for i in raw) and raw:
+        for index, item in enumerate(raw):
+            here = f"{where}[{index}]"
+            unknown = set(item) - {"numaNode", "limits"}
+            if unknown:
+                raise ConfigError(f"{here}: unknown field(s) {sorted(unknown)}")
+            node = item.get("numaNode")
+            if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+                raise ConfigError(f"{here}.numaNode: expected a NUMA node id >= 0, got {node!r}")
+            limits = item.get("limits")
+            if not isinstance(limits, Mapping):
+                raise ConfigError(
+                    f"{here}.limits: expected a mapping of type: quantity, got {limits!r}"
+                )
+            entries.append(
+                ReservedMemory(
+                    node,
+                    tuple((str(k), _quantity(v, f"{here}.limits.{k}")) for k, v in limits.items()),
+                )
+            )
+        return tuple(entries)
+    for spec in raw if isinstance(raw, list) else [raw]:
+        if not isinstance(spec, str):
+            raise ConfigError(f"{where}: expected 'node:type=quantity,...;...', got {spec!r}")
+        for reservation in filter(None, (r.strip() for r in spec.split(";"))):
+            node_text, sep, limits_text = reservation.partition(":")
+            if not sep:
+                raise ConfigError(
+                    f"{where}: expected numaNodeID:type=quantity[,type=quantity...], got {reservation!r}"
+                )
+            if not node_text.strip().isdigit():
+                raise ConfigError(f"{where}: NUMA node id must be an integer, got {node_text!r}")
+            limits_pairs: list[tuple[str, Quantity]] = []
+            for part in limits_text.split(","):
+                name, eq, qty = part.partition("=")
+                if not eq or not name.strip():
+                    raise ConfigError(f"{where}: expected type=quantity, got {part!r}")
+                limits_pairs.append(
+                    (name.strip(), _quantity(qty.strip(), f"{where} {name.strip()}"))
+                )
+            entries.append(ReservedMemory(int(node_text), tuple(limits_pairs)))
+    return tuple(entries)
