@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from numamem.api.convert import state_from_proto
 from numamem.config.model import DEFAULT_SOCKET
-from numamem.memtypes import Block, MemoryTable, NUMANodeState
 from numamem.v1 import (
     common_pb2,
     memorymanager_pb2,
@@ -32,31 +33,7 @@ from numamem.v1 import (
 
 __all__ = ["NumamemClient", "state_from_proto"]
 
-MachineState = dict[int, NUMANodeState | None]
-Assignments = dict[str, dict[str, list[Block]]]
-
-
-def state_from_proto(resp: memorymanager_pb2.GetStateResponse) -> tuple[MachineState, Assignments]:
-    """A GetState answer as the memory manager's own types (machine state, assignments)."""
-    machine: MachineState = {
-        node_id: NUMANodeState(
-            node.number_of_assignments,
-            {
-                name: MemoryTable(t.total, t.system_reserved, t.allocatable, t.reserved, t.free)
-                for name, t in node.memory_map.items()
-            },
-            list(node.cells),
-        )
-        for node_id, node in resp.machine_state.items()
-    }
-    assignments: Assignments = {
-        pod: {
-            ctr: [Block(tuple(b.numa_affinity), b.type, b.size) for b in blocks.blocks]
-            for ctr, blocks in entry.containers.items()
-        }
-        for pod, entry in resp.entries.items()
-    }
-    return machine, assignments
+R = TypeVar("R")
 
 
 class NumamemClient:
@@ -91,26 +68,26 @@ class NumamemClient:
     ) -> None:
         self.close()
 
-    def _md(self, request_id: str | None) -> tuple[tuple[str, str], ...]:
-        return (("x-request-id", request_id or uuid.uuid4().hex[:16]),)
+    def call(self, method: Callable[..., R], request: Any, request_id: str | None = None) -> R:
+        """``method(request)`` with the client's deadline and an ``x-request-id``.
+
+        ``method`` is a stub's multicallable (``client.memory.Admit``); the
+        typed methods below are this call plus the request they build.
+        """
+        metadata = (("x-request-id", request_id or uuid.uuid4().hex[:16]),)
+        return method(request, timeout=self.timeout, metadata=metadata)
 
     # --- health and topology ------------------------------------------------
 
     def check_health(self, service: str = "", request_id: str | None = None) -> int:
         """The ``HealthCheckResponse.ServingStatus`` of ``service`` ("" = overall)."""
-        resp = self.health.Check(
-            health_pb2.HealthCheckRequest(service=service),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
-        status: int = resp.status
+        req = health_pb2.HealthCheckRequest(service=service)
+        status: int = self.call(self.health.Check, req, request_id).status
         return status
 
     def get_machine_info(self, request_id: str | None = None) -> topology_pb2.MachineInfo:
-        return self.topology.GetMachineInfo(
-            topology_pb2.GetMachineInfoRequest(),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
+        return self.call(
+            self.topology.GetMachineInfo, topology_pb2.GetMachineInfoRequest(), request_id
         )
 
     # --- memory manager -----------------------------------------------------
@@ -125,7 +102,7 @@ class NumamemClient:
         req = memorymanager_pb2.AllocateRequest(pod=pod, container_name=container_name)
         if affinity is not None:
             req.affinity.CopyFrom(affinity)
-        return self.memory.Allocate(req, timeout=self.timeout, metadata=self._md(request_id))
+        return self.call(self.memory.Allocate, req, request_id)
 
     def add_container(
         self,
@@ -134,284 +111,187 @@ class NumamemClient:
         container_id: str,
         request_id: str | None = None,
     ) -> None:
-        self.memory.AddContainer(
-            memorymanager_pb2.AddContainerRequest(
-                pod=pod, container_name=container_name, container_id=container_id
-            ),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
+        req = memorymanager_pb2.AddContainerRequest(
+            pod=pod, container_name=container_name, container_id=container_id
         )
+        self.call(self.memory.AddContainer, req, request_id)
 
-    def remove_container(self, container_id: str, request_id: str | None = None) -> None:
-        self.memory.RemoveContainer(
-            memorymanager_pb2.RemoveContainerRequest(container_id=container_id),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+    def remove_container(self, container_id: str, request_id: str | None = None) -> bool:
+        """Release a container by runtime id; False when the id was unknown (nothing to do)."""
+        req = memorymanager_pb2.RemoveContainerRequest(container_id=container_id)
+        return bool(self.call(self.memory.RemoveContainer, req, request_id).found)
 
     def get_topology_hints(
         self, pod: memorymanager_pb2.Pod, container_name: str, request_id: str | None = None
     ) -> memorymanager_pb2.GetTopologyHintsResponse:
-        return self.memory.GetTopologyHints(
-            memorymanager_pb2.GetTopologyHintsRequest(pod=pod, container_name=container_name),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = memorymanager_pb2.GetTopologyHintsRequest(pod=pod, container_name=container_name)
+        return self.call(self.memory.GetTopologyHints, req, request_id)
 
     def get_pod_topology_hints(
         self, pod: memorymanager_pb2.Pod, request_id: str | None = None
     ) -> memorymanager_pb2.GetTopologyHintsResponse:
-        return self.memory.GetPodTopologyHints(
-            memorymanager_pb2.GetPodTopologyHintsRequest(pod=pod),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = memorymanager_pb2.GetPodTopologyHintsRequest(pod=pod)
+        return self.call(self.memory.GetPodTopologyHints, req, request_id)
 
     def get_memory_numa_nodes(
         self, pod_uid: str, container_name: str, request_id: str | None = None
     ) -> list[int]:
-        resp = self.memory.GetMemoryNUMANodes(
-            memorymanager_pb2.GetMemoryNUMANodesRequest(
-                pod_uid=pod_uid, container_name=container_name
-            ),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
+        req = memorymanager_pb2.GetMemoryNUMANodesRequest(
+            pod_uid=pod_uid, container_name=container_name
         )
-        return list(resp.numa_nodes)
+        return list(self.call(self.memory.GetMemoryNUMANodes, req, request_id).numa_nodes)
 
     def get_allocatable_memory(
         self, request_id: str | None = None
     ) -> list[memorymanager_pb2.MemoryBlock]:
-        resp = self.memory.GetAllocatableMemory(
-            memorymanager_pb2.GetAllocatableMemoryRequest(),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
-        return list(resp.blocks)
+        req = memorymanager_pb2.GetAllocatableMemoryRequest()
+        return list(self.call(self.memory.GetAllocatableMemory, req, request_id).blocks)
 
     def get_memory(
         self, pod_uid: str, container_name: str, request_id: str | None = None
     ) -> list[memorymanager_pb2.MemoryBlock]:
-        resp = self.memory.GetMemory(
-            memorymanager_pb2.GetMemoryRequest(pod_uid=pod_uid, container_name=container_name),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
-        return list(resp.blocks)
+        req = memorymanager_pb2.GetMemoryRequest(pod_uid=pod_uid, container_name=container_name)
+        return list(self.call(self.memory.GetMemory, req, request_id).blocks)
 
     def get_state(self, request_id: str | None = None) -> memorymanager_pb2.GetStateResponse:
-        return self.memory.GetState(
-            memorymanager_pb2.GetStateRequest(), timeout=self.timeout, metadata=self._md(request_id)
-        )
+        return self.call(self.memory.GetState, memorymanager_pb2.GetStateRequest(), request_id)
 
     def sync_active_pods(
         self, pods: Sequence[memorymanager_pb2.Pod], request_id: str | None = None
     ) -> list[common_pb2.ContainerRef]:
-        resp = self.memory.SyncActivePods(
-            memorymanager_pb2.SyncActivePodsRequest(pods=pods),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
-        return list(resp.removed)
+        req = memorymanager_pb2.SyncActivePodsRequest(pods=pods)
+        return list(self.call(self.memory.SyncActivePods, req, request_id).removed)
+
+    def release_pod(
+        self, pod_uid: str, request_id: str | None = None
+    ) -> list[common_pb2.ContainerRef]:
+        """Release every container of one pod (ReleasePod); returns what was released."""
+        req = memorymanager_pb2.ReleasePodRequest(pod_uid=pod_uid)
+        return list(self.call(self.memory.ReleasePod, req, request_id).released)
 
     def admit(
         self, pod: memorymanager_pb2.Pod, request_id: str | None = None
     ) -> memorymanager_pb2.AdmitResponse:
-        return self.memory.Admit(
-            memorymanager_pb2.AdmitRequest(pod=pod),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        return self.call(self.memory.Admit, memorymanager_pb2.AdmitRequest(pod=pod), request_id)
 
     def explain(
         self, pod: memorymanager_pb2.Pod, request_id: str | None = None
     ) -> memorymanager_pb2.ExplainResponse:
-        return self.memory.Explain(
-            memorymanager_pb2.ExplainRequest(pod=pod),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = memorymanager_pb2.ExplainRequest(pod=pod)
+        return self.call(self.memory.Explain, req, request_id)
 
     # --- metacache reader ---------------------------------------------------
 
     def get_container_entries(
         self, pod_uid: str, request_id: str | None = None
     ) -> dict[str, metacache_pb2.ContainerInfo]:
-        resp = self.reader.GetContainerEntries(
-            metacache_pb2.GetContainerEntriesRequest(pod_uid=pod_uid),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
-        return dict(resp.containers)
+        req = metacache_pb2.GetContainerEntriesRequest(pod_uid=pod_uid)
+        return dict(self.call(self.reader.GetContainerEntries, req, request_id).containers)
 
     def get_container_info(
         self, pod_uid: str, container_name: str, request_id: str | None = None
     ) -> metacache_pb2.ContainerInfo:
-        return self.reader.GetContainerInfo(
-            metacache_pb2.GetContainerInfoRequest(pod_uid=pod_uid, container_name=container_name),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.GetContainerInfoRequest(pod_uid=pod_uid, container_name=container_name)
+        return self.call(self.reader.GetContainerInfo, req, request_id)
 
     def get_container_metric(
         self, pod_uid: str, container_name: str, metric_name: str, request_id: str | None = None
     ) -> metacache_pb2.GetContainerMetricResponse:
-        return self.reader.GetContainerMetric(
-            metacache_pb2.GetContainerMetricRequest(
-                pod_uid=pod_uid, container_name=container_name, metric_name=metric_name
-            ),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
+        req = metacache_pb2.GetContainerMetricRequest(
+            pod_uid=pod_uid, container_name=container_name, metric_name=metric_name
         )
+        return self.call(self.reader.GetContainerMetric, req, request_id)
 
     def list_containers(
         self, pod_uid: str = "", request_id: str | None = None
     ) -> Iterator[metacache_pb2.ContainerInfo]:
-        return iter(
-            self.reader.ListContainers(
-                metacache_pb2.ListContainersRequest(pod_uid=pod_uid),
-                timeout=self.timeout,
-                metadata=self._md(request_id),
-            )
-        )
+        req = metacache_pb2.ListContainersRequest(pod_uid=pod_uid)
+        return iter(self.call(self.reader.ListContainers, req, request_id))
 
     def get_pool_info(
         self, pool_name: str, request_id: str | None = None
     ) -> metacache_pb2.PoolInfo:
-        return self.reader.GetPoolInfo(
-            metacache_pb2.GetPoolInfoRequest(pool_name=pool_name),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.GetPoolInfoRequest(pool_name=pool_name)
+        return self.call(self.reader.GetPoolInfo, req, request_id)
 
     def get_pool_size(self, pool_name: str, request_id: str | None = None) -> int:
-        resp = self.reader.GetPoolSize(
-            metacache_pb2.GetPoolSizeRequest(pool_name=pool_name),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
-        return int(resp.size)
+        req = metacache_pb2.GetPoolSizeRequest(pool_name=pool_name)
+        return int(self.call(self.reader.GetPoolSize, req, request_id).size)
 
     def list_pools(self, request_id: str | None = None) -> Iterator[metacache_pb2.PoolInfo]:
-        return iter(
-            self.reader.ListPools(
-                metacache_pb2.ListPoolsRequest(),
-                timeout=self.timeout,
-                metadata=self._md(request_id),
-            )
-        )
+        return iter(self.call(self.reader.ListPools, metacache_pb2.ListPoolsRequest(), request_id))
 
     def get_region_info(
         self, region_name: str, request_id: str | None = None
     ) -> metacache_pb2.RegionInfo:
-        return self.reader.GetRegionInfo(
-            metacache_pb2.GetRegionInfoRequest(region_name=region_name),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.GetRegionInfoRequest(region_name=region_name)
+        return self.call(self.reader.GetRegionInfo, req, request_id)
 
     def list_regions(self, request_id: str | None = None) -> Iterator[metacache_pb2.RegionInfo]:
-        return iter(
-            self.reader.ListRegions(
-                metacache_pb2.ListRegionsRequest(),
-                timeout=self.timeout,
-                metadata=self._md(request_id),
-            )
-        )
+        req = metacache_pb2.ListRegionsRequest()
+        return iter(self.call(self.reader.ListRegions, req, request_id))
 
     # --- metacache writer ---------------------------------------------------
 
     def add_container_info(
         self, info: metacache_pb2.ContainerInfo, request_id: str | None = None
     ) -> None:
-        self.writer.AddContainer(
-            metacache_pb2.AddContainerInfoRequest(
-                pod_uid=info.pod_uid, container_name=info.container_name, info=info
-            ),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
+        req = metacache_pb2.AddContainerInfoRequest(
+            pod_uid=info.pod_uid, container_name=info.container_name, info=info
         )
+        self.call(self.writer.AddContainer, req, request_id)
 
     def set_container_info(
         self, info: metacache_pb2.ContainerInfo, request_id: str | None = None
     ) -> None:
-        self.writer.SetContainerInfo(
-            metacache_pb2.SetContainerInfoRequest(
-                pod_uid=info.pod_uid, container_name=info.container_name, info=info
-            ),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
+        req = metacache_pb2.SetContainerInfoRequest(
+            pod_uid=info.pod_uid, container_name=info.container_name, info=info
         )
+        self.call(self.writer.SetContainerInfo, req, request_id)
 
     def delete_container(
         self, pod_uid: str, container_name: str, request_id: str | None = None
     ) -> None:
-        self.writer.DeleteContainer(
-            metacache_pb2.DeleteContainerRequest(pod_uid=pod_uid, container_name=container_name),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.DeleteContainerRequest(pod_uid=pod_uid, container_name=container_name)
+        self.call(self.writer.DeleteContainer, req, request_id)
 
     def remove_pod(self, pod_uid: str, request_id: str | None = None) -> None:
-        self.writer.RemovePod(
-            metacache_pb2.RemovePodRequest(pod_uid=pod_uid),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
+        """MetaWriter.RemovePod: the pod's metacache entries (not its memory)."""
+        self.call(
+            self.writer.RemovePod, metacache_pb2.RemovePodRequest(pod_uid=pod_uid), request_id
         )
 
     def delete_containers(
         self, request: metacache_pb2.DeleteContainersRequest, request_id: str | None = None
     ) -> list[common_pb2.ContainerRef]:
-        resp = self.writer.DeleteContainers(
-            request, timeout=self.timeout, metadata=self._md(request_id)
-        )
-        return list(resp.deleted)
+        return list(self.call(self.writer.DeleteContainers, request, request_id).deleted)
 
     def update_containers(
         self, updates: Sequence[metacache_pb2.ContainerUpdate], request_id: str | None = None
     ) -> None:
-        self.writer.UpdateContainers(
-            metacache_pb2.UpdateContainersRequest(updates=updates),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.UpdateContainersRequest(updates=updates)
+        self.call(self.writer.UpdateContainers, req, request_id)
 
     def set_pool_info(self, info: metacache_pb2.PoolInfo, request_id: str | None = None) -> None:
-        self.writer.SetPoolInfo(
-            metacache_pb2.SetPoolInfoRequest(pool_name=info.pool_name, info=info),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.SetPoolInfoRequest(pool_name=info.pool_name, info=info)
+        self.call(self.writer.SetPoolInfo, req, request_id)
 
     def delete_pool(self, pool_name: str, request_id: str | None = None) -> None:
-        self.writer.DeletePool(
-            metacache_pb2.DeletePoolRequest(pool_name=pool_name),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.DeletePoolRequest(pool_name=pool_name)
+        self.call(self.writer.DeletePool, req, request_id)
 
     def gc_pool_entries(self, living: Sequence[str], request_id: str | None = None) -> list[str]:
-        resp = self.writer.GCPoolEntries(
-            metacache_pb2.GCPoolEntriesRequest(living_pool_names=living),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
-        return list(resp.deleted)
+        req = metacache_pb2.GCPoolEntriesRequest(living_pool_names=living)
+        return list(self.call(self.writer.GCPoolEntries, req, request_id).deleted)
 
     def set_region_entries(
         self, entries: dict[str, metacache_pb2.RegionInfo], request_id: str | None = None
     ) -> None:
-        self.writer.SetRegionEntries(
-            metacache_pb2.SetRegionEntriesRequest(entries=entries),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.SetRegionEntriesRequest(entries=entries)
+        self.call(self.writer.SetRegionEntries, req, request_id)
 
     def set_region_info(
         self, info: metacache_pb2.RegionInfo, request_id: str | None = None
     ) -> None:
-        self.writer.SetRegionInfo(
-            metacache_pb2.SetRegionInfoRequest(region_name=info.region_name, info=info),
-            timeout=self.timeout,
-            metadata=self._md(request_id),
-        )
+        req = metacache_pb2.SetRegionInfoRequest(region_name=info.region_name, info=info)
+        self.call(self.writer.SetRegionInfo, req, request_id)

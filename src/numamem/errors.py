@@ -107,3 +107,12 @@ class CorruptCheckpointError(CheckpointError):
 
 class PersistenceError(NumamemError):
     """A checkpoint write failed; the operation was not applied."""
+
+
+class DurabilityUnknownError(PersistenceError):
+    """The new checkpoint replaced the old one, but syncing its directory failed.
+
+    The file holds the change (memory follows it: a restart would read it), but
+    whether it survives a power loss is unknown, so the operation is not
+    acknowledged. The daemon reports NOT_SERVING until a later write succeeds.
+    """

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TextIO
+import threading
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -18,12 +19,53 @@ LEVELS = ("debug", "info", "warning", "error", "critical")
 FORMATS = ("json", "console")
 
 
+class HeldStream:
+    """Holds what is written until :meth:`release` (then writes it and passes through) or
+    :meth:`discard` (then drops it and passes through).
+
+    The daemon holds its log lines until it serves: a start that is refused
+    prints only its one-line refusal, and the held lines are dropped.
+    Thread-safe.
+    """
+
+    def __init__(self, target: TextIO) -> None:
+        self._target = target
+        self._held: list[str] | None = []
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self._held is not None:
+                self._held.append(text)
+                return len(text)
+        return self._target.write(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def release(self) -> None:
+        with self._lock:
+            held, self._held = self._held or [], None
+            for text in held:
+                self._target.write(text)
+        self._target.flush()
+
+    def discard(self) -> None:
+        with self._lock:
+            self._held = None
+
+
 def configure(
-    level: str = "info", fmt: str = "json", stream: TextIO | None = None, *, cache: bool = True
+    level: str = "info",
+    fmt: str = "json",
+    stream: TextIO | HeldStream | None = None,
+    *,
+    cache: bool = True,
 ) -> None:
     """Configure structlog process-wide. Idempotent; the last call wins.
 
     ``cache=False`` keeps loggers reconfigurable (tests use ``structlog.testing.capture_logs``).
+    ``stream`` may be a :class:`HeldStream`.
     """
     level_no = logging.getLevelNamesMapping()[level.upper()]
     renderer: Any
@@ -47,7 +89,7 @@ def configure(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level_no),
-        logger_factory=structlog.WriteLoggerFactory(file=stream or sys.stderr),
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, stream or sys.stderr)),
         cache_logger_on_first_use=cache,
     )
 

@@ -24,7 +24,12 @@ from numamem.checkpoint.mmstore import (
     decode_containers,
     encode_containers,
 )
-from numamem.errors import CheckpointError, PersistenceError, StateMismatchError
+from numamem.errors import (
+    CheckpointError,
+    DurabilityUnknownError,
+    PersistenceError,
+    StateMismatchError,
+)
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.state import MemoryState
@@ -382,7 +387,7 @@ def test_missing_file_writes_the_default_state(tmp_path: Path) -> None:
     data = (tmp_path / STATE_FILE).read_bytes()
     loaded = kubelet.load(data)
     assert loaded.policy_name == "Static"
-    assert loaded.machine_state == m.committed().get_machine_state()
+    assert loaded.machine_state == m.reader().get_machine_state()
     assert loaded.assignments == {}
     assert b'"entries"' not in data
     assert store.writes == 1
@@ -487,7 +492,7 @@ def test_restart_restores_identical_state_and_one_write_per_operation(tmp_path: 
     m.remove_container("cid-1")
     assert store.writes == before + 5  # state, then the map without cid-1
     again, _ = started(tmp_path)
-    assert again.committed().same_as(m.committed())
+    assert again.reader().same_as(m.reader())
     assert again.container_map() == m.container_map() == {}
 
 
@@ -529,7 +534,7 @@ def test_failed_write_leaves_memory_and_disk_unchanged(tmp_path: Path, error: in
     m, store = started(tmp_path)
     m.allocate(guaranteed("p1"), "app")
     on_disk = (tmp_path / STATE_FILE).read_bytes()
-    before = m.committed()
+    before = m.reader()
 
     def fail(at: str, target: Path) -> None:
         if at == "write":
@@ -540,16 +545,21 @@ def test_failed_write_leaves_memory_and_disk_unchanged(tmp_path: Path, error: in
         m.allocate(guaranteed("p2"), "app")
     assert str(tmp_path / STATE_FILE) in str(info.value)
     assert errno.errorcode[error] in str(info.value)
-    assert m.committed() is before
+    assert m.reader() is before
     assert (tmp_path / STATE_FILE).read_bytes() == on_disk
     store.faults = None
     m.allocate(guaranteed("p2"), "app")  # recovers when the disk does
     assert kubelet.load((tmp_path / STATE_FILE).read_bytes()).assignments.keys() == {"p1", "p2"}
 
 
-def test_failed_directory_sync_restores_the_previous_file(tmp_path: Path) -> None:
+def test_failed_directory_sync_is_an_unknown_outcome_and_memory_follows_the_file(
+    tmp_path: Path,
+) -> None:
+    """The rename happened, the directory sync did not: the file holds the change (a restart
+    reads it), so memory keeps it too, and the caller learns the outcome is unknown."""
     m, store = started(tmp_path)
-    on_disk = (tmp_path / STATE_FILE).read_bytes()
+    reports: list[str | None] = []
+    store.durability_observers.append(reports.append)
     calls: list[str] = []
 
     def fail_once(at: str, target: Path) -> None:
@@ -558,20 +568,52 @@ def test_failed_directory_sync_restores_the_previous_file(tmp_path: Path) -> Non
             raise OSError(errno.EIO, "injected")
 
     store.faults = fail_once
-    with pytest.raises(PersistenceError):
+    with pytest.raises(DurabilityUnknownError) as info:
         m.allocate(guaranteed("p1"), "app")
-    assert (tmp_path / STATE_FILE).read_bytes() == on_disk
-    assert m.get_memory("p1", "app") == []
+    assert "outcome is unknown" in str(info.value)
+    assert "(EIO)" in str(info.value)
+    blocks = m.get_memory("p1", "app")
+    assert blocks != []
+    assert reports == [str(info.value)]
+    restart, _ = started(tmp_path)
+    assert restart.get_memory("p1", "app") == blocks
+    assert restart.reader().get_machine_state() == m.reader().get_machine_state()
+    # A later write that syncs makes everything durable again.
+    m.allocate(guaranteed("p2"), "app")
+    assert reports == [str(info.value), None]
+
+
+def test_a_write_never_reads_the_file_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bytes of the last write are in memory; an unreadable file cannot fail a write."""
+    m, _ = started(tmp_path)
+    real = Path.read_bytes
+
+    def unreadable(path: Path) -> bytes:
+        if path.name in (STATE_FILE, CONTAINERS_FILE):
+            raise PermissionError(errno.EACCES, "injected", str(path))
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    m.allocate(guaranteed("p1"), "app")
+    m.add_container(guaranteed("p1"), "app", "cid")
+    assert m.remove_container("cid") == ("p1", "app")
 
 
 def test_corrupt_container_map_is_moved_aside(tmp_path: Path) -> None:
     m, _ = started(tmp_path)
     m.allocate(guaranteed("p1"), "app")
     m.add_container(guaranteed("p1"), "app", "cid")
-    (tmp_path / CONTAINERS_FILE).write_text('{"containers":{"cid":["p1","app"]},"checksum":1}')
+    corrupt = '{"containers":{"cid":["p1","app"]},"checksum":1}'
+    (tmp_path / CONTAINERS_FILE).write_text(corrupt)
     again, _ = started(tmp_path)
     assert again.container_map() == {}
-    assert [p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    # Twice within the same second: both pieces of evidence are kept.
+    (tmp_path / CONTAINERS_FILE).write_text(corrupt + " ")
+    started(tmp_path)
+    aside = sorted(p for p in tmp_path.iterdir() if ".corrupt-" in p.name)
+    assert [p.read_text() for p in aside] == [corrupt, corrupt + " "]  # names sort by time
 
 
 def test_atomic_write_file_mode(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def seeded_state(case: dict[str, Any]) -> MemoryState:
     )
 
 
-def check_state(case: dict[str, Any], state: MemoryState) -> None:
+def check_state(case: dict[str, Any], state: StateReader) -> None:
     if case.get("expect_machine_state") is not None:
         assert kc.normalised_state(state.get_machine_state()) == kc.normalised_state(
             kc.machine_state(case["expect_machine_state"])
@@ -323,7 +323,7 @@ def test_manager_scenarios(case: dict[str, Any]) -> None:
             assert kc.hints_to_json(hints) == case["expect_hints"]  # type: ignore[arg-type]
         else:
             pytest.fail(f"unknown step {op}")
-    check_state(case, manager.committed())
+    check_state(case, manager.reader())
 
 
 @pytest.mark.parametrize(

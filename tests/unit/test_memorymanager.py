@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from numamem.errors import (
     AllocationError,
+    LimitExceededError,
     PersistenceError,
     ReservedMemoryError,
     UnsupportedResourceError,
 )
 from numamem.memorymanager.invariants import violations
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy_static import StaticPolicy, machine_states_equal
 from numamem.memorymanager.store import InMemoryStore
+from numamem.memtypes import MachineState, MemoryTable, NUMANodeState, Snapshot
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
@@ -58,7 +63,7 @@ def manager(
 def test_rejected_admission_leaves_nothing_and_writes_nothing() -> None:
     m, store = manager(two_nodes())
     writes = store.writes
-    before = m.committed()
+    before = m.reader()
     # The first container fits on node 0; the second needs more than both nodes hold, so the
     # policy offers no hint (no preference: an empty map), the merge gives the preferred
     # any-node mask, and Allocate finds no mask to extend it to (as in the kubelet).
@@ -71,7 +76,7 @@ def test_rejected_admission_leaves_nothing_and_writes_nothing() -> None:
         "topology hint, which is unexpected"
     )
     assert outcome.result.affinities["a"] == TopologyHint(0b01, True)
-    assert m.committed() is before
+    assert m.reader() is before
     assert m.get_memory("p1", "a") == []
     assert store.writes == writes
 
@@ -92,16 +97,16 @@ def test_failed_write_rolls_back_memory_and_policy_state() -> None:
     m, store = manager(machine, policy="none")
     pod = Pod("p", init_containers=(ctr("init", 2 * GI),), containers=(ctr("app", 3 * GI),))
     m.allocate(pod, "init")
-    before = m.committed()
+    before = m.reader()
     store.fail_next = "No space left on device"
     with pytest.raises(PersistenceError):
         m.allocate(pod, "app")
-    assert m.committed() is before
+    assert m.reader() is before
     assert store.saved is not None and store.saved.assignments.keys() == {"p"}
     # The retry reuses the init container's memory exactly as a first attempt would.
     blocks = m.allocate(pod, "app")
     assert [b.size for b in blocks] == [3 * GI]
-    reserved = m.committed().get_machine_state()[0].memory_map["memory"].reserved  # type: ignore[union-attr,index]
+    reserved = m.reader().get_machine_state()[0].memory_map["memory"].reserved  # type: ignore[union-attr,index]
     assert reserved == 3 * GI
 
 
@@ -141,13 +146,13 @@ def test_init_container_reuse_examples(
         m.allocate(pod, name)
     sizes = tuple(m.get_memory("pod", n)[0].size // GI for n in ("init1", "init2", "c1", "c2"))
     assert sizes == final
-    node = m.committed().get_machine_state()[0]
+    node = m.reader().get_machine_state()[0]
     assert node is not None and node.memory_map is not None
     assert node.memory_map["memory"].reserved == reserved_gi * GI
     assert node.memory_map["hugepages-1Gi"].reserved == reserved_gi * GI
     assert node.number_of_assignments == 8
-    state = m.committed()
-    assert violations(state.machine_view(), state.pods_view()) == []
+    state = m.reader()
+    assert violations(state.get_machine_state(), state.get_memory_assignments()) == []
 
 
 def test_add_container_frees_earlier_regular_init_containers() -> None:
@@ -165,7 +170,7 @@ def test_add_container_frees_earlier_regular_init_containers() -> None:
     assert m.get_memory("pod", "init2") != []
     m.add_container(pod, "c1", "id-c1")  # frees init2's remaining 1Gi
     assert m.get_memory("pod", "init2") == []
-    node = m.committed().get_machine_state()[0]
+    node = m.reader().get_machine_state()[0]
     assert node is not None and node.memory_map is not None
     assert node.memory_map["memory"].reserved == 3 * GI  # c1 + c2
     assert m.container_map() == {"id-c1": ("pod", "c1")}  # init2's id went with its state
@@ -184,7 +189,7 @@ def test_sidecar_memory_is_never_reused_or_freed() -> None:
     m.add_container(pod, "app", "id-app")
     assert [b.size for b in m.get_memory("pod", "side")] == [2 * GI]
     assert m.get_memory("pod", "init") == []
-    node = m.committed().get_machine_state()[0]
+    node = m.reader().get_machine_state()[0]
     assert node is not None and node.memory_map is not None
     assert node.memory_map["memory"].reserved == 4 * GI  # sidecar + app; init's memory went to app
 
@@ -196,7 +201,7 @@ def test_remove_container_by_id_releases_and_resets_groups() -> None:
     assert m.get_memory_numa_nodes("wide", "a") == [0, 1]
     m.add_container(pod, "a", "cid")
     assert m.remove_container("cid") == ("wide", "a")
-    ms = m.committed().get_machine_state()
+    ms = m.reader().get_machine_state()
     assert [ms[n].cells for n in (0, 1)] == [[0], [1]]  # type: ignore[union-attr]
     assert m.get_memory_numa_nodes("wide", "a") is None
 
@@ -252,3 +257,101 @@ def test_reservation_larger_than_node_memory_is_refused() -> None:
     machine = Machine((NUMANode(0, 2 * GI, (HugePagePool(1048576, 2, 2),)),))
     with pytest.raises(ReservedMemoryError, match="exceed the node's MemTotal"):
         StaticPolicy(machine, {0: {"memory": 512 * MI}}).default_machine_state()
+
+
+def test_machine_states_compare_every_node_after_a_null_one() -> None:
+    """A node that is null in both states must not end the comparison early."""
+    table = MemoryTable(GI, 0, GI, 0, GI)
+    actual: MachineState = {0: None, 1: NUMANodeState(0, {"memory": table}, [1])}
+    expected: MachineState = {
+        0: None,
+        1: NUMANodeState(0, {"memory": MemoryTable(2 * GI, 0, 2 * GI, 0, 2 * GI)}, [1]),
+    }
+    assert not machine_states_equal(actual, expected)
+    assert machine_states_equal(actual, {0: None, 1: NUMANodeState(0, {"memory": table}, [1])})
+    assert not machine_states_equal({0: None}, {0: NUMANodeState(0, {}, [0])})
+
+
+def test_max_pods_holds_under_concurrent_admissions() -> None:
+    """The limit is checked inside the manager's transaction: 16 threads cannot overshoot it."""
+    machine = two_nodes(memory=64 * GI)
+    store = InMemoryStore()
+    m = Manager(
+        StaticPolicy(machine, {0: {"memory": 512 * MI}}),
+        SlowStore(store, 0.01),
+        new_policy("none", machine)[0],
+        max_pods=3,
+    )
+    m.start()
+    results: list[bool | str] = []
+
+    def admit(i: int) -> None:
+        try:
+            results.append(m.admit(Pod(f"p{i}", containers=(ctr("a", GI),))).result.admitted)
+        except LimitExceededError as err:
+            results.append(str(err))
+
+    threads = [threading.Thread(target=admit, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(True) == 3
+    refusals = [r for r in results if isinstance(r, str)]
+    assert len(refusals) == 13
+    assert all("its limit (--max-pods 3)" in r for r in refusals)
+    assert m.reader().pod_count() == 3
+
+
+class SlowStore:
+    """A store whose writes take ``delay`` seconds (a slow disk); counts writes in progress."""
+
+    def __init__(self, inner: InMemoryStore, delay: float) -> None:
+        self.inner = inner
+        self.delay = delay
+        self.writing = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+
+    def restore(self, policy_name: str) -> Snapshot | None:
+        return self.inner.restore(policy_name)
+
+    def restored(self) -> None:
+        return None
+
+    def save(self, snapshot: Snapshot) -> None:
+        self.writing.set()
+        time.sleep(self.delay)
+        assert self.release.wait(10)
+        self.writing.clear()
+        self.inner.save(snapshot)
+
+
+def test_readers_do_not_wait_for_a_write_in_progress() -> None:
+    """Hints, Explain and the state readers work on the committed state while a writer is
+    blocked in its disk write."""
+    machine = two_nodes()
+    slow = SlowStore(InMemoryStore(), 0.0)
+    m = Manager(
+        StaticPolicy(machine, {0: {"memory": 512 * MI}}), slow, new_policy("none", machine)[0]
+    )
+    m.start()
+    m.admit(Pod("first", containers=(ctr("a", GI),)))
+    slow.release.clear()
+    writer = threading.Thread(target=m.admit, args=(Pod("second", containers=(ctr("a", GI),)),))
+    writer.start()
+    assert slow.writing.wait(5)
+    probe = Pod("probe", containers=(ctr("a", GI),))
+    began = time.monotonic()
+    hints = m.get_topology_hints(probe, "a")
+    explained = m.explain(probe)
+    view = m.reader()
+    blocks = m.get_memory("first", "a")
+    elapsed = time.monotonic() - began
+    slow.release.set()
+    writer.join(5)
+    assert elapsed < 2, "a reader waited for the write"
+    assert hints is not None and hints["memory"]
+    assert explained.outcome.result.admitted
+    assert view.has_pod("first") and not view.has_pod("second")  # committed state only
+    assert blocks and m.reader().has_pod("second")

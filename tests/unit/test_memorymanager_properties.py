@@ -108,13 +108,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 
 
 def assert_consistent(manager: Manager, policy: StaticPolicy, store: InMemoryStore) -> None:
-    state = manager.committed()
-    problems = violations(state.machine_view(), state.pods_view())
+    state = manager.reader()
+    problems = violations(state.get_machine_state(), state.get_memory_assignments())
     assert problems == [], problems
     # A restart validates what was written (validateState of the stored state).
     assert store.saved is not None
     restored = MemoryState(store.saved.machine_state, store.saved.assignments)
-    assert restored.same_as(state), "memory and the store differ"
+    assert restored.get_machine_state() == state.get_machine_state(), "memory and the store differ"
+    assert restored.get_memory_assignments() == state.get_memory_assignments()
     StaticPolicy(policy.machine, policy.system_reserved).start(restored.fork())
 
 
@@ -129,18 +130,18 @@ def test_random_sequences_keep_invariants(scenario: Scenario) -> None:
     assert_consistent(manager, policy, store)
     default = policy.default_machine_state()
     for kind, arg in scenario.ops:
-        before = manager.committed()
+        before = manager.reader()
         if kind == "admit":
             assert isinstance(arg, Pod)
             writes = store.writes
             explained = manager.explain(arg)
-            assert manager.committed() is before, "explain must change nothing"
+            assert manager.reader() is before, "explain must change nothing"
             assert store.writes == writes, "explain must write nothing"
             outcome = manager.admit(arg)
             event(f"admit: {outcome.result.reason or 'admitted'}")
             assert explained.outcome == outcome, "explain must predict admit exactly"
             if not outcome.result.admitted:
-                assert manager.committed() is before, "a rejected pod must leave nothing behind"
+                assert manager.reader() is before, "a rejected pod must leave nothing behind"
         elif kind == "allocate":
             assert isinstance(arg, Pod)
             for ctr in arg.all_containers():
@@ -160,9 +161,9 @@ def test_random_sequences_keep_invariants(scenario: Scenario) -> None:
         else:
             manager.sync_active_pods(arg)  # type: ignore[arg-type]
         assert_consistent(manager, policy, store)
-        if any(len(n.cells or ()) > 1 for n in manager.committed().machine_view().values() if n):
+        if any(len(n.cells or ()) > 1 for n in manager.reader().get_machine_state().values() if n):
             event("a multi-NUMA group exists")
     manager.sync_active_pods([])
-    final = manager.committed()
+    final = manager.reader()
     assert final.get_memory_assignments() == {}
     assert final.get_machine_state() == default, "releasing everything returns to the default state"

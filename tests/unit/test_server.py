@@ -45,11 +45,21 @@ class FakeComponent:
     def register(self, server: grpc.Server) -> None:
         topology_pb2_grpc.add_TopologyServicer_to_server(self.servicer, server)
 
+    def load(self) -> None:
+        if self.refuse_load:
+            raise StartupError(self.refuse_load)
+
     def start(self) -> None:
         assert self.release.wait(10)
 
     def stop(self) -> None:
         self.stopped = True
+
+    def watch_durability(self, report: Callable[[str, str | None], None]) -> None:
+        self.report = report
+
+    refuse_load = ""
+    report: Callable[[str, str | None], None] | None = None
 
 
 @pytest.fixture
@@ -223,3 +233,67 @@ def test_expired_deadline_and_undecodable_requests_are_not_worked_on() -> None:
     with pytest.raises(RuntimeError):
         gate(bad, garbled, False)  # type: ignore[arg-type]
     assert garbled.aborted is not None and garbled.aborted[0] == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_refused_start_changes_nothing_on_disk(config: Config, short_root: Path) -> None:
+    """The state dir, the lock file and the socket's directories are made by this start and
+    removed again when it is refused."""
+    component = FakeComponent()
+    component.refuse_load = "the checkpoint does not match"
+    deep = replace(
+        config,
+        state_dir=str(short_root / "var" / "lib" / "numamem"),
+        socket=str(short_root / "run" / "x" / "n.sock"),
+    )
+    before = sorted(p.relative_to(short_root) for p in short_root.rglob("*"))
+    daemon = Daemon(deep, lambda cfg: [component])
+    with pytest.raises(StartupError, match="does not match"):
+        daemon.start()
+    assert sorted(p.relative_to(short_root) for p in short_root.rglob("*")) == before
+    # An existing state dir keeps what it had, and gets no lock file.
+    state = short_root / "state"
+    state.mkdir(mode=0o700)
+    (state / "memory_manager_state").write_text("kept")
+    with pytest.raises(StartupError):
+        Daemon(config, lambda cfg: [component]).start()
+    assert [p.name for p in state.iterdir()] == ["memory_manager_state"]
+    assert not (short_root / "run").exists()
+
+
+def test_unknown_durability_is_not_serving_until_a_later_write_succeeds(config: Config) -> None:
+    component = FakeComponent()
+    daemon = Daemon(config, lambda cfg: [component])
+    daemon.start()
+    try:
+        assert component.report is not None
+        serving, not_serving = (
+            health_pb2.HealthCheckResponse.SERVING,
+            health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
+        assert health_status(config.socket) == serving
+        component.report("memory_manager_state", "cannot sync the directory: EIO")
+        assert health_status(config.socket) == not_serving
+        assert health_status(config.socket, TOPOLOGY) == not_serving
+        component.report("sys_advisor_state", "cannot sync the directory: EIO")
+        component.report("memory_manager_state", None)
+        assert health_status(config.socket) == not_serving  # the other file is still unknown
+        component.report("sys_advisor_state", None)
+        assert health_status(config.socket) == serving
+        assert health_status(config.socket, TOPOLOGY) == serving
+        call(config.socket)  # RPCs are served throughout: a later write is how it recovers
+    finally:
+        daemon.shutdown()
+
+
+def test_health_list_reports_every_service(config: Config) -> None:
+    daemon = Daemon(config, lambda cfg: [FakeComponent()])
+    daemon.start()
+    try:
+        with grpc.insecure_channel(f"unix://{config.socket}") as ch:
+            listed = health_pb2_grpc.HealthStub(ch).List(health_pb2.HealthListRequest(), timeout=5)
+        assert {k: v.status for k, v in listed.statuses.items()} == {
+            "": health_pb2.HealthCheckResponse.SERVING,
+            TOPOLOGY: health_pb2.HealthCheckResponse.SERVING,
+        }
+    finally:
+        daemon.shutdown()

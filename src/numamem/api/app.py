@@ -26,6 +26,12 @@ def build_components(config: Config) -> Sequence[Component]:
     components: list[Component] = [TopologyComponent(machine, config.sysfs_root), memory, metacache]
     if config.metrics_port is not None or config.metrics_socket is not None:
         components.append(
-            MetricsComponent(config.metrics_port, config.metrics_socket, memory, metacache)
+            MetricsComponent(
+                config.metrics_address,
+                config.metrics_port,
+                config.metrics_socket,
+                memory,
+                metacache,
+            )
         )
     return components

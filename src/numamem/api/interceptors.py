@@ -7,6 +7,10 @@ For every RPC it
   interceptor and the handler in the same per-RPC context);
 * answers UNAVAILABLE for numamem services while the daemon is starting or
   shutting down (health and reflection are always served);
+* answers RESOURCE_EXHAUSTED at once, without queueing, for a numamem RPC
+  beyond ``max_in_flight`` running or queued ones (``--max-concurrent-rpcs``);
+* runs health checks, ``Health/List`` and reflection on a pool of their own
+  (``fast_pool``), so that they answer however busy the workers are;
 * answers INVALID_ARGUMENT for a request that does not decode as its message
   type (grpcio itself would answer INTERNAL), and DEADLINE_EXCEEDED without
   doing any work when the client's deadline passed while the request waited;
@@ -25,6 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from typing import Any, cast
 
 import grpc
@@ -37,6 +42,8 @@ from numamem.logging import get_logger
 _log = get_logger("rpc")
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
+FAST_EXCLUDED = frozenset({"/grpc.health.v1.Health/Watch"})
+"""Watch streams hold a thread for their lifetime: they stay on the main pool."""
 REFLECTION_PREFIX = "/grpc.reflection."
 REQUEST_ID_KEY = "x-request-id"
 
@@ -68,6 +75,9 @@ class Readiness:
     def set_stopping(self) -> None:
         self.phase = Phase.STOPPING
 
+    def is_ready(self) -> bool:
+        return self.phase is Phase.READY
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
@@ -81,9 +91,20 @@ _PHASE_MESSAGES = {
 class ServerInterceptor(grpc.ServerInterceptor):
     """See the module docstring. One instance serves every RPC of a server."""
 
-    def __init__(self, readiness: Readiness, observers: list[RpcObserver] | None = None) -> None:
+    def __init__(
+        self,
+        readiness: Readiness,
+        observers: list[RpcObserver] | None = None,
+        *,
+        in_flight: Callable[[], int] | None = None,
+        max_in_flight: int | None = None,
+        fast_pool: futures.ThreadPoolExecutor | None = None,
+    ) -> None:
         self._readiness = readiness
         self._observers = observers if observers is not None else []
+        self._in_flight = in_flight
+        self._max_in_flight = max_in_flight
+        self._fast_pool = fast_pool
 
     def add_observer(self, observer: RpcObserver) -> None:
         self._observers.append(observer)
@@ -106,22 +127,50 @@ class ServerInterceptor(grpc.ServerInterceptor):
         if not request_id:
             request_id = uuid.uuid4().hex[:16]
         structlog.contextvars.bind_contextvars(request_id=request_id, method=method)
-        gated = not (method.startswith(HEALTH_PREFIX) or method.startswith(REFLECTION_PREFIX))
         quiet = method.startswith(HEALTH_PREFIX) or method.startswith(REFLECTION_PREFIX)
+        gated = not quiet
+        fast = quiet and method not in FAST_EXCLUDED
+        overloaded = (
+            gated
+            and self._in_flight is not None
+            and self._max_in_flight is not None
+            and self._in_flight() >= self._max_in_flight
+        )
         deserializer = _tolerant(handler.request_deserializer)
         if handler.unary_unary is not None:
+            behavior = self._wrap_unary(handler.unary_unary, method, request_id, gated, quiet)
+            if overloaded:
+                behavior = self._wrap_unary(self._refuse, method, request_id, False, False)
             return handler._replace(
                 request_deserializer=deserializer,
-                unary_unary=self._wrap_unary(handler.unary_unary, method, request_id, gated, quiet),
+                unary_unary=self._on_pool(behavior, fast or overloaded),
             )
         if handler.unary_stream is not None:
+            stream = self._wrap_stream(handler.unary_stream, method, request_id, gated, quiet)
+            if overloaded:
+                stream = self._wrap_stream(self._refuse_stream, method, request_id, False, False)
             return handler._replace(
                 request_deserializer=deserializer,
-                unary_stream=self._wrap_stream(
-                    handler.unary_stream, method, request_id, gated, quiet
-                ),
+                unary_stream=self._on_pool(stream, fast or overloaded),
             )
         return handler
+
+    def _on_pool(self, behavior: Callable[..., Any], fast: bool) -> Callable[..., Any]:
+        """Route ``behavior`` to the fast pool (grpcio's per-method thread pool hook)."""
+        if fast and self._fast_pool is not None:
+            cast(Any, behavior).experimental_thread_pool = self._fast_pool
+        return behavior
+
+    def _refuse(self, request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"numamem already has {self._max_in_flight} requests running or queued "
+            "(--max-concurrent-rpcs); retry with backoff",
+        )
+
+    def _refuse_stream(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        self._refuse(request, context)
+        yield None
 
     def _gate(self, request: Any, context: grpc.ServicerContext, gated: bool) -> None:
         if isinstance(request, _Undecodable):

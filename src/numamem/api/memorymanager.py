@@ -10,18 +10,23 @@ reach the core; the manager serialises mutations itself.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 import grpc
 
+from numamem.api.convert import (
+    blocks_to_proto,
+    hint_to_proto,
+    hints_to_proto,
+    node_state_to_proto,
+)
 from numamem.api.validation import (
     affinity_from_proto,
     check_string,
     container_in_pod,
     pod_from_proto,
 )
-from numamem.checkpoint.mmstore import KubeletStateStore
+from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.config.model import Config, Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError
 from numamem.logging import get_logger
@@ -32,60 +37,22 @@ from numamem.memorymanager.reserved import (
     validate_reserved_memory_config,
 )
 from numamem.memorymanager.store import StateStore
-from numamem.memtypes import Block, NUMANodeState
 from numamem.pod import Pod
 from numamem.topology import Machine
-from numamem.topologymanager import bitmask
 from numamem.topologymanager import policy as tm
-from numamem.topologymanager.policy import ProviderHints, TopologyHint
 from numamem.v1 import common_pb2, memorymanager_pb2, memorymanager_pb2_grpc
 
 SERVICE_NAME = memorymanager_pb2.DESCRIPTOR.services_by_name["MemoryManager"].full_name
 _log = get_logger("memorymanager")
 
 
-def blocks_to_proto(blocks: Sequence[Block]) -> list[memorymanager_pb2.MemoryBlock]:
-    return [
-        memorymanager_pb2.MemoryBlock(numa_affinity=b.numa_affinity or (), type=b.type, size=b.size)
-        for b in blocks
-    ]
-
-
-def hint_to_proto(hint: TopologyHint) -> memorymanager_pb2.TopologyHint:
-    return memorymanager_pb2.TopologyHint(
-        numa_nodes=mask_nodes(hint.affinity), preferred=hint.preferred
-    )
-
-
-def hints_to_proto(hints: ProviderHints) -> memorymanager_pb2.GetTopologyHintsResponse:
-    """The response for ``hints``; a list equal to an earlier type's is copied in C, not rebuilt
-    (the Static policy gives every requested type the same hints)."""
-    resp = memorymanager_pb2.GetTopologyHintsResponse()
-    built: list[tuple[Sequence[TopologyHint], memorymanager_pb2.TopologyHints]] = []
-    for name, lst in (hints or {}).items():
-        if lst is None:
-            continue
-        target = resp.hints[name]
-        same = next((msg for prev, msg in built if prev == lst), None)
-        if same is not None:
-            target.CopyFrom(same)
-            continue
-        target.hints.extend(hint_to_proto(h) for h in lst)
-        target.SetInParent()
-        built.append((lst, target))
-    return resp
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def mask_nodes(mask: int | None) -> tuple[int, ...]:
-    """The node ids of a hint's mask (cached: machines have few distinct masks)."""
-    return () if mask is None else tuple(bitmask.get_bits(mask))
-
-
 def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2.AdmitResponse:
     result = outcome.result
     resp = memorymanager_pb2.AdmitResponse(
-        admitted=result.admitted, reason=result.reason, message=result.message
+        admitted=result.admitted,
+        result=memorymanager_pb2.ADMITTED if result.admitted else memorymanager_pb2.REJECTED,
+        reason=result.reason,
+        message=result.message,
     )
     if result.admitted:
         for ctr in pod.all_containers():
@@ -95,23 +62,6 @@ def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2
                 blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
             )
     return resp
-
-
-def node_state_to_proto(node: NUMANodeState) -> memorymanager_pb2.NUMANodeState:
-    msg = memorymanager_pb2.NUMANodeState(
-        number_of_assignments=max(node.number_of_assignments, 0), cells=node.cells or ()
-    )
-    for name, t in (node.memory_map or {}).items():
-        msg.memory_map[name].CopyFrom(
-            memorymanager_pb2.MemoryTable(
-                total=t.total,
-                system_reserved=t.system_reserved,
-                allocatable=t.allocatable,
-                reserved=t.reserved,
-                free=t.free,
-            )
-        )
-    return msg
 
 
 def build_manager(config: Config, machine: Machine, store: StateStore | None = None) -> Manager:
@@ -132,7 +82,13 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
         _log.warning(warning)
     if store is None:
         store = KubeletStateStore(config.state_dir)
-    return Manager(policy, store, topology_policy, config.topology_manager_scope)
+    return Manager(
+        policy,
+        store,
+        topology_policy,
+        config.topology_manager_scope,
+        max_pods=config.limits.max_pods,
+    )
 
 
 class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
@@ -145,16 +101,8 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         self.on_admission: Callable[[bool, str], None] | None = None
         """Called after each admission with (admitted, reason); set by the metrics component."""
 
-    def _pod(self, msg: memorymanager_pb2.Pod, *, new_allowed: bool = True) -> Pod:
-        pod = pod_from_proto(msg, self.machine, self.limits)
-        if new_allowed:
-            state = self.manager.committed()
-            if pod.uid not in state.pods_view() and state.pod_count() >= self.limits.max_pods:
-                raise LimitExceededError(
-                    f"pod.uid {pod.uid!r}: the memory manager already holds {state.pod_count()} pods, the "
-                    f"limit (--max-pods {self.limits.max_pods}); release pods (SyncActivePods) first"
-                )
-        return pod
+    def _pod(self, msg: memorymanager_pb2.Pod) -> Pod:
+        return pod_from_proto(msg, self.machine, self.limits)
 
     def Allocate(
         self, request: memorymanager_pb2.AllocateRequest, context: grpc.ServicerContext
@@ -172,7 +120,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     def AddContainer(
         self, request: memorymanager_pb2.AddContainerRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.AddContainerResponse:
-        pod = self._pod(request.pod, new_allowed=False)
+        pod = self._pod(request.pod)
         name = container_in_pod(pod, request.container_name)
         self.manager.add_container(pod, name, check_string(request.container_id, "container_id"))
         return memorymanager_pb2.AddContainerResponse()
@@ -180,20 +128,28 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     def RemoveContainer(
         self, request: memorymanager_pb2.RemoveContainerRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.RemoveContainerResponse:
-        self.manager.remove_container(check_string(request.container_id, "container_id"))
-        return memorymanager_pb2.RemoveContainerResponse()
+        ref = self.manager.remove_container(check_string(request.container_id, "container_id"))
+        return memorymanager_pb2.RemoveContainerResponse(found=ref is not None)
+
+    def ReleasePod(
+        self, request: memorymanager_pb2.ReleasePodRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.ReleasePodResponse:
+        released = self.manager.release_pod(check_string(request.pod_uid, "pod_uid"))
+        return memorymanager_pb2.ReleasePodResponse(
+            released=[common_pb2.ContainerRef(pod_uid=p, container_name=c) for p, c in released]
+        )
 
     def GetTopologyHints(
         self, request: memorymanager_pb2.GetTopologyHintsRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.GetTopologyHintsResponse:
-        pod = self._pod(request.pod, new_allowed=False)
+        pod = self._pod(request.pod)
         name = container_in_pod(pod, request.container_name)
         return hints_to_proto(self.manager.get_topology_hints(pod, name))
 
     def GetPodTopologyHints(
         self, request: memorymanager_pb2.GetPodTopologyHintsRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.GetTopologyHintsResponse:
-        pod = self._pod(request.pod, new_allowed=False)
+        pod = self._pod(request.pod)
         return hints_to_proto(self.manager.get_pod_topology_hints(pod))
 
     def GetMemoryNUMANodes(
@@ -222,12 +178,12 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     def GetState(
         self, request: memorymanager_pb2.GetStateRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.GetStateResponse:
-        state = self.manager.committed()  # a committed state is never mutated: no lock needed
+        state = self.manager.reader()  # the last committed state; no lock, no wait on the disk
         resp = memorymanager_pb2.GetStateResponse(policy_name=self.manager.policy.name)
-        for node_id, node in state.machine_view().items():
+        for node_id, node in state.get_machine_state().items():
             if node is not None:
                 resp.machine_state[node_id].CopyFrom(node_state_to_proto(node))
-        for pod_uid, containers in state.pods_view().items():
+        for pod_uid, containers in state.pods():
             entry = resp.entries[pod_uid]
             for name, blocks in containers.items():
                 entry.containers[name].blocks.extend(blocks_to_proto(blocks))
@@ -266,7 +222,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     def Explain(
         self, request: memorymanager_pb2.ExplainRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.ExplainResponse:
-        pod = self._pod(request.pod, new_allowed=False)
+        pod = self._pod(request.pod)
         explanation = self.manager.explain(pod)
         resp = memorymanager_pb2.ExplainResponse(
             topology_manager_policy=explanation.topology_policy,
@@ -305,27 +261,32 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
 
 
 class MemoryManagerComponent:
-    """Builds the manager at construction (config errors refuse start), restores in start()."""
+    """Builds the manager at construction (config errors refuse start), restores in load(),
+    writes the initial state in start()."""
 
     service_names: Sequence[str] = (SERVICE_NAME,)
 
     def __init__(self, config: Config, machine: Machine) -> None:
-        self.manager = build_manager(config, machine)
+        self.store = KubeletStateStore(config.state_dir)
+        self.manager = build_manager(config, machine, self.store)
         self.servicer = MemoryManagerServicer(self.manager, machine, config.limits)
 
     def register(self, server: grpc.Server) -> None:
         memorymanager_pb2_grpc.add_MemoryManagerServicer_to_server(self.servicer, server)
 
     def manager_store_observers(self) -> list[Callable[[float, bool], None]]:
-        """The write observers of the memory manager's store (empty if it has none)."""
-        observers: list[Callable[[float, bool], None]] = getattr(
-            self.manager._store, "observers", []
-        )
-        return observers
+        """The write observers of the memory manager's store."""
+        return self.store.observers
+
+    def watch_durability(self, report: Callable[[str, str | None], None]) -> None:
+        self.store.durability_observers.append(lambda problem: report(STATE_FILE, problem))
+
+    def load(self) -> None:
+        self.manager.load()
 
     def start(self) -> None:
-        self.manager.start()
-        state = self.manager.committed()
+        self.manager.finish_start()
+        state = self.manager.reader()
         _log.info(
             "memory manager restored",
             policy=self.manager.policy.name,

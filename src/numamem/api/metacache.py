@@ -24,7 +24,7 @@ from numamem.logging import get_logger
 from numamem.metacache.cache import MetaCache, State
 from numamem.metacache.metrics.collector import Collector, Target
 from numamem.metacache.metrics.store import MetricStore, insurance_period_ns
-from numamem.metacache.persistence import CheckpointPersister
+from numamem.metacache.persistence import STATE_FILE, CheckpointPersister
 from numamem.metacache.types import (
     CONTAINER_FIELDS,
     CONTAINER_TYPES,
@@ -456,6 +456,7 @@ class MetaCacheComponent:
     ) -> None:
         self.config = config
         self.persister = CheckpointPersister(config.state_dir) if config.metacache_persist else None
+        self._restored: State | None = None
         self.cache = MetaCache(self.persister, max_entries=config.limits.max_metacache_entries)
         self.metrics = MetricStore(insurance_period_ns(config.metric_insurance_period_seconds))
         self.reader = MetaReaderServicer(self.cache, self.metrics)
@@ -482,23 +483,35 @@ class MetaCacheComponent:
         metacache_pb2_grpc.add_MetaReaderServicer_to_server(self.reader, server)
         metacache_pb2_grpc.add_MetaWriterServicer_to_server(self.writer, server)
 
-    def start(self) -> None:
-        """Restore (when persisting), then start the metric collector's thread."""
+    def watch_durability(self, report: Callable[[str, str | None], None]) -> None:
         if self.persister is not None:
-            self._restore(self.persister)
-        self.collector.start()
+            self.persister.durability_observers.append(lambda problem: report(STATE_FILE, problem))
 
-    def _restore(self, persister: CheckpointPersister) -> None:
-        restored = persister.load(discard_corrupt=self.config.metacache_discard_corrupt_state)
+    def load(self) -> None:
+        """Read and verify the checkpoint (when persisting); writes nothing."""
+        if self.persister is None:
+            return
+        self._restored = self.persister.load(
+            discard_corrupt=self.config.metacache_discard_corrupt_state
+        )
         self.cache = MetaCache(
-            persister,
-            initial=restored or State(),
+            self.persister,
+            initial=self._restored or State(),
             max_entries=self.config.limits.max_metacache_entries,
         )
-        if restored is None:
-            persister.save(State())  # a missing (or discarded) file is created at once
         self.reader.cache = self.cache
         self.writer.cache = self.cache
+
+    def start(self) -> None:
+        """Write a missing checkpoint, then start the metric collector's thread."""
+        if self.persister is not None:
+            if self._restored is None:
+                self.persister.save(State())  # a missing (or discarded) file is created at once
+            self.persister.restored()
+            self._log_restored()
+        self.collector.start()
+
+    def _log_restored(self) -> None:
         state = self.cache.state()
         _log.info(
             "metacache restored",

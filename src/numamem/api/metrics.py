@@ -144,7 +144,7 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         manager = self._manager()
         if manager is not None:
-            state = manager.committed()
+            state = manager.reader()
             memory = GaugeMetricFamily(
                 "numamem_numa_memory_bytes",
                 "Memory per NUMA node, type and kind",
@@ -156,7 +156,7 @@ class _StateCollector(Collector):
             groups = GaugeMetricFamily(
                 "numamem_numa_group_info", "The node's NUMA group (cells)", labels=["node", "group"]
             )
-            for node_id, node in sorted(state.machine_view().items()):
+            for node_id, node in sorted(state.get_machine_state().items()):
                 if node is None:
                     continue
                 n = str(node_id)
@@ -180,7 +180,7 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily(
                 "numamem_memory_manager_containers",
                 "Containers with memory state",
-                value=sum(1 for _ in state.iter_containers()),
+                value=state.container_count(),
             )
         cache = self._cache()
         if cache is not None:
@@ -213,10 +213,15 @@ class MetricsComponent:
     service_names: Sequence[str] = ()
 
     def __init__(
-        self, port: int | None, socket_path: str | None, memory: Any, metacache: Any
+        self,
+        address: str,
+        port: int | None,
+        socket_path: str | None,
+        memory: Any,
+        metacache: Any,
     ) -> None:
         self.metrics = Metrics()
-        self._port, self._socket = port, socket_path
+        self._address, self._port, self._socket = address, port, socket_path
         self._memory, self._metacache = memory, metacache
         self._server: MetricsServer | None = None
         self.metrics.add_state(lambda: memory.manager, lambda: metacache.cache)
@@ -227,6 +232,13 @@ class MetricsComponent:
     def register(self, server: Any) -> None:
         return None
 
+    def watch_durability(self, report: Callable[[str, str | None], None]) -> None:
+        return None
+
+    def load(self) -> None:
+        """Listen now: a port that is taken refuses the start before anything is written."""
+        self._server = MetricsServer(self.metrics, self._address, self._port, self._socket)
+
     def start(self) -> None:
         m = self.metrics
         self._memory.manager_store_observers().append(m.checkpoint_observer("memory_manager_state"))
@@ -234,7 +246,6 @@ class MetricsComponent:
             self._metacache.persister.observers.append(m.checkpoint_observer("sys_advisor_state"))
         self._metacache.collector.observers.append(m.observe_collector)
         self._memory.servicer.on_admission = m.observe_admission
-        self._server = MetricsServer(m, self._port, self._socket)
 
     def stop(self) -> None:
         if self._server is not None:
@@ -245,13 +256,18 @@ class MetricsComponent:
 class MetricsServer:
     """Serves /metrics on a TCP port or a unix socket; stop() closes it."""
 
-    def __init__(self, metrics: Metrics, port: int | None, socket_path: str | None) -> None:
+    def __init__(
+        self, metrics: Metrics, address: str, port: int | None, socket_path: str | None
+    ) -> None:
         self._stops: list[Callable[[], None]] = []
         if port is not None:
             try:
-                server, thread = start_http_server(port, registry=metrics.registry)
+                server, thread = start_http_server(port, addr=address, registry=metrics.registry)
             except OSError as err:
-                raise StartupError(f"--metrics-port {port}: cannot listen: {err.strerror}") from err
+                raise StartupError(
+                    f"--metrics-address {address} --metrics-port {port}: cannot listen: "
+                    f"{err.strerror}"
+                ) from err
 
             def stop_tcp() -> None:
                 server.shutdown()

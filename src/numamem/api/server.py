@@ -1,19 +1,34 @@
 """Daemon bootstrap: directories, single-instance lock, unix socket, health, shutdown.
 
-Start-up order (each step refuses with one clear line on failure):
+Start-up is ordered so that a refused start changes nothing on disk (each step
+refuses with one clear line on failure):
 
-1. state dir (created 0700) and socket dir (created 0750) exist and are not
-   writable by other users (unless ``--allow-shared-dirs``);
-2. the single-instance lock ``<state-dir>/numamem.lock`` is taken
-   (``flock``, non-blocking): grpcio silently replaces a live socket file, so
-   the lock is what protects a running daemon;
-3. the socket path is free: a stale socket from a crash is removed; a live one
-   (another process answers) or a non-socket file is refused, never deleted;
-4. components are built (topology discovery, configuration checks);
-5. the server binds the socket with umask 0117 (mode 0660 from the first
-   instant) and starts; health reports NOT_SERVING and numamem services answer
-   UNAVAILABLE;
-6. components restore their checkpoints; then health reports SERVING.
+1. existing state and socket dirs are checked: not writable by other users
+   (unless ``--allow-shared-dirs``);
+2. components are built: configuration checks and topology discovery, no I/O
+   beyond reading;
+3. missing directories are created (state dir 0700, socket dir 0750) and the
+   single-instance lock ``<state-dir>/numamem.lock`` is taken (``flock``,
+   non-blocking): grpcio silently replaces a live socket file, so the lock is
+   what protects a running daemon;
+4. components **load**: checkpoints are read and validated, TCP listeners are
+   bound; nothing is written;
+5. the socket path is made free (a stale socket from a crash is removed; a
+   live one or a non-socket file is refused, never deleted), the server binds
+   it with umask 0117 (mode 0660 from the first instant) and starts; health
+   reports NOT_SERVING and numamem services answer UNAVAILABLE;
+6. components **start**: initial checkpoints are written, background work
+   begins; then health reports SERVING.
+
+A refusal at any step undoes what the start did: the socket goes, a lock file
+and directories that this start created are removed. While any checkpoint's
+durability is unknown (a directory sync failed after its rename), health
+reports NOT_SERVING; a later successful write of that checkpoint restores it.
+
+Concurrency: numamem RPCs run on ``--workers`` threads, and at most
+``--max-concurrent-rpcs`` may be running or queued; beyond that they are
+answered RESOURCE_EXHAUSTED at once. Health checks and reflection run on a
+pool of their own, so they answer under any load.
 
 Shutdown (SIGTERM/SIGINT): health NOT_SERVING, stop accepting, in-flight RPCs
 get ``--shutdown-grace`` seconds, components close, the socket is removed.
@@ -35,7 +50,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -53,26 +68,82 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 MAX_SOCKET_PATH = 107
 SOCKET_UMASK = 0o117  # socket 0660
 DAEMON_UMASK = 0o077  # checkpoint files 0600, directories 0700
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+
+DurabilityReport = Callable[[str, str | None], None]
+"""(checkpoint file, the problem or None once it is durable again)."""
 
 
 class Component(Protocol):
     """A part of the daemon that serves gRPC services and may own state.
 
-    ``register`` adds servicers to the server; ``start`` restores state and
-    begins background work (health becomes SERVING only after every component
+    ``register`` adds servicers to the server; ``load`` reads and validates
+    what the component needs (checkpoints, listeners) and may refuse the
+    start, but writes nothing; ``start`` writes initial state and begins
+    background work (health becomes SERVING only after every component
     started); ``stop`` ends background work and is idempotent.
+    ``watch_durability`` hands the component the daemon's durability report.
     """
 
     service_names: Sequence[str]
 
     def register(self, server: grpc.Server) -> None: ...
 
+    def load(self) -> None: ...
+
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
 
+    def watch_durability(self, report: DurabilityReport) -> None: ...
+
 
 ComponentFactory = Callable[[Config], Sequence[Component]]
+
+
+class HealthService(health.HealthServicer):  # type: ignore[misc]  # grpc_health has no stubs
+    """The standard health servicer plus ``List`` (every known service and its status).
+
+    grpcio-health-checking defines ``List`` in its proto but does not implement
+    it; this reads the servicer's own status table under its own lock.
+    """
+
+    def List(self, request: Any, context: grpc.ServicerContext) -> Any:
+        with self._lock:
+            statuses = dict(self._server_status)
+        return health_pb2.HealthListResponse(
+            statuses={k: health_pb2.HealthCheckResponse(status=v) for k, v in statuses.items()}
+        )
+
+
+class BoundedExecutor(futures.ThreadPoolExecutor):
+    """A thread pool that counts the tasks submitted and not yet done (running or queued).
+
+    gRPC submits every RPC of the main pool here from its one serving thread;
+    the interceptor reads :attr:`in_flight` there to refuse RPCs beyond the
+    bound before they queue. A task leaves the count when its future is done,
+    however it ends.
+    """
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self._count_lock = threading.Lock()
+        self.in_flight = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
+        with self._count_lock:
+            self.in_flight += 1
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._done(None)
+            raise
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future: object) -> None:
+        with self._count_lock:
+            self.in_flight -= 1
 
 
 @dataclass
@@ -82,12 +153,19 @@ class Daemon:
     config: Config
     component_factory: ComponentFactory
     readiness: Readiness = field(default_factory=Readiness)
-    health: health.HealthServicer = field(default_factory=health.HealthServicer)
+    health: HealthService = field(default_factory=HealthService)
+    on_serving: Callable[[], None] | None = None
+    """Called once the daemon is SERVING (``numamem serve`` then releases its held log lines)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock_fd: int | None = None
     _server: grpc.Server | None = None
     _health_server: grpc.Server | None = None
+    _fast_pool: futures.ThreadPoolExecutor | None = None
     _components: Sequence[Component] = ()
+    _created: list[Path] = field(default_factory=list)
+    _durability: dict[str, str] = field(default_factory=dict)
+    _durability_lock: threading.Lock = field(default_factory=threading.Lock)
+    _service_names: list[str] = field(default_factory=list)
     interceptor: ServerInterceptor | None = None
     set_umask: bool = True
     """The daemon runs with umask 0077; in-process test servers leave the host process's umask alone."""
@@ -102,6 +180,8 @@ class Daemon:
         signal.signal(signal.SIGINT, self._on_signal)
         try:
             self.start()
+            if self.on_serving is not None:
+                self.on_serving()
             self._stop.wait()
         finally:
             self.shutdown()
@@ -112,22 +192,53 @@ class Daemon:
         self._stop.set()
 
     def start(self) -> None:
-        """Steps 1-6 of the module docstring. On error, everything taken is released."""
+        """Steps 1-6 of the module docstring. On error, everything this start did is undone."""
         cfg = self.config
         if self.set_umask:
             os.umask(DAEMON_UMASK)
-        _ensure_dir(Path(cfg.state_dir), 0o700, "--state-dir", cfg.allow_shared_dirs)
-        _ensure_dir(Path(cfg.socket).parent, 0o750, "--socket directory", cfg.allow_shared_dirs)
-        self._lock_fd = acquire_lock(Path(cfg.state_dir) / LOCK_FILE)
-        prepare_socket_path(cfg.socket)
+        state_dir, socket_dir = Path(cfg.state_dir), Path(cfg.socket).parent
+        _check_dir(state_dir, "--state-dir", cfg.allow_shared_dirs)
+        _check_dir(socket_dir, "--socket directory", cfg.allow_shared_dirs)
+        check_socket_path(cfg.socket)
         self._components = self.component_factory(cfg)
         names = [n for c in self._components for n in c.service_names]
         if len(set(names)) != len(names):
             raise StartupError(f"internal error: a service is registered twice: {sorted(names)}")
+        self._service_names = names
+        try:
+            self._created += _make_dirs(state_dir, 0o700, "--state-dir")
+            self._created += _make_dirs(socket_dir, 0o750, "--socket directory")
+            self._lock_fd, lock_created = acquire_lock(state_dir / LOCK_FILE)
+            if lock_created:
+                self._created.append(state_dir / LOCK_FILE)
+            for component in self._components:
+                component.load()
+                component.watch_durability(self._report_durability)
+            self._serve(cfg, names)
+            for component in self._components:
+                component.start()
+        except BaseException:
+            self.shutdown()
+            self._undo()
+            raise
+        for name in ("", *names):
+            self.health.set(name, self._serving_status())
+        self.readiness.set_ready()
+        _log.info("serving", services=names)
+
+    def _serve(self, cfg: Config, names: Sequence[str]) -> None:
+        """Step 5: bind the socket and serve (health NOT_SERVING, numamem RPCs UNAVAILABLE)."""
+        prepare_socket_path(cfg.socket)
         for name in ("", *names):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-
-        self.interceptor = ServerInterceptor(self.readiness)
+        pool = BoundedExecutor(cfg.workers, "rpc")
+        self._fast_pool = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
+        self.interceptor = ServerInterceptor(
+            self.readiness,
+            in_flight=lambda: pool.in_flight,
+            max_in_flight=cfg.limits.max_concurrent_rpcs,
+            fast_pool=self._fast_pool,
+        )
         for component in self._components:
             observe = getattr(component, "observe_rpc", None)
             if observe is not None:
@@ -136,21 +247,12 @@ class Daemon:
             ("grpc.max_receive_message_length", cfg.limits.max_message_bytes),
             ("grpc.max_send_message_length", cfg.limits.max_message_bytes),
         ]
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="rpc"),
-            interceptors=[self.interceptor],
-            options=options,
-        )
+        server = grpc.server(pool, interceptors=[self.interceptor], options=options)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         for component in self._components:
             component.register(server)
         reflection.enable_server_reflection(
-            (
-                *names,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
+            (*names, HEALTH_SERVICE, reflection.SERVICE_NAME), server
         )
         self._server = server
         old_umask = os.umask(SOCKET_UMASK)
@@ -165,15 +267,46 @@ class Daemon:
         os.chmod(cfg.socket, 0o660)
         server.start()
         if cfg.health_port is not None:
-            self._health_server = _start_health_server(self.health, cfg.health_port)
-        _log.info("listening", socket=cfg.socket, health_port=cfg.health_port)
+            self._health_server = _start_health_server(
+                self.health, cfg.health_address, cfg.health_port, self.interceptor
+            )
+        _log.info(
+            "listening",
+            socket=cfg.socket,
+            health=None if cfg.health_port is None else f"{cfg.health_address}:{cfg.health_port}",
+        )
 
-        for component in self._components:
-            component.start()
-        for name in ("", *names):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self.readiness.set_ready()
-        _log.info("serving", services=names)
+    # --- durability --------------------------------------------------------------
+
+    def _report_durability(self, file: str, problem: str | None) -> None:
+        """A component's checkpoint ``file`` has an unknown durability (``problem``) or not."""
+        with self._durability_lock:
+            if problem is None:
+                if self._durability.pop(file, None) is None:
+                    return
+                _log.info("checkpoint durable again", file=file)
+            else:
+                first = file not in self._durability
+                self._durability[file] = problem
+                if first:
+                    _log.error(
+                        "checkpoint durability unknown: NOT_SERVING", file=file, error=problem
+                    )
+            if not self.readiness.is_ready():
+                return
+            status = self._serving_status()
+            for name in ("", *self._service_names):
+                self.health.set(name, status)
+
+    def _serving_status(self) -> int:
+        status: int = (
+            health_pb2.HealthCheckResponse.NOT_SERVING
+            if self._durability
+            else health_pb2.HealthCheckResponse.SERVING
+        )
+        return status
+
+    # --- shutdown -------------------------------------------------------------------
 
     def shutdown(self) -> None:
         """Graceful stop. Idempotent; safe after a failed :meth:`start`."""
@@ -184,6 +317,9 @@ class Daemon:
         for event in events:
             event.wait()
         self._server = self._health_server = None
+        if self._fast_pool is not None:
+            self._fast_pool.shutdown(wait=False)
+            self._fast_pool = None
         for component in reversed(self._components):
             try:
                 component.stop()
@@ -199,30 +335,45 @@ class Daemon:
             self._lock_fd = None
             _log.info("stopped")
 
+    def _undo(self) -> None:
+        """After a refused start: remove the lock file and directories this start created."""
+        for path in reversed(self._created):
+            with contextlib.suppress(OSError):
+                if path.is_dir():
+                    path.rmdir()  # only if empty: nothing but what this start made
+                else:
+                    path.unlink()
+        self._created = []
 
-def _start_health_server(servicer: health.HealthServicer, port: int) -> grpc.Server:
-    """A TCP server that carries only grpc.health.v1 (kubelet native gRPC probes)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"))
+
+def _start_health_server(
+    servicer: HealthService, address: str, port: int, interceptor: ServerInterceptor
+) -> grpc.Server:
+    """A TCP server that carries only grpc.health.v1 (kubelet native gRPC probes), with
+    reflection of that one service so that grpcurl can call it by name."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health-tcp"),
+        interceptors=[interceptor],
+    )
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    reflection.enable_server_reflection((HEALTH_SERVICE, reflection.SERVICE_NAME), server)
+    host = f"[{address}]" if ":" in address else address
     try:
-        server.add_insecure_port(f"[::]:{port}")
+        server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as err:
-        raise StartupError(f"--health-port {port}: cannot listen: {err}") from err
+        raise StartupError(
+            f"--health-address {address} --health-port {port}: cannot listen: {err}"
+        ) from err
     server.start()
     return server
 
 
-def _ensure_dir(path: Path, mode: int, what: str, allow_shared: bool) -> None:
-    """Create ``path`` with ``mode`` if missing; refuse one other users may write to."""
-    if not path.exists():
-        try:
-            path.mkdir(parents=True, mode=mode)
-            os.chmod(path, mode)
-        except OSError as err:
-            raise StartupError(f"{what} {str(path)!r}: cannot create: {err.strerror}") from err
-        return
+def _check_dir(path: Path, what: str, allow_shared: bool) -> None:
+    """Refuse an existing ``path`` that is not a directory or that other users may write to."""
     try:
         st = os.stat(path)
+    except FileNotFoundError:
+        return
     except OSError as err:
         raise StartupError(f"{what} {str(path)!r}: cannot stat: {err.strerror}") from err
     if not stat.S_ISDIR(st.st_mode):
@@ -244,8 +395,30 @@ def _ensure_dir(path: Path, mode: int, what: str, allow_shared: bool) -> None:
         )
 
 
-def acquire_lock(path: Path) -> int:
-    """Take the single-instance lock; the returned fd holds it until closed."""
+def _make_dirs(path: Path, mode: int, what: str) -> list[Path]:
+    """Create ``path`` (and missing parents) with ``mode``; returns what was created, outermost first."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    created: list[Path] = []
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=mode)
+            os.chmod(directory, mode)
+        except OSError as err:
+            for made in reversed(created):
+                with contextlib.suppress(OSError):
+                    made.rmdir()
+            raise StartupError(f"{what} {str(path)!r}: cannot create: {err.strerror}") from err
+        created.append(directory)
+    return created
+
+
+def acquire_lock(path: Path) -> tuple[int, bool]:
+    """Take the single-instance lock: (the fd that holds it until closed, whether the file is new)."""
+    created = not path.exists()
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as err:
@@ -257,6 +430,9 @@ def acquire_lock(path: Path) -> int:
         with contextlib.suppress(OSError, ValueError):
             holder = f" (pid {int(os.pread(fd, 32, 0).decode().strip())})"
         os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):
+                path.unlink()
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise StartupError(
                 f"another numamem{holder} is running on state dir {str(path.parent)!r} "
@@ -265,7 +441,16 @@ def acquire_lock(path: Path) -> int:
         raise StartupError(f"lock file {str(path)!r}: cannot lock: {err.strerror}") from err
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    return fd, created
+
+
+def check_socket_path(path: str, flag: str = "--socket") -> None:
+    """Refuse a socket path longer than the kernel accepts (before anything is created)."""
+    if len(path.encode()) > MAX_SOCKET_PATH:
+        raise StartupError(
+            f"{flag} {path!r} is {len(path.encode())} bytes long; unix socket paths are limited "
+            f"to {MAX_SOCKET_PATH}: choose a shorter path"
+        )
 
 
 def prepare_socket_path(path: str, flag: str = "--socket") -> None:
@@ -273,11 +458,7 @@ def prepare_socket_path(path: str, flag: str = "--socket") -> None:
 
     ``flag`` names the option the path came from, for the messages.
     """
-    if len(path.encode()) > MAX_SOCKET_PATH:
-        raise StartupError(
-            f"{flag} {path!r} is {len(path.encode())} bytes long; unix socket paths are limited "
-            f"to {MAX_SOCKET_PATH}: choose a shorter path"
-        )
+    check_socket_path(path, flag)
     try:
         st = os.lstat(path)
     except FileNotFoundError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -69,8 +69,14 @@ class TopologyComponent:
     def register(self, server: grpc.Server) -> None:
         topology_pb2_grpc.add_TopologyServicer_to_server(self.servicer, server)
 
+    def load(self) -> None:
+        return None
+
     def start(self) -> None:
         return None
 
     def stop(self) -> None:
+        return None
+
+    def watch_durability(self, report: Callable[[str, str | None], None]) -> None:
         return None

@@ -7,9 +7,15 @@ rename itself is durable. Temp files left by a crash start with a dot (the
 kubelet ignores such files too) and are removed by :func:`remove_stale_temps`.
 
 A failed write raises :class:`~numamem.errors.PersistenceError` naming the
-file and the OS error; the target is untouched. ``faults`` lets tests inject
-failures or simulated crashes at each stage ("open", "write", "fsync",
-"rename", "dirsync").
+file and the OS error; the target is untouched. When only the final directory
+fsync fails, the new file is already in place (a restart reads it) but its
+durability is unknown: :class:`~numamem.errors.DurabilityUnknownError`, and
+callers keep the new state in memory. ``faults`` lets tests inject failures or
+simulated crashes at each stage ("open", "write", "fsync", "rename",
+"dirsync").
+
+:func:`move_aside` sets an unusable file aside under a new name that never
+replaces an earlier one, durably.
 """
 
 from __future__ import annotations
@@ -18,18 +24,14 @@ import contextlib
 import errno
 import os
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from numamem.errors import PersistenceError
+from numamem.errors import DurabilityUnknownError, PersistenceError
 
 FaultHook = Callable[[str, Path], None]
 """Called with (stage, target) before each stage; raise to simulate a failure."""
-
-
-class DirSyncError(PersistenceError):
-    """The rename happened but the directory fsync failed: the new file is in place, its
-    durability is unknown. Callers restore the previous bytes before failing the operation."""
 
 
 def _temp_name(path: Path) -> Path:
@@ -75,7 +77,12 @@ def atomic_write(path: Path, data: bytes, *, faults: FaultHook | None = None) ->
         hook("dirsync", path)
         fsync_dir(path.parent)
     except OSError as err:
-        raise DirSyncError(str(_fail(path, err, "sync the directory of"))) from err
+        name = errno.errorcode.get(err.errno or 0, "EIO")
+        raise DurabilityUnknownError(
+            f"cannot sync the directory of checkpoint {str(path)!r}: {err.strerror or err} ({name}); "
+            "the file holds the change, but whether it survives a power loss is unknown: the "
+            "outcome is unknown, and numamem reports NOT_SERVING until a later write succeeds"
+        ) from err
 
 
 def fsync_dir(directory: Path) -> None:
@@ -92,6 +99,33 @@ def read_file(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def move_aside(path: Path, reason: str) -> Path:
+    """Rename ``path`` to ``<name>.<reason>-<UTC time to the microsecond>[-<n>]`` and sync the
+    directory; never replaces an existing file (each move keeps its own evidence)."""
+    stamp = (
+        time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() // 1000 % 10**6:06d}Z"
+    )
+    for attempt in range(1000):
+        suffix = "" if attempt == 0 else f"-{attempt}"
+        target = path.with_name(f"{path.name}.{reason}-{stamp}{suffix}")
+        try:
+            os.link(path, target)  # fails if target exists: nothing is ever overwritten
+        except FileExistsError:
+            continue
+        except OSError:
+            # No hard links on this file system: rename, having checked the name is free
+            # (the single-instance lock keeps other numamem processes out of the directory).
+            if target.exists():
+                continue
+            os.rename(path, target)
+            fsync_dir(path.parent)
+            return target
+        os.unlink(path)
+        fsync_dir(path.parent)
+        return target
+    raise FileExistsError(f"{path}: no free name to move it aside")
 
 
 def remove_stale_temps(directory: Path, name: str) -> list[Path]:

@@ -19,7 +19,11 @@ Write order keeps the two files consistent without a shared transaction:
 A failed write of the state (or of the map before it) fails the operation with
 the previous files in place; a failed map write *after* the state is logged
 and retried with the next write, since its stale ids are inert by the rule
-above.
+above. When only a directory sync fails, the files hold the new state (what a
+restart reads) with unknown durability: the save finishes writing and raises
+:class:`~numamem.errors.DurabilityUnknownError`, and the manager keeps the new
+state in memory. The bytes of the last write are kept in memory, so no write
+reads a file first.
 """
 
 from __future__ import annotations
@@ -31,14 +35,19 @@ from pathlib import Path
 
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.filestore import (
-    DirSyncError,
     FaultHook,
     atomic_write,
+    move_aside,
     read_file,
     remove_stale_temps,
 )
 from numamem.checkpoint.fnv import fnv1a_32
-from numamem.errors import CheckpointError, CorruptCheckpointError, PersistenceError
+from numamem.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    DurabilityUnknownError,
+    PersistenceError,
+)
 from numamem.logging import get_logger
 from numamem.memtypes import ContainerRef, Snapshot
 
@@ -59,7 +68,10 @@ def restore_error(path: Path, err: object) -> CheckpointError:
 class KubeletStateStore:
     """A :class:`~numamem.memorymanager.store.StateStore` on a state directory.
 
-    Not thread-safe: the memory manager calls it under its own lock.
+    Not thread-safe: the memory manager calls it under its own lock. Restoring
+    only reads: temp files of interrupted writes and an unusable container map
+    are dealt with in :meth:`restored`, once the manager accepted the state, so
+    a refused start changes nothing on disk.
     """
 
     def __init__(self, state_dir: str | Path, faults: FaultHook | None = None) -> None:
@@ -71,16 +83,17 @@ class KubeletStateStore:
         self._encoder = kubelet.V1Encoder()
         self._last_map: dict[str, ContainerRef] = {}
         self._map_dirty = False
+        self._map_unusable: str | None = None
         self.writes = 0
         self.observers: list[Callable[[float, bool], None]] = []
         """Called after each write of memory_manager_state with (seconds, succeeded)."""
+        self.durability_observers: list[Callable[[str | None], None]] = []
+        """Called after each save that wrote: the DurabilityUnknownError text, or None when
+        everything written is durable (which also makes earlier unknown writes durable)."""
 
     # --- restore ---------------------------------------------------------------
 
     def restore(self, policy_name: str) -> Snapshot | None:
-        for name in (STATE_FILE, CONTAINERS_FILE):
-            for tmp in remove_stale_temps(self.dir, name):
-                _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
         data = read_file(self.state_path)
         if data is None:
             return None
@@ -120,32 +133,49 @@ class KubeletStateStore:
         try:
             return decode_containers(data)
         except CheckpointError as err:
-            aside = self.containers_path.with_name(f"{CONTAINERS_FILE}.corrupt-{int(time.time())}")
-            self.containers_path.rename(aside)
+            self._map_unusable = str(err)
+            return {}
+
+    def restored(self) -> None:
+        """The restored state was accepted: remove temp files, set an unusable map aside."""
+        for name in (STATE_FILE, CONTAINERS_FILE):
+            for tmp in remove_stale_temps(self.dir, name):
+                _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
+        if self._map_unusable is not None:
+            aside = move_aside(self.containers_path, "corrupt")
             _log.error(
                 "container map file is unusable; moved aside, starting without container ids "
-                "(RemoveContainer by id cannot free their memory; SyncActivePods can)",
+                "(RemoveContainer by id cannot free their memory; SyncActivePods and ReleasePod can)",
                 path=str(self.containers_path),
                 moved_to=str(aside),
-                error=str(err),
+                error=self._map_unusable,
             )
-            return {}
+            self._map_unusable = None
 
     # --- save --------------------------------------------------------------------
 
     def save(self, snapshot: Snapshot) -> None:
+        """Write what changed, in the order of the module docstring.
+
+        Raises PersistenceError (nothing changed on disk that a restart would
+        use) or DurabilityUnknownError (every file holds the new state; a
+        directory sync failed).
+        """
         state = self._encoder.encode(
             snapshot.policy_name, snapshot.machine_state, snapshot.assignments
         )
         new_map = dict(snapshot.container_map)
         old_map = self._last_map
         adds = any(old_map.get(cid) != ref for cid, ref in new_map.items())
+        unknown: DurabilityUnknownError | None = None
+        wrote = False
         if adds:
-            self._write_map(new_map)
+            unknown = self._write_map(new_map)
+            wrote = True
         if state != self._last_state:
             started = time.perf_counter()
             try:
-                self._write(self.state_path, state)
+                unknown = self._write(self.state_path, state) or unknown
             except PersistenceError:
                 self._observe(time.perf_counter() - started, ok=False)
                 if adds:
@@ -153,9 +183,11 @@ class KubeletStateStore:
                 raise
             self._observe(time.perf_counter() - started, ok=True)
             self._last_state = state
+            wrote = True
         if not adds and (new_map != old_map or self._map_dirty):
             try:
-                self._write_map(new_map)
+                unknown = self._write_map(new_map) or unknown
+                wrote = True
             except PersistenceError as err:
                 self._map_dirty = True
                 _log.warning(
@@ -163,31 +195,30 @@ class KubeletStateStore:
                     error=str(err),
                 )
         self._last_map = new_map
+        if wrote:
+            for observer in self.durability_observers:
+                observer(None if unknown is None else str(unknown))
+        if unknown is not None:
+            raise unknown
 
     def _observe(self, seconds: float, *, ok: bool) -> None:
         for observer in self.observers:
             observer(seconds, ok)
 
-    def _write(self, path: Path, data: bytes) -> None:
-        previous = read_file(path)
+    def _write(self, path: Path, data: bytes) -> DurabilityUnknownError | None:
+        """Write ``path``; a failed directory sync is returned (the file is in place)."""
         try:
             atomic_write(path, data, faults=self.faults)
-        except DirSyncError:
-            if previous is not None:
-                try:
-                    atomic_write(path, previous, faults=self.faults)
-                except PersistenceError as err:
-                    _log.error(
-                        "could not restore the previous checkpoint after a failed sync",
-                        path=str(path),
-                        error=str(err),
-                    )
-            raise
+        except DurabilityUnknownError as err:
+            self.writes += 1
+            return err
         self.writes += 1
+        return None
 
-    def _write_map(self, entries: dict[str, ContainerRef]) -> None:
-        self._write(self.containers_path, encode_containers(entries))
+    def _write_map(self, entries: dict[str, ContainerRef]) -> DurabilityUnknownError | None:
+        unknown = self._write(self.containers_path, encode_containers(entries))
         self._map_dirty = False
+        return unknown
 
     def _best_effort_map(self, entries: dict[str, ContainerRef]) -> None:
         try:

@@ -11,17 +11,23 @@ from numamem.config.load import config_from_args
 from numamem.errors import NumamemError
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
         "serve",
         help="run the daemon in the foreground",
         description="Serve the numamem gRPC API on a unix socket until SIGTERM/SIGINT.",
     )
     add_serve_arguments(parser)
     parser.set_defaults(run=run)
+    return parser
 
 
 def run(args: argparse.Namespace) -> int:
+    """Exit 0 after a clean shutdown; 1 with one line on stderr when the start is refused.
+
+    Log lines are held until the daemon serves, so that a refused start prints
+    only its refusal (with ``--log-level debug`` they are written at once).
+    """
     from numamem import logging as nlog
     from numamem.api.app import build_components
     from numamem.api.server import Daemon
@@ -31,11 +37,14 @@ def run(args: argparse.Namespace) -> int:
     except NumamemError as err:
         print(f"numamem: {err}", file=sys.stderr)
         return 1
-    nlog.configure(cfg.log_level, cfg.log_format)
+    held = None if cfg.log_level == "debug" else nlog.HeldStream(sys.stderr)
+    nlog.configure(cfg.log_level, cfg.log_format, stream=held)
     nlog.get_logger("serve").info("starting", **describe(cfg))
-    daemon = Daemon(cfg, build_components)
+    daemon = Daemon(cfg, build_components, on_serving=held.release if held else None)
     try:
         return daemon.run()
     except NumamemError as err:
+        if held is not None:
+            held.discard()
         print(f"numamem: {err}", file=sys.stderr)
         return 1

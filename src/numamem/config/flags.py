@@ -10,6 +10,7 @@ memory manager and topology manager are built.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -42,7 +43,7 @@ class Flag:
     help: str
     default: str
     yaml_key: str | None = None
-    kind: str = "str"  # str | int | float | bool | list
+    kind: str = "str"  # str | int | float | bool | list | address
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
 
@@ -153,12 +154,29 @@ FLAGS: tuple[Flag, ...] = (
         metavar="N",
     ),
     Flag(
+        "--health-address",
+        "health_address",
+        "IP address --health-port listens on (IPv6 too: ::1, [::]); the DaemonSet passes the pod "
+        "IP for the kubelet's gRPC probe",
+        "127.0.0.1",
+        kind="address",
+        metavar="IP",
+    ),
+    Flag(
         "--metrics-port",
         "metrics_port",
         "TCP port for Prometheus metrics (/metrics)",
         "off",
         kind="int",
         metavar="N",
+    ),
+    Flag(
+        "--metrics-address",
+        "metrics_address",
+        "IP address --metrics-port listens on (IPv6 too: ::1, [::])",
+        "127.0.0.1",
+        kind="address",
+        metavar="IP",
     ),
     Flag(
         "--metrics-socket",
@@ -252,6 +270,15 @@ FLAGS: tuple[Flag, ...] = (
         metavar="N",
     ),
     Flag(
+        "--max-concurrent-rpcs",
+        "limits.max_concurrent_rpcs",
+        "numamem RPCs running or queued at once; more are RESOURCE_EXHAUSTED at once (health "
+        "and reflection are not counted and always answer)",
+        "128",
+        kind="int",
+        metavar="N",
+    ),
+    Flag(
         "--max-message-bytes",
         "limits.max_message_bytes",
         "maximum gRPC message size",
@@ -308,6 +335,8 @@ def _convert(f: Flag, raw: Any, where: str) -> Any:
         return parse_key_values(raw, where)
     if f.kind == "int":
         return _positive_int(raw, where, port=f.attr.endswith("_port"))
+    if f.kind == "address":
+        return _ip_address(raw, where)
     if f.kind == "float":
         return _non_negative_float(raw, where)
     if not isinstance(raw, str):
@@ -334,6 +363,19 @@ def _choice_error(f: Flag, raw: str) -> str:
     if f.attr == "topology_manager_scope":
         return f'unknown scope: "{raw}" (expected one of {options})'
     return f"{raw!r} is not one of {options}"
+
+
+def _ip_address(raw: Any, where: str) -> str:
+    """An IPv4 or IPv6 literal (brackets allowed: ``[::1]``), returned without brackets."""
+    text = raw.strip() if isinstance(raw, str) else ""
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ConfigError(
+            f"{where}: {raw!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1, ::)"
+        ) from None
 
 
 def _positive_int(raw: Any, where: str, *, port: bool) -> int:
@@ -380,7 +422,11 @@ def describe(cfg: Config) -> dict[str, Any]:
         "topology_manager_policy": cfg.topology_manager_policy,
         "topology_manager_scope": cfg.topology_manager_scope,
         "topology_manager_policy_options": dict(cfg.topology_manager_policy_options),
-        "health_port": cfg.health_port,
+        "health": None if cfg.health_port is None else f"{cfg.health_address}:{cfg.health_port}",
+        "metrics": None
+        if cfg.metrics_port is None
+        else f"{cfg.metrics_address}:{cfg.metrics_port}",
+        "max_concurrent_rpcs": cfg.limits.max_concurrent_rpcs,
     }
 
 

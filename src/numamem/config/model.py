@@ -56,6 +56,7 @@ class Limits:
     max_pods: int = 10000
     max_containers_per_pod: int = 256
     max_metacache_entries: int = 100000
+    max_concurrent_rpcs: int = 128
     max_message_bytes: int = 4 * 1024 * 1024
 
 
@@ -80,7 +81,9 @@ class Config:
     topology_manager_scope: str = "container"
     topology_manager_policy_options: tuple[tuple[str, str], ...] = ()
     health_port: int | None = None
+    health_address: str = "127.0.0.1"
     metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
     metrics_socket: str | None = None
     log_level: str = "info"
     log_format: str = "json"

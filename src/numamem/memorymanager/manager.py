@@ -1,16 +1,26 @@
 """The memory manager (kubelet ``memory_manager.go``) with transactional, durable operations.
 
-Every public method runs under one lock (linearizable). A mutating operation
-works on a fork of the committed state; when it succeeds and changed
-something, the whole new state goes to the :class:`StateStore` in **one**
-write, and only then becomes the committed state. When the operation or the
-write fails, the fork is dropped and the policy's private state (the Static
-policy's init-container reuse table) is rolled back: memory and disk stay
-equal, and nothing is half-applied. (The kubelet writes after every sub-step
-and ignores write errors: kubernetes/kubernetes#141993.)
+Writers (Allocate, AddContainer, RemoveContainer, ReleasePod, SyncActivePods,
+Admit, start) take one lock and are linearizable. A mutating operation works on
+a fork of the committed state; when it succeeds and changed something, the
+whole new state goes to the :class:`StateStore` in **one** write, and only then
+becomes the committed state. When the operation or the write fails, the fork
+is dropped: memory and disk stay equal, and nothing is half-applied. (The
+kubelet writes after every sub-step and ignores write errors:
+kubernetes/kubernetes#141993.) When the write put the new state in place but
+could not sync its directory (:class:`~numamem.errors.DurabilityUnknownError`),
+the new state is committed, since it is what a restart reads, and the error
+still reaches the caller: the outcome is unknown. The ``max_pods`` limit is
+checked inside the same transaction, so concurrent admissions cannot
+overshoot it.
 
-Committed states are never mutated, so readers that only need a consistent
-view (``state_view``) take the current reference and need no lock.
+Readers never wait for a writer's disk write. Committed states are never
+mutated; every reader takes the current one (the last acknowledged change)
+without the lock: GetState, GetMemory, GetMemoryNUMANodes and
+GetAllocatableMemory, and also hints and Explain, which compute on that state
+(the Static policy keeps no state of its own; its init-container reuse table
+is part of the state). Consistency: a reader sees every change acknowledged
+before it started, and no change not yet durable.
 
 Stale state (``removeStaleState``) is removed only after the sources are
 ready. With an ``active_pods`` callable the manager asks it, as the kubelet
@@ -18,7 +28,8 @@ does; without one it tracks the active set itself: the pods of the last
 :meth:`Manager.sync_active_pods` plus every pod admitted, allocated, added or
 hinted since (the kubelet's "pending admission" pod). In that mode a stale
 check can only find something right after a sync, which removes it at once, so
-the check before Allocate/hints is skipped until the next sync.
+the check before Allocate and hints is skipped until the next sync (and hints
+then take no lock at all).
 """
 
 from __future__ import annotations
@@ -27,16 +38,21 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from numamem.config.model import ReservedMemory
-from numamem.errors import AllocationError, ConfigError, NotFoundError
+from numamem.errors import (
+    AllocationError,
+    ConfigError,
+    DurabilityUnknownError,
+    LimitExceededError,
+    NotFoundError,
+)
 from numamem.logging import get_logger
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.policy import HintExplanation, NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
-from numamem.memorymanager.state import MemoryState, State, StateReader
+from numamem.memorymanager.state import MemoryState, State, StateView
 from numamem.memorymanager.store import StateStore
 from numamem.memtypes import Block, ContainerRef, Snapshot
 from numamem.pod import Container, Pod
@@ -52,7 +68,6 @@ from numamem.topologymanager.policy import (
 )
 
 _log = get_logger("memorymanager")
-T = TypeVar("T")
 
 
 @dataclass
@@ -131,7 +146,8 @@ class Explanation:
 
 
 class Manager:
-    """See the module docstring. Construct, then :meth:`start` once."""
+    """See the module docstring. Construct, then :meth:`start` once (or :meth:`load`, then
+    :meth:`finish_start`, to refuse a start before writing anything)."""
 
     def __init__(
         self,
@@ -140,24 +156,34 @@ class Manager:
         topology_policy: TopologyPolicy | None = None,
         topology_scope: str = SCOPE_CONTAINER,
         active_pods: Callable[[], Sequence[Pod] | None] | None = None,
+        max_pods: int | None = None,
     ) -> None:
         self.policy = policy
         self._store = store
         self._topology_policy = topology_policy
         self._topology_scope = topology_scope
         self._active_pods_fn = active_pods
-        self._lock = threading.Lock()  # guards every field below; held for each whole operation
+        self._max_pods = max_pods
+        self._lock = threading.Lock()  # serialises writers, held across the store's write
+        self._active_lock = threading.Lock()  # guards _tracked_active (readers touch it too)
         self._state = MemoryState()
+        self._view = StateView(self._state)
         self._containers = ContainerMap()
         self._allocatable: list[Block] = []
         self._tracked_active: dict[str, frozenset[str]] | None = None
         self._stale_possible = active_pods is not None
+        self._loaded: tuple[MemoryState, ContainerMap, bool] | None = None
         self.started = False
 
     # --- lifecycle -------------------------------------------------------------
 
     def start(self, *, validate: bool = True) -> None:
-        """Restore from the store, validate with the policy, write the result if it changed.
+        """:meth:`load`, then :meth:`finish_start`."""
+        self.load(validate=validate)
+        self.finish_start()
+
+    def load(self, *, validate: bool = True) -> None:
+        """Restore from the store and validate with the policy; reads only, writes nothing.
 
         Raises the store's CheckpointError/StateMismatchError or the policy's
         StateMismatchError/ReservedMemoryError; the daemon refuses to start on them.
@@ -174,10 +200,20 @@ class Manager:
             if validate:
                 self.policy.start(work)
             containers = ContainerMap(snapshot.container_map if snapshot else None)
-            if validate and (snapshot is None or not work.same_as(restored)):
+            needs_write = validate and (snapshot is None or not work.same_as(restored))
+            self._loaded = (work, containers, needs_write)
+
+    def finish_start(self) -> None:
+        """Write the validated state if it differs from the file (or there was none) and serve it."""
+        with self._lock:
+            if self._loaded is None:
+                raise RuntimeError("finish_start() before load()")
+            work, containers, needs_write = self._loaded
+            if needs_write:
                 self._store.save(self._snapshot(work, containers))
-            self._state = work
-            self._containers = containers
+            self._store.restored()
+            self._loaded = None
+            self._commit(work, containers)
             self._allocatable = self.policy.get_allocatable_memory(work)
             self.started = True
 
@@ -186,34 +222,57 @@ class Manager:
             self.policy.name, state.machine_view(), state.pods_view(), containers.as_dict()
         )
 
+    def _commit(self, state: MemoryState, containers: ContainerMap) -> None:
+        self._containers = containers
+        self._view = StateView(state)
+        self._state = state
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[tuple[MemoryState, ContainerMap]]:
-        """Fork, run the body, persist once if anything changed, commit. Caller holds the lock."""
+        """Fork, run the body, check the pod limit, persist once if anything changed, commit.
+
+        The caller holds the lock. An exception from the body or the store drops
+        the fork; :class:`DurabilityUnknownError` commits it first (see the module
+        docstring).
+        """
         work = self._state.fork()
         containers = self._containers.copy()
-        policy_snapshot = self.policy.snapshot()
-        try:
-            yield work, containers
-            state_changed = not work.same_as(self._state)
-            if state_changed or containers != self._containers:
+        yield work, containers
+        self._check_pod_limit(work)
+        if not work.same_as(self._state) or containers != self._containers:
+            try:
                 self._store.save(self._snapshot(work, containers))
-        except BaseException:
-            self.policy.restore(policy_snapshot)
-            raise
-        self._state = work
-        self._containers = containers
+            except DurabilityUnknownError:
+                self._commit(work, containers)
+                raise
+        self._commit(work, containers)
+
+    def _check_pod_limit(self, work: MemoryState) -> None:
+        if self._max_pods is None or work.pod_count() <= self._max_pods:
+            return
+        committed = self._state.pods_view()
+        new = sorted(uid for uid in work.pods_view() if uid not in committed)
+        if not new:
+            return  # only pods that already had state (a limit lowered since): not refused
+        raise LimitExceededError(
+            f"pod.uid {new[0]!r}: the memory manager holds {self._state.pod_count()} pods, its "
+            f"limit (--max-pods {self._max_pods}); release pods (SyncActivePods, ReleasePod) first"
+        )
 
     # --- active pods and stale state ---------------------------------------
 
     def _touch(self, pod: Pod) -> None:
-        if self._active_pods_fn is None and self._tracked_active is not None:
-            self._tracked_active[pod.uid] = pod.container_names()
+        if self._active_pods_fn is None:
+            with self._active_lock:
+                if self._tracked_active is not None:
+                    self._tracked_active[pod.uid] = pod.container_names()
 
     def _active_containers(self) -> dict[str, frozenset[str]] | None:
         if self._active_pods_fn is not None:
             pods = self._active_pods_fn()
             return None if pods is None else {p.uid: p.container_names() for p in pods}
-        return self._tracked_active
+        with self._active_lock:
+            return None if self._tracked_active is None else dict(self._tracked_active)
 
     def remove_stale_state(self) -> list[ContainerRef]:
         """``removeStaleState`` as its own operation (one write). Returns what was removed."""
@@ -250,10 +309,17 @@ class Manager:
         self.policy.remove_container(state, pod_uid, ctr)
         containers.remove_by_container_ref(pod_uid, ctr)
 
+    def _settle_stale_state(self) -> None:
+        """Remove stale state before a hint or allocation, when there can be any."""
+        if self._stale_possible:
+            with self._lock:
+                self._remove_stale_state_locked()
+
     def sync_active_pods(self, pods: Sequence[Pod]) -> list[ContainerRef]:
         """Make ``pods`` the active set (sources ready) and remove every other container's state."""
         with self._lock:
-            self._tracked_active = {p.uid: p.container_names() for p in pods}
+            with self._active_lock:
+                self._tracked_active = {p.uid: p.container_names() for p in pods}
             self._stale_possible = True
             return self._remove_stale_state_locked()
 
@@ -290,7 +356,10 @@ class Manager:
                     self._remove_by_ref(work, containers, pod.uid, init.name)
 
     def remove_container(self, container_id: str) -> ContainerRef | None:
-        """``RemoveContainer``: release by runtime id; an unknown id changes nothing (idempotent)."""
+        """``RemoveContainer``: release by runtime id; an unknown id changes nothing (idempotent).
+
+        Returns the container the id referred to, or None when it was unknown.
+        """
         with self._lock:
             ref = self._containers.get_container_ref(container_id)
             if ref is None:
@@ -300,18 +369,34 @@ class Manager:
                 self._remove_by_ref(work, containers, *ref)
             return ref
 
-    def get_topology_hints(self, pod: Pod, container_name: str) -> ProviderHints:
-        container = _container(pod, container_name)
+    def release_pod(self, pod_uid: str) -> list[ContainerRef]:
+        """Release every container of ``pod_uid`` (blocks and runtime ids) in one write.
+
+        An extension of the kubelet's API for pods whose ids were never recorded.
+        Idempotent; returns the containers released.
+        """
         with self._lock:
-            self._touch(pod)
-            self._remove_stale_state_locked()
-            return self.policy.get_topology_hints(self._state, pod, container)
+            with self._transaction() as (work, containers):
+                names = set(work.pods_view().get(pod_uid, {}))
+                names |= {ctr for _, (uid, ctr) in containers.items() if uid == pod_uid}
+                for name in sorted(names):
+                    self._remove_by_ref(work, containers, pod_uid, name)
+            released = [(pod_uid, name) for name in sorted(names)]
+        for ref in released:
+            _log.info("released", pod_uid=ref[0], container=ref[1])
+        return released
+
+    def get_topology_hints(self, pod: Pod, container_name: str) -> ProviderHints:
+        """Container-scope hints on the committed state; no lock unless stale state may exist."""
+        container = _container(pod, container_name)
+        self._touch(pod)
+        self._settle_stale_state()
+        return self.policy.get_topology_hints(self._state, pod, container)
 
     def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
-        with self._lock:
-            self._touch(pod)
-            self._remove_stale_state_locked()
-            return self.policy.get_pod_topology_hints(self._state, pod)
+        self._touch(pod)
+        self._settle_stale_state()
+        return self.policy.get_pod_topology_hints(self._state, pod)
 
     def admit(self, pod: Pod) -> AdmitOutcome:
         """Topology-manager admission of the whole pod, all-or-nothing in one write.
@@ -341,26 +426,18 @@ class Manager:
             return outcome
 
     def explain(self, pod: Pod) -> Explanation:
-        """What :meth:`admit` would decide now, and why; changes nothing.
+        """What :meth:`admit` would decide now, and why; changes nothing, takes no lock.
 
-        Admission runs on a fork that is always dropped (the policy's private
-        state is restored), so nothing is written. Unlike Admit, stale state is
-        not removed first. Only the steps admission reached are explained: each
-        hint request, and each Allocate without an affinity (where the policy
-        picks its own hint).
+        Admission runs on a fork of the committed state that is always dropped,
+        so nothing is written. Unlike Admit, stale state is not removed first.
+        Only the steps admission reached are explained: each hint request, and
+        each Allocate without an affinity (where the policy picks its own hint).
         """
         if self._topology_policy is None:
             raise AllocationError("explain needs a topology manager policy")
-        with self._lock:
-            work = self._state.fork()
-            policy_snapshot = self.policy.snapshot()
-            provider = _ExplainingProvider(self.policy, work)
-            try:
-                result = admission.admit(
-                    pod, self._topology_policy, self._topology_scope, [provider]
-                )
-            finally:
-                self.policy.restore(policy_snapshot)
+        work = self._state.fork()
+        provider = _ExplainingProvider(self.policy, work)
+        result = admission.admit(pod, self._topology_policy, self._topology_scope, [provider])
         outcome = AdmitOutcome(result)
         if result.admitted:
             for ctr in pod.all_containers():
@@ -377,14 +454,11 @@ class Manager:
         ]
         return Explanation(self._topology_policy.name, self._topology_scope, outcome, containers)
 
-    # --- readers ---------------------------------------------------------------
+    # --- readers: the committed state, no lock ------------------------------------
 
-    def state_view(self) -> StateReader:
-        """The committed state; never mutated afterwards, safe to read without the lock."""
-        return self._state
-
-    def committed(self) -> MemoryState:
-        return self._state
+    def reader(self) -> StateView:
+        """The committed state, read-only; the same object until the next commit."""
+        return self._view
 
     def get_memory(self, pod_uid: str, container_name: str) -> list[Block]:
         return self._state.get_memory_blocks(pod_uid, container_name) or []

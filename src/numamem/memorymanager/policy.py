@@ -35,7 +35,12 @@ class HintExplanation:
 
 
 class Policy(Protocol):
-    """A memory manager policy. Every method runs under the manager's lock."""
+    """A memory manager policy: stateless past construction (the reuse table lives in the state).
+
+    Mutating methods run on a transaction's state under the manager's lock;
+    hints, explanations and allocatable memory may run concurrently on
+    committed states.
+    """
 
     name: str
 
@@ -62,11 +67,6 @@ class Policy(Protocol):
         """Why the hints for ``container`` (None: the pod scope) are what they are. Read-only."""
 
     def can_allocate_exclusively(self) -> bool: ...
-
-    def snapshot(self) -> object:
-        """Policy-private state (Static: the init-container reuse table), for rollback."""
-
-    def restore(self, snapshot: object) -> None: ...
 
 
 class NonePolicy:
@@ -101,9 +101,3 @@ class NonePolicy:
 
     def can_allocate_exclusively(self) -> bool:
         return False
-
-    def snapshot(self) -> object:
-        return None
-
-    def restore(self, snapshot: object) -> None:
-        return None

@@ -39,7 +39,6 @@ passes the pod request).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import cast
 
 from numamem.errors import (
     AllocationError,
@@ -50,7 +49,7 @@ from numamem.errors import (
 )
 from numamem.memorymanager.policy import HintExplanation, MaskVerdict
 from numamem.memorymanager.reserved import SystemReservedMemory
-from numamem.memorymanager.state import State, StateReader
+from numamem.memorymanager.state import ReuseTable, State, StateReader
 from numamem.memtypes import (
     MEMORY,
     Block,
@@ -69,8 +68,6 @@ POLICY_NAME = "Static"
 
 Requested = dict[str, int]
 Hints = dict[str, list[TopologyHint]]
-ReuseTable = dict[str, dict[int, dict[str, int]]]
-"""pod uid -> NUMA mask -> memory type -> reusable bytes (``initContainersReusableMemory``)."""
 
 
 def container_requested_resources(container: Container) -> Requested:
@@ -151,18 +148,9 @@ class StaticPolicy:
             )
         self.machine = machine
         self.system_reserved = system_reserved
-        self._reuse: ReuseTable = {}
 
     def can_allocate_exclusively(self) -> bool:
         return True
-
-    # --- transactions ----------------------------------------------------
-
-    def snapshot(self) -> object:
-        return {pod: {m: dict(t) for m, t in masks.items()} for pod, masks in self._reuse.items()}
-
-    def restore(self, snapshot: object) -> None:
-        self._reuse = cast(ReuseTable, snapshot)
 
     # --- default machine state and validation ----------------------------
 
@@ -250,7 +238,9 @@ class StaticPolicy:
         requested, blocks, _ = source
         if blocks is not None:
             return regenerate_hints(blocks, requested)
-        return self.calculate_hints(state.get_machine_state(), pod, requested)
+        return self.calculate_hints(
+            state.get_machine_state(), requested, state.get_reusable_memory(pod.uid)
+        )
 
     def _hint_source(
         self, state: StateReader, pod: Pod, container: Container | None
@@ -300,7 +290,9 @@ class StaticPolicy:
                 note = f"container {owner!r} is already allocated; the hints repeat its affinity"
             return HintExplanation(dict(requested), note=note)
         verdicts = _Verdicts(MAX_EXPLAINED_MASKS)
-        _, min_affinity_size = self._scan_masks(state.get_machine_state(), pod, requested, verdicts)
+        _, min_affinity_size = self._scan_masks(
+            state.get_machine_state(), requested, state.get_reusable_memory(pod.uid), verdicts
+        )
         return HintExplanation(
             dict(requested),
             [
@@ -316,10 +308,16 @@ class StaticPolicy:
         )
 
     def calculate_hints(
-        self, machine_state: MachineState, pod: Pod, requested: Mapping[str, int]
+        self,
+        machine_state: MachineState,
+        requested: Mapping[str, int],
+        reuse: Mapping[int, Mapping[str, int]],
     ) -> Hints:
-        """``calculateHints``: see the module docstring; ``{}`` when no mask qualifies."""
-        masks, min_affinity_size = self._scan_masks(machine_state, pod, requested, None)
+        """``calculateHints``: see the module docstring; ``{}`` when no mask qualifies.
+
+        ``reuse`` is the pod's reusable init-container memory per mask.
+        """
+        masks, min_affinity_size = self._scan_masks(machine_state, requested, reuse, None)
         hints: Hints = {}
         if masks:
             shared = [TopologyHint(m, m.bit_count() == min_affinity_size) for m in masks]
@@ -330,8 +328,8 @@ class StaticPolicy:
     def _scan_masks(
         self,
         machine_state: MachineState,
-        pod: Pod,
         requested: Mapping[str, int],
+        reuse: Mapping[int, Mapping[str, int]],
         verdicts: _Verdicts | None,
     ) -> tuple[list[int], int]:
         """The qualifying masks (smallest first) and the preferred mask size.
@@ -342,7 +340,6 @@ class StaticPolicy:
         """
         nodes = sorted(machine_state)
         min_affinity_size = len(nodes)
-        reuse = self._reuse.get(pod.uid, {})
         states = {n: _node(machine_state, n) for n in nodes}
         tables = {n: states[n].memory_map or {} for n in nodes}
         # Per requested type: node -> allocatable and node -> free, for the nodes that have it.
@@ -431,16 +428,17 @@ class StaticPolicy:
             return
         existing = state.get_memory_blocks(pod.uid, container.name)
         if existing is not None:
-            self._update_reusable(pod, container, existing)
+            _update_reusable(state, pod, container, existing)
             return
         requested = container_requested_resources(container)
         if not requested:
             return
         machine_state = state.get_machine_state()
+        reuse_table = state.get_reusable_memory(pod.uid)
         self._check_types_exist(machine_state, requested)
         best = affinity
         if affinity.affinity is None:
-            hints = self.calculate_hints(machine_state, pod, requested)
+            hints = self.calculate_hints(machine_state, requested, reuse_table)
             if not hints:
                 raise AllocationError(
                     "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough "
@@ -452,7 +450,7 @@ class StaticPolicy:
             best = default
         mask = best.affinity
         if mask is None or not _affinity_satisfies(machine_state, mask, requested):
-            extended = self._extend_hint(machine_state, pod, requested, mask or 0)
+            extended = self._extend_hint(machine_state, requested, reuse_table, mask or 0)
             if not extended.preferred and best.preferred:
                 raise AllocationError("[memorymanager] failed to find the extended preferred hint")
             best = extended
@@ -466,14 +464,14 @@ class StaticPolicy:
                     f"[memorymanager] NUMA node {node_id} of the affinity does not exist"
                 )
         self._check_types_on_nodes(machine_state, bits, requested)
-        reuse = self._reuse.get(pod.uid, {}).get(mask, {})
+        reuse = reuse_table.get(mask, {})
         blocks = []
         for name in sorted(requested, key=_resource_order):
             size = requested[name]
             blocks.append(Block(tuple(bits), name, size))
             to_reserve = max(size - reuse.get(name, 0), 0)
             update_machine_state(machine_state, bits, name, to_reserve)
-        self._update_reusable(pod, container, blocks)
+        _update_reusable(state, pod, container, blocks)
         state.set_machine_state(machine_state)
         state.set_memory_blocks(pod.uid, container.name, blocks)
         self._update_init_container_blocks(state, pod, container, blocks)
@@ -500,10 +498,14 @@ class StaticPolicy:
                     )
 
     def _extend_hint(
-        self, machine_state: MachineState, pod: Pod, requested: Mapping[str, int], mask: int
+        self,
+        machine_state: MachineState,
+        requested: Mapping[str, int],
+        reuse: Mapping[int, Mapping[str, int]],
+        mask: int,
     ) -> TopologyHint:
         """``extendTopologyManagerHint``: the best qualifying memory hint that contains ``mask``."""
-        hints = self.calculate_hints(machine_state, pod, requested)
+        hints = self.calculate_hints(machine_state, requested, reuse)
         supersets = [h for h in hints.get(MEMORY, []) if bitmask.is_subset(mask, h.affinity or 0)]
         if not supersets:
             raise AllocationError(
@@ -512,26 +514,6 @@ class StaticPolicy:
         return find_best_hint(supersets)
 
     # --- init container reuse ---------------------------------------------
-
-    def _update_reusable(self, pod: Pod, container: Container, blocks: Sequence[Block]) -> None:
-        """``updatePodReusableMemory``: track only this pod; init containers add, others consume."""
-        for uid in [u for u in self._reuse if u != pod.uid]:
-            del self._reuse[uid]
-        if pod.is_regular_init_container(container.name):
-            masks = self._reuse.setdefault(pod.uid, {})
-            for block in blocks:
-                table = masks.setdefault(bitmask.new_mask(block.numa_affinity or ()), {})
-                if block.size > table.get(block.type, 0):
-                    table[block.type] = block.size
-            return
-        pod_masks = self._reuse.get(pod.uid, {})
-        for block in blocks:
-            reusable_table = pod_masks.get(bitmask.new_mask(block.numa_affinity or ()))
-            if reusable_table is None:
-                continue
-            reusable = reusable_table.get(block.type, 0)
-            if reusable != 0:
-                reusable_table[block.type] = 0 if block.size >= reusable else reusable - block.size
 
     def _update_init_container_blocks(
         self, state: State, pod: Pod, container: Container, blocks: Sequence[Block]
@@ -583,6 +565,25 @@ class StaticPolicy:
                 if table.allocatable != 0:
                     result.append(Block((node_id,), name, table.allocatable))
         return result
+
+
+def _update_reusable(state: State, pod: Pod, container: Container, blocks: Sequence[Block]) -> None:
+    """``updatePodReusableMemory``: track only this pod; init containers add, others consume."""
+    table: ReuseTable = {m: dict(t) for m, t in state.get_reusable_memory(pod.uid).items()}
+    if pod.is_regular_init_container(container.name):
+        for block in blocks:
+            per_type = table.setdefault(bitmask.new_mask(block.numa_affinity or ()), {})
+            if block.size > per_type.get(block.type, 0):
+                per_type[block.type] = block.size
+    else:
+        for block in blocks:
+            consumed = table.get(bitmask.new_mask(block.numa_affinity or ()))
+            if consumed is None:
+                continue
+            reusable = consumed.get(block.type, 0)
+            if reusable != 0:
+                consumed[block.type] = 0 if block.size >= reusable else reusable - block.size
+    state.set_reusable_memory(pod.uid, table)
 
 
 def raise_unsupported(name: str) -> None:
@@ -759,7 +760,9 @@ def machine_states_equal(actual: MachineState, expected: MachineState) -> bool:
     for node_id, a in actual.items():
         e = expected[node_id]
         if a is None or e is None:
-            return a is e
+            if a is not e:
+                return False
+            continue
         if a.number_of_assignments != e.number_of_assignments:
             return False
         if sorted(a.cells or []) != sorted(e.cells or []):

@@ -2,20 +2,29 @@
 
 The value types (tables, node states, blocks) are in :mod:`numamem.memtypes`.
 
+Besides the kubelet's machine state and assignments, a state carries the
+Static policy's init-container reuse table (the kubelet keeps it in the
+policy, ``initContainersReusableMemory``). It is not persisted, but living in
+the state makes it part of every transaction: a dropped fork drops it too,
+and a reader of a committed state sees the table that belongs to it.
+
 Copy rules:
 
-* :class:`Block` is immutable; a container's blocks are a tuple.
+* :class:`~numamem.memtypes.Block` is immutable; a container's blocks are a tuple.
 * The per-pod container maps inside a :class:`MemoryState` are never mutated
   in place, only replaced; so a state can be forked cheaply for a transaction
-  (:meth:`MemoryState.fork`): the machine state is deep-copied (nodes x types,
-  small), the pod map is copied shallowly.
+  (:meth:`MemoryState.fork`): the machine state and the reuse table are
+  deep-copied (small), the pod map is copied shallowly.
 * Readers get copies: :meth:`MemoryState.get_machine_state` returns a deep
   clone, :meth:`MemoryState.get_memory_blocks` a new list.
+* A committed state is never mutated again; :class:`StateView` is the
+  read-only face the manager gives everyone outside it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Protocol
 
 from numamem.memtypes import (
@@ -25,6 +34,9 @@ from numamem.memtypes import (
     NUMANodeState,
     clone_machine_state,
 )
+
+ReuseTable = dict[int, dict[str, int]]
+"""NUMA mask -> memory type -> bytes one pod's later containers may reuse from its init containers."""
 
 
 class StateReader(Protocol):
@@ -36,6 +48,9 @@ class StateReader(Protocol):
 
     def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]: ...
 
+    def get_reusable_memory(self, pod_uid: str) -> Mapping[int, Mapping[str, int]]:
+        """The reuse table of ``pod_uid`` ({} for any other pod). Callers must not mutate it."""
+
 
 class State(StateReader, Protocol):
     """Reader plus writers (kubelet ``state.State``); policies work on this."""
@@ -46,11 +61,14 @@ class State(StateReader, Protocol):
 
     def delete(self, pod_uid: str, container_name: str) -> None: ...
 
+    def set_reusable_memory(self, pod_uid: str, table: ReuseTable) -> None:
+        """Make ``table`` the reuse table; the kubelet tracks one pod at a time."""
+
 
 class MemoryState:
     """In-memory :class:`State`. Not thread-safe: the manager serialises access."""
 
-    __slots__ = ("_machine", "_pods")
+    __slots__ = ("_machine", "_pods", "_reuse")
 
     def __init__(
         self,
@@ -62,6 +80,7 @@ class MemoryState:
             pod: {ctr: tuple(blocks) for ctr, blocks in ctrs.items()}
             for pod, ctrs in (assignments or {}).items()
         }
+        self._reuse: tuple[str, ReuseTable] | None = None
 
     # --- reader -------------------------------------------------------------
 
@@ -75,6 +94,11 @@ class MemoryState:
 
     def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]:
         return {pod: {ctr: list(b) for ctr, b in ctrs.items()} for pod, ctrs in self._pods.items()}
+
+    def get_reusable_memory(self, pod_uid: str) -> Mapping[int, Mapping[str, int]]:
+        if self._reuse is None or self._reuse[0] != pod_uid:
+            return {}
+        return self._reuse[1]
 
     # --- cheap, non-copying access for the manager and the codec ------------
 
@@ -120,9 +144,13 @@ class MemoryState:
         else:
             del self._pods[pod_uid]
 
+    def set_reusable_memory(self, pod_uid: str, table: ReuseTable) -> None:
+        self._reuse = (pod_uid, table)
+
     def clear_state(self) -> None:
         self._machine = {}
         self._pods = {}
+        self._reuse = None
 
     # --- transactions -------------------------------------------------------
 
@@ -131,8 +159,58 @@ class MemoryState:
         other = MemoryState.__new__(MemoryState)
         other._machine = clone_machine_state(self._machine)
         other._pods = dict(self._pods)
+        other._reuse = (
+            None
+            if self._reuse is None
+            else (self._reuse[0], {m: dict(t) for m, t in self._reuse[1].items()})
+        )
         return other
 
     def same_as(self, other: MemoryState) -> bool:
-        """Whether two states hold equal machine state and assignments."""
+        """Whether two states hold equal machine state and assignments (what is persisted)."""
         return self._machine == other._machine and self._pods == other._pods
+
+
+class StateView:
+    """A read-only view of one committed :class:`MemoryState` (kubelet ``state.Reader``).
+
+    The state behind it is never mutated, so the view needs no lock and never
+    changes. Readers get copies of the machine state and read-only mappings of
+    the assignments (their blocks are immutable).
+    """
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
+
+    def get_machine_state(self) -> MachineState:
+        return self._state.get_machine_state()
+
+    def get_memory_blocks(self, pod_uid: str, container_name: str) -> list[Block] | None:
+        return self._state.get_memory_blocks(pod_uid, container_name)
+
+    def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]:
+        return self._state.get_memory_assignments()
+
+    def get_reusable_memory(self, pod_uid: str) -> Mapping[int, Mapping[str, int]]:
+        return MappingProxyType(
+            {m: MappingProxyType(t) for m, t in self._state.get_reusable_memory(pod_uid).items()}
+        )
+
+    def pods(self) -> Iterator[tuple[str, Mapping[str, ContainerBlocks]]]:
+        """(pod uid, container name -> blocks) for every pod, without copying the blocks."""
+        for pod, ctrs in self._state.pods_view().items():
+            yield pod, MappingProxyType(ctrs)
+
+    def has_pod(self, pod_uid: str) -> bool:
+        return pod_uid in self._state.pods_view()
+
+    def pod_count(self) -> int:
+        return self._state.pod_count()
+
+    def container_count(self) -> int:
+        return sum(len(ctrs) for ctrs in self._state.pods_view().values())
+
+    def same_as(self, other: StateView) -> bool:
+        return self._state.same_as(other._state)

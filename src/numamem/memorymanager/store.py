@@ -1,6 +1,6 @@
 """How the memory manager persists: the :class:`StateStore` protocol and an in-memory store.
 
-The manager hands the store one :class:`Snapshot` per logical operation, before
+The manager hands the store one :class:`~numamem.memtypes.Snapshot` per logical operation, before
 the operation is acknowledged and before the new state becomes visible; a
 store that raises :class:`~numamem.errors.PersistenceError` makes the manager
 drop the operation (memory and disk stay equal). The kubelet-compatible file
@@ -21,7 +21,11 @@ class StateStore(Protocol):
         (or StateMismatchError for a policy-name mismatch) when it cannot be used."""
 
     def save(self, snapshot: Snapshot) -> None:
-        """Persist atomically; raise PersistenceError (nothing changed) on failure."""
+        """Persist atomically; raise PersistenceError (nothing changed) on failure, or
+        DurabilityUnknownError when the new state is in place but may not be durable."""
+
+    def restored(self) -> None:
+        """The restored state was accepted; the store may clean up (temp files and such)."""
 
 
 class InMemoryStore:
@@ -37,6 +41,9 @@ class InMemoryStore:
 
     def restore(self, policy_name: str) -> Snapshot | None:
         return self.saved
+
+    def restored(self) -> None:
+        return None
 
     def save(self, snapshot: Snapshot) -> None:
         if self.fail_next is not None:

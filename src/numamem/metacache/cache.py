@@ -20,7 +20,12 @@ Concurrency and durability:
 * If a checkpoint write fails, every pending change is dropped, all waiting
   writers fail with :class:`~numamem.errors.PersistenceError`, and memory is
   the last durable state again (katalyst keeps the in-memory change; numamem
-  keeps memory and disk equal).
+  keeps memory and disk equal). If only the directory sync after the rename
+  fails, the file holds the new state: memory follows it (it is what a
+  restart reads) and that round's writers fail with
+  :class:`~numamem.errors.DurabilityUnknownError` (outcome unknown).
+* Create timestamps are part of each state version: a change that is refused
+  (limit) or dropped (failed write) takes its timestamps with it.
 * A single mutation lock replaces katalyst's lock per family: critical
   sections are microseconds (copy-on-write of one pod's map), the slow part
   (serialisation and fsync) runs outside it, and one lock cannot deadlock.
@@ -36,6 +41,7 @@ changes would lift that, at the price of the one-file atomic checkpoint.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -44,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from numamem.errors import (
+    DurabilityUnknownError,
     FailedPreconditionError,
     LimitExceededError,
     NotFoundError,
@@ -62,6 +69,9 @@ class State:
     pods: dict[str, dict[str, ContainerInfo]] = field(default_factory=dict)
     pools: dict[str, PoolInfo] = field(default_factory=dict)
     regions: dict[str, RegionInfo] = field(default_factory=dict)
+    created: dict[ContainerRef, int] = field(default_factory=dict, compare=False)
+    """Create timestamps (Unix ns) of containers added since start; in memory only, as
+    katalyst keeps them, but part of each version so that a dropped change drops them too."""
     _entries: int = field(default=-1, init=False, compare=False, repr=False)
     """entry_count() memoised; a writer's :class:`_Work` sets it from the base's count."""
 
@@ -91,6 +101,7 @@ class _Work:
         self.pods = base.pods
         self.pools = base.pools
         self.regions = base.regions
+        self.created = base.created
         self.changed = False
         self._own_pods: set[str] = set()
         self._deleted_pods: set[str] = set()
@@ -113,6 +124,14 @@ class _Work:
         del self.pods_for_write()[pod_uid]
         self._deleted_pods.add(pod_uid)
 
+    def created_for_write(self) -> dict[ContainerRef, int]:
+        """The create timestamps, copied on the first change (they are not a change to persist)."""
+        if "created" not in self._own_top:
+            self.created = dict(self.created)
+            self._own_top.add("created")
+            self.changed = True  # published with the change; the checkpoint bytes do not change
+        return self.created
+
     def pools_for_write(self) -> dict[str, PoolInfo]:
         if "pools" not in self._own_top:
             self.pools = dict(self.pools)
@@ -127,7 +146,7 @@ class _Work:
 
     def state(self) -> State:
         """The new state, its entry count derived from the base's and the pods touched."""
-        state = State(self.pods, self.pools, self.regions)
+        state = State(self.pods, self.pools, self.regions, self.created)
         base = self.base
         delta = sum(
             len(self.pods.get(p, ())) - len(base.pods.get(p, ()))
@@ -153,16 +172,19 @@ class MetaCache:
         self._clock = clock
         self._max_entries = max_entries
         self._committed = initial or State()
-        # Guards _pending, _seq, _created. Held only while computing a change.
+        # Guards _pending and _seq. Held only while computing a change.
         self._mutation = threading.Lock()
         self._pending = self._committed
         self._seq = 0
-        self._created: dict[ContainerRef, int] = {}
         # Guards _durable, _failed_upto, _committing, _committed (publication).
         self._commit = threading.Condition()
         self._durable = 0
         self._failed_upto = 0
         self._committing = False
+        self._unknown_rounds: collections.deque[tuple[int, int, str]] = collections.deque(
+            maxlen=1024
+        )
+        """(first seq - 1, last seq, message) of recent rounds whose durability is unknown."""
         self._walking = threading.local()
         self.commits = 0
 
@@ -223,12 +245,11 @@ class MetaCache:
             self._walking.active = previous
 
     def create_timestamp(self, pod_uid: str, container_name: str) -> int | None:
-        with self._mutation:
-            return self._created.get((pod_uid, container_name))
+        """Lock-free, like every read (a Range callback may call it, D7)."""
+        return self._committed.created.get((pod_uid, container_name))
 
     def create_timestamp_count(self) -> int:
-        with self._mutation:
-            return len(self._created)
+        return len(self._committed.created)
 
     # --- writing ----------------------------------------------------------------
 
@@ -264,6 +285,9 @@ class MetaCache:
                 while self._committing and self._durable < target and self._failed_upto < target:
                     self._commit.wait()
                 if self._durable >= target:
+                    for low, high, message in self._unknown_rounds:
+                        if low < target <= high:
+                            raise DurabilityUnknownError(message)
                     return
                 if self._failed_upto >= target:
                     raise PersistenceError(self._failure)
@@ -277,7 +301,11 @@ class MetaCache:
             except PersistenceError as err:
                 error = err
             with self._mutation, self._commit:
-                if error is None:
+                if error is None or isinstance(error, DurabilityUnknownError):
+                    # On disk (durably, or with a failed directory sync): a restart reads this
+                    # state, so memory follows it; the writers of this round learn the outcome.
+                    if error is not None:
+                        self._unknown_rounds.append((self._durable, seq, str(error)))
                     self._durable = seq
                     self._committed = state
                     self.commits += 1
@@ -312,7 +340,7 @@ class MetaCache:
                         w.pod_for_write(pod_uid)[container_name] = updated
                         w.changed = True
                 return
-            self._created[(pod_uid, container_name)] = self._clock()
+            w.created_for_write()[(pod_uid, container_name)] = self._clock()
             pod = w.pods.get(pod_uid)
             if pod is None:
                 w.pod_for_write(pod_uid)
@@ -339,7 +367,8 @@ class MetaCache:
         """``DeleteContainer``; the pod goes with its last container. Returns whether it existed."""
 
         def change(w: _Work) -> bool:
-            self._created.pop((pod_uid, container_name), None)
+            if (pod_uid, container_name) in w.created:
+                del w.created_for_write()[(pod_uid, container_name)]
             if container_name not in w.pods.get(pod_uid, {}):
                 return False
             pod = w.pod_for_write(pod_uid)
@@ -359,7 +388,7 @@ class MetaCache:
             if pod is None:
                 return False
             for name, info in pod.items():
-                self._created.pop((pod_uid, info.container_name or name), None)
+                w.created_for_write().pop((pod_uid, info.container_name or name), None)
             w.delete_pod(pod_uid)
             w.changed = True
             return True
@@ -377,7 +406,7 @@ class MetaCache:
                 for pod_uid in list(w.pods):
                     for name, info in list(w.pods.get(pod_uid, {}).items()):
                         key = (info.pod_uid or pod_uid, info.container_name or name)
-                        created = self._created.get(key, 0)
+                        created = w.created.get(key, 0)
                         if safe_time > 0 and created > safe_time:
                             continue
                         if not f(info.clone()):
@@ -386,7 +415,7 @@ class MetaCache:
                         del pod[name]
                         if not pod:
                             w.delete_pod(pod_uid)
-                        self._created.pop(key, None)
+                        w.created_for_write().pop(key, None)
                         deleted.append((pod_uid, name))
                         w.changed = True
             return deleted

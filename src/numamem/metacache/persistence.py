@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from numamem.checkpoint.filestore import (
-    DirSyncError,
     FaultHook,
     atomic_write,
+    move_aside,
     read_file,
     remove_stale_temps,
 )
@@ -37,6 +37,7 @@ from numamem.checkpoint.fnv import fnv1a_32
 from numamem.errors import (
     CheckpointError,
     CorruptCheckpointError,
+    DurabilityUnknownError,
     InvalidArgumentError,
     PersistenceError,
 )
@@ -147,11 +148,14 @@ class CheckpointPersister:
         self._pod_texts: PodTextCache = {}
         self.observers: list[Callable[[float, bool], None]] = []
         """Called after each write with (seconds, succeeded)."""
+        self.durability_observers: list[Callable[[str | None], None]] = []
+        """Called after each write: the DurabilityUnknownError text, or None when durable."""
 
     def load(self, *, discard_corrupt: bool = False) -> State | None:
-        """The stored state, or None when there is no file. See the module docstring for refusals."""
-        for tmp in remove_stale_temps(self.path.parent, STATE_FILE):
-            _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
+        """The stored state, or None when there is no file. See the module docstring for refusals.
+
+        Reads only, unless the operator asked to discard a corrupt file.
+        """
         data = read_file(self.path)
         if data is None:
             return None
@@ -163,8 +167,7 @@ class CheckpointPersister:
                     f"could not restore the metacache from {str(self.path)!r}: {err}; move the file away, or "
                     "start with --metacache-discard-corrupt-state to set it aside and start empty"
                 ) from err
-            aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-            self.path.rename(aside)
+            aside = move_aside(self.path, "corrupt")
             _log.warning(
                 "metacache checkpoint unusable; moved aside, starting empty",
                 error=str(err),
@@ -174,13 +177,23 @@ class CheckpointPersister:
         self._last = data
         return state
 
+    def restored(self) -> None:
+        """The daemon starts with the loaded state: remove temp files of interrupted writes."""
+        for tmp in remove_stale_temps(self.path.parent, STATE_FILE):
+            _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
+
     def save(self, state: State) -> None:
+        """Write ``state``; PersistenceError leaves the file as it was, DurabilityUnknownError
+        means the file holds ``state`` but a directory sync failed."""
         data = encode(state, self._pod_texts)
         if data == self._last:
             return
         started = time.perf_counter()
+        unknown: DurabilityUnknownError | None = None
         try:
-            self._atomic(data)
+            atomic_write(self.path, data, faults=self.faults)
+        except DurabilityUnknownError as err:
+            unknown = err
         except PersistenceError:
             for observer in self.observers:
                 observer(time.perf_counter() - started, False)
@@ -189,16 +202,7 @@ class CheckpointPersister:
             observer(time.perf_counter() - started, True)
         self._last = data
         self.writes += 1
-
-    def _atomic(self, data: bytes) -> None:
-        try:
-            atomic_write(self.path, data, faults=self.faults)
-        except DirSyncError:
-            if self._last is not None:
-                try:
-                    atomic_write(self.path, self._last, faults=self.faults)
-                except PersistenceError as err:
-                    _log.error(
-                        "could not restore the previous metacache checkpoint", error=str(err)
-                    )
-            raise
+        for durability in self.durability_observers:
+            durability(None if unknown is None else str(unknown))
+        if unknown is not None:
+            raise unknown
