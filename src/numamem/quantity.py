@@ -244,3 +244,15 @@ def _canonical(q: Quantity) -> str:
     if exponent > 18:
         mantissa, exponent = mantissa * 10 ** (exponent - 18), 18
     return f"{sign}{mantissa}{_DECIMAL_BY_EXPONENT[exponent]}"
+
+
+def format_bytes(n: int) -> str:
+    """Bytes for people, one style everywhere (explain reasons, tables, refusals).
+
+    Exact when the largest binary unit divides (``1073741824`` -> ``1Gi``),
+    else two decimals of it (``4926017536`` -> ``4.59Gi``); below 1Ki, the number.
+    """
+    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n // size}{unit}" if n % size == 0 else f"{n / size:.2f}{unit}"
+    return str(n)

@@ -6,6 +6,8 @@ import os
 import stat
 import threading
 import time
+import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -14,6 +16,7 @@ import pytest
 
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.client import NumamemClient
+from numamem.config.model import Limits
 from numamem.pod import Pod
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
@@ -60,11 +63,22 @@ def test_files_and_directories_are_private(
 
 
 def listening_tcp_ports(pid: int) -> set[int]:
+    return {address[1] for address in listening(pid)}
+
+
+def listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP listener; grpc binds IPv4 as v4-mapped IPv6 (::ffff:a.b.c.d)."""
     return {
-        c.laddr.port
+        (c.laddr.ip.removeprefix("::ffff:"), c.laddr.port)
         for c in psutil.Process(pid).net_connections(kind="inet")
         if c.status == psutil.CONN_LISTEN
     }
+
+
+def free_port() -> int:
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_nothing_but_the_health_port_listens_on_tcp(
@@ -79,7 +93,29 @@ def test_nothing_but_the_health_port_listens_on_tcp(
         port = s.getsockname()[1]
     d.args += ["--health-port", str(port)]
     d.start()
-    assert listening_tcp_ports(d.proc.pid) == {port}
+    assert listening(d.proc.pid) == {("127.0.0.1", port)}  # loopback unless told otherwise
+
+
+@pytest.mark.parametrize("address", ["::1", "[::1]", "::"])
+def test_health_and_metrics_listen_on_ipv6_addresses(
+    short_root: Path, daemon_factory: list[DaemonProcess], address: str
+) -> None:
+    health_port, metrics_port = free_port(), free_port()
+    d = start(
+        short_root,
+        daemon_factory,
+        f"--health-address={address}",
+        f"--health-port={health_port}",
+        f"--metrics-address={address}",
+        f"--metrics-port={metrics_port}",
+    )
+    assert d.proc is not None
+    bare = address.strip("[]")
+    assert listening(d.proc.pid) == {(bare, health_port), (bare, metrics_port)}
+    with grpc.insecure_channel(f"[::1]:{health_port}") as ch:
+        assert NumamemClient(channel=ch, timeout=5).check_health() == 1
+    with urllib.request.urlopen(f"http://[::1]:{metrics_port}/metrics", timeout=5) as resp:
+        assert b"numamem_numa_memory_bytes" in resp.read()
 
 
 def test_health_answers_within_its_deadline_under_64_clients(
@@ -167,4 +203,66 @@ def test_client_deadlines_are_honoured() -> None:
         worker.join(30)
         assert slow_done.is_set()
         assert "late" not in server.client.get_state().entries  # never applied
+        assert server.client.check_health() == 1
+
+
+def test_overload_is_refused_at_once_and_health_still_answers() -> None:
+    """Both workers held, at most 4 RPCs in flight: 64 clients get RESOURCE_EXHAUSTED at once
+    (none queues), while Health/Check, on its own pool, answers SERVING throughout."""
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+    with serve_in_process(workers=2, limits=replace(Limits(), max_concurrent_rpcs=4)) as server:
+        [component] = [
+            c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)
+        ]
+        manager = component.manager
+        real = manager.get_topology_hints
+
+        def held(pod: Pod, container_name: str) -> ProviderHints:
+            entered.release()
+            release.wait(30)
+            return real(pod, container_name)
+
+        manager.get_topology_hints = held  # type: ignore[method-assign]
+
+        def hint() -> None:
+            with NumamemClient(server.socket, timeout=60) as c:
+                c.get_topology_hints(pod("hints", "1Gi"), "c")
+
+        holders = [threading.Thread(target=hint) for _ in range(2)]
+        for t in holders:
+            t.start()
+        assert entered.acquire(timeout=10) and entered.acquire(timeout=10)
+        codes: list[grpc.StatusCode] = []
+        lock = threading.Lock()
+
+        def client(n: int) -> None:
+            with NumamemClient(server.socket, timeout=20) as c:
+                try:
+                    c.admit(pod(f"o{n}"))
+                    code = grpc.StatusCode.OK
+                except grpc.RpcError as err:
+                    code = err.code()
+                    assert "--max-concurrent-rpcs" in (err.details() or "")
+                with lock:
+                    codes.append(code)
+
+        clients = [threading.Thread(target=client, args=(n,)) for n in range(64)]
+        started = time.monotonic()
+        for t in clients:
+            t.start()
+        with NumamemClient(server.socket, timeout=2.0) as probe:
+            for _ in range(10):
+                assert probe.check_health() == 1  # SERVING while the workers are busy
+        deadline = time.monotonic() + 10
+        while len(codes) < 62 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        refused_within = time.monotonic() - started
+        release.set()
+        for t in [*holders, *clients]:
+            t.join(30)
+        # 2 holders + at most 2 queued admissions are in flight; the others are refused at once.
+        assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) >= 62
+        assert set(codes) <= {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.OK}
+        assert refused_within < 5
         assert server.client.check_health() == 1

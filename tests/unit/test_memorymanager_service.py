@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import grpc
@@ -292,6 +293,36 @@ def test_limits_are_resource_exhausted() -> None:
         code, details = code_and_details(lambda: client.admit(many))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "4 containers exceed the limit of 3 per pod" in details
+
+
+def test_max_pods_is_not_overshot_by_concurrent_admissions() -> None:
+    """16 clients admit distinct pods at once against --max-pods 3 over gRPC (8 workers)."""
+    with serve_in_process(limits=replace(Limits(), max_pods=3), workers=8) as server:
+        codes: list[str] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(16)
+
+        def admit(i: int) -> None:
+            with NumamemClient(server.socket) as c:
+                barrier.wait()
+                try:
+                    result = (
+                        "admitted"
+                        if c.admit(pod(f"p{i}", container("a", "256Mi"))).admitted
+                        else "rejected"
+                    )
+                except grpc.RpcError as err:
+                    result = err.code().name
+                with lock:
+                    codes.append(result)
+
+        threads = [threading.Thread(target=admit, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(codes) == ["RESOURCE_EXHAUSTED"] * 13 + ["admitted"] * 3
+        assert len(server.client.get_state().entries) == 3
 
 
 # Node 0 has 10Gi allocatable memory, node 1 11Gi (16Gi - 5Gi hugepages - 1Gi reserved on node 0).

@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from numamem.client import NumamemClient
 from numamem.config.model import DEFAULT_SOCKET
+from numamem.quantity import format_bytes
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -44,15 +45,20 @@ def client_command(
             try:
                 return func(args, client)
             except grpc.RpcError as err:
-                code = err.code() if hasattr(err, "code") else None
-                details = err.details() if hasattr(err, "details") else str(err)
-                if code == grpc.StatusCode.UNAVAILABLE and not os.path.exists(args.socket):
-                    details = f"no daemon socket at {args.socket} (is numamem running? --socket)"
-                name = code.name if code is not None else "ERROR"
-                print(f"numamem: {name}: {details}", file=sys.stderr)
-                return EXIT_FAILED
+                return report_rpc_error(err, args.socket)
 
     return run
+
+
+def report_rpc_error(err: grpc.RpcError, socket: str | None) -> int:
+    """One line on stderr for a failed RPC (naming a missing socket); returns exit code 1."""
+    code = err.code() if hasattr(err, "code") else None
+    details = err.details() if hasattr(err, "details") else str(err)
+    if code == grpc.StatusCode.UNAVAILABLE and socket is not None and not os.path.exists(socket):
+        details = f"no daemon socket at {socket} (is numamem running? --socket)"
+    name = code.name if code is not None else "ERROR"
+    print(f"numamem: {name}: {details}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def fail(message: str) -> int:
@@ -104,9 +110,4 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         )
 
 
-def human_bytes(n: int) -> str:
-    """1073741824 -> '1Gi', 4254887936 -> '3.96Gi': exact where the largest unit divides."""
-    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if n >= size:
-            return f"{n // size}{unit}" if n % size == 0 else f"{n / size:.2f}{unit}"
-    return str(n)
+human_bytes = format_bytes

@@ -17,7 +17,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from numamem.cli import cache, memory, serve, state, topology
+    from numamem.cli import cache, health, memory, serve, state, topology
 
     parser = argparse.ArgumentParser(
         prog="numamem",
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_parser(sub)
     memory.add_parsers(sub)
     cache.add_parser(sub)
+    health.add_parser(sub)
     return parser
 
 
@@ -38,7 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # grpc core writes its own non-JSON lines to stderr unless told otherwise.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # The command's own usage, not the top-level one: a mistyped `serve` flag shows `serve`'s.
+        command_parser: argparse.ArgumentParser = _subcommands(parser)[args.command]
+        command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     run: Command = args.run
     try:
         return run(args)
@@ -46,6 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 if __name__ == "__main__":

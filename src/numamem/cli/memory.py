@@ -1,12 +1,14 @@
-"""Pod commands against the memory manager: ``hints``, ``explain``, ``admit``, ``release``."""
+"""Pod commands against the memory manager: ``hints``, ``explain``, ``admit``, ``release``, ``sync``."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from numamem.cli.common import (
+    EXIT_FAILED,
     EXIT_OK,
     EXIT_REJECTED,
     add_client_args,
@@ -17,7 +19,7 @@ from numamem.cli.common import (
     print_json,
     print_table,
 )
-from numamem.cli.podfile import PodFileError, load_pod
+from numamem.cli.podfile import PodFileError, load_pod, load_pods
 from numamem.client import NumamemClient
 from numamem.v1 import memorymanager_pb2
 
@@ -67,12 +69,33 @@ def add_parsers(sub: Any) -> None:
 
     release = sub.add_parser(
         "release",
-        help="release containers' memory by container id (RemoveContainer)",
-        description="RemoveContainer for each id; an unknown id is not an error.",
+        help="release memory by container id (RemoveContainer) or a whole pod (--pod)",
+        description=(
+            "RemoveContainer for each container id, or ReleasePod for --pod UID (every container "
+            "of the pod, whether or not its ids were recorded). Exit code 1 when an id is not "
+            "known or the pod holds no memory (nothing was released for it)."
+        ),
     )
-    release.add_argument("container_ids", nargs="+", metavar="CONTAINER_ID")
+    release.add_argument("container_ids", nargs="*", metavar="CONTAINER_ID")
+    release.add_argument("--pod", metavar="UID", help="release every container of this pod")
     add_client_args(release)
     release.set_defaults(run=client_command(run_release))
+
+    sync = sub.add_parser(
+        "sync",
+        help="declare the live pods (SyncActivePods): release every container not in them",
+        description=(
+            "SyncActivePods with the pods of the given manifests (a Pod, a 'kind: List' such as "
+            "'kubectl get pods -o yaml' prints, or several YAML documents): the memory of every "
+            "other container is released. Releasing everything takes --none."
+        ),
+    )
+    sync.add_argument(
+        "-f", "--file", action="append", default=[], help="manifest file (repeatable; - for stdin)"
+    )
+    sync.add_argument("--none", action="store_true", help="no pod is live: release everything")
+    add_client_args(sync)
+    sync.set_defaults(run=client_command(run_sync))
 
 
 def _add_pod_file(parser: argparse.ArgumentParser) -> None:
@@ -133,7 +156,9 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
         for ctr in (*pod.init_containers, *pod.containers):
             cid = f"{pod.uid}/{ctr.name}"
             client.add_container(pod, ctr.name, cid)
-            started.append(cid)
+            if ctr in pod.containers or ctr.restart_policy == "Always":
+                # A regular init container's memory goes when the app starts; its id with it.
+                started.append(cid)
     if args.json:
         data = message_to_dict(resp)
         data["container_ids"] = started
@@ -160,16 +185,61 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
         if started:
             print("container ids: " + " ".join(started))
             print("release with: numamem release <container id>...")
+        else:
+            print("containers not started (--no-start): their memory stays pinned until")
+            print(
+                f"AddContainer records them, or release the pod with: numamem release --pod {pod.uid}"
+            )
     return EXIT_OK if resp.admitted else EXIT_REJECTED
 
 
 def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
-    for cid in args.container_ids:
-        client.remove_container(cid)
-        if not args.json:
-            print(f"released {cid}")
+    if bool(args.pod) == bool(args.container_ids):
+        return fail("release: give container ids, or --pod UID")
+    released: list[str] = []
+    unknown: list[str] = []
+    if args.pod:
+        refs = client.release_pod(args.pod)
+        released = [f"{r.pod_uid}/{r.container_name}" for r in refs]
+        if not refs:
+            unknown.append(args.pod)
+    else:
+        for cid in args.container_ids:
+            (released if client.remove_container(cid) else unknown).append(cid)
     if args.json:
-        print_json({"released": args.container_ids})
+        print_json({"released": released, "not_found": unknown})
+    else:
+        for name in released:
+            print(f"released {name}")
+        for name in unknown:
+            what = (
+                f"pod {name!r} holds no memory"
+                if args.pod
+                else f"container id {name!r} is not known"
+            )
+            print(f"numamem: {what}; nothing released", file=sys.stderr)
+    return EXIT_FAILED if unknown else EXIT_OK
+
+
+def run_sync(args: argparse.Namespace, client: NumamemClient) -> int:
+    if bool(args.file) == bool(args.none):
+        return fail("sync: give the live pods with -f FILE, or --none to release everything")
+    by_uid: dict[str, memorymanager_pb2.Pod] = {}  # a pod in several files counts once
+    for path in args.file:
+        try:
+            by_uid.update((p.uid, p) for p in load_pods(path))
+        except PodFileError as err:
+            return fail(str(err))
+    pods = list(by_uid.values())
+    removed = client.sync_active_pods(pods)
+    if args.json:
+        print_json(
+            {"live_pods": [p.uid for p in pods], "released": [message_to_dict(r) for r in removed]}
+        )
+        return EXIT_OK
+    print(f"{len(pods)} live pods; released {len(removed)} containers")
+    for ref in removed:
+        print(f"released {ref.pod_uid}/{ref.container_name}")
     return EXIT_OK
 
 

@@ -2,13 +2,16 @@
 
 Reads ``metadata.uid/name/namespace``, ``spec.initContainers`` and
 ``spec.containers`` (``name``, ``resources.requests/limits``,
-``restartPolicy``) and ``status.qosClass``. A manifest without
-``metadata.uid`` (the API server assigns uids) gets ``<namespace>/<name>``.
+``restartPolicy``) and ``status.qosClass``. ``metadata.uid`` is required: the
+memory manager keys its state by pod uid, and ``kubectl get pod NAME -o yaml``
+prints it. :func:`load_pods` also reads ``kind: List`` documents (``kubectl get
+pods -o yaml``) and several YAML documents in one file.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +25,49 @@ class PodFileError(Exception):
 
 
 def load_pod(path: str) -> memorymanager_pb2.Pod:
+    """The one Pod in ``path`` (``-`` for stdin)."""
+    pods = load_pods(path)
+    if len(pods) != 1:
+        raise PodFileError(f"{path}: expected one Pod, found {len(pods)}")
+    return pods[0]
+
+
+def load_pods(path: str) -> list[memorymanager_pb2.Pod]:
+    """Every Pod in ``path``: a Pod, a ``kind: List`` of Pods, or several YAML documents."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise PodFileError(f"{path}: cannot read: {err.strerror}") from err
     try:
-        doc = yaml.safe_load(text)  # JSON is YAML
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]  # JSON is YAML
     except yaml.YAMLError as err:
         raise PodFileError(f"{path}: not valid YAML or JSON: {err}") from err
-    if not isinstance(doc, dict):
-        raise PodFileError(f"{path}: expected a Pod manifest (a mapping), got {type(doc).__name__}")
+    pods = []
+    for where, doc in _documents(path, docs):
+        pods.append(_pod(doc, where))
+    return pods
+
+
+def _documents(path: str, docs: list[Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for n, doc in enumerate(docs):
+        where = path if len(docs) == 1 else f"{path} (document {n + 1})"
+        if not isinstance(doc, dict):
+            raise PodFileError(
+                f"{where}: expected a Pod manifest (a mapping), got {type(doc).__name__}"
+            )
+        if doc.get("kind") == "List":
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise PodFileError(f"{where}: items: expected a list")
+            for i, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise PodFileError(f"{where}: items[{i}]: expected a Pod manifest")
+                yield f"{where}: items[{i}]", item
+        else:
+            yield where, doc
+
+
+def _pod(doc: dict[str, Any], path: str) -> memorymanager_pb2.Pod:
     kind = doc.get("kind", "Pod")
     if kind != "Pod":
         raise PodFileError(f"{path}: kind is {kind!r}, expected 'Pod'")
@@ -40,9 +76,13 @@ def load_pod(path: str) -> memorymanager_pb2.Pod:
     status = _mapping(doc.get("status"), f"{path}: status")
     namespace = str(meta.get("namespace") or "default")
     name = str(meta.get("name") or "")
-    uid = str(meta.get("uid") or (f"{namespace}/{name}" if name else ""))
+    uid = str(meta.get("uid") or "")
     if not uid:
-        raise PodFileError(f"{path}: metadata needs a uid or a name")
+        raise PodFileError(
+            f"{path}: metadata.uid is missing: the memory manager keys its state by pod uid; take "
+            f"the manifest from the API server (kubectl get pod {name or 'NAME'} -o yaml) or add a "
+            "metadata.uid"
+        )
     return memorymanager_pb2.Pod(
         uid=uid,
         namespace=namespace,

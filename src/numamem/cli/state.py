@@ -37,7 +37,14 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "state",
         help="show the memory manager state (live, or offline: show/verify a state dir)",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        description=(
+            "numamem state [--socket S] [--json]: the live per-NUMA table and assignments.\n"
+            "numamem state show [--state-dir D] [--json]: the same, read from\n"
+            "  D/memory_manager_state without a daemon.\n"
+            "numamem state verify [--state-dir D]: decode and verify the checkpoint with the\n"
+            "  kubelet's rules, check the memory manager invariants and numamem's container map;\n"
+            "  prints what is wrong, exit code 1 if anything is."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(

@@ -294,7 +294,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add every flag of :data:`FLAGS` (plus ``--config``); unset flags parse to ``None``."""
     parser.add_argument("--config", metavar="FILE", help="YAML file with kubelet-style field names")
     for f in FLAGS:
-        help_text = f"{f.help} (default: {f.default})"
+        meaning = f.help + (f"; one of {', '.join(f.choices)}" if f.choices else "")
+        yaml_key = f" (YAML: {f.yaml_key})" if f.yaml_key else ""
+        # argparse %-formats help texts: a literal % must be doubled.
+        help_text = f"{meaning} (default: {f.default}){yaml_key}".replace("%", "%%")
         if f.kind == "bool":
             parser.add_argument(
                 f.name, dest=flag_dest(f), action="store_true", default=None, help=help_text
@@ -305,7 +308,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
             )
         else:
             parser.add_argument(
-                f.name, dest=flag_dest(f), metavar=f.metavar or f.name[2:].upper(), help=help_text
+                f.name,
+                dest=flag_dest(f),
+                metavar=f.metavar or (f.choices and "{" + ",".join(f.choices) + "}") or "VALUE",
+                help=help_text,
             )
 
 

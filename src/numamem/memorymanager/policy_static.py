@@ -59,7 +59,7 @@ from numamem.memtypes import (
     is_memory_resource,
 )
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
-from numamem.quantity import Format, Quantity
+from numamem.quantity import Quantity, format_bytes
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.policy import TopologyHint
@@ -634,8 +634,8 @@ def _why_not_allocatable(
 
 
 def _q(size: int) -> str:
-    """Bytes as a Kubernetes quantity, e.g. ``10Gi``."""
-    return str(Quantity.from_int(size, Format.BINARY_SI))
+    """Bytes as in every numamem message, e.g. ``10Gi`` or ``4.59Gi``."""
+    return format_bytes(size)
 
 
 def _violates_numa_allocations(machine_state: MachineState, mask: int) -> bool:

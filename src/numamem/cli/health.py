@@ -1,0 +1,71 @@
+"""``numamem health``: a standard grpc.health.v1 check, for probes and people.
+
+Exit code 0 when the service is SERVING; 1 otherwise (NOT_SERVING, unknown
+service, no answer within ``--timeout``), with the status or the error on one
+line. It needs nothing but numamem itself: no grpcurl binary, so it works on
+every architecture the Python package installs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from numamem.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_client_args,
+    client_command,
+    fail,
+    report_rpc_error,
+)
+from numamem.client import NumamemClient
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser(
+        "health",
+        help="check health (grpc.health.v1); exit 0 when SERVING",
+        description=(
+            "Check the daemon's health over its socket, or over --health-port with --address; "
+            "exit code 0 when SERVING, 1 otherwise."
+        ),
+    )
+    parser.add_argument(
+        "--service",
+        default="",
+        metavar="NAME",
+        help='service to check, e.g. numamem.v1.MemoryManager (default: "", the whole daemon)',
+    )
+    parser.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        help="check --health-port at HOST:PORT (e.g. 127.0.0.1:9440, [::1]:9440) instead of the socket",
+    )
+    add_client_args(parser, json_flag=False)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.address:
+        return client_command(_check)(args)
+    with NumamemClient(channel=grpc.insecure_channel(args.address), timeout=args.timeout) as client:
+        try:
+            return _check(args, client)
+        except grpc.RpcError as err:
+            return report_rpc_error(err, None)
+
+
+def _check(args: argparse.Namespace, client: NumamemClient) -> int:
+    try:
+        status = client.check_health(args.service)
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.NOT_FOUND:
+            return fail(f"service {args.service!r} is not known to the daemon")
+        raise
+    name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+    print(name)
+    return EXIT_OK if status == health_pb2.HealthCheckResponse.SERVING else EXIT_FAILED
