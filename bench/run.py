@@ -19,7 +19,6 @@ import os
 import platform
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -51,6 +50,7 @@ from numamem.metacache.types import ContainerInfo
 from numamem.pod import Container, Pod
 from numamem.quantity import parse_quantity
 from numamem.testing.cgroups import V2, CgroupValues, write_container
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.topology.machine import HugePagePool, Machine, NUMANode
 from numamem.topologymanager import policy as tm
@@ -162,42 +162,12 @@ class Report:
 # --- the daemon -----------------------------------------------------------------------
 
 
-class Daemon:
-    def __init__(self, root: Path, args: list[str]) -> None:
-        self.root = root
-        self.socket = str(root / "run" / "numamem.sock")
-        self.state_dir = root / "state"
-        self.metrics_socket = str(root / "run" / "metrics.sock")
-        self.args = args
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.startup_s = 0.0
+class Daemon(DaemonProcess):
+    """The project's daemon harness plus what the benchmarks read of the process."""
 
-    def start(self) -> Daemon:
-        cmd = [
-            sys.executable, "-m", "numamem", "serve", "--socket", self.socket,
-            "--state-dir", str(self.state_dir), "--metrics-socket", self.metrics_socket,
-            "--log-level", "warning", *self.args,
-        ]  # fmt: skip
-        began = time.perf_counter()
-        with open(self.root / "stderr.log", "ab") as err:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-        deadline = began + 60
-        while time.perf_counter() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"daemon exited: {(self.root / 'stderr.log').read_text()[-2000:]}")
-            if os.path.exists(self.socket):
-                try:
-                    with grpc.insecure_channel(f"unix://{self.socket}") as ch:
-                        resp = health_pb2_grpc.HealthStub(ch).Check(
-                            health_pb2.HealthCheckRequest(), timeout=1
-                        )
-                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                        self.startup_s = time.perf_counter() - began
-                        return self
-                except grpc.RpcError:
-                    pass
-            time.sleep(0.005)
-        raise SystemExit("daemon did not become SERVING within 60 s")
+    @property
+    def metrics_socket(self) -> str:
+        return str(self.root / "run" / "metrics.sock")
 
     def rss_bytes(self) -> int:
         assert self.proc is not None
@@ -222,11 +192,6 @@ class Daemon:
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(30)
-
 
 @contextmanager
 def daemon(
@@ -241,10 +206,12 @@ def daemon(
     extra = extra or []
     own = [] if "--cgroup-root" in extra else ["--cgroup-root", str(cgroup)]
     d = Daemon(root, ["--sysfs-root", str(sysfs), *STATIC, *own, *extra])
+    d.args += ["--metrics-socket", d.metrics_socket, "--log-level", "warning"]
     try:
-        yield d.start()
+        d.start(timeout=60)
+        yield d
     finally:
-        d.stop()
+        d.stop(timeout=30)
 
 
 def guaranteed(uid: str, containers: int = 1, memory: str = "100Mi") -> mm.Pod:
@@ -304,7 +271,7 @@ def memory_manager_phase(r: Report, d: Daemon, s: Scale) -> None:
 
     # The second floor of a durable RPC: one atomic checkpoint write (temp file, fsync, rename,
     # fsync of the directory) of a state-sized file, on the daemon's file system.
-    sample = (d.state_dir / "memory_manager_state").read_bytes()
+    sample = (Path(d.state_dir) / "memory_manager_state").read_bytes()
     target = d.root / "write-floor" / "memory_manager_state"
     target.parent.mkdir()
     writes = latencies(lambda _i: atomic_write(target, sample), s.latency_n // 2, s.warmup // 2)
@@ -549,7 +516,7 @@ def startup_phase(r: Report, root: Path, s: Scale) -> None:
         flush=True,
     )
     with daemon(root / "startup-empty", memory_gib=2048) as d:
-        r.value("startup_empty_s", "start-up to SERVING, empty state", d.startup_s, "s")
+        r.value("startup_empty_s", "start-up to SERVING, empty state", d.startup_seconds, "s")
         r.value("rss_empty_mb", "RSS, empty state", d.rss_bytes() / 2**20, "MiB")
     big = root / "startup-large"
     big.mkdir()
@@ -561,7 +528,7 @@ def startup_phase(r: Report, root: Path, s: Scale) -> None:
         r.value(
             "startup_large_s",
             "start-up to SERVING, large state",
-            d.startup_s,
+            d.startup_seconds,
             "s",
             "(target <= 2 s)",
         )

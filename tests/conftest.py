@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from numamem import logging as nlog
-from tests.daemon import DaemonProcess, short_tmpdir
+from numamem.testing.daemon import DaemonProcess, short_tmpdir
 
 # The fixtures numamem ships for its clients' tests are used by numamem's own tests too.
 pytest_plugins = ["numamem.testing.fixtures"]

@@ -28,10 +28,11 @@ from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient, state_from_proto
 from numamem.memorymanager.invariants import violations
 from numamem.metacache import persistence
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
-from tests.daemon import STATIC_ARGS, DaemonProcess
+from tests.daemon import STATIC_ARGS
 
 MI = 1024**2
 

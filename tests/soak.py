@@ -15,8 +15,8 @@ import shutil
 import sys
 import time
 
+from numamem.testing.daemon import short_tmpdir
 from tests.crash_harness import Harness
-from tests.daemon import short_tmpdir
 
 
 def main() -> int:

@@ -14,12 +14,15 @@ import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
 
 from numamem.api.convert import state_from_proto
+from numamem.api.status import DOMAIN
 from numamem.config.model import DEFAULT_SOCKET
 from numamem.v1 import (
     common_pb2,
@@ -31,7 +34,22 @@ from numamem.v1 import (
     topology_pb2_grpc,
 )
 
-__all__ = ["NumamemClient", "state_from_proto"]
+__all__ = ["NumamemClient", "error_reason", "state_from_proto"]
+
+
+def error_reason(err: grpc.RpcError) -> str | None:
+    """The ``google.rpc.ErrorInfo`` reason of a failed numamem RPC (README "Errors"), or None.
+
+    Stable across releases, unlike the message text: branch on this.
+    """
+    details = rpc_status.from_call(cast(grpc.Call, err))
+    for detail in details.details if details is not None else ():
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info) and info.domain == DOMAIN:
+            reason: str = info.reason
+            return reason
+    return None
+
 
 R = TypeVar("R")
 

@@ -18,12 +18,13 @@ from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.client import NumamemClient
 from numamem.config.model import Limits
 from numamem.pod import Pod
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.topologymanager.policy import ProviderHints
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
-from tests.daemon import STATIC_ARGS, DaemonProcess
+from tests.daemon import STATIC_ARGS
 
 pytestmark = pytest.mark.e2e
 

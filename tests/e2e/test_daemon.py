@@ -7,14 +7,16 @@ import os
 import signal
 import socket
 import stat
+import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from numamem.testing.daemon import DaemonProcess
 from numamem.v1 import topology_pb2, topology_pb2_grpc
-from tests.daemon import REPO, DaemonProcess, grpcurl, run_once, serve_to_exit
+from tests.daemon import REPO, grpcurl, grpcurl_bin, run_once, serve_to_exit
 
 pytestmark = pytest.mark.e2e
 
@@ -267,4 +269,20 @@ def test_health_port_serves_only_health(
                 topology_pb2.GetMachineInfoRequest(), timeout=5
             )
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # grpcurl needs reflection to call a method by name; the health port describes health only.
+    target = ["-plaintext", f"127.0.0.1:{port}"]
+    listed = subprocess.run(
+        [grpcurl_bin(), *target, "list"], capture_output=True, text=True, check=False
+    )
+    assert listed.stdout.split() == [
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+    ]
+    check = subprocess.run(
+        [grpcurl_bin(), *target, "grpc.health.v1.Health/Check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0 and '"status": "SERVING"' in check.stdout, check.stderr
     assert d.stop() == 0

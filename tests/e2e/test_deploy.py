@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from grpc_health.v1 import health_pb2
 
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
-from tests.daemon import DaemonProcess
 from tests.deploy_manifests import daemonset_docs, deploy_file, numamem_container, probe_command
 
 pytestmark = pytest.mark.e2e

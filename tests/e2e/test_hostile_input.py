@@ -20,10 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from numamem.client import NumamemClient
+from numamem.testing.daemon import DaemonProcess, short_tmpdir
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2, metacache_pb2, topology_pb2
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import STATIC_ARGS, DaemonProcess, short_tmpdir
+from tests.daemon import STATIC_ARGS
 
 pytestmark = pytest.mark.e2e
 

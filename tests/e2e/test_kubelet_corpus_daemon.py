@@ -39,10 +39,10 @@ import pytest
 from numamem.checkpoint.kubelet import encode_v1
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, encode_containers
 from numamem.client import NumamemClient, state_from_proto
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import FakeNode, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from tests import kubelet_cases as kc
-from tests.daemon import DaemonProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -397,7 +397,7 @@ def test_unrestorable_seeds_are_refused(short_root: Path, case_id: str) -> None:
 
 @pytest.fixture(scope="module")
 def pod_scope_daemon() -> Iterator[NumamemClient]:
-    from tests.daemon import short_tmpdir
+    from numamem.testing.daemon import short_tmpdir
 
     root = short_tmpdir()
     d = daemon(

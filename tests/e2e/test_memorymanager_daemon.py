@@ -17,9 +17,10 @@ import pytest
 from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient, state_from_proto
 from numamem.memorymanager.invariants import violations
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO, STATIC_ARGS, DaemonProcess, grpcurl, serve_to_exit
+from tests.daemon import REPO, STATIC_ARGS, grpcurl, serve_to_exit
 
 pytestmark = pytest.mark.e2e
 GI = 1024**3

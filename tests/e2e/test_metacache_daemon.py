@@ -11,9 +11,9 @@ import pytest
 
 from numamem.client import NumamemClient
 from numamem.metacache.persistence import STATE_FILE, decode
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import metacache_pb2 as mc
-from tests.daemon import DaemonProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
-from tests.daemon import REPO, STATIC_ARGS, DaemonProcess, grpcurl_bin
+from tests.daemon import REPO, STATIC_ARGS, grpcurl_bin
 from tests.readme_docs import README, examples, section, shell_blocks
 
 pytestmark = pytest.mark.e2e

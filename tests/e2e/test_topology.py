@@ -10,9 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 from numamem.v1 import topology_pb2, topology_pb2_grpc
-from tests.daemon import REPO, DaemonProcess, serve_to_exit
+from tests.daemon import REPO, serve_to_exit
 
 pytestmark = pytest.mark.e2e
 NODE = "devices/system/node"

@@ -8,11 +8,13 @@ from dataclasses import replace
 import grpc
 import pytest
 
-from numamem.client import NumamemClient
+from numamem.api.status import REASONS
+from numamem.client import NumamemClient, error_reason
 from numamem.config.model import Limits
 from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.testing.sysfs import standard_nodes
 from numamem.v1 import memorymanager_pb2 as mm
+from tests.daemon import REPO
 
 GI = 1024**3
 
@@ -513,3 +515,29 @@ def test_explain_on_a_16_node_machine_lists_the_first_masks_and_counts_the_rest(
         assert [list(m.numa_nodes) for m in step.masks[:2]] == [[0], [1]]
         assert step.masks[255].numa_nodes and len(step.masks[255].numa_nodes) == 3
         assert resp.ByteSize() < 100_000
+
+
+def test_errors_carry_a_stable_machine_readable_reason(numamem_server: InProcessServer) -> None:
+    """Clients branch on ErrorInfo.reason (domain numamem.v1), not on message texts."""
+    client = numamem_server.client
+
+    def reason_of(call: object) -> str | None:
+        with pytest.raises(grpc.RpcError) as info:
+            call()  # type: ignore[operator]
+        return error_reason(info.value)
+
+    assert reason_of(lambda: client.allocate(pod("p", container("a", "1Gb")), "a")) == (
+        "INVALID_ARGUMENT"
+    )
+    assert reason_of(lambda: client.allocate(pod("p", container("a", "64Gi")), "a")) == (
+        "ALLOCATION_FAILED"
+    )
+    assert reason_of(lambda: client.get_container_info("nope", "c")) == "NOT_FOUND"
+    assert reason_of(lambda: client.get_pool_size("nope")) == "NOT_FOUND"
+    assert set(REASONS) >= {"INVALID_ARGUMENT", "ALLOCATION_FAILED", "NOT_FOUND", "OVERLOADED"}
+
+
+def test_every_reason_is_documented_in_the_readme() -> None:
+    readme = (REPO / "README.md").read_text()
+    for reason in REASONS:
+        assert f"`{reason}`" in readme, reason

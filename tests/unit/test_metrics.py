@@ -15,10 +15,10 @@ from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.errors import StartupError
 from numamem.testing.cgroups import SYSTEMD, V2, CgroupValues, write_container
+from numamem.testing.daemon import short_tmpdir
 from numamem.testing.server import serve_in_process
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
-from tests.daemon import short_tmpdir
 
 GI = 1024**3
 

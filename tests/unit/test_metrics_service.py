@@ -9,10 +9,10 @@ import pytest
 
 from numamem.api.metacache import MetaCacheComponent
 from numamem.testing.cgroups import CGROUPFS, SYSTEMD, V2, CgroupValues, write_container
+from numamem.testing.daemon import short_tmpdir
 from numamem.testing.server import serve_in_process
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
-from tests.daemon import short_tmpdir
 
 MI = 1024**2
 

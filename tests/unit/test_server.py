@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.api.server import Daemon
@@ -208,9 +209,23 @@ class FakeContext:
     def time_remaining(self) -> float | None:
         return self.remaining
 
-    def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self.aborted = (code, details)
+    def abort_with_status(self, status: grpc.Status) -> None:
+        self.aborted = (status.code, status.details)
+        self.reason = error_info_reason(status)
         raise RuntimeError("aborted")
+
+    reason = ""
+
+
+def error_info_reason(status: grpc.Status) -> str:
+    """The ErrorInfo reason in a status's grpc-status-details-bin trailer."""
+    [(key, value)] = status.trailing_metadata
+    assert key == "grpc-status-details-bin"
+    detail = status_pb2.Status.FromString(value).details[0]
+    info = error_details_pb2.ErrorInfo()
+    assert detail.Unpack(info)
+    assert info.domain == "numamem.v1"
+    return str(info.reason)
 
 
 def test_expired_deadline_and_undecodable_requests_are_not_worked_on() -> None:
@@ -223,6 +238,7 @@ def test_expired_deadline_and_undecodable_requests_are_not_worked_on() -> None:
     with pytest.raises(RuntimeError):
         gate(object(), expired, True)  # type: ignore[arg-type]
     assert expired.aborted is not None and expired.aborted[0] == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert expired.reason == "DEADLINE_EXPIRED_IN_QUEUE"
     fine = FakeContext(5.0)
     gate(object(), fine, True)  # type: ignore[arg-type]
     assert fine.aborted is None
@@ -233,6 +249,7 @@ def test_expired_deadline_and_undecodable_requests_are_not_worked_on() -> None:
     with pytest.raises(RuntimeError):
         gate(bad, garbled, False)  # type: ignore[arg-type]
     assert garbled.aborted is not None and garbled.aborted[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert garbled.reason == "UNDECODABLE_REQUEST"
 
 
 def test_a_refused_start_changes_nothing_on_disk(config: Config, short_root: Path) -> None:

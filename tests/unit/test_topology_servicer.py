@@ -12,10 +12,10 @@ import pytest
 
 from numamem.api.interceptors import Readiness, ServerInterceptor
 from numamem.api.topology import TopologyServicer
+from numamem.testing.daemon import short_tmpdir
 from numamem.testing.sysfs import HP_1G, HP_2M, machine_tree
 from numamem.topology.sysfs import discover
 from numamem.v1 import topology_pb2, topology_pb2_grpc
-from tests.daemon import short_tmpdir
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ For every RPC it
 * answers INVALID_ARGUMENT for a request that does not decode as its message
   type (grpcio itself would answer INTERNAL), and DEADLINE_EXCEEDED without
   doing any work when the client's deadline passed while the request waited;
-* turns a :class:`~numamem.errors.NumamemError` into its status code through
-  :func:`numamem.api.status.to_status`, and any other exception into INTERNAL
+* turns a :class:`~numamem.errors.NumamemError` into its status code and
+  ErrorInfo reason through :func:`numamem.api.status.to_status`, and any other exception into INTERNAL
   with a short message and a logged traceback: a handler bug never takes the
   daemon down;
 * logs one line: method, code, duration in ms, request id. Payloads are never
@@ -35,7 +35,7 @@ from typing import Any, cast
 import grpc
 import structlog
 
-from numamem.api.status import to_status
+from numamem.api import status
 from numamem.errors import NumamemError
 from numamem.logging import get_logger
 
@@ -83,8 +83,11 @@ class Readiness:
 
 
 _PHASE_MESSAGES = {
-    Phase.STARTING: "numamem is starting (restoring checkpoints); retry shortly",
-    Phase.STOPPING: "numamem is shutting down; retry against the next instance",
+    Phase.STARTING: ("numamem is starting (restoring checkpoints); retry shortly", status.STARTING),
+    Phase.STOPPING: (
+        "numamem is shutting down; retry against the next instance",
+        status.STOPPING,
+    ),
 }
 
 
@@ -162,10 +165,12 @@ class ServerInterceptor(grpc.ServerInterceptor):
         return behavior
 
     def _refuse(self, request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(
+        _abort(
+            context,
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"numamem already has {self._max_in_flight} requests running or queued "
             "(--max-concurrent-rpcs); retry with backoff",
+            status.OVERLOADED,
         )
 
     def _refuse_stream(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
@@ -174,18 +179,24 @@ class ServerInterceptor(grpc.ServerInterceptor):
 
     def _gate(self, request: Any, context: grpc.ServicerContext, gated: bool) -> None:
         if isinstance(request, _Undecodable):
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"the request does not decode: {request.error}"
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the request does not decode: {request.error}",
+                status.UNDECODABLE_REQUEST,
             )
         if gated:
             phase = self._readiness.phase
             if phase is not Phase.READY:
-                context.abort(grpc.StatusCode.UNAVAILABLE, _PHASE_MESSAGES[phase])
+                message, reason = _PHASE_MESSAGES[phase]
+                _abort(context, grpc.StatusCode.UNAVAILABLE, message, reason)
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
-            context.abort(
+            _abort(
+                context,
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 "the deadline expired before the request was handled",
+                status.DEADLINE_EXPIRED_IN_QUEUE,
             )
 
     def _wrap_unary(
@@ -202,8 +213,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
                 self._gate(request, context, gated)
                 return behavior(request, context)
             except NumamemError as err:
-                code, message = to_status(err)
-                context.abort(code, message)
+                _abort(context, *status.to_status(err))
             except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
                 _abort_unexpected(err, context, request_id)
             finally:
@@ -225,8 +235,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
                 self._gate(request, context, gated)
                 yield from behavior(request, context)
             except NumamemError as err:
-                code, message = to_status(err)
-                context.abort(code, message)
+                _abort(context, *status.to_status(err))
             except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
                 _abort_unexpected(err, context, request_id)
             finally:
@@ -285,6 +294,14 @@ def _abort_unexpected(err: Exception, context: grpc.ServicerContext, request_id:
         text = details.decode() if isinstance(details, bytes) else (details or "")
         context.abort(code, text)
     _log.error("unexpected error in handler", request_id=request_id, exc_info=err)
-    context.abort(
-        grpc.StatusCode.INTERNAL, f"internal error (request id {request_id}); see daemon log"
+    _abort(
+        context,
+        grpc.StatusCode.INTERNAL,
+        f"internal error (request id {request_id}); see daemon log",
+        status.INTERNAL,
     )
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str, reason: str) -> None:
+    """End the RPC with ``code`` and ``message`` plus an ErrorInfo carrying ``reason``."""
+    context.abort_with_status(status.status_with_reason(code, message, reason))

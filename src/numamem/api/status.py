@@ -1,33 +1,95 @@
-"""The one mapping from numamem errors to gRPC status codes.
+"""The one mapping from numamem errors to gRPC status codes and machine-readable reasons.
 
 Handlers raise :mod:`numamem.errors` exceptions and never choose a status code
 themselves; the server interceptor calls :func:`to_status` for every error that
-escapes a handler.
+escapes a handler, and :func:`status_with_reason` for the answers it gives
+itself (starting, overloaded, ...).
+
+Every error status carries a ``google.rpc.ErrorInfo`` detail (in the
+``grpc-status-details-bin`` trailer, grpcio-status) with ``domain``
+:data:`DOMAIN` and a stable ``reason``, so that clients need not match message
+texts: :data:`REASONS` lists them; ``numamem.client.error_reason`` reads one.
 """
 
 from __future__ import annotations
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from numamem import errors
 
+DOMAIN = "numamem.v1"
+
 # Most specific classes first: the first isinstance match wins.
-_MAPPING: tuple[tuple[type[errors.NumamemError], grpc.StatusCode], ...] = (
-    (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.NotFoundError, grpc.StatusCode.NOT_FOUND),
-    (errors.AllocationError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.UnavailableError, grpc.StatusCode.UNAVAILABLE),
-    (errors.PersistenceError, grpc.StatusCode.UNAVAILABLE),
-    (errors.MemoryManagerError, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.ConfigError, grpc.StatusCode.FAILED_PRECONDITION),
+_MAPPING: tuple[tuple[type[errors.NumamemError], grpc.StatusCode, str], ...] = (
+    (errors.QuantityError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_QUANTITY"),
+    (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
+    (errors.NotFoundError, grpc.StatusCode.NOT_FOUND, "NOT_FOUND"),
+    (errors.UnsupportedResourceError, grpc.StatusCode.RESOURCE_EXHAUSTED, "UNSUPPORTED_RESOURCE"),
+    (errors.AllocationError, grpc.StatusCode.RESOURCE_EXHAUSTED, "ALLOCATION_FAILED"),
+    (errors.LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED"),
+    (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),
+    (errors.UnavailableError, grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE"),
+    (errors.DurabilityUnknownError, grpc.StatusCode.UNAVAILABLE, "DURABILITY_UNKNOWN"),
+    (errors.PersistenceError, grpc.StatusCode.UNAVAILABLE, "CHECKPOINT_WRITE_FAILED"),
+    (errors.StateMismatchError, grpc.StatusCode.FAILED_PRECONDITION, "STATE_MISMATCH"),
+    (errors.MemoryManagerError, grpc.StatusCode.FAILED_PRECONDITION, "MEMORY_MANAGER_RULE"),
+    (errors.ConfigError, grpc.StatusCode.FAILED_PRECONDITION, "CONFIGURATION"),
 )
 
+# Answers the interceptor gives itself.
+STARTING = "STARTING"
+STOPPING = "STOPPING"
+OVERLOADED = "OVERLOADED"
+DEADLINE_EXPIRED_IN_QUEUE = "DEADLINE_EXPIRED_IN_QUEUE"
+UNDECODABLE_REQUEST = "UNDECODABLE_REQUEST"
+INTERNAL = "INTERNAL"
 
-def to_status(err: errors.NumamemError) -> tuple[grpc.StatusCode, str]:
-    """The status code and message for a numamem error (INTERNAL if unmapped)."""
-    for cls, code in _MAPPING:
+REASONS: dict[str, str] = {
+    "INVALID_QUANTITY": "a quantity does not parse or does not fit (INVALID_ARGUMENT)",
+    "INVALID_ARGUMENT": "a field of the request is malformed; the message names it",
+    "NOT_FOUND": "the pod, container, pool, region or metric does not exist",
+    "UNSUPPORTED_RESOURCE": "a memory type (hugepage size) this machine does not have",
+    "ALLOCATION_FAILED": "the memory manager cannot satisfy the request (the kubelet's text)",
+    "LIMIT_EXCEEDED": "a --max-* limit would be exceeded",
+    "FAILED_PRECONDITION": "the system cannot answer in its state (e.g. an expired metric)",
+    "UNAVAILABLE": "numamem cannot serve the request right now",
+    "DURABILITY_UNKNOWN": "the change is in the checkpoint file, but its directory sync failed",
+    "CHECKPOINT_WRITE_FAILED": "the checkpoint write failed; nothing was applied",
+    "STATE_MISMATCH": "the stored memory manager state does not match the machine",
+    "MEMORY_MANAGER_RULE": "a memory manager rule refused the operation",
+    "CONFIGURATION": "the configuration does not allow the operation",
+    STARTING: "numamem is restoring its checkpoints; retry shortly (UNAVAILABLE)",
+    STOPPING: "numamem is shutting down; retry against the next instance (UNAVAILABLE)",
+    OVERLOADED: "--max-concurrent-rpcs requests are in flight; retry with backoff",
+    DEADLINE_EXPIRED_IN_QUEUE: "the deadline passed while the request waited for a worker",
+    UNDECODABLE_REQUEST: "the request bytes do not decode as the method's message",
+    INTERNAL: "a bug; the message has the request id to find it in the daemon log",
+}
+"""Every ErrorInfo reason numamem sends, and what it means."""
+
+
+def to_status(err: errors.NumamemError) -> tuple[grpc.StatusCode, str, str]:
+    """The status code, message and ErrorInfo reason for a numamem error."""
+    for cls, code, reason in _MAPPING:
         if isinstance(err, cls):
-            return code, str(err)
-    return grpc.StatusCode.INTERNAL, str(err)
+            return code, str(err), reason
+    return grpc.StatusCode.INTERNAL, str(err), INTERNAL
+
+
+def status_with_reason(code: grpc.StatusCode, message: str, reason: str) -> grpc.Status:
+    """A status for ``context.abort_with_status`` carrying an ErrorInfo with ``reason``."""
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN))
+    result: grpc.Status = rpc_status.to_status(
+        status_pb2.Status(code=_code_number(code), message=message, details=[detail])
+    )
+    return result
+
+
+def _code_number(code: grpc.StatusCode) -> int:
+    """google.rpc.Code and grpc.StatusCode number the codes alike."""
+    number: int = code_pb2.Code.Value(code.name)
+    return number

@@ -1,0 +1,172 @@
+"""The real ``numamem serve`` as a subprocess, on a temporary directory and a fake machine.
+
+The one subprocess harness of the project (its tests, ``make bench``, ``make
+soak``) and of clients that want the daemon itself rather than
+:func:`numamem.testing.server.serve_in_process` (same servicers, in process)::
+
+    from numamem.testing.daemon import DaemonProcess, short_tmpdir
+
+    d = DaemonProcess(short_tmpdir(), ["--memory-manager-policy", "None"]).start()
+    ...
+    d.stop()
+
+Unless the arguments name one, the daemon reads a standard 2-node fake sysfs
+tree and an empty cgroup root written under its directory: it never reads the
+host's ``/sys`` or cgroups.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from numamem.testing.sysfs import standard_nodes, write_sysfs
+
+
+def short_tmpdir(prefix: str = "nm") -> Path:
+    """A private temp dir with a short path (unix socket paths are limited to 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o700)
+    return path
+
+
+def fake_machine_args(root: Path, args: list[str]) -> list[str]:
+    """``args`` plus ``--sysfs-root``/``--cgroup-root`` of a fake machine under ``root``,
+    for each of the two that ``args`` does not give."""
+    extra = []
+    if "--sysfs-root" not in args and not any(a.startswith("--sysfs-root=") for a in args):
+        sysfs = root / "fake-sys"
+        if not sysfs.exists():
+            write_sysfs(sysfs, standard_nodes(2))
+        extra += ["--sysfs-root", str(sysfs)]
+    if "--cgroup-root" not in args and not any(a.startswith("--cgroup-root=") for a in args):
+        cgroup = root / "fake-cgroup"
+        cgroup.mkdir(exist_ok=True)
+        extra += ["--cgroup-root", str(cgroup)]
+    return [*args, *extra]
+
+
+@dataclass
+class DaemonProcess:
+    """A ``numamem serve`` subprocess with its socket in ``root/run`` and state in ``root/state``.
+
+    ``start()`` waits until health says SERVING (``startup_seconds`` is how long
+    that took); ``stop()`` sends SIGTERM and returns the exit code; stderr goes to
+    a file in ``root`` (:meth:`stderr`).
+    """
+
+    root: Path
+    args: list[str] = field(default_factory=list)
+    cwd: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    stderr_path: Path | None = None
+    startup_seconds: float = 0.0
+
+    @property
+    def socket(self) -> str:
+        return str(self.root / "run" / "numamem.sock")
+
+    @property
+    def state_dir(self) -> str:
+        return str(self.root / "state")
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "numamem",
+            "serve",
+            "--socket",
+            self.socket,
+            "--state-dir",
+            self.state_dir,
+            "--shutdown-grace",
+            "2",
+            *fake_machine_args(self.root, self.args),
+        ]
+
+    def start(self, wait: bool = True, timeout: float = 15.0) -> DaemonProcess:
+        self.stderr_path = self.root / f"stderr-{time.monotonic_ns()}.log"
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        began = time.perf_counter()
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=self.cwd
+            )
+        if wait:
+            self.wait_serving(timeout)
+            self.startup_seconds = time.perf_counter() - began
+        return self
+
+    def wait_serving(self, timeout: float = 15.0, poll: float = 0.01) -> None:
+        """Return once health is SERVING; raise AssertionError (with stderr) if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}: {self.stderr()}")
+            if os.path.exists(self.socket):
+                try:
+                    with grpc.insecure_channel(f"unix://{self.socket}") as ch:
+                        stub = health_pb2_grpc.HealthStub(ch)
+                        resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                        if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                            return
+                except grpc.RpcError:
+                    pass
+            time.sleep(poll)
+        raise AssertionError(f"daemon not SERVING after {timeout}s: {self.stderr()}")
+
+    def stderr(self) -> str:
+        return (
+            self.stderr_path.read_text() if self.stderr_path and self.stderr_path.exists() else ""
+        )
+
+    def channel(self) -> grpc.Channel:
+        return grpc.insecure_channel(f"unix://{self.socket}")
+
+    def stop(self, sig: int = 15, timeout: float = 15.0) -> int:
+        """Send ``sig`` (SIGTERM by default) and wait; kills after ``timeout`` seconds."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def run_to_exit(self, *args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+        """``serve`` on this daemon's socket and state dir with ``args``, expected to exit by itself."""
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "numamem",
+                "serve",
+                "--socket",
+                self.socket,
+                "--state-dir",
+                self.state_dir,
+                *fake_machine_args(self.root, list(args)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.cwd,
+            check=False,
+        )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
