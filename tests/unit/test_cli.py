@@ -10,7 +10,6 @@ import yaml
 
 from numamem.cli.common import human_bytes
 from numamem.cli.main import build_parser, main
-from numamem.memorymanager.policy_static import _q
 from numamem.quantity import format_bytes
 from numamem.testing.server import InProcessServer
 
@@ -180,4 +179,4 @@ def test_explain_and_state_print_bytes_alike() -> None:
     assert format_bytes(4926017536) == "4.59Gi"
     assert format_bytes(10 * 2**30) == "10Gi"
     assert format_bytes(4810488 * 1024) == "4.59Gi"  # was '4810488Ki' in explain
-    assert _q(4810488 * 1024) == human_bytes(4810488 * 1024)
+    assert format_bytes(4810488 * 1024) == human_bytes(4810488 * 1024)

@@ -17,7 +17,8 @@ import pytest
 from numamem.errors import NumamemError
 from numamem.memorymanager.manager import Manager, new_policy
 from numamem.memorymanager.policy import NonePolicy, Policy
-from numamem.memorymanager.policy_static import StaticPolicy, pod_requested_resources
+from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.requests import pod_requested_resources
 from numamem.memorymanager.reserved import (
     convert_reserved,
     get_system_reserved_memory,

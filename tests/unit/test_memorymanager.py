@@ -14,9 +14,10 @@ from numamem.errors import (
     ReservedMemoryError,
     UnsupportedResourceError,
 )
+from numamem.memorymanager.arithmetic import machine_states_equal
 from numamem.memorymanager.invariants import violations
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy, machine_states_equal
+from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.store import InMemoryStore
 from numamem.memtypes import MachineState, MemoryTable, NUMANodeState, Snapshot
 from numamem.pod import Container, Pod

@@ -10,9 +10,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from numamem.memorymanager.hints import HintSpace
 from numamem.memtypes import Block, MachineState, MemoryTable, NUMANodeState
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.policy import ProviderHints, TopologyHint
+from numamem.topologymanager.merge import Hint
+from numamem.topologymanager.policy import ProviderHints
 from numamem.v1 import memorymanager_pb2
 
 Assignments = dict[str, dict[str, list[Block]]]
@@ -31,29 +33,56 @@ def blocks_to_proto(blocks: Sequence[Block]) -> list[memorymanager_pb2.MemoryBlo
     ]
 
 
-def hint_to_proto(hint: TopologyHint) -> memorymanager_pb2.TopologyHint:
+def hint_to_proto(hint: Hint) -> memorymanager_pb2.TopologyHint:
     return memorymanager_pb2.TopologyHint(
         numa_nodes=mask_nodes(hint.affinity), preferred=hint.preferred
     )
 
 
-def hints_to_proto(hints: ProviderHints) -> memorymanager_pb2.GetTopologyHintsResponse:
-    """The response for ``hints``; a list equal to an earlier type's is copied in C, not rebuilt
-    (the Static policy gives every requested type the same hints)."""
+PREFERRED_CEILING = 65536
+"""Hints a list may grow to so that it holds every preferred hint (see ``TopologyHints``)."""
+
+
+def hints_to_proto(
+    hints: ProviderHints, limit: int, preferred_ceiling: int = PREFERRED_CEILING
+) -> memorymanager_pb2.GetTopologyHintsResponse:
+    """The response for ``hints``: per resource the first ``limit`` hints in kubelet's order and
+    every further preferred one (up to ``preferred_ceiling``), with the count of the rest.
+
+    A list that is the same object as an earlier type's is copied in C, not rebuilt (the
+    Static policy gives every requested type the same hints).
+    """
     resp = memorymanager_pb2.GetTopologyHintsResponse()
-    built: list[tuple[Sequence[TopologyHint], memorymanager_pb2.TopologyHints]] = []
+    built: list[tuple[object, memorymanager_pb2.TopologyHints]] = []
     for name, lst in (hints or {}).items():
         if lst is None:
             continue
         target = resp.hints[name]
-        same = next((msg for prev, msg in built if prev == lst), None)
+        same = next((msg for prev, msg in built if prev is lst), None)
         if same is not None:
             target.CopyFrom(same)
             continue
-        target.hints.extend(hint_to_proto(h) for h in lst)
+        if isinstance(lst, HintSpace):
+            listed = lst.listed(limit, preferred_ceiling)
+            target.hints.extend(hint_to_proto(h) for h in listed.hints)
+            target.omitted = listed.omitted
+            target.omitted_is_lower_bound = not listed.omitted_exact
+        else:
+            hint_list = list(lst)
+            target.hints.extend(hint_to_proto(h) for h in hint_list[:limit])
+            target.omitted = max(len(hint_list) - limit, 0)
         target.SetInParent()
         built.append((lst, target))
     return resp
+
+
+def answer_to_proto(hints: ProviderHints, limit: int) -> dict[str, memorymanager_pb2.TopologyHints]:
+    """A provider's answer with its nil lists kept (``no_preference``), for Explain."""
+    out = dict(hints_to_proto(hints, limit, limit).hints)
+    for name, lst in (hints or {}).items():
+        if lst is None:
+            out[name] = memorymanager_pb2.TopologyHints(no_preference=True)
+    return out
 
 
 def node_state_to_proto(node: NUMANodeState) -> memorymanager_pb2.NUMANodeState:

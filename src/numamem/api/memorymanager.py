@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from numamem.api.convert import (
+    answer_to_proto,
     blocks_to_proto,
     hint_to_proto,
     hints_to_proto,
@@ -24,14 +25,15 @@ from numamem.api.validation import (
     affinity_from_proto,
     check_string,
     container_in_pod,
+    other_providers_from_proto,
     pod_from_proto,
 )
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.config.model import Config, Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError
 from numamem.logging import get_logger
+from numamem.memorymanager.explain import MAX_EXPLAINED_MASKS
 from numamem.memorymanager.manager import AdmitOutcome, Manager, new_policy
-from numamem.memorymanager.policy_static import MAX_EXPLAINED_MASKS
 from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
     validate_reserved_memory_config,
@@ -74,9 +76,14 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
         config.eviction_hard,
         machine.memory_capacity_bytes,
     )
-    policy = new_policy(config.memory_manager_policy, machine, allocatable, config.reserved_memory)
     topology_policy, warnings = tm.new_policy(
         config.topology_manager_policy, machine, dict(config.topology_manager_policy_options)
+    )
+    restricted_to = (
+        topology_policy.info.nodes if topology_policy.options.restrict_to_cpu_numa_nodes else None
+    )
+    policy = new_policy(
+        config.memory_manager_policy, machine, allocatable, config.reserved_memory, restricted_to
     )
     for warning in warnings:
         _log.warning(warning)
@@ -144,13 +151,17 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     ) -> memorymanager_pb2.GetTopologyHintsResponse:
         pod = self._pod(request.pod)
         name = container_in_pod(pod, request.container_name)
-        return hints_to_proto(self.manager.get_topology_hints(pod, name))
+        return hints_to_proto(
+            self.manager.get_topology_hints(pod, name), self.limits.max_topology_hints
+        )
 
     def GetPodTopologyHints(
         self, request: memorymanager_pb2.GetPodTopologyHintsRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.GetTopologyHintsResponse:
         pod = self._pod(request.pod)
-        return hints_to_proto(self.manager.get_pod_topology_hints(pod))
+        return hints_to_proto(
+            self.manager.get_pod_topology_hints(pod), self.limits.max_topology_hints
+        )
 
     def GetMemoryNUMANodes(
         self, request: memorymanager_pb2.GetMemoryNUMANodesRequest, context: grpc.ServicerContext
@@ -213,7 +224,8 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         self, request: memorymanager_pb2.AdmitRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.AdmitResponse:
         pod = self._pod(request.pod)
-        outcome = self.manager.admit(pod)
+        others = other_providers_from_proto(request.other_providers, pod, self.machine)
+        outcome = self.manager.admit(pod, others)
         result = outcome.result
         if self.on_admission is not None:
             self.on_admission(result.admitted, result.reason)
@@ -223,17 +235,15 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         self, request: memorymanager_pb2.ExplainRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.ExplainResponse:
         pod = self._pod(request.pod)
-        explanation = self.manager.explain(pod)
+        others = other_providers_from_proto(request.other_providers, pod, self.machine)
+        explanation = self.manager.explain(pod, others)
         resp = memorymanager_pb2.ExplainResponse(
             topology_manager_policy=explanation.topology_policy,
             topology_manager_scope=explanation.topology_scope,
             decision=admit_outcome_to_proto(pod, explanation.outcome),
         )
         for ctr in explanation.containers:
-            listed = {
-                name: None if lst is None else list(lst[:MAX_EXPLAINED_MASKS])
-                for name, lst in (ctr.hints or {}).items()
-            }
+            hints = hints_to_proto(ctr.hints, MAX_EXPLAINED_MASKS, MAX_EXPLAINED_MASKS).hints
             msg = resp.containers.add(
                 container_name=ctr.container_name,
                 requested=ctr.explanation.requested,
@@ -241,13 +251,13 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
                 admitted=ctr.admitted,
                 note=ctr.explanation.note,
                 omitted_masks=ctr.explanation.omitted_masks,
-                omitted_hints=sum(
-                    len(lst) - MAX_EXPLAINED_MASKS
-                    for lst in (ctr.hints or {}).values()
-                    if lst is not None and len(lst) > MAX_EXPLAINED_MASKS
-                ),
+                omitted_hints=sum(h.omitted for h in hints.values()),
             )
-            msg.hints.MergeFrom(hints_to_proto(listed).hints)
+            msg.hints.MergeFrom(hints)
+            for provider, answer in ctr.others:
+                msg.other_providers.add(
+                    provider=provider, hints=answer_to_proto(answer, MAX_EXPLAINED_MASKS)
+                )
             msg.masks.extend(
                 memorymanager_pb2.MaskVerdict(
                     numa_nodes=v.numa_nodes,

@@ -30,13 +30,15 @@ from numamem.pod import (
 from numamem.quantity import Quantity, parse_quantity
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.policy import TopologyHint
+from numamem.topologymanager.admission import GivenHints
+from numamem.topologymanager.policy import ProviderHints, TopologyHint
 from numamem.v1 import memorymanager_pb2
 
 MAX_STRING = 1024
 MAX_QUANTITY = 64
 MAX_RESOURCES = 64
-MAX_NUMA_IDS = 64
+MAX_PROVIDERS = 16
+MAX_HINTS_PER_RESOURCE = 65536
 
 
 def check_string(value: str, field: str, *, required: bool = True) -> str:
@@ -181,9 +183,10 @@ def affinity_from_proto(
     msg: memorymanager_pb2.TopologyHint, machine: Machine, field: str = "affinity"
 ) -> TopologyHint:
     """A TopologyHint; an empty ``numa_nodes`` means no affinity (any node)."""
-    if len(msg.numa_nodes) > MAX_NUMA_IDS:
+    if len(msg.numa_nodes) > len(machine.node_ids):
         raise InvalidArgumentError(
-            f"{field}.numa_nodes: more than {MAX_NUMA_IDS} NUMA ids ({len(msg.numa_nodes)})"
+            f"{field}.numa_nodes: {len(msg.numa_nodes)} NUMA ids, more than the "
+            f"{len(machine.node_ids)} nodes of this machine"
         )
     nodes = list(msg.numa_nodes)
     if len(set(nodes)) != len(nodes):
@@ -197,3 +200,61 @@ def affinity_from_proto(
     if not nodes:
         return TopologyHint(None, msg.preferred)
     return TopologyHint(bitmask.new_mask(nodes), msg.preferred)
+
+
+def other_providers_from_proto(
+    msgs: Sequence[memorymanager_pb2.ProviderHints],
+    pod: Pod,
+    machine: Machine,
+    field: str = "other_providers",
+) -> list[GivenHints]:
+    """Other providers' hints as :class:`GivenHints`: every container named must be in ``pod``,
+    every NUMA id on the machine, and a resource marked ``no_preference`` must list no hints."""
+    if len(msgs) > MAX_PROVIDERS:
+        raise LimitExceededError(f"{field}: more than {MAX_PROVIDERS} providers ({len(msgs)})")
+    out = []
+    for i, msg in enumerate(msgs):
+        where = f"{field}[{i}]"
+        name = check_string(msg.provider, f"{where}.provider")
+        containers: dict[str, ProviderHints] = {}
+        for ctr in sorted(msg.containers):
+            container_in_pod(pod, ctr, f"{where}.containers")
+            containers[ctr] = _resource_hints(
+                msg.containers[ctr], machine, f"{where}.containers[{ctr!r}]"
+            )
+        pod_hints = (
+            _resource_hints(msg.pod, machine, f"{where}.pod") if msg.HasField("pod") else None
+        )
+        out.append(GivenHints(name, containers, pod_hints))
+    return out
+
+
+def _resource_hints(
+    msg: memorymanager_pb2.ResourceHints, machine: Machine, field: str
+) -> ProviderHints:
+    if len(msg.resources) > MAX_RESOURCES:
+        raise LimitExceededError(
+            f"{field}.resources: more than {MAX_RESOURCES} resources ({len(msg.resources)})"
+        )
+    out: dict[str, list[TopologyHint] | None] = {}
+    for resource in sorted(msg.resources):
+        where = f"{field}.resources[{resource!r}]"
+        check_string(resource, f"{field}.resources key")
+        hints = msg.resources[resource]
+        if len(hints.hints) > MAX_HINTS_PER_RESOURCE:
+            raise LimitExceededError(
+                f"{where}.hints: more than {MAX_HINTS_PER_RESOURCE} hints ({len(hints.hints)})"
+            )
+        if hints.no_preference:
+            if hints.hints:
+                raise InvalidArgumentError(
+                    f"{where}: no_preference is set but {len(hints.hints)} hints are given; "
+                    "send either (no_preference is the kubelet's nil list)"
+                )
+            out[resource] = None
+            continue
+        out[resource] = [
+            affinity_from_proto(h, machine, f"{where}.hints[{j}]")
+            for j, h in enumerate(hints.hints)
+        ]
+    return out

@@ -46,6 +46,8 @@ class Flag:
     kind: str = "str"  # str | int | float | bool | list | address
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
+    minimum: int = 1
+    """For ``int`` flags: the smallest value accepted."""
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -279,6 +281,17 @@ FLAGS: tuple[Flag, ...] = (
         metavar="N",
     ),
     Flag(
+        "--max-topology-hints",
+        "limits.max_topology_hints",
+        "hints per resource GetTopologyHints lists before it counts the rest (at least 255, "
+        "every mask of 8 nodes; every preferred hint is listed too, up to 65536); admission "
+        "always considers every hint",
+        "4096",
+        kind="int",
+        metavar="N",
+        minimum=255,
+    ),
+    Flag(
         "--max-message-bytes",
         "limits.max_message_bytes",
         "maximum gRPC message size",
@@ -340,7 +353,10 @@ def _convert(f: Flag, raw: Any, where: str) -> Any:
     if f.attr == "topology_manager_policy_options":
         return parse_key_values(raw, where)
     if f.kind == "int":
-        return _positive_int(raw, where, port=f.attr.endswith("_port"))
+        value = _positive_int(raw, where, port=f.attr.endswith("_port"))
+        if value < f.minimum:
+            raise ConfigError(f"{where}: must be at least {f.minimum}, got {value}")
+        return value
     if f.kind == "address":
         return _ip_address(raw, where)
     if f.kind == "float":

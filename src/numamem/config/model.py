@@ -57,6 +57,7 @@ class Limits:
     max_containers_per_pod: int = 256
     max_metacache_entries: int = 100000
     max_concurrent_rpcs: int = 128
+    max_topology_hints: int = 4096
     max_message_bytes: int = 4 * 1024 * 1024
 
 

@@ -133,6 +133,8 @@ class ContainerExplanation:
     hints: ProviderHints
     merged: TopologyHint
     admitted: bool
+    others: list[tuple[str, ProviderHints]] = field(default_factory=list)
+    """The other providers' answers (name, hints) for this step; empty when it did not merge."""
 
 
 @dataclass
@@ -398,10 +400,12 @@ class Manager:
         self._settle_stale_state()
         return self.policy.get_pod_topology_hints(self._state, pod)
 
-    def admit(self, pod: Pod) -> AdmitOutcome:
+    def admit(self, pod: Pod, others: Sequence[admission.GivenHints] = ()) -> AdmitOutcome:
         """Topology-manager admission of the whole pod, all-or-nothing in one write.
 
-        A rejected pod (TopologyAffinityError, or a provider's Allocate error as
+        ``others`` are other providers' hints, merged after the memory manager's
+        (the merge does not depend on the order). A rejected pod
+        (TopologyAffinityError, or a provider's Allocate error as
         UnexpectedAdmissionError) leaves no allocation behind; the kubelet would
         keep the containers allocated before the failing one.
         """
@@ -415,7 +419,7 @@ class Manager:
                 with self._transaction() as (work, _):
                     provider = _TransactionProvider(self.policy, work)
                     outcome.result = admission.admit(
-                        pod, self._topology_policy, self._topology_scope, [provider]
+                        pod, self._topology_policy, self._topology_scope, [provider, *others]
                     )
                     if not outcome.result.admitted:
                         raise _Rejected
@@ -425,7 +429,7 @@ class Manager:
                 outcome.blocks[ctr.name] = self._state.get_memory_blocks(pod.uid, ctr.name) or []
             return outcome
 
-    def explain(self, pod: Pod) -> Explanation:
+    def explain(self, pod: Pod, others: Sequence[admission.GivenHints] = ()) -> Explanation:
         """What :meth:`admit` would decide now, and why; changes nothing, takes no lock.
 
         Admission runs on a fork of the committed state that is always dropped,
@@ -437,21 +441,26 @@ class Manager:
             raise AllocationError("explain needs a topology manager policy")
         work = self._state.fork()
         provider = _ExplainingProvider(self.policy, work)
-        result = admission.admit(pod, self._topology_policy, self._topology_scope, [provider])
+        result = admission.admit(
+            pod, self._topology_policy, self._topology_scope, [provider, *others]
+        )
         outcome = AdmitOutcome(result)
         if result.admitted:
             for ctr in pod.all_containers():
                 outcome.blocks[ctr.name] = work.get_memory_blocks(pod.uid, ctr.name) or []
-        containers = [
-            ContainerExplanation(
-                name,
-                explanation,
-                (result.hints.get(name) or [None])[0],
-                result.merged.get(name, NO_AFFINITY),
-                result.admitted if name == "" else name in provider.allocated,
+        containers = []
+        for name, explanation in provider.explanations.items():
+            answers = result.hints.get(name) or [None]  # no entry: allocated without a merge
+            containers.append(
+                ContainerExplanation(
+                    name,
+                    explanation,
+                    answers[0],
+                    result.merged.get(name, NO_AFFINITY),
+                    result.admitted if name == "" else name in provider.allocated,
+                    [(o.provider, a) for o, a in zip(others, answers[1:], strict=False)],
+                )
             )
-            for name, explanation in provider.explanations.items()
-        ]
         return Explanation(self._topology_policy.name, self._topology_scope, outcome, containers)
 
     # --- readers: the committed state, no lock ------------------------------------
@@ -481,13 +490,18 @@ def new_policy(
     machine: Machine,
     node_allocatable: Mapping[str, Quantity],
     reserved_memory: Sequence[ReservedMemory],
+    numa_nodes: Sequence[int] | None = None,
 ) -> Policy:
-    """``NewManager``'s policy selection: ``None`` or ``Static`` (case-sensitive)."""
+    """``NewManager``'s policy selection: ``None`` or ``Static`` (case-sensitive).
+
+    ``numa_nodes`` limits the Static policy's hints and allocations (the CPU nodes, under
+    ``restrict-to-cpu-numa-nodes``); None is every node.
+    """
     if name == NonePolicy.name:
         return NonePolicy()
     if name == StaticPolicy.name:
         reserved = get_system_reserved_memory(machine, node_allocatable, reserved_memory)
-        return StaticPolicy(machine, reserved)
+        return StaticPolicy(machine, reserved, numa_nodes)
     if name == "BestEffort":
         raise ConfigError(f'policy "{name}" is not available for platform "linux"')
     raise ConfigError(f'unknown policy: "{name}"')

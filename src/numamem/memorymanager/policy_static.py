@@ -2,18 +2,25 @@
 
 Guaranteed pods get their memory and hugepages pinned to NUMA nodes:
 
-* hints enumerate every NUMA mask (smallest first); a mask qualifies when its
-  summed allocatable fits the request, its nodes obey the multi-NUMA group
-  rules, and its summed free memory (plus this pod's reusable init-container
-  memory for exactly that mask) fits; "preferred" means the minimal number of
-  nodes whose *allocatable* could hold the request;
+* hints are the NUMA masks whose summed allocatable fits the request, whose
+  nodes obey the multi-NUMA group rules, and whose summed free memory (plus
+  this pod's reusable init-container memory for exactly that mask) fits;
+  "preferred" means the minimal number of nodes whose *allocatable* could hold
+  the request. They are kubelet's hints in kubelet's order, given by rule
+  (:class:`~numamem.memorymanager.hints.HintSpace`) rather than by visiting
+  all 2^n masks, so hints and admission stay fast on large machines;
 * Allocate takes the topology manager's affinity (or the default hint),
   extends an insufficient affinity to the narrowest superset, checks the group
-  rule and reserves each memory type lowest node first;
+  rule and reserves each memory type lowest node first
+  (:mod:`~numamem.memorymanager.arithmetic`);
 * init containers' memory is reused by later containers of the same pod and
   their stored blocks shrink accordingly (sidecars are never reused);
 * Start validates a restored state by replaying every block on the default
   machine state and comparing group sums.
+
+Hints are made of the machine state's nodes, as in the kubelet, or only of
+``numa_nodes`` (the CPU nodes, under the topology manager's
+``restrict-to-cpu-numa-nodes``); the machine state still covers every node.
 
 Deliberate deviations from upstream (each raises a clear error or behaves
 sanely where Go would panic or wrap around; all are unreachable on machines
@@ -23,7 +30,7 @@ and states the kubelet itself handles):
   (:class:`~numamem.errors.ReservedMemoryError`), not a uint64 wrap-around;
 * a memory type missing from some node's memory map (e.g. a memory-only node
   without hugepage directories) counts as 0 there, and masks including such a
-  node are not offered for that type; Go dereferences a nil table (panic);
+  node are not offered; Go dereferences a nil table (panic);
 * a requested type that no node has is an
   :class:`~numamem.errors.UnsupportedResourceError`;
 * negative requests are refused instead of wrapped to huge uint64 values;
@@ -47,66 +54,36 @@ from numamem.errors import (
     StateMismatchError,
     UnsupportedResourceError,
 )
+from numamem.memorymanager.arithmetic import (
+    affinity_satisfies,
+    default_machine_state,
+    machine_states_equal,
+    node_state,
+    release_memory,
+    replay_assignments,
+    update_machine_state,
+    violates_numa_allocations,
+)
+from numamem.memorymanager.explain import mask_verdicts
+from numamem.memorymanager.hints import HintSpace
 from numamem.memorymanager.policy import HintExplanation, MaskVerdict
+from numamem.memorymanager.requests import (
+    Requested,
+    container_requested_resources,
+    pod_requested_resources,
+)
 from numamem.memorymanager.reserved import SystemReservedMemory
 from numamem.memorymanager.state import ReuseTable, State, StateReader
-from numamem.memtypes import (
-    MEMORY,
-    Block,
-    MachineState,
-    MemoryTable,
-    NUMANodeState,
-    is_memory_resource,
-)
+from numamem.memtypes import MEMORY, Block, MachineState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
-from numamem.quantity import Quantity, format_bytes
+from numamem.quantity import format_bytes
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.policy import TopologyHint
 
 POLICY_NAME = "Static"
 
-Requested = dict[str, int]
-Hints = dict[str, list[TopologyHint]]
-
-
-def container_requested_resources(container: Container) -> Requested:
-    """``getRequestedResources``: memory and hugepages requests in bytes, zeros kept."""
-    result: Requested = {}
-    for name, q in container.requests.items():
-        if not is_memory_resource(name):
-            continue
-        result[name] = _bytes(q)
-    return result
-
-
-def _bytes(q: Quantity) -> int:
-    if q.value.denominator != 1 or not (-(1 << 63) <= q.value < (1 << 63)):
-        raise AllocationError("[memorymanager] failed to represent quantity as int64")
-    if q.value < 0:
-        raise AllocationError(f"[memorymanager] a memory request may not be negative, got {q}")
-    return int(q.value)
-
-
-def pod_requested_resources(pod: Pod) -> Requested:
-    """``getPodRequestedResources`` with the sidecar rules of KEP-753.
-
-    A type requested only by init containers is dropped (upstream quirk 6).
-    """
-    init_max: Requested = {}
-    sidecar_sum: Requested = {}
-    for ctr in pod.init_containers:
-        for name, size in container_requested_resources(ctr).items():
-            init_max.setdefault(name, 0)
-            if ctr.restartable:
-                sidecar_sum[name] = sidecar_sum.get(name, 0) + size
-            elif sidecar_sum.get(name, 0) + size > init_max[name]:
-                init_max[name] = sidecar_sum.get(name, 0) + size
-    app: Requested = {}
-    for ctr in pod.containers:
-        for name, size in container_requested_resources(ctr).items():
-            app[name] = app.get(name, 0) + size
-    return {name: max(app[name] + sidecar_sum.get(name, 0), init_max.get(name, 0)) for name in app}
+Hints = dict[str, list[TopologyHint] | HintSpace]
 
 
 def _resource_order(name: str) -> tuple[bool, str]:
@@ -114,33 +91,17 @@ def _resource_order(name: str) -> tuple[bool, str]:
     return (name != MEMORY, name)
 
 
-MAX_EXPLAINED_MASKS = 256
-"""Explain lists the first masks (smallest first) and counts the rest: a 16-node machine has
-65,535 masks, far more than anyone reads or a gRPC message holds."""
-
-
-class _Verdicts:
-    """The (mask, reason) pairs an explanation keeps, and how many it left out."""
-
-    def __init__(self, limit: int) -> None:
-        self.items: list[tuple[int, str]] = []
-        self.limit = limit
-        self.omitted = 0
-
-    def room(self) -> bool:
-        """True when one more verdict is kept; otherwise counts it as omitted."""
-        if len(self.items) < self.limit:
-            return True
-        self.omitted += 1
-        return False
-
-
 class StaticPolicy:
-    """The Static policy. Not thread-safe; the manager serialises calls."""
+    """The Static policy. Keeps no state between calls: safe for concurrent readers."""
 
     name = POLICY_NAME
 
-    def __init__(self, machine: Machine, system_reserved: SystemReservedMemory) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        system_reserved: SystemReservedMemory,
+        numa_nodes: Sequence[int] | None = None,
+    ) -> None:
         """``NewPolicyStatic``: the reserved ``memory`` summed over nodes must be > 0."""
         if sum(node.get(MEMORY, 0) for node in system_reserved.values()) <= 0:
             raise ReservedMemoryError(
@@ -148,6 +109,8 @@ class StaticPolicy:
             )
         self.machine = machine
         self.system_reserved = system_reserved
+        self.numa_nodes = None if numa_nodes is None else tuple(sorted(numa_nodes))
+        """The nodes hints and allocations may use; None: every node of the machine state."""
 
     def can_allocate_exclusively(self) -> bool:
         return True
@@ -155,34 +118,7 @@ class StaticPolicy:
     # --- default machine state and validation ----------------------------
 
     def default_machine_state(self) -> MachineState:
-        """``getDefaultMachineState``; refuses reservations larger than a node's memory."""
-        state: MachineState = {}
-        for node in self.machine.nodes:
-            reserved = self.system_reserved.get(node.id, {})
-            memory_map: dict[str, MemoryTable] = {}
-            hugepages_total = 0
-            for pool in node.hugepages:
-                name = pool.resource_name
-                sr = reserved.get(name, 0)
-                total = pool.total_bytes
-                if sr > total:
-                    raise ReservedMemoryError(
-                        f"[memorymanager] NUMA node {node.id}: reserved {name} ({sr} bytes) exceeds the "
-                        f"node's {name} total ({total} bytes); fix reservedMemory or the hugepage count"
-                    )
-                memory_map[name] = MemoryTable(total, sr, total - sr, 0, total - sr)
-                hugepages_total += total
-            sr = reserved.get(MEMORY, 0)
-            allocatable = node.memory_bytes - sr - hugepages_total
-            if allocatable < 0:
-                raise ReservedMemoryError(
-                    f"[memorymanager] NUMA node {node.id}: reserved memory ({sr} bytes) plus hugepages "
-                    f"({hugepages_total} bytes) exceed the node's MemTotal ({node.memory_bytes} bytes); "
-                    "fix reservedMemory or the hugepage count"
-                )
-            memory_map[MEMORY] = MemoryTable(node.memory_bytes, sr, allocatable, 0, allocatable)
-            state[node.id] = NUMANodeState(0, memory_map, [node.id])
-        return state
+        return default_machine_state(self.machine, self.system_reserved)
 
     def start(self, state: State) -> None:
         """``validateState``: default state for an empty one; else replay and compare."""
@@ -196,32 +132,22 @@ class StaticPolicy:
             state.set_machine_state(self.default_machine_state())
             return
         expected = self.default_machine_state()
-        for pod_uid, containers in assignments.items():
-            for container_name, blocks in containers.items():
-                for block in blocks:
-                    remaining = block.size
-                    for node_id in block.numa_affinity or ():
-                        node = expected.get(node_id)
-                        if node is None:
-                            raise StateMismatchError(
-                                f"[memorymanager] (pod: {pod_uid}, container: {container_name}) the memory "
-                                "assignment uses the NUMA that does not exist"
-                            )
-                        node.number_of_assignments += 1
-                        node.cells = list(block.numa_affinity or ())
-                        table = (node.memory_map or {}).get(block.type)
-                        if table is None:
-                            raise StateMismatchError(
-                                f"[memorymanager] (pod: {pod_uid}, container: {container_name}) the memory "
-                                "assignment uses memory resource that does not exist"
-                            )
-                        remaining = _reserve_on(table, remaining)
+        replay_assignments(expected, assignments)
         if not machine_states_equal(machine_state, expected):
             raise StateMismatchError(
                 "[memorymanager] the expected machine state is different from the real one"
             )
 
     # --- hints -------------------------------------------------------------
+
+    def hint_space(
+        self,
+        machine_state: MachineState,
+        requested: Mapping[str, int],
+        reuse: Mapping[int, Mapping[str, int]],
+    ) -> HintSpace:
+        nodes = sorted(machine_state) if self.numa_nodes is None else self.numa_nodes
+        return HintSpace(machine_state, requested, reuse, nodes)
 
     def get_topology_hints(
         self, state: StateReader, pod: Pod, container: Container
@@ -241,6 +167,19 @@ class StaticPolicy:
         return self.calculate_hints(
             state.get_machine_state(), requested, state.get_reusable_memory(pod.uid)
         )
+
+    def calculate_hints(
+        self,
+        machine_state: MachineState,
+        requested: Mapping[str, int],
+        reuse: Mapping[int, Mapping[str, int]],
+    ) -> Hints:
+        """``calculateHints``: the same hints for every requested type; ``{}`` when no mask
+        qualifies (which the topology manager reads as "no preference", as in the kubelet)."""
+        space = self.hint_space(machine_state, requested, reuse)
+        if space.is_empty():
+            return {}
+        return dict.fromkeys(requested, space)
 
     def _hint_source(
         self, state: StateReader, pod: Pod, container: Container | None
@@ -277,7 +216,7 @@ class StaticPolicy:
         requested, blocks, owner = source
         if blocks is not None:
             if regenerate_hints(blocks, requested) is None:
-                stored = ", ".join(f"{b.type} {_q(b.size)}" for b in blocks)
+                stored = ", ".join(f"{b.type} {format_bytes(b.size)}" for b in blocks)
                 note = (
                     f"container {owner!r} already holds {stored}, which does not match the request; "
                     "no preference"
@@ -289,135 +228,24 @@ class StaticPolicy:
             else:
                 note = f"container {owner!r} is already allocated; the hints repeat its affinity"
             return HintExplanation(dict(requested), note=note)
-        verdicts = _Verdicts(MAX_EXPLAINED_MASKS)
-        _, min_affinity_size = self._scan_masks(
-            state.get_machine_state(), requested, state.get_reusable_memory(pod.uid), verdicts
+        space = self.hint_space(
+            state.get_machine_state(), requested, state.get_reusable_memory(pod.uid)
         )
+        verdicts, omitted = mask_verdicts(space)
+        minimum = space.min_affinity_size
         return HintExplanation(
             dict(requested),
             [
                 MaskVerdict(
                     tuple(bitmask.get_bits(mask)),
                     offered=not reason,
-                    preferred=not reason and mask.bit_count() == min_affinity_size,
+                    preferred=not reason and mask.bit_count() == minimum,
                     reason=reason,
                 )
-                for mask, reason in verdicts.items
+                for mask, reason in verdicts
             ],
-            omitted_masks=verdicts.omitted,
+            omitted_masks=omitted,
         )
-
-    def calculate_hints(
-        self,
-        machine_state: MachineState,
-        requested: Mapping[str, int],
-        reuse: Mapping[int, Mapping[str, int]],
-    ) -> Hints:
-        """``calculateHints``: see the module docstring; ``{}`` when no mask qualifies.
-
-        ``reuse`` is the pod's reusable init-container memory per mask.
-        """
-        masks, min_affinity_size = self._scan_masks(machine_state, requested, reuse, None)
-        hints: Hints = {}
-        if masks:
-            shared = [TopologyHint(m, m.bit_count() == min_affinity_size) for m in masks]
-            for name in requested:  # the hints are immutable; each type gets its own list
-                hints[name] = list(shared)
-        return hints
-
-    def _scan_masks(
-        self,
-        machine_state: MachineState,
-        requested: Mapping[str, int],
-        reuse: Mapping[int, Mapping[str, int]],
-        verdicts: _Verdicts | None,
-    ) -> tuple[list[int], int]:
-        """The qualifying masks (smallest first) and the preferred mask size.
-
-        With ``verdicts``, records (mask, why it does not qualify or "") for the
-        first masks and counts the rest; reasons are only formatted then, so
-        hinting stays lean.
-        """
-        nodes = sorted(machine_state)
-        min_affinity_size = len(nodes)
-        states = {n: _node(machine_state, n) for n in nodes}
-        tables = {n: states[n].memory_map or {} for n in nodes}
-        # Per requested type: node -> allocatable and node -> free, for the nodes that have it.
-        per_type: list[tuple[str, int, dict[int, int], dict[int, int], bool]] = []
-        for name, size in requested.items():
-            present = {n: t for n in nodes if (t := tables[n].get(name)) is not None}
-            per_type.append(
-                (
-                    name,
-                    size,
-                    {n: t.allocatable for n, t in present.items()},
-                    {n: t.free for n, t in present.items()},
-                    len(present) == len(nodes),
-                )
-            )
-        group_of = {n: tuple(sorted(states[n].cells or ())) for n in nodes}
-        in_use = {n for n in nodes if states[n].number_of_assignments > 0}
-        masks: list[int] = []
-        for mask, bits in bitmask.iterate_masks_with_bits(nodes):
-            missing: int | None = None
-            short: str | None = None
-            for name, size, allocatable, _, everywhere in per_type:
-                if not everywhere:
-                    # A node without this memory type can never hold a block of it
-                    # (kubelet would dereference a nil table here).
-                    missing = next((n for n in bits if n not in allocatable), None)
-                if missing is not None or sum(map(allocatable.__getitem__, bits)) < size:
-                    short = name
-                    break
-            if short is not None:
-                if verdicts is not None and verdicts.room():
-                    verdicts.items.append(
-                        (mask, _why_not_allocatable(tables, bits, short, requested, missing))
-                    )
-                continue
-            min_affinity_size = min(min_affinity_size, len(bits))
-            if len(bits) == 1:
-                if len(group_of[bits[0]]) > 1:
-                    if verdicts is not None and verdicts.room():
-                        verdicts.items.append(
-                            (
-                                mask,
-                                f"node {bits[0]} belongs to the multi-NUMA group {list(group_of[bits[0]])}",
-                            )
-                        )
-                    continue
-            elif in_use:
-                # A multi-node mask may use a node only if it is unused or already in exactly this group.
-                conflict = next(
-                    (
-                        n
-                        for n in bits
-                        if n in in_use and (len(group_of[n]) == 1 or group_of[n] != bits)
-                    ),
-                    None,
-                )
-                if conflict is not None:
-                    if verdicts is not None and verdicts.room():
-                        verdicts.items.append((mask, _why_group_conflict(machine_state, conflict)))
-                    continue
-            reusable_here = reuse.get(mask, {})
-            for name, size, _, free_of, _ in per_type:
-                free = sum(map(free_of.__getitem__, bits))
-                reusable = reusable_here.get(name, 0)
-                if free + reusable < size:
-                    if verdicts is not None and verdicts.room():
-                        extra = (
-                            f" + {_q(reusable)} reusable from init containers" if reusable else ""
-                        )
-                        verdicts.items.append(
-                            (mask, f"{name}: {_q(free)} free{extra} < {_q(size)} requested")
-                        )
-                    break
-            else:
-                masks.append(mask)
-                if verdicts is not None and verdicts.room():
-                    verdicts.items.append((mask, ""))
-        return masks, min_affinity_size
 
     # --- allocate ------------------------------------------------------------
 
@@ -436,32 +264,42 @@ class StaticPolicy:
         machine_state = state.get_machine_state()
         reuse_table = state.get_reusable_memory(pod.uid)
         self._check_types_exist(machine_state, requested)
+        space = self.hint_space(machine_state, requested, reuse_table)
         best = affinity
         if affinity.affinity is None:
-            hints = self.calculate_hints(machine_state, requested, reuse_table)
-            if not hints:
+            if space.is_empty():
                 raise AllocationError(
                     "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough "
                     "memory is available"
                 )
-            default = find_best_hint(hints.get(MEMORY, []))
+            # The hints of every type are the same; the kubelet looks at those of memory.
+            default = (space.best() if MEMORY in requested else None) or TopologyHint(None, False)
             if not default.preferred and affinity.preferred:
                 raise AllocationError("[memorymanager] failed to find the default preferred hint")
             best = default
         mask = best.affinity
-        if mask is None or not _affinity_satisfies(machine_state, mask, requested):
-            extended = self._extend_hint(machine_state, requested, reuse_table, mask or 0)
+        if mask is None or not affinity_satisfies(machine_state, mask, requested):
+            extended = space.best_superset(mask or 0) if MEMORY in requested else None
+            if extended is None:
+                raise AllocationError(
+                    "[memorymanager] failed to find NUMA nodes to extend the current topology hint"
+                )
             if not extended.preferred and best.preferred:
                 raise AllocationError("[memorymanager] failed to find the extended preferred hint")
             best = extended
             mask = extended.affinity
-        if mask is None or _violates_numa_allocations(machine_state, mask):
+        if mask is None or violates_numa_allocations(machine_state, mask):
             raise AllocationError("[memorymanager] preferred hint violates NUMA node allocation")
         bits = bitmask.get_bits(mask)
         for node_id in bits:
             if machine_state.get(node_id) is None:
                 raise AllocationError(
                     f"[memorymanager] NUMA node {node_id} of the affinity does not exist"
+                )
+            if self.numa_nodes is not None and node_id not in self.numa_nodes:
+                raise AllocationError(
+                    f"[memorymanager] NUMA node {node_id} has no CPUs, and "
+                    "restrict-to-cpu-numa-nodes keeps it out of allocations"
                 )
         self._check_types_on_nodes(machine_state, bits, requested)
         reuse = reuse_table.get(mask, {})
@@ -482,36 +320,22 @@ class StaticPolicy:
         }
         for name in sorted(requested):
             if name not in known:
-                raise_unsupported(name)
+                raise UnsupportedResourceError(
+                    f"[memorymanager] resource {name!r} is not available on this machine"
+                )
 
     def _check_types_on_nodes(
         self, machine_state: MachineState, bits: Sequence[int], requested: Mapping[str, int]
     ) -> None:
         """Every node of the affinity must have every requested type (else restart would fail)."""
         for node_id in bits:
-            memory_map = _node(machine_state, node_id).memory_map or {}
+            memory_map = node_state(machine_state, node_id).memory_map or {}
             for name in requested:
                 if name not in memory_map:
                     raise AllocationError(
                         f"[memorymanager] NUMA node {node_id} has no {name}; it cannot be part of an "
                         f"allocation of {name}"
                     )
-
-    def _extend_hint(
-        self,
-        machine_state: MachineState,
-        requested: Mapping[str, int],
-        reuse: Mapping[int, Mapping[str, int]],
-        mask: int,
-    ) -> TopologyHint:
-        """``extendTopologyManagerHint``: the best qualifying memory hint that contains ``mask``."""
-        hints = self.calculate_hints(machine_state, requested, reuse)
-        supersets = [h for h in hints.get(MEMORY, []) if bitmask.is_subset(mask, h.affinity or 0)]
-        if not supersets:
-            raise AllocationError(
-                "[memorymanager] failed to find NUMA nodes to extend the current topology hint"
-            )
-        return find_best_hint(supersets)
 
     # --- init container reuse ---------------------------------------------
 
@@ -586,92 +410,8 @@ def _update_reusable(state: State, pod: Pod, container: Container, blocks: Seque
     state.set_reusable_memory(pod.uid, table)
 
 
-def raise_unsupported(name: str) -> None:
-    raise UnsupportedResourceError(
-        f"[memorymanager] resource {name!r} is not available on this machine"
-    )
-
-
-def _node(machine_state: MachineState, node_id: int) -> NUMANodeState:
-    node = machine_state.get(node_id)
-    if node is None:
-        raise StateMismatchError(f"[memorymanager] NUMA node {node_id} has no state")
-    return node
-
-
-def _group_conflict(machine_state: MachineState, bits: Sequence[int]) -> int | None:
-    """The first node a multi-node mask may not use, or None.
-
-    A multi-node mask may use a node only if it is unused or already in exactly this group.
-    """
-    for n in bits:
-        node = _node(machine_state, n)
-        if node.number_of_assignments > 0:
-            cells = node.cells or []
-            if len(cells) == 1 or sorted(cells) != list(bits):
-                return n
-    return None
-
-
-def _why_group_conflict(machine_state: MachineState, node_id: int) -> str:
-    cells = sorted(_node(machine_state, node_id).cells or [])
-    if len(cells) == 1:
-        return f"node {node_id} already holds single-NUMA allocations"
-    return f"node {node_id} belongs to the multi-NUMA group {cells}"
-
-
-def _why_not_allocatable(
-    tables: Mapping[int, Mapping[str, MemoryTable]],
-    bits: Sequence[int],
-    name: str,
-    requested: Mapping[str, int],
-    missing: int | None,
-) -> str:
-    if missing is not None:
-        return f"node {missing} has no {name}"
-    allocatable = sum(tables[n][name].allocatable for n in bits)
-    return f"{name}: {_q(allocatable)} allocatable < {_q(requested[name])} requested"
-
-
-def _q(size: int) -> str:
-    """Bytes as in every numamem message, e.g. ``10Gi`` or ``4.59Gi``."""
-    return format_bytes(size)
-
-
-def _violates_numa_allocations(machine_state: MachineState, mask: int) -> bool:
-    """``isAffinityViolatingNUMAAllocations``, with upstream quirk 2 fixed.
-
-    Upstream never rejects a single-node mask, so a node already in a multi-NUMA
-    group can get a single-node block too ("joint groups", #113035): groups
-    overlap and their sums stop meaning anything. numamem rejects it; such masks
-    come from a topology-manager affinity (pod scope with init containers, or a
-    merge with other providers), never from the policy's own hints.
-    """
-    bits = bitmask.get_bits(mask)
-    if len(bits) == 1:
-        node = _node(machine_state, bits[0])
-        return node.number_of_assignments > 0 and len(node.cells or ()) > 1
-    return _group_conflict(machine_state, bits) is not None
-
-
-def _affinity_satisfies(
-    machine_state: MachineState, mask: int, requested: Mapping[str, int]
-) -> bool:
-    """``isAffinitySatisfyRequest``: free memory only (reusable init memory is not counted)."""
-    bits = bitmask.get_bits(mask)
-    for name, size in requested.items():
-        free = 0
-        for n in bits:
-            node = machine_state.get(n)
-            table = None if node is None else (node.memory_map or {}).get(name)
-            free += 0 if table is None else table.free
-        if free < size:
-            return False
-    return True
-
-
 def find_best_hint(hints: Sequence[TopologyHint]) -> TopologyHint:
-    """``findBestHint``: preferred first, then the narrowest mask."""
+    """``findBestHint`` over a list: preferred first, then the narrowest mask."""
     best = TopologyHint(None, False)
     for hint in hints:
         if (
@@ -688,7 +428,7 @@ def find_best_hint(hints: Sequence[TopologyHint]) -> TopologyHint:
 
 def regenerate_hints(blocks: Sequence[Block], requested: Mapping[str, int]) -> Hints | None:
     """``regenerateHints``: the stored affinity as preferred hints, or None on any mismatch."""
-    hints: Hints = {name: [] for name in requested}
+    hints: dict[str, list[TopologyHint]] = {name: [] for name in requested}
     if len(blocks) != len(requested):
         return None
     for block in blocks:
@@ -699,95 +439,4 @@ def regenerate_hints(blocks: Sequence[Block], requested: Mapping[str, int]) -> H
         except InvalidArgumentError:
             return None
         hints[block.type].append(TopologyHint(mask, True))
-    return hints
-
-
-def _reserve_on(table: MemoryTable, size: int) -> int:
-    """Take up to ``size`` from one node's table; returns what is left to place."""
-    if size == 0 or table.free <= 0:
-        return size
-    if table.free >= size:
-        table.reserved += size
-        table.free -= size
-        return 0
-    size -= table.free
-    table.reserved += table.free
-    table.free = 0
-    return size
-
-
-def update_machine_state(
-    machine_state: MachineState, bits: Sequence[int], name: str, size: int
-) -> None:
-    """``updateMachineState``: count the block on every node, set the group, fill lowest node first."""
-    for node_id in bits:
-        node = _node(machine_state, node_id)
-        node.number_of_assignments += 1
-        node.cells = list(bits)
-        table = (node.memory_map or {}).get(name)
-        if table is not None:
-            size = _reserve_on(table, size)
-
-
-def release_memory(machine_state: MachineState, blocks: Sequence[Block]) -> None:
-    """The release half of ``RemoveContainer``: lowest node first; dissolved nodes get cells=[self]."""
-    for block in blocks:
-        size = block.size
-        for node_id in block.numa_affinity or ():
-            node = _node(machine_state, node_id)
-            node.number_of_assignments -= 1
-            if node.number_of_assignments == 0:
-                node.cells = [node_id]
-            if size == 0:
-                continue
-            table = (node.memory_map or {}).get(block.type)
-            if table is None or table.reserved == 0:
-                continue
-            if table.reserved < size:
-                size -= table.reserved
-                table.free += table.reserved
-                table.reserved = 0
-                continue
-            table.free += size
-            table.reserved -= size
-            size = 0
-
-
-def machine_states_equal(actual: MachineState, expected: MachineState) -> bool:
-    """``areMachineStatesEqual``: structure and totals exactly; free/reserved as group sums."""
-    if set(actual) != set(expected):
-        return False
-    for node_id, a in actual.items():
-        e = expected[node_id]
-        if a is None or e is None:
-            if a is not e:
-                return False
-            continue
-        if a.number_of_assignments != e.number_of_assignments:
-            return False
-        if sorted(a.cells or []) != sorted(e.cells or []):
-            return False
-        a_map, e_map = a.memory_map or {}, e.memory_map or {}
-        if set(a_map) != set(e_map):
-            return False
-        for name, at in a_map.items():
-            et = e_map[name]
-            if (at.total, at.system_reserved, at.allocatable) != (
-                et.total,
-                et.system_reserved,
-                et.allocatable,
-            ):
-                return False
-            sums = [0, 0, 0, 0]
-            for cell in a.cells or []:
-                # A group member without this type contributes nothing (Go would
-                # dereference a nil table; see the module docstring).
-                for offset, ms in ((0, actual), (2, expected)):
-                    cell_node = ms.get(cell)
-                    table = None if cell_node is None else (cell_node.memory_map or {}).get(name)
-                    if table is not None:
-                        sums[offset] += table.free
-                        sums[offset + 1] += table.reserved
-            if sums[0] != sums[2] or sums[1] != sums[3]:
-                return False
-    return True
+    return dict(hints)

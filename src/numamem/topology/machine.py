@@ -98,10 +98,14 @@ class Machine:
     def memory_capacity_bytes(self) -> int:
         return self.memory_capacity if self.memory_capacity is not None else self.total_memory_bytes
 
+    @cached_property
+    def _position(self) -> dict[int, int]:
+        return {n.id: i for i, n in enumerate(self.nodes)}
+
     def distance(self, a: int, b: int) -> int | None:
         """Distance from node ``a`` to ``b`` (by position in the distance row), or None."""
         row = self.node(a).distances
-        index = self.node_ids.index(b)
+        index = self._position[b]
         return row[index] if index < len(row) else None
 
     @cached_property

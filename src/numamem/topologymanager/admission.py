@@ -12,7 +12,7 @@ to a transaction and discards it when :attr:`AdmitResult.admitted` is false.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,6 +41,31 @@ class HintProvider(Protocol):
 
     def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
         """Allocate for one container; raise a NumamemError to reject the pod."""
+
+
+@dataclass(frozen=True)
+class GivenHints:
+    """Another provider's hints, handed in with the admission request (a CPU manager, a device
+    manager, a DRA driver running outside numamem).
+
+    It takes part in the merge as the kubelet's providers do; its ``allocate`` does nothing:
+    the provider allocates its own resources once the pod is admitted. Read-only.
+    """
+
+    provider: str
+    containers: Mapping[str, ProviderHints] = field(default_factory=dict)
+    """Container scope: the answer per container name (missing = no preference)."""
+    pod: ProviderHints = None
+    """Pod scope: the answer for the pod."""
+
+    def get_topology_hints(self, pod: Pod, container: Container) -> ProviderHints:
+        return self.containers.get(container.name)
+
+    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
+        return self.pod
+
+    def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
+        return None
 
 
 @dataclass

@@ -1,8 +1,13 @@
-"""NUMA node bitmasks as plain ints (kubelet ``bitmask.BitMask``, 64 bits).
+"""NUMA node sets as plain ints (kubelet ``bitmask.BitMask``).
 
-A mask is an ``int`` whose bit *n* stands for NUMA node *n*. ``None`` is used by
-callers for "no affinity" (Go's nil BitMask); every function here takes real
-masks only.
+A mask is an ``int`` whose bit *n* stands for the NUMA node with id *n*. Node
+ids are the kernel's (sparse: 0, 8, 250, ...); Python ints have no width, so a
+mask represents any id, and comparing masks as integers compares them by node
+ids exactly as the kubelet's 64-bit masks do for ids below 64 (``IsNarrowerThan``,
+the tie-breaks of the merge). What the kubelet's masks really limit, the
+number of nodes, is checked where the topology manager is built
+(``max-allowable-numa-nodes``). ``None`` is used by callers for "no affinity"
+(Go's nil BitMask); every function here takes real masks only.
 """
 
 from __future__ import annotations
@@ -12,15 +17,13 @@ from itertools import combinations
 
 from numamem.errors import InvalidArgumentError
 
-MAX_BIT = 63
-
 
 def new_mask(bits: Iterable[int]) -> int:
-    """``NewBitMask(bits...)``; bits outside 0..63 are an error (kubelet's text)."""
+    """``NewBitMask(bits...)``: the mask of the given node ids (negative ids are an error)."""
     mask = 0
     for bit in bits:
-        if bit < 0 or bit > MAX_BIT:
-            raise InvalidArgumentError("bit number must be in range 0-63")
+        if bit < 0:
+            raise InvalidArgumentError(f"NUMA node id must not be negative, got {bit}")
         mask |= 1 << bit
     return mask
 
@@ -28,12 +31,10 @@ def new_mask(bits: Iterable[int]) -> int:
 def get_bits(mask: int) -> list[int]:
     """``GetBits()``: ascending node ids."""
     bits = []
-    n = 0
     while mask:
-        if mask & 1:
-            bits.append(n)
-        mask >>= 1
-        n += 1
+        low = mask & -mask
+        bits.append(low.bit_length() - 1)
+        mask ^= low
     return bits
 
 
@@ -49,7 +50,7 @@ def iterate_masks_with_bits(bits: Iterable[int]) -> Iterator[tuple[int, tuple[in
     """``IterateBitMasks``: every non-empty subset, by size, then in combination order,
     as (mask, its ascending bits).
 
-    ``bits`` must be ascending, distinct and in 0..63 (node ids of a machine).
+    ``bits`` must be ascending and distinct (node ids of a machine).
     """
     ordered = list(bits)
     weights = [1 << b for b in ordered]

@@ -2,26 +2,33 @@
 
 Follows the kubelet's ``policy.go``/``numa_info.go``/``policy_options.go``:
 providers' hints are filtered (no hints = a preferred any-NUMA hint; an empty
-list = a non-preferred any-NUMA hint), every permutation is merged by AND of
-the affinities (preferred iff all hints are preferred and all non-nil
-affinities are equal), and the best candidate is chosen by ``compare``:
-preferred first, then the narrowest (or closest, with
+list = a non-preferred any-NUMA hint), and the best merged hint is the one
+kubelet's ``HintMerger`` would pick from every permutation (see
+:mod:`numamem.topologymanager.merge` for how it is found without visiting
+them): preferred first, then the narrowest (or closest, with
 ``prefer-closest-numa-nodes``) mask, steering non-preferred results toward the
 largest of the per-resource minimal widths.
 
+``restrict-to-cpu-numa-nodes=true`` (the option proposed upstream in
+kubernetes/kubernetes#138172) makes the topology manager and every provider
+see only the NUMA nodes that have CPUs: the default mask, the node count that
+``max-allowable-numa-nodes`` limits, and the memory manager's hints and
+allocations. Memory-only nodes (GPU memory, CXL expanders) then take no part in
+admission.
+
 Resource lists are visited in resource-name order (Go visits map keys in
-random order; numamem is deterministic).
+random order; the merge's result does not depend on it).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from numamem.errors import ConfigError
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
+from numamem.topologymanager.merge import HintFamily, HintList, by_value, merge
 
 NONE = "none"
 BEST_EFFORT = "best-effort"
@@ -34,7 +41,9 @@ SCOPES = (SCOPE_CONTAINER, SCOPE_POD)
 
 PREFER_CLOSEST_NUMA_NODES = "prefer-closest-numa-nodes"
 MAX_ALLOWABLE_NUMA_NODES = "max-allowable-numa-nodes"
+RESTRICT_TO_CPU_NUMA_NODES = "restrict-to-cpu-numa-nodes"
 DEFAULT_MAX_ALLOWABLE_NUMA_NODES = 8
+MAX_MAX_ALLOWABLE_NUMA_NODES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +61,17 @@ class TopologyHint:
 NO_AFFINITY = TopologyHint(None, False)
 """What ``Store.GetAffinity`` returns when nothing was stored."""
 
-ProviderHints = Mapping[str, Sequence[TopologyHint] | None] | None
+ProviderHints = Mapping[str, Sequence[TopologyHint] | HintFamily | None] | None
 """One provider's answer: None or {} = no preference; a None list = no preference for
-that resource; an empty list = no possible affinity for that resource."""
+that resource; an empty list = no possible affinity for that resource. A list may be a
+:class:`~numamem.topologymanager.merge.HintFamily` (hints given by rule)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyOptions:
     prefer_closest_numa: bool = False
     max_allowable_numa_nodes: int = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
+    restrict_to_cpu_numa_nodes: bool = False
 
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
@@ -70,18 +81,23 @@ _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 def parse_policy_options(options: Mapping[str, str]) -> tuple[PolicyOptions, list[str]]:
     """``NewPolicyOptions``; returns the options and warnings. Errors carry kubelet's texts."""
     prefer = False
+    restrict = False
     max_nodes = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
     warnings = []
     for name, value in options.items():
-        if name == PREFER_CLOSEST_NUMA_NODES:
+        if name in (PREFER_CLOSEST_NUMA_NODES, RESTRICT_TO_CPU_NUMA_NODES):
             if value in _TRUE:
-                prefer = True
+                flag = True
             elif value in _FALSE:
-                prefer = False
+                flag = False
             else:
                 raise ConfigError(
                     f'bad value for option "{name}": strconv.ParseBool: parsing "{value}": invalid syntax'
                 )
+            if name == PREFER_CLOSEST_NUMA_NODES:
+                prefer = flag
+            else:
+                restrict = flag
         elif name == MAX_ALLOWABLE_NUMA_NODES:
             text = value.strip() if value.strip() == value else value
             try:
@@ -97,6 +113,11 @@ def parse_policy_options(options: Mapping[str, str]) -> tuple[PolicyOptions, lis
                 raise ConfigError(
                     f'the minimum value of "{name}" should not be less than {DEFAULT_MAX_ALLOWABLE_NUMA_NODES}'
                 )
+            if parsed > MAX_MAX_ALLOWABLE_NUMA_NODES:
+                raise ConfigError(
+                    f'the maximum value of "{name}" is {MAX_MAX_ALLOWABLE_NUMA_NODES}, got {parsed} '
+                    "(kubelet's masks have 64 bits; numamem admits in bounded time up to 64 nodes)"
+                )
             if parsed > DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
                 warnings.append(
                     f"the value of {name} ({parsed}) is more than the default recommended value "
@@ -105,14 +126,26 @@ def parse_policy_options(options: Mapping[str, str]) -> tuple[PolicyOptions, lis
             max_nodes = parsed
         else:
             raise ConfigError(f'unknown Topology Manager Policy option: "{name}"')
-    return PolicyOptions(prefer, max_nodes), warnings
+    return PolicyOptions(prefer, max_nodes, restrict), warnings
 
 
 class NUMAInfo:
-    """The machine's NUMA node ids and distances, as the merge needs them."""
+    """The NUMA node ids the topology manager works with, and their distances.
+
+    ``nodes`` are every node of the machine, or only those with CPUs under
+    ``restrict-to-cpu-numa-nodes``.
+    """
 
     def __init__(self, machine: Machine, options: PolicyOptions) -> None:
-        self.nodes = list(machine.node_ids)
+        if options.restrict_to_cpu_numa_nodes:
+            self.nodes = [n.id for n in machine.nodes if n.cpus]
+            if not self.nodes:
+                raise ConfigError(
+                    f"{RESTRICT_TO_CPU_NUMA_NODES}=true: no NUMA node of this machine has CPUs "
+                    "(cpulist); drop the option"
+                )
+        else:
+            self.nodes = list(machine.node_ids)
         self.default_mask = bitmask.new_mask(self.nodes)
         self._machine = machine
         if options.prefer_closest_numa and not machine.has_distances:
@@ -131,21 +164,29 @@ class NUMAInfo:
             return m1 if m1 < m2 else m2
         return m1 if d1 < d2 else m2
 
+    def distance(self, a: int, b: int) -> int:
+        """The sysfs distance from node ``a`` to node ``b`` (0 when the kernel reports none)."""
+        return self._machine.distance(a, b) or 0
+
+    def total_distance(self, mask: int) -> int:
+        """The sum of distances over all ordered pairs of the mask's nodes, self-pairs included."""
+        bits = bitmask.get_bits(mask)
+        return sum(self.distance(a, b) for a in bits for b in bits)
+
     def average_distance(self, mask: int) -> float:
         """Mean distance over all ordered pairs of the mask's nodes, self-pairs included."""
-        bits = bitmask.get_bits(mask)
-        if not bits:
-            return 0.0
-        total = 0
-        for a in bits:
-            for b in bits:
-                total += self._machine.distance(a, b) or 0
-        return total / (len(bits) * len(bits))
+        count = mask.bit_count()
+        return self.total_distance(mask) / (count * count) if count else 0.0
+
+    def closest_key(self, mask: int) -> tuple[int, ...]:
+        """The order of :meth:`closest` among masks of one size: distance, then value (for equal
+        sizes, comparing totals is comparing averages)."""
+        return (self.total_distance(mask), mask)
 
 
-def filter_providers_hints(providers_hints: Sequence[ProviderHints]) -> list[list[TopologyHint]]:
+def filter_providers_hints(providers_hints: Sequence[ProviderHints]) -> list[HintList]:
     """``filterProvidersHints``: one hint list per (provider, resource)."""
-    lists: list[list[TopologyHint]] = []
+    lists: list[HintList] = []
     for hints in providers_hints:
         if not hints:
             lists.append([TopologyHint(None, True)])
@@ -154,6 +195,10 @@ def filter_providers_hints(providers_hints: Sequence[ProviderHints]) -> list[lis
             resource_hints = hints[resource]
             if resource_hints is None:
                 lists.append([TopologyHint(None, True)])
+            elif isinstance(resource_hints, HintFamily):
+                lists.append(
+                    [TopologyHint(None, False)] if resource_hints.is_empty() else resource_hints
+                )
             elif len(resource_hints) == 0:
                 lists.append([TopologyHint(None, False)])
             else:
@@ -161,99 +206,20 @@ def filter_providers_hints(providers_hints: Sequence[ProviderHints]) -> list[lis
     return lists
 
 
-def _max_of_min_affinity_counts(lists: Sequence[Sequence[TopologyHint]]) -> int:
-    best = 0
-    for hints in lists:
-        narrowest: int | None = None
-        for hint in hints:
-            if hint.affinity is None:
-                continue
-            if narrowest is None or bitmask.is_narrower_than(hint.affinity, narrowest):
-                narrowest = hint.affinity
-        if narrowest is not None:
-            best = max(best, narrowest.bit_count())
-    return best
-
-
-class HintMerger:
-    """``HintMerger``: picks the best merged hint over all permutations."""
-
-    def __init__(
-        self,
-        info: NUMAInfo,
-        lists: Sequence[Sequence[TopologyHint]],
-        policy_name: str,
-        options: PolicyOptions,
-    ) -> None:
-        self.info = info
-        self.lists = lists
-        self.best_non_preferred = _max_of_min_affinity_counts(lists)
-        self.prefer_closest = policy_name != SINGLE_NUMA_NODE and options.prefer_closest_numa
-
-    def _compare_masks(self, current: _Merged, candidate: _Merged) -> _Merged:
-        if candidate[0] == current[0]:
-            return current
-        if self.prefer_closest:
-            best = self.info.closest(current[0], candidate[0])
-        else:
-            best = self.info.narrowest(current[0], candidate[0])
-        return current if best == current[0] else candidate
-
-    def _compare(self, current: _Merged | None, candidate: _Merged) -> _Merged | None:
-        if candidate[0] == 0:
-            return current
-        if current is None:
-            return candidate
-        if not current[1] and candidate[1]:
-            return candidate
-        if current[1] and not candidate[1]:
-            return current
-        if current[1] and candidate[1]:
-            return self._compare_masks(current, candidate)
-        best = self.best_non_preferred
-        c, d = current[0].bit_count(), candidate[0].bit_count()
-        if c > best:
-            return self._compare_masks(current, candidate)
-        if c == best:
-            return current if d != best else self._compare_masks(current, candidate)
-        if d > best:
-            return current
-        if d == best:
-            return candidate
-        if d > c:
-            return candidate
-        if d < c:
-            return current
-        return self._compare_masks(current, candidate)
-
-    def merge(self) -> TopologyHint:
-        default = self.info.default_mask
-        best: _Merged | None = None
-        for permutation in itertools.product(*self.lists):
-            best = self._compare(best, _merge_permutation(default, permutation))
-        if best is None:
-            return TopologyHint(default, False)
-        return TopologyHint(best[0], best[1])
-
-
-_Merged = tuple[int, bool]
-"""A merged permutation: (affinity mask, preferred)."""
-
-
-def _merge_permutation(default: int, permutation: Sequence[TopologyHint]) -> _Merged:
-    preferred = True
-    merged = default
-    first: int | None = None
-    for hint in permutation:
-        if hint.affinity is not None:
-            if first is None:
-                first = hint.affinity
-            elif hint.affinity != first:
-                preferred = False
-            merged &= hint.affinity
-        if not hint.preferred:
-            preferred = False
-    return merged, preferred
+def single_numa_hints(hints: HintList) -> list[TopologyHint]:
+    """The single-numa-node policy keeps preferred hints of one node (or any node)."""
+    if isinstance(hints, HintFamily):
+        out = []
+        for mask in hints.preferred_by_value():
+            if mask.bit_count() != 1:
+                break  # every preferred hint has the same size
+            out.append(TopologyHint(mask, True))
+        return out
+    return [
+        TopologyHint(h.affinity, True)
+        for h in hints
+        if h.preferred and (h.affinity is None or h.affinity.bit_count() == 1)
+    ]
 
 
 class TopologyPolicy:
@@ -270,15 +236,12 @@ class TopologyPolicy:
             return NO_AFFINITY, True
         lists = filter_providers_hints(providers_hints)
         if self.name == SINGLE_NUMA_NODE:
-            lists = [
-                [
-                    h
-                    for h in hints
-                    if h.preferred and (h.affinity is None or h.affinity.bit_count() == 1)
-                ]
-                for hints in lists
-            ]
-        best = HintMerger(self.info, lists, self.name, self.options).merge()
+            lists = [single_numa_hints(hints) for hints in lists]
+        closest = self.name != SINGLE_NUMA_NODE and self.options.prefer_closest_numa
+        mask, preferred = merge(
+            lists, self.info.default_mask, self.info.closest_key if closest else by_value
+        )
+        best = TopologyHint(mask, preferred)
         if self.name == SINGLE_NUMA_NODE and best.affinity == self.info.default_mask:
             best = TopologyHint(None, best.preferred)
         if self.name == BEST_EFFORT:

@@ -183,16 +183,37 @@ class TopologyHints(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HINTS_FIELD_NUMBER: _builtins.int
+    OMITTED_FIELD_NUMBER: _builtins.int
+    OMITTED_IS_LOWER_BOUND_FIELD_NUMBER: _builtins.int
+    NO_PREFERENCE_FIELD_NUMBER: _builtins.int
+    omitted: _builtins.int
+    """Responses: how many hints were left out after the listed ones (0 = the
+    list is complete). GetTopologyHints lists the first --max-topology-hints
+    hints in kubelet's order plus every remaining preferred one (up to
+    65536 hints in all); Explain lists the first 256.
+    """
+    omitted_is_lower_bound: _builtins.bool
+    """Responses: `omitted` is a lower bound (counting the rest exactly would
+    cost more than the answer is worth).
+    """
+    no_preference: _builtins.bool
+    """Requests (other providers' hints): this resource has no preference, as a
+    nil list in the kubelet (`hints` must then be empty). An empty `hints`
+    without it is an empty list: no NUMA placement is possible.
+    """
     @_builtins.property
     def hints(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopologyHint]: ...
     def __init__(
         self,
         *,
         hints: _abc.Iterable[Global___TopologyHint] | None = ...,
+        omitted: _builtins.int = ...,
+        omitted_is_lower_bound: _builtins.bool = ...,
+        no_preference: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hints", b"hints"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hints", b"hints", "no_preference", b"no_preference", "omitted", b"omitted", "omitted_is_lower_bound", b"omitted_is_lower_bound"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -864,20 +885,130 @@ class SyncActivePodsResponse(_message.Message):
 Global___SyncActivePodsResponse: _TypeAlias = SyncActivePodsResponse  # noqa: Y015
 
 @_typing.final
+class ProviderHints(_message.Message):
+    """The hints another hint provider (a CPU manager, a device manager, a DRA
+    driver) gave for the pod, merged with the memory manager's own exactly as
+    the kubelet's topology manager merges its providers' hints. numamem only
+    merges them; the provider allocates its own resources after admission.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ContainersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___ResourceHints: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___ResourceHints | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    CONTAINERS_FIELD_NUMBER: _builtins.int
+    POD_FIELD_NUMBER: _builtins.int
+    provider: _builtins.str
+    """A name for logs and Explain ("cpu", "devices", ...)."""
+    @_builtins.property
+    def containers(self) -> _containers.MessageMap[_builtins.str, Global___ResourceHints]:
+        """Container scope: resource -> hints, per container name. A container
+        without an entry, or with an empty map, has no preference.
+        """
+
+    @_builtins.property
+    def pod(self) -> Global___ResourceHints:
+        """Pod scope: the pod's hints. Absent or empty = no preference."""
+
+    def __init__(
+        self,
+        *,
+        provider: _builtins.str = ...,
+        containers: _abc.Mapping[_builtins.str, Global___ResourceHints] | None = ...,
+        pod: Global___ResourceHints | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "pod", b"pod", "provider", b"provider"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderHints: _TypeAlias = ProviderHints  # noqa: Y015
+
+@_typing.final
+class ResourceHints(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ResourcesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TopologyHints: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TopologyHints | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def resources(self) -> _containers.MessageMap[_builtins.str, Global___TopologyHints]: ...
+    def __init__(
+        self,
+        *,
+        resources: _abc.Mapping[_builtins.str, Global___TopologyHints] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceHints: _TypeAlias = ResourceHints  # noqa: Y015
+
+@_typing.final
 class AdmitRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     POD_FIELD_NUMBER: _builtins.int
+    OTHER_PROVIDERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def pod(self) -> Global___Pod: ...
+    @_builtins.property
+    def other_providers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProviderHints]:
+        """Other providers' hints (at most 16 providers); the memory manager is
+        always one provider itself.
+        """
+
     def __init__(
         self,
         *,
         pod: Global___Pod | None = ...,
+        other_providers: _abc.Iterable[Global___ProviderHints] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["other_providers", b"other_providers", "pod", b"pod"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -949,16 +1080,22 @@ class ExplainRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     POD_FIELD_NUMBER: _builtins.int
+    OTHER_PROVIDERS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def pod(self) -> Global___Pod: ...
+    @_builtins.property
+    def other_providers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProviderHints]:
+        """As in AdmitRequest."""
+
     def __init__(
         self,
         *,
         pod: Global___Pod | None = ...,
+        other_providers: _abc.Iterable[Global___ProviderHints] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["other_providers", b"other_providers", "pod", b"pod"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1048,6 +1185,7 @@ class ContainerExplanation(_message.Message):
     NOTE_FIELD_NUMBER: _builtins.int
     OMITTED_MASKS_FIELD_NUMBER: _builtins.int
     OMITTED_HINTS_FIELD_NUMBER: _builtins.int
+    OTHER_PROVIDERS_FIELD_NUMBER: _builtins.int
     container_name: _builtins.str
     """Empty for the pod scope (one decision for the whole pod)."""
     admitted: _builtins.bool
@@ -1055,9 +1193,13 @@ class ContainerExplanation(_message.Message):
     note: _builtins.str
     """Why there are no hints, or that they repeat an existing allocation."""
     omitted_masks: _builtins.int
-    """Masks considered but not listed: only the first 256 (smallest first) are."""
+    """Masks considered but not listed: only the first 256 (smallest first) are
+    (saturates at 2^64-1).
+    """
     omitted_hints: _builtins.int
-    """Hints not listed in `hints`: only the first 256 per resource are."""
+    """Hints not listed in `hints`: only the first 256 per resource are (each
+    TopologyHints also says how many of its own were left out).
+    """
     @_builtins.property
     def requested(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """The memory the policy pins for it: resource -> bytes."""
@@ -1076,6 +1218,10 @@ class ContainerExplanation(_message.Message):
         note says why there was no scan).
         """
 
+    @_builtins.property
+    def other_providers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProviderAnswer]:
+        """The other providers' answers for this step, in request order."""
+
     def __init__(
         self,
         *,
@@ -1088,14 +1234,63 @@ class ContainerExplanation(_message.Message):
         note: _builtins.str = ...,
         omitted_masks: _builtins.int = ...,
         omitted_hints: _builtins.int = ...,
+        other_providers: _abc.Iterable[Global___ProviderAnswer] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["merged", b"merged"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "container_name", b"container_name", "hints", b"hints", "masks", b"masks", "merged", b"merged", "note", b"note", "omitted_hints", b"omitted_hints", "omitted_masks", b"omitted_masks", "requested", b"requested"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "container_name", b"container_name", "hints", b"hints", "masks", b"masks", "merged", b"merged", "note", b"note", "omitted_hints", b"omitted_hints", "omitted_masks", b"omitted_masks", "other_providers", b"other_providers", "requested", b"requested"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContainerExplanation: _TypeAlias = ContainerExplanation  # noqa: Y015
+
+@_typing.final
+class ProviderAnswer(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class HintsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TopologyHints: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TopologyHints | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    HINTS_FIELD_NUMBER: _builtins.int
+    provider: _builtins.str
+    @_builtins.property
+    def hints(self) -> _containers.MessageMap[_builtins.str, Global___TopologyHints]:
+        """Resource -> hints, as given (no key = no preference for the resource;
+        an empty map = the provider had no preference at all).
+        """
+
+    def __init__(
+        self,
+        *,
+        provider: _builtins.str = ...,
+        hints: _abc.Mapping[_builtins.str, Global___TopologyHints] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hints", b"hints", "provider", b"provider"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderAnswer: _TypeAlias = ProviderAnswer  # noqa: Y015
 
 @_typing.final
 class ExplainResponse(_message.Message):

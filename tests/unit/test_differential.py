@@ -1,0 +1,573 @@
+"""Differential tests: numamem's hint search and merge against kubelet's exponential algorithms.
+
+The reference (tests/kubelet_reference.py) lists every mask and visits every
+permutation. numamem must agree with it exactly: the hint lists and every
+search Allocate makes over them, the merged hint under every policy and
+option (on every tier of the merge, forced onto small machines), and whole
+admissions with other providers' hints.
+
+``NUMAMEM_DIFFERENTIAL_EXAMPLES`` sets the examples per test (``make soak``
+runs thousands; ``make test`` a few hundred in all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from numamem.memorymanager.hints import HintSpace
+from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.store import InMemoryStore
+from numamem.memtypes import MEMORY, MachineState, MemoryTable, NUMANodeState
+from numamem.pod import Container, Pod
+from numamem.quantity import Format, Quantity
+from numamem.topology import HugePagePool, Machine, NUMANode
+from numamem.topologymanager import merge as merge_module
+from numamem.topologymanager.admission import GivenHints
+from numamem.topologymanager.merge import by_value, size_rank
+from numamem.topologymanager.policy import (
+    BEST_EFFORT,
+    POLICIES,
+    RESTRICTED,
+    SCOPES,
+    SINGLE_NUMA_NODE,
+    NUMAInfo,
+    PolicyOptions,
+    ProviderHints,
+    TopologyHint,
+    TopologyPolicy,
+    new_policy,
+)
+from tests import kubelet_reference as ref
+
+EXAMPLES = int(os.environ.get("NUMAMEM_DIFFERENTIAL_EXAMPLES", "0")) or None
+MI = 1024**2
+GI = 1024**3
+HUGEPAGES = ("hugepages-2Mi", "hugepages-1Gi")
+
+
+def examples(default: int) -> Any:
+    return settings(
+        max_examples=EXAMPLES or default,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
+# --- machine states --------------------------------------------------------------------
+
+
+@st.composite
+def node_ids(draw: st.DrawFn, count: int) -> list[int]:
+    """Dense ids, or sparse ones as the kernel numbers them (0, 8, 250-255, ...)."""
+    if draw(st.booleans()):
+        return list(range(count))
+    return sorted(draw(st.sets(st.integers(0, 1023), min_size=count, max_size=count)))
+
+
+@st.composite
+def machine_states(draw: st.DrawFn, max_nodes: int, min_nodes: int = 1) -> MachineState:
+    """Consistent states (free = allocatable - reserved; unused nodes reserve nothing) with
+    random groups: some nodes pinned singly, some in multi-NUMA groups, some unused."""
+    count = draw(st.integers(min_nodes, max_nodes))
+    ids = draw(node_ids(count))
+    types = [MEMORY] + [t for t in HUGEPAGES if draw(st.booleans())]
+    state: MachineState = {}
+    order = list(ids)
+    groups: list[list[int]] = []
+    while order:
+        size = draw(st.sampled_from([1, 1, 1, 2, 3]))
+        groups.append(sorted(order[:size]))
+        order = order[size:]
+    for group in groups:
+        used = draw(st.integers(0, 2)) > 0 and (len(group) == 1 or draw(st.booleans()))
+        for n in group:
+            tables: dict[str, MemoryTable] = {}
+            for t in types:
+                if t != MEMORY and draw(st.integers(0, 5)) == 0:
+                    continue  # a node without this hugepage size (a memory-only node)
+                allocatable = draw(st.integers(0, 8)) * GI
+                reserved = draw(st.integers(0, allocatable // GI)) * GI if used else 0
+                tables[t] = MemoryTable(
+                    allocatable + GI, GI, allocatable, reserved, allocatable - reserved
+                )
+            cells = group if used else [n]
+            state[n] = NUMANodeState(draw(st.integers(1, 3)) if used else 0, tables, list(cells))
+    return state
+
+
+@st.composite
+def requests(draw: st.DrawFn, state: MachineState) -> dict[str, int]:
+    types = sorted({t for n in state.values() if n for t in (n.memory_map or {})})
+    out = {MEMORY: draw(st.integers(1, 20)) * GI // 2}
+    for t in types:
+        if t != MEMORY and draw(st.integers(0, 2)) == 0:
+            out[t] = draw(st.integers(1, 6)) * GI
+    return out
+
+
+@st.composite
+def reuse_tables(
+    draw: st.DrawFn, state: MachineState, requested: dict[str, int]
+) -> dict[int, dict[str, int]]:
+    ids = sorted(state)
+    table: dict[int, dict[str, int]] = {}
+    for _ in range(draw(st.integers(0, 2))):
+        bits = draw(st.sets(st.sampled_from(ids), min_size=1, max_size=min(3, len(ids))))
+        mask = ref.mask_of(sorted(bits))
+        table[mask] = {t: draw(st.integers(0, 4)) * GI for t in requested}
+    return table
+
+
+@dataclass
+class SpaceCase:
+    state: MachineState
+    requested: dict[str, int]
+    reuse: dict[int, dict[str, int]]
+    nodes: list[int]
+
+    def space(self) -> HintSpace:
+        return HintSpace(self.state, self.requested, self.reuse, self.nodes)
+
+    def reference(self) -> list[TopologyHint]:
+        return ref.calculate_hints(self.state, self.requested, self.reuse, self.nodes)
+
+
+@st.composite
+def space_cases(draw: st.DrawFn, max_nodes: int = 9, min_nodes: int = 1) -> SpaceCase:
+    state = draw(machine_states(max_nodes, min_nodes))
+    requested = draw(requests(state))
+    reuse = draw(reuse_tables(state, requested))
+    ids = sorted(state)
+    restricted = draw(st.booleans())
+    nodes = sorted(draw(st.sets(st.sampled_from(ids), min_size=1))) if restricted else ids
+    return SpaceCase(state, requested, reuse, nodes)
+
+
+def distances_for(ids: Sequence[int], draw: st.DrawFn) -> dict[int, dict[int, int]]:
+    table: dict[int, dict[int, int]] = {a: {} for a in ids}
+    for i, a in enumerate(ids):
+        table[a][a] = 10
+        for b in ids[i + 1 :]:
+            d = draw(st.sampled_from([11, 12, 20, 21, 32]))
+            table[a][b] = table[b][a] = d
+    return table
+
+
+# --- the hint space ------------------------------------------------------------------------
+
+
+def sampled_masks(nodes: Sequence[int], draw: st.DrawFn, count: int = 24) -> list[int]:
+    every = list(ref.iterate_bit_masks(nodes))
+    if len(every) <= count:
+        return every
+    return draw(st.lists(st.sampled_from(every), min_size=count, max_size=count))
+
+
+@examples(300)
+@given(space_cases(), st.data())
+def test_hint_space_is_kubelets_list_and_searches(case: SpaceCase, data: st.DataObject) -> None:
+    space, expected = case.space(), case.reference()
+    assert list(space) == expected
+    assert space.is_empty() == (not expected)
+    assert space.count() == len(expected)
+    event(f"hints: {'none' if not expected else 'some'}")
+    best = space.best()
+    assert best == (ref.find_best_hint(expected) if expected else None)
+    reference_space = ref.ReferenceSpace(expected)
+    for mask in sampled_masks(case.nodes, data.draw):
+        assert space.best_superset(mask) == reference_space.best_superset(mask), bin(mask)
+        preferred = [h.affinity for h in expected if h.preferred]
+        assert space.contains_preferred(mask) == (mask in preferred)
+    assert list(space.preferred_by_value()) == sorted(
+        h.affinity or 0 for h in expected if h.preferred
+    )
+    narrow = [h.affinity.bit_count() for h in expected if h.affinity is not None]
+    assert space.narrowest_count() == (min(narrow) if narrow else None)
+    limit = data.draw(st.integers(0, 12))
+    materialized = space.materialize(limit)
+    masks = [h.affinity for h in expected]
+    assert materialized == (masks if len(masks) <= limit else None)
+    ceiling = data.draw(st.integers(limit, limit + 12))
+    listed = space.listed(limit, ceiling)
+    want: list[TopologyHint] = []
+    for h in expected:
+        if len(want) >= limit and (not h.preferred or len(want) >= ceiling):
+            break
+        want.append(h)
+    assert listed.hints == want
+    assert (listed.omitted, listed.omitted_exact) == (len(expected) - len(want), True)
+
+
+@examples(25)
+@given(space_cases(max_nodes=12, min_nodes=10), st.data())
+def test_hint_space_on_ten_to_twelve_nodes(case: SpaceCase, data: st.DataObject) -> None:
+    space, expected = case.space(), case.reference()
+    assert list(space) == expected
+    assert space.count() == len(expected)
+    assert space.best() == (ref.find_best_hint(expected) if expected else None)
+    reference_space = ref.ReferenceSpace(expected)
+    for mask in sampled_masks(case.nodes, data.draw, 8):
+        assert space.best_superset(mask) == reference_space.best_superset(mask), bin(mask)
+
+
+@examples(200)
+@given(space_cases(), st.data())
+def test_best_meet_is_the_best_and(case: SpaceCase, data: st.DataObject) -> None:
+    """``best_meet`` (the merge's search on machines too large to list) against every hint."""
+    space, expected = case.space(), case.reference()
+    closest = data.draw(st.booleans())
+    distances = distances_for(case.nodes, data.draw)
+
+    def key(mask: int) -> tuple[int, ...]:
+        bits = ref.bits_of(mask)
+        return (sum(distances[a][b] for a in bits for b in bits), mask)
+
+    narrow_key = key if closest else by_value
+    best_count = data.draw(st.integers(0, len(case.nodes)))
+    for e in sampled_masks(case.nodes, data.draw, 12):
+        ands = {e & h.affinity for h in expected if h.affinity is not None and e & h.affinity}
+        want = min(
+            ands,
+            key=lambda m: (*size_rank(m.bit_count(), best_count), *narrow_key(m)),
+            default=None,
+        )
+        assert space.best_meet(e, best_count, narrow_key) == want, (bin(e), best_count)
+
+
+# --- the merge -------------------------------------------------------------------------------
+
+
+@st.composite
+def given_answers(draw: st.DrawFn, nodes: Sequence[int], max_hints: int) -> ProviderHints:
+    """One provider's answer: None, {}, or per resource None / [] / a few hints."""
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
+        return None
+    if kind == 1:
+        return {}
+    out: dict[str, list[TopologyHint] | None] = {}
+    for resource in draw(st.sets(st.sampled_from(["cpu", "gpu", "nic"]), min_size=1)):
+        shape = draw(st.integers(0, 9))
+        if shape == 0:
+            out[resource] = None
+        elif shape == 1:
+            out[resource] = []
+        else:
+            hints = []
+            for _ in range(draw(st.integers(1, max_hints))):
+                if draw(st.integers(0, 9)) == 0:
+                    hints.append(TopologyHint(None, draw(st.booleans())))
+                else:
+                    bits = draw(st.sets(st.sampled_from(list(nodes)), min_size=1))
+                    hints.append(TopologyHint(ref.mask_of(sorted(bits)), draw(st.booleans())))
+            out[resource] = hints
+    return out
+
+
+def machine_for(
+    ids: Sequence[int], distances: dict[int, dict[int, int]], cpu_nodes: Sequence[int]
+) -> Machine:
+    return Machine(
+        tuple(
+            NUMANode(
+                n,
+                8 * GI,
+                cpus=(n,) if n in cpu_nodes else (),
+                distances=tuple(distances[n][m] for m in ids),
+            )
+            for n in ids
+        )
+    )
+
+
+@dataclass
+class MergeCase:
+    policy: str
+    options: PolicyOptions
+    machine: Machine
+    answers: list[ProviderHints]
+    families: int
+
+
+@st.composite
+def merge_cases(draw: st.DrawFn, max_nodes: int = 7) -> MergeCase:
+    case = draw(space_cases(max_nodes))
+    ids = sorted(case.state)
+    distances = distances_for(ids, draw)
+    restrict = draw(st.booleans())
+    cpu_nodes = case.nodes if restrict else ids
+    machine = machine_for(ids, distances, cpu_nodes)
+    options = PolicyOptions(
+        prefer_closest_numa=draw(st.booleans()),
+        max_allowable_numa_nodes=64,
+        restrict_to_cpu_numa_nodes=restrict,
+    )
+    space = HintSpace(case.state, case.requested, case.reuse, cpu_nodes)
+    members = max(space.count() or 1, 1)
+    # Memory and hugepages share the one list: keep kubelet's product within reach.
+    types = 1 if members > 60 else draw(st.integers(1, 3 if members <= 12 else 2))
+    answers: list[ProviderHints] = []
+    if draw(st.integers(0, 5)) > 0:
+        answers.append({f"r{i}": space for i in range(types)} if not space.is_empty() else {})
+    budget = ref.PERMUTATION_LIMIT // 4 // max(members**types, 1)
+    for _ in range(draw(st.integers(0, 4))):
+        per = 1 if budget < 3 else min(8, int(budget ** (1 / 3)))
+        answers.append(draw(given_answers(cpu_nodes, max(per, 1))))
+    policy = draw(st.sampled_from([BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE]))
+    return MergeCase(policy, options, machine, answers, types)
+
+
+def reference_answers(answers: Sequence[ProviderHints]) -> list[ProviderHints]:
+    """The same answers with every family listed, as the kubelet has them."""
+    out: list[ProviderHints] = []
+    for answer in answers:
+        if answer is None:
+            out.append(None)
+            continue
+        out.append({k: (list(v) if isinstance(v, HintSpace) else v) for k, v in answer.items()})
+    return out
+
+
+def both_merges(case: MergeCase) -> tuple[tuple[TopologyHint, bool], tuple[TopologyHint, bool]]:
+    info = NUMAInfo(case.machine, case.options)
+    ours = TopologyPolicy(case.policy, info, case.options).merge(case.answers)
+    try:
+        theirs = ref.ReferenceTopologyPolicy(case.policy, info, case.options).merge(
+            reference_answers(case.answers)
+        )
+    except ref.TooLarge:
+        assume(False)
+        raise
+    return ours, theirs
+
+
+TIERS = {
+    "counting": {},
+    "distinct-ands": {"MOBIUS_MAX_NODES": 0},
+    "by-rule": {"MOBIUS_MAX_NODES": 0, "MATERIALIZE_MEMBERS": 0},
+}
+
+
+@contextlib.contextmanager
+def forced_tier(tier: str) -> Iterator[None]:
+    """Run with the merge's thresholds lowered, so that a small machine takes ``tier``."""
+    saved = {name: getattr(merge_module, name) for name in TIERS[tier]}
+    for name, value in TIERS[tier].items():
+        setattr(merge_module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(merge_module, name, value)
+
+
+@pytest.mark.parametrize("tier", list(TIERS))
+@examples(150)
+@given(case=merge_cases())
+def test_merge_is_kubelets_on_every_tier(tier: str, case: MergeCase) -> None:
+    with forced_tier(tier):
+        ours, theirs = both_merges(case)
+    event(f"{case.policy}: {'preferred' if theirs[0].preferred else 'non-preferred'} merge")
+    event(f"memory manager lists: {case.families if case.answers else 0}")
+    if tier == "by-rule" and case.families > 1 and not theirs[0].preferred:
+        # Several copies of one rule-given list on a machine too large to list it, and no
+        # preferred merged hint: the documented approximation (numamem.topologymanager.merge)
+        # still gives the same decision and a mask some permutation merges to.
+        event("approximation")
+        assert ours[1] == theirs[1] and not ours[0].preferred
+        event(f"approximation {'differs' if ours != theirs else 'agrees'}")
+        if ours[0].affinity is not None and ours[0].affinity != theirs[0].affinity:
+            info = NUMAInfo(case.machine, case.options)
+            lists = ref.filter_providers_hints(reference_answers(case.answers))
+            assert ours[0] in ref.merged_hints(lists, info.nodes) | {
+                TopologyHint(info.default_mask, False)
+            }
+        return
+    assert ours == theirs
+
+
+# --- whole admissions ----------------------------------------------------------------------
+
+
+def q(n: int) -> Quantity:
+    return Quantity.from_int(n, Format.BINARY_SI)
+
+
+@st.composite
+def admission_machines(draw: st.DrawFn) -> tuple[Machine, dict[int, dict[str, int]]]:
+    count = draw(st.integers(1, 6))
+    ids = draw(node_ids(count))
+    distances = distances_for(ids, draw)
+    cpu_nodes = (
+        set(ids) if draw(st.booleans()) else set(draw(st.sets(st.sampled_from(ids), min_size=1)))
+    )
+    nodes = []
+    reserved: dict[int, dict[str, int]] = {}
+    for i, n in enumerate(ids):
+        pools = []
+        if draw(st.booleans()):
+            pools.append(HugePagePool(1048576, draw(st.integers(0, 3)), 0))
+        nodes.append(
+            NUMANode(
+                n,
+                draw(st.integers(2, 10)) * GI + sum(p.total_bytes for p in pools),
+                tuple(pools),
+                cpus=(i,) if n in cpu_nodes else (),
+                distances=tuple(distances[n][m] for m in ids),
+            )
+        )
+        reserved[n] = {MEMORY: draw(st.integers(1 if i == 0 else 0, 4)) * 256 * MI}
+    return Machine(tuple(nodes)), reserved
+
+
+@st.composite
+def admission_pods(draw: st.DrawFn, index: int, hugepages: bool) -> Pod:
+    guaranteed = draw(st.integers(0, 9)) > 0
+
+    def container(name: str, sidecar: bool = False) -> Container:
+        res = {"cpu": Quantity.from_int(1), MEMORY: q(draw(st.integers(1, 16)) * 256 * MI)}
+        if hugepages and draw(st.booleans()):
+            res["hugepages-1Gi"] = q(draw(st.integers(0, 3)) * GI)
+        return Container(name, res, dict(res) if guaranteed else {}, "Always" if sidecar else "")
+
+    inits = tuple(
+        container(f"init{i}", sidecar=draw(st.booleans())) for i in range(draw(st.integers(0, 2)))
+    )
+    apps = tuple(container(f"app{i}") for i in range(draw(st.integers(1, 3))))
+    return Pod(f"pod-{index}", "ns", f"p{index}", inits, apps)
+
+
+@st.composite
+def other_providers(draw: st.DrawFn, pod: Pod, nodes: Sequence[int]) -> list[GivenHints]:
+    out = []
+    for i in range(draw(st.integers(0, 2))):
+        containers = {
+            c.name: draw(given_answers(nodes, 3))
+            for c in pod.all_containers()
+            if draw(st.booleans())
+        }
+        out.append(GivenHints(f"provider{i}", containers, draw(given_answers(nodes, 3))))
+    return out
+
+
+@dataclass
+class AdmissionScenario:
+    machine: Machine
+    reserved: dict[int, dict[str, int]]
+    policy: str
+    scope: str
+    options: dict[str, str]
+    ops: list[tuple[str, Any]] = field(default_factory=list)
+
+
+@st.composite
+def admission_scenarios(draw: st.DrawFn) -> AdmissionScenario:
+    machine, reserved = draw(admission_machines())
+    options = {
+        "max-allowable-numa-nodes": "64",
+        "prefer-closest-numa-nodes": draw(st.sampled_from(["true", "false"])),
+        "restrict-to-cpu-numa-nodes": draw(st.sampled_from(["true", "false"])),
+    }
+    scenario = AdmissionScenario(
+        machine, reserved, draw(st.sampled_from(POLICIES)), draw(st.sampled_from(SCOPES)), options
+    )
+    hugepages = bool(machine.hugepage_resources)
+    made: list[Pod] = []
+    for step in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["admit", "admit", "admit", "allocate", "remove"]))
+        if kind == "remove" and made:
+            scenario.ops.append(("remove", draw(st.sampled_from(made)).uid))
+            continue
+        pod = draw(admission_pods(step, hugepages))
+        made.append(pod)
+        if kind == "allocate":
+            bits = draw(st.sets(st.sampled_from(machine.node_ids), max_size=2))
+            affinity = TopologyHint(
+                ref.mask_of(sorted(bits)) if bits else None, draw(st.booleans())
+            )
+            scenario.ops.append(("allocate", (pod, affinity)))
+        else:
+            scenario.ops.append(("admit", (pod, draw(other_providers(pod, machine.node_ids)))))
+    return scenario
+
+
+def managers(scenario: AdmissionScenario) -> tuple[Manager, Manager]:
+    topology, _ = new_policy(scenario.policy, scenario.machine, scenario.options)
+    restricted = topology.info.nodes if topology.options.restrict_to_cpu_numa_nodes else None
+    ours = Manager(
+        StaticPolicy(scenario.machine, scenario.reserved, restricted),
+        InMemoryStore(),
+        topology,
+        scenario.scope,
+    )
+    reference_topology = ref.ReferenceTopologyPolicy(topology.name, topology.info, topology.options)
+    theirs = Manager(
+        ref.ReferenceStaticPolicy(scenario.machine, scenario.reserved, restricted),
+        InMemoryStore(),
+        reference_topology,
+        scenario.scope,
+    )
+    ours.start()
+    theirs.start()
+    return ours, theirs
+
+
+def comparable(outcome: Any) -> tuple[Any, ...]:
+    r = outcome.result
+    return (r.admitted, r.reason, r.message, r.affinities, r.merged, outcome.blocks)
+
+
+def materialized(hints: ProviderHints) -> ProviderHints:
+    return None if hints is None else {k: None if v is None else list(v) for k, v in hints.items()}
+
+
+@examples(150)
+@given(admission_scenarios())
+def test_admissions_are_kubelets(scenario: AdmissionScenario) -> None:
+    """Lockstep: numamem's manager and one built from the reference take the same steps."""
+    ours, theirs = managers(scenario)
+    for kind, arg in scenario.ops:
+        if kind == "admit":
+            pod, others = arg
+            for ctr in pod.all_containers():
+                assert materialized(ours.get_topology_hints(pod, ctr.name)) == materialized(
+                    theirs.get_topology_hints(pod, ctr.name)
+                )
+            assert materialized(ours.get_pod_topology_hints(pod)) == materialized(
+                theirs.get_pod_topology_hints(pod)
+            )
+            try:
+                expected = theirs.admit(pod, others)
+            except ref.TooLarge:
+                assume(False)
+            got = ours.admit(pod, others)
+            event(f"{scenario.policy}: {got.result.reason or 'admitted'}")
+            assert comparable(got) == comparable(expected)
+        elif kind == "allocate":
+            pod, affinity = arg
+            for ctr in pod.all_containers():
+                errors = []
+                for manager in (ours, theirs):
+                    try:
+                        manager.allocate(pod, ctr.name, affinity)
+                        errors.append("")
+                    except Exception as err:
+                        errors.append(f"{type(err).__name__}: {err}")
+                assert errors[0] == errors[1]
+                if errors[0]:
+                    event("allocate refused")
+                    break
+        else:
+            ours.release_pod(arg)
+            theirs.release_pod(arg)
+        assert ours.reader().get_machine_state() == theirs.reader().get_machine_state()
+        assert ours.reader().get_memory_assignments() == theirs.reader().get_memory_assignments()
