@@ -58,7 +58,7 @@ run: $(RUN_STAMP)
 	  --log-format console $(RUN_FLAGS)
 
 bench: $(STAMP)
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 # Regenerates the committed src/numamem/v1 code after a change in proto/.
 protos: $(STAMP)
@@ -69,8 +69,12 @@ docs: $(STAMP)
 	$(BIN)/python -m tests.readme_docs --write
 
 SOAK_SECONDS ?= 600
+SOAK_EXAMPLES ?= 3000
+# The crash harness, then the differential tests against kubelet's exponential
+# algorithms with SOAK_EXAMPLES examples each (make test runs 150-300).
 soak: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $(SOAK_SECONDS)
+	NUMAMEM_DIFFERENTIAL_EXAMPLES=$(SOAK_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_differential.py
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .hypothesis .import_linter_cache

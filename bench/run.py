@@ -33,6 +33,7 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench import large_numa
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
 from numamem.client import NumamemClient
@@ -79,6 +80,7 @@ class Scale:
     hints_n: int = 200
     large_pods: int = 2000
     large_containers: int = 10000
+    numa_reps: int = 200
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -398,6 +400,54 @@ def hint_phase(r: Report, root: Path, s: Scale) -> None:
             client.close()
 
 
+def numa_grpc_phase(r: Report, root: Path, s: Scale) -> None:
+    """Admit over gRPC on 2 and 16 nodes, restricted policy, a few pods pinned, and the
+    durable write floor of the 16-node state (Admit's one write)."""
+    figures = {}
+    for n in (2, 16):
+        options = f"--topology-manager-policy-options=max-allowable-numa-nodes={max(n, 8)}"
+        extra = ["--topology-manager-policy=restricted", options]
+        with daemon(root / f"numa-{n}", nodes=n, memory_gib=64, extra=extra) as d:
+            client = NumamemClient(d.socket, timeout=30)
+            for i in range(3):
+                assert client.admit(guaranteed(f"pin-{i}", containers=3, memory="2Gi")).admitted
+            samples = []
+            for i in range(-s.warmup // 4, s.latency_n // 4):
+                pod = guaranteed(f"n{n}-{i}", containers=3, memory="2Gi")
+                t = time.perf_counter()
+                resp = client.admit(pod)
+                dt = time.perf_counter() - t
+                assert resp.admitted, resp.message
+                client.release_pod(pod.uid)
+                if i >= 0:
+                    samples.append(dt)
+            r.latency(
+                f"numa_admit_grpc_{n}", f"Admit over gRPC, {n} nodes, restricted (durable)", samples
+            )
+            figures[n] = pct(samples, 0.5)
+            client.close()
+            if n == 16:
+                sample = (Path(d.state_dir) / "memory_manager_state").read_bytes()
+                target = d.root / "write-floor" / "memory_manager_state"
+                target.parent.mkdir()
+                writes = latencies(
+                    lambda _i, t=target, b=sample: atomic_write(t, b), s.latency_n // 2, 10
+                )
+                r.latency("numa_write_floor_16", "  write floor: the 16-node state", writes)
+                r.value(
+                    "numa_admit_grpc_16_less_write",
+                    "  Admit 16 nodes less one durable write, / floor",
+                    (figures[16] - pct(writes, 0.5)) / r.floor_p50,
+                    "x",
+                )
+    r.value(
+        "numa_admit_grpc_16_vs_2",
+        "  Admit over gRPC 16 nodes / 2 nodes",
+        figures[16] / figures[2],
+        "",
+    )
+
+
 def metacache_phase(r: Report, root: Path, s: Scale) -> None:
     print("MetaWriter AddContainer/UpdateContainers, durable and in memory", flush=True)
     for persist in (True, False):
@@ -610,15 +660,26 @@ def main() -> int:
     parser.add_argument(
         "--only", action="append", default=[], help="run only these phases (repeatable)"
     )
+    parser.add_argument(
+        "--baseline",
+        default=large_numa.BASELINE,
+        help="revision the numa phase compares with ('' for none)",
+    )
     args = parser.parse_args()
     s = (
         Scale(
-            latency_n=200, warmup=20, seconds=0.5, hints_n=20, large_pods=200, large_containers=1000
+            latency_n=200,
+            warmup=20,
+            seconds=0.5,
+            hints_n=20,
+            large_pods=200,
+            large_containers=1000,
+            numa_reps=20,
         )
         if args.quick
         else Scale()
     )
-    phases = ["memory", "hints", "metacache", "startup", "metrics"]
+    phases = ["memory", "hints", "numa", "metacache", "startup", "metrics"]
     chosen = args.only or phases
     root = Path(tempfile.mkdtemp(prefix="nmbench-", dir="/tmp"))
     report = Report()
@@ -634,6 +695,9 @@ def main() -> int:
                 memory_manager_phase(report, d, s)
         if "hints" in chosen:
             hint_phase(report, root, s)
+        if "numa" in chosen:
+            large_numa.phase(report, root, s.numa_reps, args.baseline)
+            numa_grpc_phase(report, root, s)
         if "metacache" in chosen:
             metacache_phase(report, root, s)
         if "startup" in chosen:

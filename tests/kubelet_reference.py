@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from numamem.memorymanager.policy_static import Hints, StaticPolicy
-from numamem.memtypes import MachineState
+from numamem.memtypes import NUMANodeState
 from numamem.topologymanager.policy import (
     BEST_EFFORT,
     NO_AFFINITY,
@@ -69,7 +69,7 @@ def is_narrower(a: int, b: int) -> bool:
 
 
 def calculate_hints(
-    machine_state: MachineState,
+    machine_state: Mapping[int, NUMANodeState | None],
     requested: Mapping[str, int],
     reuse: Mapping[int, Mapping[str, int]],
     nodes: Sequence[int],
@@ -160,12 +160,12 @@ class ReferenceSpace:
 class ReferenceStaticPolicy(StaticPolicy):
     """numamem's Static policy with every hint computed by :func:`calculate_hints`."""
 
-    def _nodes(self, machine_state: MachineState) -> list[int]:
+    def _nodes(self, machine_state: Mapping[int, NUMANodeState | None]) -> list[int]:
         return sorted(machine_state) if self.numa_nodes is None else list(self.numa_nodes)
 
     def hint_space(  # type: ignore[override]
         self,
-        machine_state: MachineState,
+        machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
     ) -> ReferenceSpace:
@@ -175,7 +175,7 @@ class ReferenceStaticPolicy(StaticPolicy):
 
     def calculate_hints(
         self,
-        machine_state: MachineState,
+        machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
     ) -> Hints:

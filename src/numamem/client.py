@@ -188,14 +188,22 @@ class NumamemClient:
         return list(self.call(self.memory.ReleasePod, req, request_id).released)
 
     def admit(
-        self, pod: memorymanager_pb2.Pod, request_id: str | None = None
+        self,
+        pod: memorymanager_pb2.Pod,
+        request_id: str | None = None,
+        other_providers: Sequence[memorymanager_pb2.ProviderHints] = (),
     ) -> memorymanager_pb2.AdmitResponse:
-        return self.call(self.memory.Admit, memorymanager_pb2.AdmitRequest(pod=pod), request_id)
+        """Admit ``pod``; ``other_providers`` are other hint providers' hints to merge with."""
+        req = memorymanager_pb2.AdmitRequest(pod=pod, other_providers=other_providers)
+        return self.call(self.memory.Admit, req, request_id)
 
     def explain(
-        self, pod: memorymanager_pb2.Pod, request_id: str | None = None
+        self,
+        pod: memorymanager_pb2.Pod,
+        request_id: str | None = None,
+        other_providers: Sequence[memorymanager_pb2.ProviderHints] = (),
     ) -> memorymanager_pb2.ExplainResponse:
-        req = memorymanager_pb2.ExplainRequest(pod=pod)
+        req = memorymanager_pb2.ExplainRequest(pod=pod, other_providers=other_providers)
         return self.call(self.memory.Explain, req, request_id)
 
     # --- metacache reader ---------------------------------------------------

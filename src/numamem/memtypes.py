@@ -51,7 +51,10 @@ class NUMANodeState:
 
     def copy(self) -> NUMANodeState:
         memory_map = (
-            None if self.memory_map is None else {k: t.copy() for k, t in self.memory_map.items()}
+            None
+            if self.memory_map is None
+            # a decoded checkpoint may hold a nil table (Go's nil pointer); it stays None
+            else {k: t if t is None else t.copy() for k, t in self.memory_map.items()}
         )
         return NUMANodeState(
             self.number_of_assignments, memory_map, None if self.cells is None else list(self.cells)

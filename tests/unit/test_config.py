@@ -120,6 +120,7 @@ def test_zero_and_hundred_percent_disable_a_threshold(tmp_path: Path, value: str
         (["--eviction-hard", "memory.available<1%,memory.available<0%"], "duplicate eviction"),
         (["--health-port", "70000"], "port 70000 is out of range"),
         (["--health-port", "abc"], "expected a positive integer, got 'abc'"),
+        (["--max-topology-hints", "100"], "must be at least 255, got 100"),
         (["--shutdown-grace", "-1"], "expected a non-negative number of seconds"),
         (["--topology-manager-policy-options", "a=1,a=2"], "duplicate key 'a'"),
     ],

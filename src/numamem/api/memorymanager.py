@@ -191,7 +191,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     ) -> memorymanager_pb2.GetStateResponse:
         state = self.manager.reader()  # the last committed state; no lock, no wait on the disk
         resp = memorymanager_pb2.GetStateResponse(policy_name=self.manager.policy.name)
-        for node_id, node in state.get_machine_state().items():
+        for node_id, node in state.machine_view().items():
             if node is not None:
                 resp.machine_state[node_id].CopyFrom(node_state_to_proto(node))
         for pod_uid, containers in state.pods():

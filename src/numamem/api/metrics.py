@@ -156,7 +156,7 @@ class _StateCollector(Collector):
             groups = GaugeMetricFamily(
                 "numamem_numa_group_info", "The node's NUMA group (cells)", labels=["node", "group"]
             )
-            for node_id, node in sorted(state.get_machine_state().items()):
+            for node_id, node in sorted(state.machine_view().items()):
                 if node is None:
                     continue
                 n = str(node_id)

@@ -19,7 +19,7 @@ The model below mirrors the Go structs field by field; ``None`` is Go's nil.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numamem.memtypes import Block, NUMANodeState
@@ -110,6 +110,17 @@ def _node(out: _Out, node: NUMANodeState) -> None:
     out.parts.append("}")
 
 
+def render_node(node: NUMANodeState) -> str:
+    """The text of one non-nil node state in the machine state map (after its ``<*>``).
+
+    A function of the node alone: it starts and ends with spew's ignore flag clear
+    (the trailing ``Cells`` slice always clears it), so callers may cache it.
+    """
+    out = _Out([])
+    _node(out, node)
+    return "".join(out.parts)
+
+
 def sorted_keys(mapping: Mapping[str, object]) -> list[str]:
     """Map keys in Go's order (bytewise)."""
     return sorted(mapping, key=_go_string_key)
@@ -147,12 +158,14 @@ def render_checkpoint(
     pod_entries: RawPodEntries | bool = False,
     checksum: int = 0,
     entry_texts: Sequence[str] | None = None,
+    node_text: Callable[[NUMANodeState], str] = render_node,
 ) -> str:
     """``%#v`` of ``&MemoryManagerCheckpoint{...}``; ``pod_entries`` False = the V1 struct.
 
     ``entry_texts`` are the :func:`render_entry` texts of ``entries`` in Go's key
     order (:func:`sorted_keys`), when the caller has them (a pod's text depends
     only on the pod, so it can be cached); by default they are rendered here.
+    ``node_text`` renders one node state (:func:`render_node`, or a cache of it).
     """
     out = _Out([f"(*{type_name}){{PolicyName:(string){policy_name} MachineState:"])
     out.typed("state.NUMANodeMap")
@@ -170,8 +183,8 @@ def render_checkpoint(
                 out.ignore_next_type = True
             else:
                 out.parts.append("<*>")
+                out.parts.append(node_text(node))
                 out.ignore_next_type = False
-                _node(out, node)
         out.parts.append("]")
     out.parts.append(" Entries:")
     out.typed("state.ContainerMemoryAssignments")

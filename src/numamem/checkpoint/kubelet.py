@@ -36,6 +36,7 @@ from numamem.checkpoint.gospew import (
     RawPodEntries,
     render_checkpoint,
     render_entry,
+    render_node,
     sorted_keys,
 )
 from numamem.errors import CheckpointError, CorruptCheckpointError
@@ -138,6 +139,17 @@ class V1Encoder:
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[object, str, str]] = {}
+        self._nodes: dict[int, tuple[NUMANodeState, str, str]] = {}
+
+    def _node_texts(self, node_id: int, node: NUMANodeState) -> tuple[str, str]:
+        """A node's texts, rendered again only when it differs from the copy kept of it (most
+        writes change one or two nodes; comparing is several times cheaper than rendering)."""
+        hit = self._nodes.get(node_id)
+        if hit is not None and hit[0] == node:
+            return hit[1], hit[2]
+        spew, js = render_node(node), _node_json(node)
+        self._nodes[node_id] = (node.copy(), spew, js)
+        return spew, js
 
     def _texts(
         self, pod: str, containers: Mapping[str, Sequence[Block] | None] | None
@@ -159,9 +171,19 @@ class V1Encoder:
         if len(self._cache) > len(assignments):
             self._cache = {p: v for p, v in self._cache.items() if p in assignments}
         texts = [self._texts(pod, assignments[pod]) for pod in sorted_keys(assignments)]
+        nodes = {
+            k: self._node_texts(k, n) for k, n in (machine_state or {}).items() if n is not None
+        }
+        if len(self._nodes) > len(nodes):
+            self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
+        spews = {id(n): nodes[k][0] for k, n in (machine_state or {}).items() if n is not None}
         checksum = fnv1a_32(
             render_checkpoint(
-                policy_name, machine_state, assignments, entry_texts=[t[0] for t in texts]
+                policy_name,
+                machine_state,
+                assignments,
+                entry_texts=[t[0] for t in texts],
+                node_text=lambda node: spews[id(node)],
             ).encode("utf-8", "replace")
         )
         if machine_state is None:
@@ -170,7 +192,8 @@ class V1Encoder:
             ms = (
                 "{"
                 + ",".join(
-                    f'"{k}":{_node_json(machine_state[k])}' for k in _sorted_str(machine_state)
+                    f'"{k}":{nodes[k][1] if k in nodes else "null"}'
+                    for k in _sorted_str(machine_state)
                 )
                 + "}"
             )

@@ -20,7 +20,7 @@ missing on one node of a group counts as 0 there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from numamem.errors import ReservedMemoryError, StateMismatchError
 from numamem.memorymanager.reserved import SystemReservedMemory
@@ -93,6 +93,20 @@ def node_state(machine_state: Mapping[int, NUMANodeState | None], node_id: int) 
     return node
 
 
+def copy_for_write(
+    machine_state: Mapping[int, NUMANodeState | None], nodes: Iterable[int]
+) -> MachineState:
+    """A new machine state that shares every node state except those of ``nodes``, which are
+    copied: what the caller may change. The states shared with ``machine_state`` must not be
+    mutated through either mapping."""
+    out = dict(machine_state)
+    for n in set(nodes):
+        node = out.get(n)
+        if node is not None:
+            out[n] = node.copy()
+    return out
+
+
 def reserve_on(table: MemoryTable, size: int) -> int:
     """Take up to ``size`` from one node's table; returns what is left to place."""
     if size == 0 or table.free <= 0:
@@ -160,7 +174,7 @@ def group_conflict(
     return None
 
 
-def violates_numa_allocations(machine_state: MachineState, mask: int) -> bool:
+def violates_numa_allocations(machine_state: Mapping[int, NUMANodeState | None], mask: int) -> bool:
     """``isAffinityViolatingNUMAAllocations``, with upstream quirk 2 fixed.
 
     Upstream never rejects a single-node mask, so a node already in a multi-NUMA
@@ -177,7 +191,7 @@ def violates_numa_allocations(machine_state: MachineState, mask: int) -> bool:
 
 
 def affinity_satisfies(
-    machine_state: MachineState, mask: int, requested: Mapping[str, int]
+    machine_state: Mapping[int, NUMANodeState | None], mask: int, requested: Mapping[str, int]
 ) -> bool:
     """``isAffinitySatisfyRequest``: free memory only (reusable init memory is not counted)."""
     bits = bitmask.get_bits(mask)

@@ -50,9 +50,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from numamem.memtypes import MachineState
+from numamem.memtypes import NUMANodeState
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.merge import orders_by_value, size_rank
+from numamem.topologymanager.merge import HintFamily, orders_by_value, size_rank
 from numamem.topologymanager.policy import TopologyHint
 
 COUNT_STATE_BUDGET = 200_000
@@ -70,8 +70,8 @@ class Listed:
     omitted_exact: bool = True
 
 
-@dataclass
-class HintSpace:
+@dataclass(eq=False)
+class HintSpace(HintFamily):
     """Hints of one request on one machine state; read-only, safe to share between threads.
 
     ``nodes`` are the NUMA ids hints are made of (every node of the machine, or
@@ -79,7 +79,7 @@ class HintSpace:
     masks to the bytes per type the pod's init containers left for them.
     """
 
-    machine_state: MachineState
+    machine_state: Mapping[int, NUMANodeState | None]
     requested: Mapping[str, int]
     reuse: Mapping[int, Mapping[str, int]]
     nodes: Sequence[int]
@@ -238,8 +238,18 @@ class HintSpace:
                 sorted((v[t] for v in self._values[i:]), reverse=True)
                 for t in range(len(self._types))
             ]
-            row = [tuple(sum(col[:j]) for col in columns) for j in range(m - i + 1)]
+            row = _prefix_sums(columns, m - i)
             table.append(row)
+        return table
+
+    @cached_property
+    def _suffix_worst(self) -> list[list[tuple[int, ...]]]:
+        """[i][j] = per type, the smallest sum of j values among unused nodes i, i+1, ..."""
+        m = len(self.unused)
+        table: list[list[tuple[int, ...]]] = []
+        for i in range(m + 1):
+            columns = [sorted(v[t] for v in self._values[i:]) for t in range(len(self._types))]
+            table.append(_prefix_sums(columns, m - i))
         return table
 
     def _upsets_lex(self, k: int) -> Iterator[int]:
@@ -255,6 +265,13 @@ class HintSpace:
                 yield mask
             return
         m = len(self.unused)
+        worst = self._suffix_worst[start][left]
+        if all(s + w >= need for s, w, need in zip(sums, worst, self._need, strict=True)):
+            # Every completion covers the request: the combinations themselves, in order.
+            weights = [1 << n for n in self.unused[start:]]
+            for combo in itertools.combinations(weights, left):
+                yield mask + sum(combo)
+            return
         for i in range(start, m - left + 1):
             value = self._values[i]
             reach = self._suffix_best[i + 1][left - 1]
@@ -282,7 +299,7 @@ class HintSpace:
                 sorted((v[t] for v in self._values[:j]), reverse=True)
                 for t in range(len(self._types))
             ]
-            row = [tuple(sum(col[:c]) for col in columns) for c in range(j + 1)]
+            row = _prefix_sums(columns, j)
             table.append(row)
         return table
 
@@ -317,9 +334,16 @@ class HintSpace:
 
     # --- the hints in kubelet's order ---------------------------------------------------
 
+    def _iter_singles(self) -> Iterator[int]:
+        """The single-node hints' ids in order, tested only as far as the caller reads."""
+        if "singles" in self.__dict__:
+            yield from self.singles
+            return
+        yield from (n for n in self.nodes if self.qualifies(1 << n))
+
     def iter_masks(self) -> Iterator[int]:
         """Every hint in kubelet's order (lazily)."""
-        yield from (1 << n for n in self.singles)
+        yield from (1 << n for n in self._iter_singles())
         specials_by_size: dict[int, list[int]] = {}
         for m in self.specials:
             specials_by_size.setdefault(m.bit_count(), []).append(m)
@@ -401,14 +425,11 @@ class HintSpace:
     def preferred_by_value(self) -> Iterator[int]:
         """The preferred hints (size ``minAffinitySize``), smallest integer value first."""
         k = self.min_affinity_size
-        streams: list[Iterator[int]] = [self._upsets_colex(k)]
-        fixed = sorted(
-            [1 << n for n in self.singles]
-            if k == 1
-            else [m for m in self.specials if m.bit_count() == k]
-        )
-        streams.append(iter(fixed))
-        yield from heapq.merge(*streams)
+        if k == 1:  # single ids ascend, and so do their masks
+            yield from (1 << n for n in self._iter_singles())
+            return
+        fixed = sorted(m for m in self.specials if m.bit_count() == k)
+        yield from heapq.merge(self._upsets_colex(k), fixed)
 
     def narrowest_count(self) -> int | None:
         """The size of the narrowest hint (what the merge's ``bestNonPreferredAffinityCount`` takes):
@@ -473,6 +494,13 @@ class HintSpace:
         return min(itertools.islice(members, MEET_ENUMERATION_LIMIT), key=narrow_key, default=None)
 
 
+def _prefix_sums(columns: Sequence[Sequence[int]], count: int) -> list[tuple[int, ...]]:
+    """[j] = per column, the sum of its first j values (all of them, when it has fewer),
+    for j = 0 .. count."""
+    sums = [list(itertools.accumulate(col[:count], initial=0)) for col in columns]
+    return [tuple(col[min(j, len(col) - 1)] for col in sums) for j in range(count + 1)]
+
+
 def _lex_key(mask: int) -> tuple[int, ...]:
     return tuple(bitmask.get_bits(mask))
 
@@ -516,13 +544,15 @@ def _exists_subset(values: Sequence[tuple[int, ...]], k: int, need: tuple[int, .
         return False
     if len(need) == 1:
         return sum(sorted((v[0] for v in values), reverse=True)[:k]) >= need[0]
+    if k == 1:
+        return any(all(x >= n for x, n in zip(v, need, strict=True)) for v in values)
     vals = sorted(values, reverse=True)
     m = len(vals)
     # best[i][c][t]: the largest sum of c values of coordinate t among vals[i:].
     best = []
     for i in range(m + 1):
         columns = [sorted((v[t] for v in vals[i:]), reverse=True) for t in range(len(need))]
-        best.append([tuple(sum(col[:c]) for col in columns) for c in range(k + 1)])
+        best.append(_prefix_sums(columns, k))
 
     def search(start: int, left: int, sums: tuple[int, ...]) -> bool:
         if left == 0:

@@ -56,6 +56,7 @@ from numamem.errors import (
 )
 from numamem.memorymanager.arithmetic import (
     affinity_satisfies,
+    copy_for_write,
     default_machine_state,
     machine_states_equal,
     node_state,
@@ -74,7 +75,7 @@ from numamem.memorymanager.requests import (
 )
 from numamem.memorymanager.reserved import SystemReservedMemory
 from numamem.memorymanager.state import ReuseTable, State, StateReader
-from numamem.memtypes import MEMORY, Block, MachineState
+from numamem.memtypes import MEMORY, Block, MachineState, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.quantity import format_bytes
 from numamem.topology import Machine
@@ -142,7 +143,7 @@ class StaticPolicy:
 
     def hint_space(
         self,
-        machine_state: MachineState,
+        machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
     ) -> HintSpace:
@@ -165,12 +166,12 @@ class StaticPolicy:
         if blocks is not None:
             return regenerate_hints(blocks, requested)
         return self.calculate_hints(
-            state.get_machine_state(), requested, state.get_reusable_memory(pod.uid)
+            state.machine_view(), requested, state.get_reusable_memory(pod.uid)
         )
 
     def calculate_hints(
         self,
-        machine_state: MachineState,
+        machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
     ) -> Hints:
@@ -228,9 +229,7 @@ class StaticPolicy:
             else:
                 note = f"container {owner!r} is already allocated; the hints repeat its affinity"
             return HintExplanation(dict(requested), note=note)
-        space = self.hint_space(
-            state.get_machine_state(), requested, state.get_reusable_memory(pod.uid)
-        )
+        space = self.hint_space(state.machine_view(), requested, state.get_reusable_memory(pod.uid))
         verdicts, omitted = mask_verdicts(space)
         minimum = space.min_affinity_size
         return HintExplanation(
@@ -261,7 +260,7 @@ class StaticPolicy:
         requested = container_requested_resources(container)
         if not requested:
             return
-        machine_state = state.get_machine_state()
+        machine_state = state.machine_view()
         reuse_table = state.get_reusable_memory(pod.uid)
         self._check_types_exist(machine_state, requested)
         space = self.hint_space(machine_state, requested, reuse_table)
@@ -304,17 +303,20 @@ class StaticPolicy:
         self._check_types_on_nodes(machine_state, bits, requested)
         reuse = reuse_table.get(mask, {})
         blocks = []
+        changed = copy_for_write(machine_state, bits)
         for name in sorted(requested, key=_resource_order):
             size = requested[name]
             blocks.append(Block(tuple(bits), name, size))
             to_reserve = max(size - reuse.get(name, 0), 0)
-            update_machine_state(machine_state, bits, name, to_reserve)
+            update_machine_state(changed, bits, name, to_reserve)
         _update_reusable(state, pod, container, blocks)
-        state.set_machine_state(machine_state)
+        state.adopt_machine_state(changed)
         state.set_memory_blocks(pod.uid, container.name, blocks)
         self._update_init_container_blocks(state, pod, container, blocks)
 
-    def _check_types_exist(self, machine_state: MachineState, requested: Mapping[str, int]) -> None:
+    def _check_types_exist(
+        self, machine_state: Mapping[int, NUMANodeState | None], requested: Mapping[str, int]
+    ) -> None:
         known = {
             name for n in machine_state.values() if n is not None for name in (n.memory_map or {})
         }
@@ -325,7 +327,10 @@ class StaticPolicy:
                 )
 
     def _check_types_on_nodes(
-        self, machine_state: MachineState, bits: Sequence[int], requested: Mapping[str, int]
+        self,
+        machine_state: Mapping[int, NUMANodeState | None],
+        bits: Sequence[int],
+        requested: Mapping[str, int],
     ) -> None:
         """Every node of the affinity must have every requested type (else restart would fail)."""
         for node_id in bits:
@@ -374,14 +379,15 @@ class StaticPolicy:
         if blocks is None:
             return
         state.delete(pod_uid, container_name)
-        machine_state = state.get_machine_state()
+        touched = {n for b in blocks for n in b.numa_affinity or ()}
+        machine_state = copy_for_write(state.machine_view(), touched)
         release_memory(machine_state, blocks)
-        state.set_machine_state(machine_state)
+        state.adopt_machine_state(machine_state)
 
     def get_allocatable_memory(self, state: StateReader) -> list[Block]:
         """One block per node and type with non-zero allocatable (node, then memory first)."""
         result = []
-        for node_id, node in sorted(state.get_machine_state().items()):
+        for node_id, node in sorted(state.machine_view().items()):
             if node is None:
                 continue
             for name in sorted(node.memory_map or {}, key=_resource_order):

@@ -11,10 +11,12 @@ and a reader of a committed state sees the table that belongs to it.
 Copy rules:
 
 * :class:`~numamem.memtypes.Block` is immutable; a container's blocks are a tuple.
-* The per-pod container maps inside a :class:`MemoryState` are never mutated
-  in place, only replaced; so a state can be forked cheaply for a transaction
-  (:meth:`MemoryState.fork`): the machine state and the reuse table are
-  deep-copied (small), the pod map is copied shallowly.
+* The per-pod container maps and the node states inside a :class:`MemoryState`
+  are never mutated in place, only replaced (a writer changes copies of the
+  nodes it touches, :func:`~numamem.memorymanager.arithmetic.copy_for_write`,
+  and hands the new mapping over with :meth:`MemoryState.adopt_machine_state`);
+  so a state is forked for a transaction by copying two dicts and the small
+  reuse table (:meth:`MemoryState.fork`), whatever the number of NUMA nodes.
 * Readers get copies: :meth:`MemoryState.get_machine_state` returns a deep
   clone, :meth:`MemoryState.get_memory_blocks` a new list.
 * A committed state is never mutated again; :class:`StateView` is the
@@ -42,7 +44,11 @@ ReuseTable = dict[int, dict[str, int]]
 class StateReader(Protocol):
     """Read-only view of the memory manager state (kubelet ``state.Reader``)."""
 
-    def get_machine_state(self) -> MachineState: ...
+    def get_machine_state(self) -> MachineState:
+        """A deep copy the caller may change."""
+
+    def machine_view(self) -> Mapping[int, NUMANodeState | None]:
+        """The live machine state, not copied: callers must not mutate it."""
 
     def get_memory_blocks(self, pod_uid: str, container_name: str) -> list[Block] | None: ...
 
@@ -55,7 +61,11 @@ class StateReader(Protocol):
 class State(StateReader, Protocol):
     """Reader plus writers (kubelet ``state.State``); policies work on this."""
 
-    def set_machine_state(self, ms: Mapping[int, NUMANodeState | None]) -> None: ...
+    def set_machine_state(self, ms: Mapping[int, NUMANodeState | None]) -> None:
+        """Store a deep copy of ``ms``."""
+
+    def adopt_machine_state(self, ms: MachineState) -> None:
+        """Store ``ms`` itself (no copy): the caller hands it over and must not touch it again."""
 
     def set_memory_blocks(self, pod_uid: str, container_name: str, blocks: list[Block]) -> None: ...
 
@@ -123,6 +133,9 @@ class MemoryState:
     def set_machine_state(self, ms: Mapping[int, NUMANodeState | None]) -> None:
         self._machine = clone_machine_state(ms)
 
+    def adopt_machine_state(self, ms: MachineState) -> None:
+        self._machine = ms
+
     def set_memory_blocks(self, pod_uid: str, container_name: str, blocks: list[Block]) -> None:
         ctrs = dict(self._pods.get(pod_uid, {}))
         ctrs[container_name] = tuple(blocks)
@@ -157,7 +170,7 @@ class MemoryState:
     def fork(self) -> MemoryState:
         """An independent copy that shares the (immutable) per-pod container maps."""
         other = MemoryState.__new__(MemoryState)
-        other._machine = clone_machine_state(self._machine)
+        other._machine = dict(self._machine)  # node states are copied on write
         other._pods = dict(self._pods)
         other._reuse = (
             None
@@ -186,6 +199,9 @@ class StateView:
 
     def get_machine_state(self) -> MachineState:
         return self._state.get_machine_state()
+
+    def machine_view(self) -> Mapping[int, NUMANodeState | None]:
+        return MappingProxyType(self._state.machine_view())
 
     def get_memory_blocks(self, pod_uid: str, container_name: str) -> list[Block] | None:
         return self._state.get_memory_blocks(pod_uid, container_name)

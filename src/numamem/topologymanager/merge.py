@@ -55,9 +55,10 @@ LimitExceededError naming the budget, rather than merged for hours.
 
 from __future__ import annotations
 
+import abc
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from numamem.errors import LimitExceededError
 from numamem.topologymanager import bitmask
@@ -79,29 +80,37 @@ class Hint(Protocol):
     def preferred(self) -> bool: ...
 
 
-@runtime_checkable
-class HintFamily(Protocol):
+class HintFamily(abc.ABC):
     """A provider's hints for one resource given by rule instead of as a list.
 
     Iterating yields the hints in kubelet's order. Every method is read-only.
+    (An abstract class rather than a Protocol: the merge tells families from
+    lists with ``isinstance`` on every list of every admission.)
     """
 
+    @abc.abstractmethod
     def __iter__(self) -> Iterator[Hint]: ...
 
+    @abc.abstractmethod
     def is_empty(self) -> bool: ...
 
+    @abc.abstractmethod
     def contains_preferred(self, mask: int) -> bool:
         """Whether ``mask`` is one of the preferred hints."""
 
+    @abc.abstractmethod
     def preferred_by_value(self) -> Iterator[int]:
         """The preferred hints' masks, smallest integer first."""
 
+    @abc.abstractmethod
     def narrowest_count(self) -> int | None:
         """The node count of the narrowest hint (None when there are none)."""
 
+    @abc.abstractmethod
     def materialize(self, limit: int) -> list[int] | None:
         """Every hint's mask, or None when there are more than ``limit``."""
 
+    @abc.abstractmethod
     def best_meet(
         self, e: int, best_count: int, narrow_key: Callable[[int], tuple[int, ...]]
     ) -> int | None:

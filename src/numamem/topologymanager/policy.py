@@ -256,8 +256,17 @@ def new_policy(
     opts, warnings = parse_policy_options(options or {})
     info = NUMAInfo(machine, opts)
     if name != NONE and len(info.nodes) > opts.max_allowable_numa_nodes:
+        # kubelet's text, then what would help (the kubelet says nothing more).
+        helps = f"{MAX_ALLOWABLE_NUMA_NODES}={len(info.nodes)}"
+        if len(info.nodes) > MAX_MAX_ALLOWABLE_NUMA_NODES:
+            helps = f"{RESTRICT_TO_CPU_NUMA_NODES}=true, or the topology manager policy none"
+        elif not options or RESTRICT_TO_CPU_NUMA_NODES not in (options or {}):
+            cpu_nodes = sum(1 for n in machine.nodes if n.cpus)
+            if cpu_nodes <= opts.max_allowable_numa_nodes and cpu_nodes < len(info.nodes):
+                helps += f" or {RESTRICT_TO_CPU_NUMA_NODES}=true"
         raise ConfigError(
-            f"unsupported on machines with more than {opts.max_allowable_numa_nodes} NUMA Nodes"
+            f"unsupported on machines with more than {opts.max_allowable_numa_nodes} NUMA Nodes "
+            f"(this one has {len(info.nodes)}; set --topology-manager-policy-options {helps})"
         )
     if name not in POLICIES:
         raise ConfigError(f'unknown policy: "{name}"')
