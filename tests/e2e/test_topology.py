@@ -10,10 +10,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from numamem.client import NumamemClient
 from numamem.testing.daemon import DaemonProcess
-from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
+from numamem.testing.sysfs import FakeNode, power9_nodes, standard_nodes, write_sysfs
 from numamem.v1 import topology_pb2, topology_pb2_grpc
 from tests.daemon import REPO, serve_to_exit
+from tests.unit.test_memorymanager_service import container, pod
 
 pytestmark = pytest.mark.e2e
 NODE = "devices/system/node"
@@ -102,7 +104,8 @@ def test_non_numa_kernel_gives_one_node_with_total_memory(
     assert node.id == 0
     assert node.memory_bytes == psutil.virtual_memory().total
     assert list(node.cpus) == [0, 1]
-    assert "no NUMA nodes in sysfs" in d.stderr()
+    assert "no NUMA nodes (a kernel without NUMA)" in d.stderr()
+    assert "no NUMA nodes (a kernel without NUMA)" in machine_info(d).warnings[0]
 
 
 def test_missing_hugepages_dir_and_distance_file(
@@ -117,7 +120,8 @@ def test_missing_hugepages_dir_and_distance_file(
     assert list(info.numa_nodes[0].hugepages) == []
     assert list(info.numa_nodes[1].distances) == []
     warnings = [json.loads(x) for x in d.stderr().splitlines() if '"warning"' in x]
-    assert any("distance" in w["event"] for w in warnings)
+    assert any("distance: missing" in w.get("problem", "") for w in warnings)
+    assert [w for w in info.warnings if "distance" in w]
 
 
 def test_free_hugepages_are_live_through_the_daemon(
@@ -158,8 +162,8 @@ def test_topology_cli_table_and_json(short_root: Path, daemon_factory: list[Daem
     cmd = [sys.executable, "-m", "numamem", "topology", "--socket", d.socket]
     table = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO).stdout
     lines = table.splitlines()
-    assert lines[0].split() == ["NODE", "MEMORY", "CPUS", "HUGEPAGES", "DISTANCES"]
-    assert lines[1].split()[:3] == ["0", "16Gi", "0-1"]
+    assert lines[0].split() == ["NODE", "KIND", "MEMORY", "CPUS", "HUGEPAGES", "DISTANCES"]
+    assert lines[1].split()[:4] == ["0", "cpu", "16Gi", "0-1"]
     assert "2Mi: 512/512 free" in lines[1]
     assert lines[2].split()[-2:] == ["22", "10"]
     data = json.loads(
@@ -197,3 +201,38 @@ def test_cli_without_daemon_is_one_clear_line(short_root: Path) -> None:
         f"numamem: UNAVAILABLE: no daemon socket at {short_root / 'none.sock'} "
         "(is numamem running? --socket)"
     )
+
+
+def test_power9_tree_through_the_real_daemon(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """CPU nodes 0 and 8, GPU memory nodes 250-255: discovered, shown as memory-only by
+    ``numamem topology``, and a Guaranteed pod admitted with Static and restricted."""
+    sysfs = write_sysfs(short_root / "sys", power9_nodes(), generic_initiators=[250])
+    d = DaemonProcess(
+        short_root,
+        [
+            "--sysfs-root",
+            str(sysfs),
+            "--memory-manager-policy=Static",
+            "--reserved-memory=0:memory=1Gi",
+            "--system-reserved=memory=924Mi",
+            "--eviction-hard=memory.available<100Mi",
+            "--topology-manager-policy=restricted",
+            "--topology-manager-policy-options=restrict-to-cpu-numa-nodes=true",
+        ],
+    )
+    daemon_factory.append(d)
+    d.start()
+    info = machine_info(d)
+    assert [n.id for n in info.numa_nodes] == [0, 8, 250, 251, 252, 253, 254, 255]
+    assert [n.has_cpus for n in info.numa_nodes] == [True, True] + [False] * 6
+    cmd = [sys.executable, "-m", "numamem", "topology", "--socket", d.socket]
+    table = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO).stdout
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert rows["8"].split()[1] == "cpu"
+    assert "memory-only, generic initiator" in rows["250"]
+    with NumamemClient(d.socket, timeout=10) as client:
+        resp = client.admit(pod("p", container("app", "8Gi")))
+        assert resp.admitted
+        assert [list(b.numa_affinity) for b in resp.containers[0].blocks] == [[0]]

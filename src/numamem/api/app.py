@@ -10,12 +10,17 @@ from numamem.api.metrics import MetricsComponent
 from numamem.api.server import Component
 from numamem.api.topology import TopologyComponent
 from numamem.config.model import Config
+from numamem.logging import get_logger
 from numamem.topology.sysfs import discover
+
+_log = get_logger("topology")
 
 
 def build_components(config: Config) -> Sequence[Component]:
     """The daemon's components for ``config``. Raises start-up errors (topology, config)."""
     machine = discover(config.sysfs_root)
+    for warning in machine.warnings:
+        _log.warning("suspicious NUMA topology", problem=warning)
     memory = MemoryManagerComponent(config, machine)
 
     def memory_manager_ids() -> list[tuple[str, str, str]]:

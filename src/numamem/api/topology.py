@@ -53,9 +53,12 @@ def machine_info(machine: Machine, sysfs_root: str | None) -> topology_pb2.Machi
                 hugepages=pools,
                 cpus=node.cpus,
                 distances=node.distances,
+                has_cpus=node.has_cpus,
+                generic_initiator=node.generic_initiator,
+                memory_tier=node.memory_tier,
             )
         )
-    return topology_pb2.MachineInfo(numa_nodes=nodes)
+    return topology_pb2.MachineInfo(numa_nodes=nodes, warnings=machine.warnings)
 
 
 class TopologyComponent:

@@ -22,7 +22,8 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "topology",
         help="show the NUMA topology the daemon discovered",
-        description="Print the NUMA nodes: memory, CPUs, hugepages (free read live), distances.",
+        description="Print the NUMA nodes: kind (CPUs or memory-only, generic initiator, memory "
+        "tier), memory, CPUs, hugepages (free read live), distances; then discovery's warnings.",
     )
     add_client_args(parser)
     parser.set_defaults(run=client_command(run))
@@ -35,6 +36,11 @@ def run(args: argparse.Namespace, client: NumamemClient) -> int:
         return EXIT_OK
     rows = []
     for node in info.numa_nodes:
+        kind = "cpu" if node.has_cpus else "memory-only"
+        if node.generic_initiator:
+            kind += ", generic initiator"
+        if node.HasField("memory_tier"):
+            kind += f", tier {node.memory_tier}"
         pages = ", ".join(
             f"{human_bytes(hp.page_size_bytes)}: {hp.free_pages}/{hp.total_pages} free"
             for hp in node.hugepages
@@ -42,11 +48,14 @@ def run(args: argparse.Namespace, client: NumamemClient) -> int:
         rows.append(
             [
                 node.id,
+                kind,
                 human_bytes(node.memory_bytes),
                 format_cpulist(node.cpus) or "-",
                 pages or "-",
                 " ".join(str(d) for d in node.distances) or "-",
             ]
         )
-    print_table(["NODE", "MEMORY", "CPUS", "HUGEPAGES", "DISTANCES"], rows)
+    print_table(["NODE", "KIND", "MEMORY", "CPUS", "HUGEPAGES", "DISTANCES"], rows)
+    for warning in info.warnings:
+        print(f"warning: {warning}")
     return EXIT_OK

@@ -26,20 +26,49 @@ class FakeNode:
     hugepages: Mapping[int, tuple[int, int]] = field(default_factory=dict)
     distances: Sequence[int] | None = None  # None: 10 to itself, 20 + 2*|i-j| to others
     hugepages_dir: bool = True
+    cpumap_only: bool = False
+    """Write ``cpumap`` (hex words) instead of ``cpulist``, as kernels before about 2.6.2x."""
 
 
 def default_distance(a: int, b: int) -> int:
     return 10 if a == b else 20 + 2 * abs(a - b)
 
 
-def write_sysfs(root: Path, nodes: Sequence[FakeNode], *, distance_files: bool = True) -> Path:
-    """Write the tree under ``root`` (created if needed) and return ``root``."""
+def cpumap(cpus: Sequence[int], words: int = 2) -> str:
+    """The kernel's ``cpumap`` text: 32-bit hex words, most significant first."""
+    value = sum(1 << c for c in cpus)
+    words = max(words, (max(cpus, default=0) // 32) + 1)
+    return ",".join(f"{value >> (32 * i) & 0xFFFFFFFF:08x}" for i in reversed(range(words)))
+
+
+def write_sysfs(
+    root: Path,
+    nodes: Sequence[FakeNode],
+    *,
+    distance_files: bool = True,
+    nul_terminated: bool = False,
+    generic_initiators: Sequence[int] = (),
+    memory_tiers: Mapping[int, Sequence[int]] | None = None,
+) -> Path:
+    """Write the tree under ``root`` (created if needed) and return ``root``.
+
+    ``nul_terminated`` ends list and bitmap files with ``\n\0`` (Linux 5.15-rc1);
+    ``generic_initiators`` fills ``has_generic_initiator``; ``memory_tiers`` maps a
+    tier id to its nodes (``devices/virtual/memory_tiering``).
+    """
+    end = "\n\x00" if nul_terminated else "\n"
     base = root / "devices" / "system" / "node"
     base.mkdir(parents=True, exist_ok=True)
     ids = [n.id for n in nodes]
-    online = ",".join(str(i) for i in sorted(ids))
-    (base / "online").write_text(online + "\n")
-    (base / "possible").write_text(online + "\n")
+    online = _format_list(sorted(ids))
+    (base / "online").write_text(online + end)
+    (base / "possible").write_text(online + end)
+    if generic_initiators:
+        (base / "has_generic_initiator").write_text(_format_list(generic_initiators) + end)
+    for tier, members in (memory_tiers or {}).items():
+        tier_dir = root / "devices" / "virtual" / "memory_tiering" / f"memory_tier{tier}"
+        tier_dir.mkdir(parents=True, exist_ok=True)
+        (tier_dir / "nodelist").write_text(_format_list(members) + end)
     for node in nodes:
         d = base / f"node{node.id}"
         d.mkdir(exist_ok=True)
@@ -48,14 +77,17 @@ def write_sysfs(root: Path, nodes: Sequence[FakeNode], *, distance_files: bool =
             f"Node {node.id} MemFree:        {node.memory_kb // 2} kB\n"
             f"Node {node.id} MemUsed:        {node.memory_kb - node.memory_kb // 2} kB\n"
         )
-        (d / "cpulist").write_text(node.cpus + "\n")
+        if node.cpumap_only:
+            (d / "cpumap").write_text(cpumap(_cpus(node.cpus)) + end)
+        else:
+            (d / "cpulist").write_text(node.cpus + end)
         if distance_files:
             row = (
                 node.distances
                 if node.distances is not None
                 else [default_distance(node.id, other) for other in sorted(ids)]
             )
-            (d / "distance").write_text(" ".join(str(x) for x in row) + "\n")
+            (d / "distance").write_text(" ".join(str(x) for x in row) + end)
         if node.hugepages_dir:
             hp = d / "hugepages"
             hp.mkdir(exist_ok=True)
@@ -69,8 +101,29 @@ def write_sysfs(root: Path, nodes: Sequence[FakeNode], *, distance_files: bool =
     cpu_dir = root / "devices" / "system" / "cpu"
     cpu_dir.mkdir(parents=True, exist_ok=True)
     if cpu_ids:
-        (cpu_dir / "online").write_text(f"{cpu_ids[0]}-{cpu_ids[-1]}\n")
+        (cpu_dir / "online").write_text(f"{cpu_ids[0]}-{cpu_ids[-1]}" + end)
     return root
+
+
+def write_numa_less(
+    root: Path, cpus: str | None, hugepages: Mapping[int, tuple[int, int]] | None = None
+) -> Path:
+    """A kernel without NUMA: no node directories, ``cpu/online`` (unless None) and the
+    machine-wide hugepage pools of ``kernel/mm/hugepages``."""
+    cpu_dir = root / "devices" / "system" / "cpu"
+    cpu_dir.mkdir(parents=True, exist_ok=True)
+    if cpus is not None:
+        (cpu_dir / "online").write_text(cpus + "\n")
+    for size_kb, (nr, free) in (hugepages or {}).items():
+        sd = root / "kernel" / "mm" / "hugepages" / f"hugepages-{size_kb}kB"
+        sd.mkdir(parents=True, exist_ok=True)
+        (sd / "nr_hugepages").write_text(f"{nr}\n")
+        (sd / "free_hugepages").write_text(f"{free}\n")
+    return root
+
+
+def _format_list(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in sorted(ids))
 
 
 def _cpus(text: str) -> list[int]:
@@ -100,6 +153,19 @@ def standard_nodes(
         cpus = f"{cpu}-{cpu + cpus_per_node - 1}" if cpus_per_node > 1 else str(cpu)
         cpu += cpus_per_node
         nodes.append(FakeNode(i, memory_gib * GIB_KB, cpus, dict(pages)))
+    return nodes
+
+
+def power9_nodes() -> list[FakeNode]:
+    """An IBM POWER9 with NVIDIA V100s: CPU nodes 0 and 8, GPU memory as CPU-less nodes 250-255."""
+    cpu = {0: "0-79", 8: "80-159"}
+    ids = [0, 8, 250, 251, 252, 253, 254, 255]
+    nodes = []
+    for n in ids:
+        row = [10 if m == n else (40 if (n in cpu) == (m in cpu) else 80) for m in ids]
+        pages = {HP_2M: (256, 256)} if n in cpu else {}
+        memory = (256 if n in cpu else 16) * GIB_KB
+        nodes.append(FakeNode(n, memory, cpu.get(n, ""), pages, row, hugepages_dir=n in cpu))
     return nodes
 
 

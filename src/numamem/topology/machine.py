@@ -12,8 +12,6 @@ from functools import cached_property
 
 from numamem.quantity import Format, Quantity
 
-MAX_NUMA_ID = 63  # topology-manager bitmasks are 64 bits
-
 
 def hugepage_resource_name(page_size_kb: int) -> str:
     """Kubernetes resource name of a hugepage size: 2048 -> ``hugepages-2Mi``."""
@@ -50,11 +48,20 @@ class NUMANode:
     hugepages: tuple[HugePagePool, ...] = ()
     cpus: tuple[int, ...] = ()
     distances: tuple[int, ...] = ()
+    generic_initiator: bool = False
+    """Listed in ``has_generic_initiator`` (an accelerator or NIC that initiates memory access)."""
+    memory_tier: int | None = None
+    """The kernel's memory tier id (``memory_tiering/memory_tier<T>``), when it has tiers."""
+
+    @property
+    def has_cpus(self) -> bool:
+        """False for memory-only nodes (GPU memory, CXL expanders, HBM)."""
+        return bool(self.cpus)
 
 
 @dataclass(frozen=True)
 class Machine:
-    """The NUMA nodes in ascending id order.
+    """The NUMA nodes in ascending id order (the kernel's ids, which may be sparse).
 
     ``memory_capacity`` is the node's memory capacity as ``/proc/meminfo`` reports
     it (the kubelet's node capacity, which percentage eviction thresholds apply
@@ -64,6 +71,8 @@ class Machine:
 
     nodes: tuple[NUMANode, ...]
     memory_capacity: int | None = None
+    warnings: tuple[str, ...] = ()
+    """What discovery found suspicious but usable (logged at start, shown by GetMachineInfo)."""
 
     def __post_init__(self) -> None:
         ids = [n.id for n in self.nodes]

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19numamem/v1/topology.proto\x12\nnumamem.v1\"\x17\n\x15GetMachineInfoRequest\"7\n\x0bMachineInfo\x12(\n\nnuma_nodes\x18\x01 \x03(\x0b\x32\x14.numamem.v1.NUMANode\"w\n\x08NUMANode\x12\n\n\x02id\x18\x01 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x04\x12(\n\thugepages\x18\x03 \x03(\x0b\x32\x15.numamem.v1.HugePages\x12\x0c\n\x04\x63pus\x18\x04 \x03(\x05\x12\x11\n\tdistances\x18\x05 \x03(\r\"M\n\tHugePages\x12\x17\n\x0fpage_size_bytes\x18\x01 \x01(\x04\x12\x13\n\x0btotal_pages\x18\x02 \x01(\x04\x12\x12\n\nfree_pages\x18\x03 \x01(\x04\x32X\n\x08Topology\x12L\n\x0eGetMachineInfo\x12!.numamem.v1.GetMachineInfoRequest\x1a\x17.numamem.v1.MachineInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19numamem/v1/topology.proto\x12\nnumamem.v1\"\x17\n\x15GetMachineInfoRequest\"I\n\x0bMachineInfo\x12(\n\nnuma_nodes\x18\x01 \x03(\x0b\x32\x14.numamem.v1.NUMANode\x12\x10\n\x08warnings\x18\x02 \x03(\t\"\xce\x01\n\x08NUMANode\x12\n\n\x02id\x18\x01 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x04\x12(\n\thugepages\x18\x03 \x03(\x0b\x32\x15.numamem.v1.HugePages\x12\x0c\n\x04\x63pus\x18\x04 \x03(\x05\x12\x11\n\tdistances\x18\x05 \x03(\r\x12\x10\n\x08has_cpus\x18\x06 \x01(\x08\x12\x19\n\x11generic_initiator\x18\x07 \x01(\x08\x12\x18\n\x0bmemory_tier\x18\x08 \x01(\x05H\x00\x88\x01\x01\x42\x0e\n\x0c_memory_tier\"M\n\tHugePages\x12\x17\n\x0fpage_size_bytes\x18\x01 \x01(\x04\x12\x13\n\x0btotal_pages\x18\x02 \x01(\x04\x12\x12\n\nfree_pages\x18\x03 \x01(\x04\x32X\n\x08Topology\x12L\n\x0eGetMachineInfo\x12!.numamem.v1.GetMachineInfoRequest\x1a\x17.numamem.v1.MachineInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETMACHINEINFOREQUEST']._serialized_start=41
   _globals['_GETMACHINEINFOREQUEST']._serialized_end=64
   _globals['_MACHINEINFO']._serialized_start=66
-  _globals['_MACHINEINFO']._serialized_end=121
-  _globals['_NUMANODE']._serialized_start=123
-  _globals['_NUMANODE']._serialized_end=242
-  _globals['_HUGEPAGES']._serialized_start=244
-  _globals['_HUGEPAGES']._serialized_end=321
-  _globals['_TOPOLOGY']._serialized_start=323
-  _globals['_TOPOLOGY']._serialized_end=411
+  _globals['_MACHINEINFO']._serialized_end=139
+  _globals['_NUMANODE']._serialized_start=142
+  _globals['_NUMANODE']._serialized_end=348
+  _globals['_HUGEPAGES']._serialized_start=350
+  _globals['_HUGEPAGES']._serialized_end=427
+  _globals['_TOPOLOGY']._serialized_start=429
+  _globals['_TOPOLOGY']._serialized_end=517
 # @@protoc_insertion_point(module_scope)

@@ -38,18 +38,28 @@ class MachineInfo(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NUMA_NODES_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def numa_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NUMANode]:
-        """NUMA nodes in ascending id order."""
+        """NUMA nodes in ascending id order. Ids are the kernel's and may be sparse
+        (0, 8, 250-255 on a POWER9 with GPU memory nodes).
+        """
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What discovery found suspicious but usable (the same CPUs on several
+        nodes, a distance row of the wrong length, ...); empty on sane machines.
+        """
 
     def __init__(
         self,
         *,
         numa_nodes: _abc.Iterable[Global___NUMANode] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["numa_nodes", b"numa_nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["numa_nodes", b"numa_nodes", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -64,9 +74,22 @@ class NUMANode(_message.Message):
     HUGEPAGES_FIELD_NUMBER: _builtins.int
     CPUS_FIELD_NUMBER: _builtins.int
     DISTANCES_FIELD_NUMBER: _builtins.int
+    HAS_CPUS_FIELD_NUMBER: _builtins.int
+    GENERIC_INITIATOR_FIELD_NUMBER: _builtins.int
+    MEMORY_TIER_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     memory_bytes: _builtins.int
     """MemTotal of the node (includes memory held by hugepages)."""
+    has_cpus: _builtins.bool
+    """Whether the node has CPUs (false: a memory-only node, e.g. GPU memory or
+    a CXL expander).
+    """
+    generic_initiator: _builtins.bool
+    """Listed in /sys/devices/system/node/has_generic_initiator."""
+    memory_tier: _builtins.int
+    """The kernel's memory tier (/sys/devices/virtual/memory_tiering/
+    memory_tier<T>); absent when the kernel has no memory tiers.
+    """
     @_builtins.property
     def hugepages(self) -> _containers.RepeatedCompositeFieldContainer[Global___HugePages]:
         """One entry per hugepage size the node reports, ascending page size."""
@@ -89,12 +112,17 @@ class NUMANode(_message.Message):
         hugepages: _abc.Iterable[Global___HugePages] | None = ...,
         cpus: _abc.Iterable[_builtins.int] | None = ...,
         distances: _abc.Iterable[_builtins.int] | None = ...,
+        has_cpus: _builtins.bool = ...,
+        generic_initiator: _builtins.bool = ...,
+        memory_tier: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_tier", b"_memory_tier", "memory_tier", b"memory_tier"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "distances", b"distances", "hugepages", b"hugepages", "id", b"id", "memory_bytes", b"memory_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_tier", b"_memory_tier", "cpus", b"cpus", "distances", b"distances", "generic_initiator", b"generic_initiator", "has_cpus", b"has_cpus", "hugepages", b"hugepages", "id", b"id", "memory_bytes", b"memory_bytes", "memory_tier", b"memory_tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__memory_tier: _TypeAlias = _typing.Literal["memory_tier"]  # noqa: Y015
+    _WhichOneofArgType__memory_tier: _TypeAlias = _typing.Literal["_memory_tier", b"_memory_tier"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memory_tier) -> _WhichOneofReturnType__memory_tier | None: ...
 
 Global___NUMANode: _TypeAlias = NUMANode  # noqa: Y015
 
