@@ -247,7 +247,10 @@ def run_baseline(tree: Path, case: str, reps: int) -> str:
 
 
 def phase(report: Any, root: Path, reps: int, baseline: str | None) -> None:
-    """Every case in process (and the baseline beside it), then Admit over gRPC on 16 nodes."""
+    """Every case in process, with the baseline beside it."""
+    from numamem.logging import configure
+
+    configure("warning")  # the in-process managers log every release at info
     print(
         f"large NUMA: admission, merge and hint listing (baseline {baseline or 'none'})", flush=True
     )

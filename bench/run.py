@@ -34,6 +34,7 @@ import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench import large_numa
+from numamem.api.convert import hints_to_proto
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
 from numamem.client import NumamemClient
@@ -366,7 +367,7 @@ def memory_manager_phase(r: Report, d: Daemon, s: Scale) -> None:
 
 
 def hint_phase(r: Report, root: Path, s: Scale) -> None:
-    print("GetTopologyHints by NUMA node count (in-process policy, and over gRPC)", flush=True)
+    print("GetTopologyHints by NUMA node count (in-process with the response, and over gRPC)")
     q = parse_quantity
     res = {"cpu": q("1"), "memory": q("1Gi"), "hugepages-2Mi": q("2Mi")}
     pod = Pod("hints", containers=(Container("c", res, dict(res)),))
@@ -379,10 +380,11 @@ def hint_phase(r: Report, root: Path, s: Scale) -> None:
         )
         policy = StaticPolicy(machine, {0: {"memory": GI}})
         state = MemoryState(policy.default_machine_state(), {})
-        reps = 5 if n == 16 else s.hints_n
         samples = latencies(
-            lambda _i, p=policy, st=state: p.get_topology_hints(st, pod, pod.containers[0]),
-            reps,
+            lambda _i, p=policy, st=state: hints_to_proto(
+                p.get_topology_hints(st, pod, pod.containers[0]), 4096
+            ),
+            s.hints_n,
             2,
         )
         r.latency(f"hints_inprocess_{n}", f"GetTopologyHints in-process, {n} nodes", samples)
@@ -394,8 +396,9 @@ def hint_phase(r: Report, root: Path, s: Scale) -> None:
                 containers=[mm.Container(name="c", requests={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "2Mi"},
                                          limits={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "2Mi"})],
             )  # fmt: skip
-            reps = 5 if n == 16 else s.hints_n
-            samples = latencies(lambda _i, c=client, w=wire: c.get_topology_hints(w, "c"), reps, 2)
+            samples = latencies(
+                lambda _i, c=client, w=wire: c.get_topology_hints(w, "c"), s.hints_n, 2
+            )
             r.latency(f"hints_grpc_{n}", f"GetTopologyHints over gRPC, {n} nodes", samples)
             client.close()
 

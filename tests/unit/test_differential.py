@@ -13,6 +13,7 @@ runs thousands; ``make test`` a few hundred in all).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from numamem.memorymanager.hints import HintSpace
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.subsets import count_covering_subsets, exists_subset
 from numamem.memtypes import MEMORY, MachineState, MemoryTable, NUMANodeState
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
@@ -241,6 +243,28 @@ def test_best_meet_is_the_best_and(case: SpaceCase, data: st.DataObject) -> None
             default=None,
         )
         assert space.best_meet(e, best_count, narrow_key) == want, (bin(e), best_count)
+
+
+@examples(300)
+@given(
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), max_size=9),
+    st.tuples(st.integers(0, 30), st.integers(0, 30)),
+    st.integers(0, 10),
+)
+def test_subset_sums_against_every_subset(
+    values: list[tuple[int, int]], need: tuple[int, int], k: int
+) -> None:
+    def ok(combo: tuple[tuple[int, int], ...]) -> bool:
+        return all(sum(v[i] for v in combo) >= need[i] for i in range(2))
+
+    assert exists_subset(values, k, need) == any(ok(c) for c in itertools.combinations(values, k))
+    assert exists_subset([(v[0],) for v in values], k, need[:1]) == any(
+        sum(v[0] for v in c) >= need[0] for c in itertools.combinations(values, k)
+    )
+    every = sum(
+        ok(c) for size in range(2, len(values) + 1) for c in itertools.combinations(values, size)
+    )
+    assert count_covering_subsets(values, need, 10**6) == every
 
 
 # --- the merge -------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from numamem.config.syntax import parse_reserved_memory
 from numamem.errors import TopologyError
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
@@ -171,9 +170,53 @@ def test_numa_less_kernel_without_cpu_online_never_reads_the_host(tmp_path: Path
 
 # --- through the daemon's bootstrap ----------------------------------------------------------
 
+
+def _kunpeng(root: Path) -> tuple[int, ...]:
+    nodes = standard_nodes(4, cpus_per_node=32)
+    nodes[3].cpumap_only = True
+    write_sysfs(root, nodes, nul_terminated=True)
+    return (0, 1, 2, 3)
+
+
+def _identical_cpus(root: Path) -> tuple[int, ...]:
+    nodes = standard_nodes(8)
+    for node in nodes:
+        node.cpus = "0-63"
+    write_sysfs(root, nodes)
+    return tuple(range(8))
+
+
+def _bad_distances(root: Path) -> tuple[int, ...]:
+    nodes = standard_nodes(3)
+    nodes[1].distances = [20, 10]
+    nodes[2].distances = [30, 30, 20]
+    write_sysfs(root, nodes)
+    return (0, 1, 2)
+
+
+def _numa_less(root: Path) -> tuple[int, ...]:
+    write_numa_less(root, "0-3", {HP_2M: (512, 512)})
+    return (0,)
+
+
+def _power9(root: Path) -> tuple[int, ...]:
+    write_sysfs(root, power9_nodes())
+    return (0, 8, 250, 251, 252, 253, 254, 255)
+
+
+def _sparse(root: Path) -> tuple[int, ...]:
+    ids = [0, 33, 34, 45, 72, 1023]
+    write_sysfs(root, sparse_nodes(ids))
+    return tuple(ids)
+
+
 TREES = {
-    "power9": (power9_nodes(), "0:memory=1Gi"),
-    "sparse-1023": (sparse_nodes([3, 33, 34, 45, 72, 1023]), "3:memory=1Gi"),
+    "power9": _power9,
+    "sparse-1023": _sparse,
+    "kunpeng-nul-cpumap": _kunpeng,
+    "identical-cpus": _identical_cpus,
+    "bad-distance-rows": _bad_distances,
+    "numa-less-hugepages": _numa_less,
 }
 
 
@@ -181,23 +224,28 @@ TREES = {
 @pytest.mark.parametrize("memory_policy", ["None", "Static"])
 @pytest.mark.parametrize("topology_policy", POLICIES)
 def test_the_daemon_serves_every_tree_with_every_policy(
-    tree: str, memory_policy: str, topology_policy: str
+    tmp_path: Path, tree: str, memory_policy: str, topology_policy: str
 ) -> None:
-    nodes, reserved = TREES[tree]
+    """The daemon's bootstrap starts on each tree, serves GetMachineInfo with the discovered
+    ids and warnings, and admits a Guaranteed pod (pinned to the first node under Static)."""
+    sysfs = tmp_path / "tree"
+    ids = TREES[tree](sysfs)
     extra = {} if memory_policy == "Static" else {"reserved_memory": ()}
     with serve_in_process(
-        nodes,
+        standard_nodes(1),
+        sysfs_root=str(sysfs),
         memory_manager_policy=memory_policy,
         topology_manager_policy=topology_policy,
-        **({"reserved_memory": parse_reserved_memory(reserved, "test")} | extra),
+        **extra,
     ) as server:
         info = server.client.get_machine_info()
-        assert [n.id for n in info.numa_nodes] == [n.id for n in nodes]
+        assert tuple(n.id for n in info.numa_nodes) == ids
+        assert list(info.warnings) == list(discover(sysfs).warnings)
         resp = server.client.admit(pod("p", container("app", "2Gi")))
         assert resp.admitted
         if memory_policy == "Static":
             [block] = [b for b in resp.containers[0].blocks if b.type == "memory"]
-            assert list(block.numa_affinity) == [nodes[0].id]
+            assert list(block.numa_affinity) == [ids[0]]
 
 
 def test_power9_admits_with_static_restricted_and_restrict_to_cpu_nodes() -> None:

@@ -50,6 +50,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from numamem.memorymanager.subsets import (
+    count_covering_subsets,
+    covers,
+    exists_subset,
+    prefix_sums,
+)
 from numamem.memtypes import NUMANodeState
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.merge import HintFamily, orders_by_value, size_rank
@@ -183,7 +189,7 @@ class HintSpace(HintFamily):
         candidates = [n for n in self.nodes if self._tables[n] is not None]
         allocs = [self._tables[n][0] for n in candidates]  # type: ignore[index]
         for k in range(1, len(candidates) + 1):
-            if _exists_subset(allocs, k, self._need):
+            if exists_subset(allocs, k, self._need):
                 return k
         return len(self.nodes)
 
@@ -224,7 +230,7 @@ class HintSpace(HintFamily):
         if len(bits) < 2 or any(n not in unused for n in bits):
             return False
         index = {n: i for i, n in enumerate(self.unused)}
-        return _covers([self._values[index[n]] for n in bits], self._need)
+        return covers([self._values[index[n]] for n in bits], self._need)
 
     # --- up-sets: depth-first, in lexicographic order ---------------------------------
 
@@ -238,7 +244,7 @@ class HintSpace(HintFamily):
                 sorted((v[t] for v in self._values[i:]), reverse=True)
                 for t in range(len(self._types))
             ]
-            row = _prefix_sums(columns, m - i)
+            row = prefix_sums(columns, m - i)
             table.append(row)
         return table
 
@@ -249,7 +255,7 @@ class HintSpace(HintFamily):
         table: list[list[tuple[int, ...]]] = []
         for i in range(m + 1):
             columns = [sorted(v[t] for v in self._values[i:]) for t in range(len(self._types))]
-            table.append(_prefix_sums(columns, m - i))
+            table.append(prefix_sums(columns, m - i))
         return table
 
     def _upsets_lex(self, k: int) -> Iterator[int]:
@@ -299,7 +305,7 @@ class HintSpace(HintFamily):
                 sorted((v[t] for v in self._values[:j]), reverse=True)
                 for t in range(len(self._types))
             ]
-            row = _prefix_sums(columns, j)
+            row = prefix_sums(columns, j)
             table.append(row)
         return table
 
@@ -377,7 +383,7 @@ class HintSpace(HintFamily):
 
     def count(self) -> int | None:
         """How many hints there are, or None when the counting program would be too large."""
-        upsets = _count_covering_subsets(self._values, self._need, COUNT_STATE_BUDGET)
+        upsets = count_covering_subsets(self._values, self._need, COUNT_STATE_BUDGET)
         if upsets is None:
             return None
         return len(self.singles) + len(self.specials) + upsets
@@ -471,7 +477,7 @@ class HintSpace(HintFamily):
         for i in outside:
             need = [x - v for x, v in zip(need, self._values[i], strict=True)]
         rest = tuple(need)
-        if not inside or not _covers([self._values[i] for i in inside], rest):
+        if not inside or not covers([self._values[i] for i in inside], rest):
             return None
         smallest = max(1, 2 - len(outside))
         if len(inside) < smallest:
@@ -480,7 +486,7 @@ class HintSpace(HintFamily):
         fewest = next(
             c
             for c in range(smallest, len(inside) + 1)
-            if all(x <= 0 for x in rest) or _exists_subset(values, c, rest)
+            if all(x <= 0 for x in rest) or exists_subset(values, c, rest)
         )
         if fewest <= best_count <= len(inside):
             size = best_count
@@ -494,23 +500,12 @@ class HintSpace(HintFamily):
         return min(itertools.islice(members, MEET_ENUMERATION_LIMIT), key=narrow_key, default=None)
 
 
-def _prefix_sums(columns: Sequence[Sequence[int]], count: int) -> list[tuple[int, ...]]:
-    """[j] = per column, the sum of its first j values (all of them, when it has fewer),
-    for j = 0 .. count."""
-    sums = [list(itertools.accumulate(col[:count], initial=0)) for col in columns]
-    return [tuple(col[min(j, len(col) - 1)] for col in sums) for j in range(count + 1)]
-
-
 def _lex_key(mask: int) -> tuple[int, ...]:
     return tuple(bitmask.get_bits(mask))
 
 
 def _mask_of(nodes: Sequence[int]) -> int:
     return bitmask.new_mask(nodes)
-
-
-def _covers(values: Sequence[tuple[int, ...]], need: tuple[int, ...]) -> bool:
-    return all(sum(v[i] for v in values) >= x for i, x in enumerate(need))
 
 
 def _reachable(
@@ -531,58 +526,3 @@ def _reachable(
         if sum(top) < x:
             return False
     return True
-
-
-def _exists_subset(values: Sequence[tuple[int, ...]], k: int, need: tuple[int, ...]) -> bool:
-    """Whether some k of ``values`` sum, per coordinate, to at least ``need``.
-
-    One coordinate: the k largest. Several: a depth-first search over the values
-    (largest first) that stops a branch once the k largest values left per
-    coordinate cannot reach ``need``.
-    """
-    if k > len(values):
-        return False
-    if len(need) == 1:
-        return sum(sorted((v[0] for v in values), reverse=True)[:k]) >= need[0]
-    if k == 1:
-        return any(all(x >= n for x, n in zip(v, need, strict=True)) for v in values)
-    vals = sorted(values, reverse=True)
-    m = len(vals)
-    # best[i][c][t]: the largest sum of c values of coordinate t among vals[i:].
-    best = []
-    for i in range(m + 1):
-        columns = [sorted((v[t] for v in vals[i:]), reverse=True) for t in range(len(need))]
-        best.append(_prefix_sums(columns, k))
-
-    def search(start: int, left: int, sums: tuple[int, ...]) -> bool:
-        if left == 0:
-            return all(s >= x for s, x in zip(sums, need, strict=True))
-        for i in range(start, m - left + 1):
-            reach = best[i][left]
-            if any(s + r < x for s, r, x in zip(sums, reach, need, strict=True)):
-                return False  # fewer values left further on: they reach even less
-            picked = tuple(s + v for s, v in zip(sums, vals[i], strict=True))
-            if search(i + 1, left - 1, picked):
-                return True
-        return False
-
-    return search(0, k, tuple(0 for _ in need))
-
-
-def _count_covering_subsets(
-    values: Sequence[tuple[int, ...]], need: tuple[int, ...], budget: int
-) -> int | None:
-    """How many subsets of two or more ``values`` cover ``need``; None past ``budget`` states."""
-    capped: dict[tuple[int, tuple[int, ...]], int] = {(0, tuple(0 for _ in need)): 1}
-    for v in values:
-        nxt = dict(capped)
-        for (size, sums), ways in capped.items():
-            key = (
-                min(size + 1, 2),
-                tuple(min(s + x, n) for s, x, n in zip(sums, v, need, strict=True)),
-            )
-            nxt[key] = nxt.get(key, 0) + ways
-        capped = nxt
-        if len(capped) > budget:
-            return None
-    return sum(ways for (size, sums), ways in capped.items() if size >= 2 and sums == need)
