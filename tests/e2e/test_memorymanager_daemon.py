@@ -223,16 +223,23 @@ def test_policy_change_refuses_start(short_root: Path, daemon_factory: list[Daem
     )
 
 
-def test_changed_machine_refuses_start(
+def test_changed_machine_refuses_start_only_with_the_kubelets_rule(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
-    """A node whose MemTotal changed (kubernetes#131253) no longer validates."""
+    """A node whose MemTotal changed (kubernetes#131253) no longer validates under
+    memory-drift-tolerance=off; the default (fit) restarts (tests/e2e/test_restart_drift.py
+    has every change and tolerance)."""
     d = start(short_root, daemon_factory)
     d.stop()
     write_sysfs(short_root / "sys", standard_nodes(2, memory_gib=15))
-    out = d.run_to_exit("--sysfs-root", str(short_root / "sys"), *STATIC_ARGS)
+    off = ["--memory-manager-policy-options", "memory-drift-tolerance=off"]
+    out = d.run_to_exit("--sysfs-root", str(short_root / "sys"), *STATIC_ARGS, *off)
     assert out.returncode == 1
     assert "[memorymanager] the expected machine state is different from the real one" in out.stderr
+    assert (
+        "node 0 memory TotalMemSize: stored 17179869184 (16Gi), now 16106127360 (15Gi)"
+        in out.stderr
+    )
 
 
 @pytest.mark.parametrize(

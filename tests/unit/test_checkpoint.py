@@ -30,7 +30,9 @@ from numamem.errors import (
     PersistenceError,
     StateMismatchError,
 )
+from numamem.memorymanager import drift
 from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.state import MemoryState
 from numamem.memtypes import Block, MemoryTable, NUMANodeState, Snapshot
@@ -472,13 +474,21 @@ def test_policy_mismatch_refuses_with_the_kubelet_text(tmp_path: Path) -> None:
 
 
 def test_state_that_fails_validation_refuses_start(tmp_path: Path) -> None:
+    """With memory-drift-tolerance=off a smaller machine refuses (the kubelet's rule); with the
+    default (fit) it restarts, re-baselined, because the block still fits."""
     m, _ = started(tmp_path)
     m.allocate(guaranteed("p1"), "app")
     smaller = Machine(tuple(NUMANode(i, 4 * GI, (HugePagePool(1048576, 2, 2),)) for i in range(2)))
-    with pytest.raises(
-        StateMismatchError, match="the expected machine state is different from the real one"
-    ):
-        started(tmp_path, StaticPolicy(smaller, {0: {"memory": GI}}))
+    exact = StaticOptions(drift.EXACT, state_file=str(tmp_path / STATE_FILE))
+    with pytest.raises(StateMismatchError) as info:
+        started(tmp_path, StaticPolicy(smaller, {0: {"memory": GI}}, options=exact))
+    lines = str(info.value).splitlines()
+    assert lines[0] == "[memorymanager] the expected machine state is different from the real one"
+    assert f"{tmp_path / STATE_FILE} does not match this machine" in lines[1]
+    assert any(line.startswith("  node 0 memory TotalMemSize: stored") for line in lines)
+    again, _ = started(tmp_path, StaticPolicy(smaller, {0: {"memory": GI}}))
+    assert again.get_memory("p1", "app") == m.get_memory("p1", "app")
+    assert again.reader().get_machine_state()[0].memory_map["memory"].total == 4 * GI
 
 
 def test_restart_restores_identical_state_and_one_write_per_operation(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from numamem.errors import StartupError
 from numamem.testing.cgroups import SYSTEMD, V2, CgroupValues, write_container
 from numamem.testing.daemon import short_tmpdir
 from numamem.testing.server import serve_in_process
+from numamem.testing.sysfs import standard_nodes
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 
@@ -186,3 +187,18 @@ def test_failed_writes_and_collector_rounds_are_counted() -> None:
     assert value(text, 'numamem_checkpoint_write_failures_total{file="memory_manager_state"}') == 1
     assert value(text, "numamem_collector_sample_duration_seconds_count") >= 1
     assert value(text, "numamem_collector_errors_total") >= 1
+
+
+def test_drift_gauge_after_a_rebaselined_restart() -> None:
+    """numamem_memory_drift_bytes{node,resource}: MemTotal now minus stored, at the last start."""
+    root = short_tmpdir()
+    with serve_in_process(root=root) as server:
+        assert server.client.admit(pod("p1", "2Gi")).admitted
+    nodes = standard_nodes(2)
+    nodes[0].memory_kb += 640 * 1024  # the trial's +640Mi on node 0
+    with serve_in_process(nodes, root=root, metrics_socket=str(root / "metrics.sock")) as server:
+        assert [b.size for b in server.client.get_memory("p1", "c")] == [2 * GI]
+        text = scrape_unix(str(root / "metrics.sock"))
+    assert value(text, 'numamem_memory_drift_bytes{node="0",resource="memory"}') == 640 * 1024**2
+    assert value(text, 'numamem_memory_drift_bytes{node="1",resource="memory"}') == 0
+    assert value(text, 'numamem_memory_drift_bytes{node="0",resource="hugepages-2Mi"}') == 0

@@ -11,6 +11,7 @@ reach the core; the manager serialises mutations itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import grpc
 
@@ -30,10 +31,13 @@ from numamem.api.validation import (
 )
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.config.model import Config, Limits
-from numamem.errors import InvalidArgumentError, LimitExceededError
+from numamem.errors import AllocationError, InvalidArgumentError, LimitExceededError, TopologyError
 from numamem.logging import get_logger
+from numamem.memorymanager import options as mm_options
+from numamem.memorymanager.drift import AUTO
 from numamem.memorymanager.explain import MAX_EXPLAINED_MASKS
 from numamem.memorymanager.manager import AdmitOutcome, Manager, new_policy
+from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
     validate_reserved_memory_config,
@@ -41,6 +45,8 @@ from numamem.memorymanager.reserved import (
 from numamem.memorymanager.store import StateStore
 from numamem.pod import Pod
 from numamem.topology import Machine
+from numamem.topology.iomem import auto_drift_bound
+from numamem.topology.sysfs import read_free_hugepages
 from numamem.topologymanager import policy as tm
 from numamem.v1 import common_pb2, memorymanager_pb2, memorymanager_pb2_grpc
 
@@ -82,13 +88,41 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
     restricted_to = (
         topology_policy.info.nodes if topology_policy.options.restrict_to_cpu_numa_nodes else None
     )
+    parsed = mm_options.parse_options(dict(config.memory_manager_policy_options))
+    auto_bound = auto_drift_bound(config.proc_root)
+    tolerance = mm_options.tolerance(parsed, auto_bound)
+    if parsed.drift == AUTO and auto_bound is None:
+        _log.warning(
+            "memory drift tolerance stays off: the kernel image span cannot be read",
+            path=str(Path(config.proc_root) / "iomem"),
+        )
+    if store is None:
+        store = KubeletStateStore(config.state_dir)
+    state_file = str(Path(config.state_dir) / STATE_FILE)
+    sysfs_root = config.sysfs_root
+
+    def free_hugepages(node: int, page_size_kb: int) -> int:
+        try:
+            return read_free_hugepages(sysfs_root, node, page_size_kb)
+        except TopologyError as err:
+            raise AllocationError(f"failed to read free hugepages: {err}") from err
+
+    static_options = StaticOptions(
+        tolerance,
+        auto_bound,
+        state_file,
+        free_hugepages if parsed.verify_hugepages else None,
+    )
     policy = new_policy(
-        config.memory_manager_policy, machine, allocatable, config.reserved_memory, restricted_to
+        config.memory_manager_policy,
+        machine,
+        allocatable,
+        config.reserved_memory,
+        restricted_to,
+        static_options,
     )
     for warning in warnings:
         _log.warning(warning)
-    if store is None:
-        store = KubeletStateStore(config.state_dir)
     return Manager(
         policy,
         store,

@@ -182,6 +182,15 @@ class _StateCollector(Collector):
                 "Containers with memory state",
                 value=state.container_count(),
             )
+            drift = GaugeMetricFamily(
+                "numamem_memory_drift_bytes",
+                "At the last start: the node's memory now minus what the stored state had "
+                "(TotalMemSize per type; the state was re-baselined when it is not 0)",
+                labels=["node", "resource"],
+            )
+            for (node_id, name), value in sorted(getattr(manager.policy, "drift", {}).items()):
+                drift.add_metric([str(node_id), name], value)
+            yield drift
         cache = self._cache()
         if cache is not None:
             s = cache.state()

@@ -23,7 +23,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 after a clean shutdown; 1 with one line on stderr when the start is refused.
+    """Exit 0 after a clean shutdown; 1 when the start is refused, with the refusal on stderr:
+    one line ``numamem: <why>`` (a state mismatch adds indented lines: what differs, the
+    containers concerned, the fix).
 
     Log lines are held until the daemon serves, so that a refused start prints
     only its refusal (with ``--log-level debug`` they are written at once).

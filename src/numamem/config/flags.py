@@ -81,12 +81,29 @@ FLAGS: tuple[Flag, ...] = (
         metavar="DIR",
     ),
     Flag(
+        "--proc-root",
+        "proc_root",
+        "procfs root; iomem there gives memory-drift-tolerance=auto its bound",
+        "/proc",
+        metavar="DIR",
+    ),
+    Flag(
         "--memory-manager-policy",
         "memory_manager_policy",
         "memory manager policy (kubelet names, case-sensitive)",
         "None",
         yaml_key="memoryManagerPolicy",
         choices=MEMORY_MANAGER_POLICIES,
+    ),
+    Flag(
+        "--memory-manager-policy-options",
+        "memory_manager_policy_options",
+        "Static policy options: 'memory-drift-tolerance=fit|off|auto|<quantity>' (KEP-6232; "
+        "fit, numamem's default, restarts on a changed machine as long as every stored block "
+        "still fits), 'hugepages-availability-verification=true' (KEP-5759)",
+        "none",
+        yaml_key="memoryManagerPolicyOptions",
+        metavar="LIST",
     ),
     Flag(
         "--reserved-memory",
@@ -350,7 +367,7 @@ def _convert(f: Flag, raw: Any, where: str) -> Any:
         return parse_reserved_resources(raw, where)
     if f.attr == "eviction_hard":
         return parse_eviction_hard(raw, where)
-    if f.attr == "topology_manager_policy_options":
+    if f.attr in ("topology_manager_policy_options", "memory_manager_policy_options"):
         return parse_key_values(raw, where)
     if f.kind == "int":
         value = _positive_int(raw, where, port=f.attr.endswith("_port"))

@@ -81,6 +81,8 @@ class Config:
     topology_manager_policy: str = "none"
     topology_manager_scope: str = "container"
     topology_manager_policy_options: tuple[tuple[str, str], ...] = ()
+    memory_manager_policy_options: tuple[tuple[str, str], ...] = ()
+    proc_root: str = "/proc"
     health_port: int | None = None
     health_address: str = "127.0.0.1"
     metrics_port: int | None = None

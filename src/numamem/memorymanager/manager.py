@@ -49,6 +49,7 @@ from numamem.errors import (
 )
 from numamem.logging import get_logger
 from numamem.memorymanager.containermap import ContainerMap
+from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.policy import HintExplanation, NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
@@ -491,6 +492,7 @@ def new_policy(
     node_allocatable: Mapping[str, Quantity],
     reserved_memory: Sequence[ReservedMemory],
     numa_nodes: Sequence[int] | None = None,
+    options: StaticOptions | None = None,
 ) -> Policy:
     """``NewManager``'s policy selection: ``None`` or ``Static`` (case-sensitive).
 
@@ -501,7 +503,7 @@ def new_policy(
         return NonePolicy()
     if name == StaticPolicy.name:
         reserved = get_system_reserved_memory(machine, node_allocatable, reserved_memory)
-        return StaticPolicy(machine, reserved, numa_nodes)
+        return StaticPolicy(machine, reserved, numa_nodes, options)
     if name == "BestEffort":
         raise ConfigError(f'policy "{name}" is not available for platform "linux"')
     raise ConfigError(f'unknown policy: "{name}"')

@@ -54,6 +54,8 @@ from numamem.errors import (
     StateMismatchError,
     UnsupportedResourceError,
 )
+from numamem.logging import get_logger
+from numamem.memorymanager import drift
 from numamem.memorymanager.arithmetic import (
     affinity_satisfies,
     copy_for_write,
@@ -67,6 +69,7 @@ from numamem.memorymanager.arithmetic import (
 )
 from numamem.memorymanager.explain import mask_verdicts
 from numamem.memorymanager.hints import HintSpace
+from numamem.memorymanager.options import StaticOptions, verify_hugepages
 from numamem.memorymanager.policy import HintExplanation, MaskVerdict
 from numamem.memorymanager.requests import (
     Requested,
@@ -74,7 +77,8 @@ from numamem.memorymanager.requests import (
     pod_requested_resources,
 )
 from numamem.memorymanager.reserved import SystemReservedMemory
-from numamem.memorymanager.state import ReuseTable, State, StateReader
+from numamem.memorymanager.reuse import update_init_container_blocks, update_reusable
+from numamem.memorymanager.state import State, StateReader
 from numamem.memtypes import MEMORY, Block, MachineState, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.quantity import format_bytes
@@ -83,6 +87,7 @@ from numamem.topologymanager import bitmask
 from numamem.topologymanager.policy import TopologyHint
 
 POLICY_NAME = "Static"
+_log = get_logger("memorymanager")
 
 Hints = dict[str, list[TopologyHint] | HintSpace]
 
@@ -102,6 +107,7 @@ class StaticPolicy:
         machine: Machine,
         system_reserved: SystemReservedMemory,
         numa_nodes: Sequence[int] | None = None,
+        options: StaticOptions | None = None,
     ) -> None:
         """``NewPolicyStatic``: the reserved ``memory`` summed over nodes must be > 0."""
         if sum(node.get(MEMORY, 0) for node in system_reserved.values()) <= 0:
@@ -112,6 +118,9 @@ class StaticPolicy:
         self.system_reserved = system_reserved
         self.numa_nodes = None if numa_nodes is None else tuple(sorted(numa_nodes))
         """The nodes hints and allocations may use; None: every node of the machine state."""
+        self.options = options or StaticOptions()
+        self.drift: dict[tuple[int, str], int] = {}
+        """Set by :meth:`start`: (node, type) -> TotalMemSize now minus stored (0 when equal)."""
 
     def can_allocate_exclusively(self) -> bool:
         return True
@@ -122,7 +131,13 @@ class StaticPolicy:
         return default_machine_state(self.machine, self.system_reserved)
 
     def start(self, state: State) -> None:
-        """``validateState``: default state for an empty one; else replay and compare."""
+        """``validateState``: default state for an empty one; else replay and compare, and
+        accept a changed machine as ``memory-drift-tolerance`` says (:mod:`.drift`).
+
+        Raises StateMismatchError whose first line is the kubelet's text, followed by
+        what differs, the containers concerned and the fix. An accepted change
+        re-baselines the state (the manager then writes it once).
+        """
         machine_state = state.get_machine_state()
         assignments = state.get_memory_assignments()
         if not machine_state:
@@ -132,12 +147,37 @@ class StaticPolicy:
                 )
             state.set_machine_state(self.default_machine_state())
             return
-        expected = self.default_machine_state()
-        replay_assignments(expected, assignments)
-        if not machine_states_equal(machine_state, expected):
-            raise StateMismatchError(
-                "[memorymanager] the expected machine state is different from the real one"
+        opts = self.options
+        if opts.tolerance.mode == drift.OFF:
+            expected = self.default_machine_state()
+            try:
+                replay_assignments(expected, assignments)
+            except StateMismatchError as err:
+                raise StateMismatchError(
+                    f"{err}\n  in {opts.state_file}; fix: drain the node, remove {opts.state_file} "
+                    "and restart numamem"
+                ) from err
+            if machine_states_equal(machine_state, expected):
+                self.drift = _no_drift(expected)
+                return
+        verdict = drift.check_restore(
+            machine_state,
+            assignments,
+            self.default_machine_state(),
+            opts.tolerance,
+            opts.auto_bound,
+        )
+        if not verdict.accepted:
+            raise StateMismatchError(verdict.report(opts.state_file))
+        self.drift = verdict.drift
+        if verdict.rebaseline is not None:
+            _log.warning(
+                "the machine changed since the state was written; every stored block still fits "
+                "and keeps its nodes: re-baselined",
+                tolerance=opts.tolerance.text,
+                changes=[d.line() for d in verdict.differences],
             )
+            state.set_machine_state(verdict.rebaseline)
 
     # --- hints -------------------------------------------------------------
 
@@ -255,7 +295,7 @@ class StaticPolicy:
             return
         existing = state.get_memory_blocks(pod.uid, container.name)
         if existing is not None:
-            _update_reusable(state, pod, container, existing)
+            update_reusable(state, pod, container, existing)
             return
         requested = container_requested_resources(container)
         if not requested:
@@ -302,6 +342,8 @@ class StaticPolicy:
                 )
         self._check_types_on_nodes(machine_state, bits, requested)
         reuse = reuse_table.get(mask, {})
+        if self.options.free_hugepages is not None:
+            verify_hugepages(self.machine, self.options.free_hugepages, bits, requested, reuse)
         blocks = []
         changed = copy_for_write(machine_state, bits)
         for name in sorted(requested, key=_resource_order):
@@ -309,10 +351,10 @@ class StaticPolicy:
             blocks.append(Block(tuple(bits), name, size))
             to_reserve = max(size - reuse.get(name, 0), 0)
             update_machine_state(changed, bits, name, to_reserve)
-        _update_reusable(state, pod, container, blocks)
+        update_reusable(state, pod, container, blocks)
         state.adopt_machine_state(changed)
         state.set_memory_blocks(pod.uid, container.name, blocks)
-        self._update_init_container_blocks(state, pod, container, blocks)
+        update_init_container_blocks(state, pod, container, blocks)
 
     def _check_types_exist(
         self, machine_state: Mapping[int, NUMANodeState | None], requested: Mapping[str, int]
@@ -344,33 +386,6 @@ class StaticPolicy:
 
     # --- init container reuse ---------------------------------------------
 
-    def _update_init_container_blocks(
-        self, state: State, pod: Pod, container: Container, blocks: Sequence[Block]
-    ) -> None:
-        """``updateInitContainersMemoryBlocks``: charge ``blocks`` against earlier init containers."""
-        for block in blocks:
-            remaining = block.size
-            for init in pod.init_containers:
-                if init.name == container.name or remaining == 0:
-                    break
-                if init.restartable:
-                    continue
-                init_blocks = state.get_memory_blocks(pod.uid, init.name)
-                if not init_blocks:
-                    continue
-                for i, ib in enumerate(init_blocks):
-                    if ib.size == 0 or ib.type != block.type:
-                        continue
-                    if set(ib.numa_affinity or ()) != set(block.numa_affinity or ()):
-                        continue
-                    if ib.size > remaining:
-                        init_blocks[i] = ib.with_size(ib.size - remaining)
-                        remaining = 0
-                    else:
-                        remaining -= ib.size
-                        init_blocks[i] = ib.with_size(0)
-                state.set_memory_blocks(pod.uid, init.name, init_blocks)
-
     # --- remove ------------------------------------------------------------
 
     def remove_container(self, state: State, pod_uid: str, container_name: str) -> None:
@@ -397,23 +412,8 @@ class StaticPolicy:
         return result
 
 
-def _update_reusable(state: State, pod: Pod, container: Container, blocks: Sequence[Block]) -> None:
-    """``updatePodReusableMemory``: track only this pod; init containers add, others consume."""
-    table: ReuseTable = {m: dict(t) for m, t in state.get_reusable_memory(pod.uid).items()}
-    if pod.is_regular_init_container(container.name):
-        for block in blocks:
-            per_type = table.setdefault(bitmask.new_mask(block.numa_affinity or ()), {})
-            if block.size > per_type.get(block.type, 0):
-                per_type[block.type] = block.size
-    else:
-        for block in blocks:
-            consumed = table.get(bitmask.new_mask(block.numa_affinity or ()))
-            if consumed is None:
-                continue
-            reusable = consumed.get(block.type, 0)
-            if reusable != 0:
-                consumed[block.type] = 0 if block.size >= reusable else reusable - block.size
-    state.set_reusable_memory(pod.uid, table)
+def _no_drift(state: MachineState) -> dict[tuple[int, str], int]:
+    return {(n, name): 0 for n, node in state.items() if node for name in (node.memory_map or {})}
 
 
 def find_best_hint(hints: Sequence[TopologyHint]) -> TopologyHint:

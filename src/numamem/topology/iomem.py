@@ -1,0 +1,47 @@
+"""The kernel image's span in physical memory, from ``/proc/iomem`` (KEP-6232 ``auto``).
+
+A reboot with KASLR moves the kernel image, which changes a node's MemTotal by
+about its size; ``memory-drift-tolerance=auto`` tolerates that much plus 64 MiB.
+The lines ``<start>-<end> : Kernel code|Kernel data|Kernel bss`` give it. Without
+CAP_SYS_ADMIN the kernel shows every address as 0: then there is no bound.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+AUTO_SLACK = 64 * 1024 * 1024
+_KERNEL_PARTS = ("Kernel code", "Kernel data", "Kernel bss")
+
+
+def kernel_image_span(proc_root: str | Path) -> int | None:
+    """``max(end) - min(start) + 1`` over the kernel image lines, or None when the file is
+    unreadable, has no such line, or shows only zero addresses."""
+    try:
+        text = (Path(proc_root) / "iomem").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    starts: list[int] = []
+    ends: list[int] = []
+    for line in text.splitlines():
+        head, sep, name = line.rpartition(":")
+        if not sep or name.strip() not in _KERNEL_PARTS:
+            continue
+        first, dash, last = head.strip().partition("-")
+        try:
+            start, end = int(first.strip(), 16), int(last.strip(), 16)
+        except ValueError:
+            continue
+        if not dash or end < start:
+            continue
+        starts.append(start)
+        ends.append(end)
+    if not starts or (not any(starts) and not any(ends)):
+        return None
+    return max(ends) - min(starts) + 1
+
+
+def auto_drift_bound(proc_root: str | Path) -> int | None:
+    """The ``auto`` bound: the kernel image span plus 64 MiB, or None."""
+    span = kernel_image_span(proc_root)
+    return None if span is None else span + AUTO_SLACK
