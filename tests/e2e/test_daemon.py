@@ -191,6 +191,7 @@ def tree(root: Path) -> dict[str, bytes | None]:
 def test_a_refused_start_is_one_line_and_changes_nothing(
     short_root: Path, args: list[str], fragment: str
 ) -> None:
+    """One ``numamem: `` line, plus indented detail lines where there is a fix to give."""
     before = tree(short_root)
     out = run_once(
         [
@@ -203,8 +204,9 @@ def test_a_refused_start_is_one_line_and_changes_nothing(
         ]
     )
     assert out.returncode == 1
-    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
-    assert out.stderr.startswith("numamem: ") and fragment in out.stderr
+    [first, *details] = out.stderr.strip().splitlines()
+    assert all(line.startswith("  ") for line in details), out.stderr
+    assert first.startswith("numamem: ") and fragment in first
     assert tree(short_root) == before
 
 

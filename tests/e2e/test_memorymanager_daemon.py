@@ -289,7 +289,11 @@ def test_configuration_refusals(short_root: Path, flags: list[str], message: str
         *flags,
     )
     assert out.returncode == 1
-    assert message in out.stderr.strip().splitlines()[-1]
+    lines = out.stderr.strip().splitlines()
+    refusal = next(line for line in reversed(lines) if line.startswith("numamem: "))
+    assert message in refusal
+    if "determined by Node Allocatable feature" in message:
+        assert lines[-1].startswith("  fix: this passes: --reserved-memory '0:memory=")
 
 
 def test_concurrent_admissions_never_overcommit(

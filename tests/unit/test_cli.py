@@ -38,12 +38,18 @@ def test_help_lists_every_command_with_a_one_line_description(
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for name in ["serve", *CLIENT_COMMANDS]:
+    lines = out.splitlines()
+    for name in ["serve", "plan-reservations", *CLIENT_COMMANDS]:
+        # argparse puts a long command's description on the next line
         assert any(
-            line.split()[:1] == [name] and len(line.split()) > 1 for line in out.splitlines()
+            line.split()[:1] == [name]
+            and (
+                len(line.split()) > 1 or (i + 1 < len(lines) and lines[i + 1].startswith(" " * 10))
+            )
+            for i, line in enumerate(lines)
         ), name
     assert "Exit codes: 0 success, 1 failure" in out
-    assert set(_subparsers()) == {"serve", "health", *CLIENT_COMMANDS}
+    assert set(_subparsers()) == {"serve", "health", "plan-reservations", *CLIENT_COMMANDS}
 
 
 @pytest.mark.parametrize("name", CLIENT_COMMANDS)
@@ -92,7 +98,7 @@ def test_state_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["state", "--help"])
     out = capsys.readouterr().out
-    assert "``" not in out and "numamem state verify [--state-dir D]" in out
+    assert "``" not in out and "numamem state verify [serve flags | --config FILE]" in out
 
 
 GUARANTEED_POD = """

@@ -13,6 +13,7 @@ from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
+from numamem.testing.sysfs import HP_1G, FakeNode, write_sysfs
 from numamem.topology import HugePagePool, Machine, NUMANode
 from tests.daemon import data_path
 
@@ -20,6 +21,7 @@ GI = 1024**3
 
 
 def written_state(state_dir: Path) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
     machine = Machine(tuple(NUMANode(i, 8 * GI, (HugePagePool(1048576, 2, 2),)) for i in range(2)))
     m = Manager(StaticPolicy(machine, {0: {"memory": GI}}), KubeletStateStore(state_dir))
     m.start()
@@ -27,15 +29,72 @@ def written_state(state_dir: Path) -> None:
     m.allocate(Pod("pod-1", containers=(Container("app", res, dict(res)),)), "app")
 
 
+def machine_flags(root: Path, memory_kb: int = 8 * 1024 * 1024, *extra: str) -> list[str]:
+    """A fake sysfs tree of the machine ``written_state`` used (or a changed one), and the
+    ``numamem serve`` flags of its configuration."""
+    nodes = [FakeNode(i, memory_kb, str(i), {HP_1G: (2, 2)}) for i in range(2)]
+    write_sysfs(root / "sys", nodes)
+    return [
+        "--sysfs-root",
+        str(root / "sys"),
+        "--memory-manager-policy=Static",
+        "--reserved-memory=0:memory=1Gi",
+        "--system-reserved=memory=924Mi",
+        "--proc-root",
+        str(root / "proc"),  # no iomem: auto has no bound, whatever this host's kernel
+        *extra,
+    ]
+
+
 def test_verify_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    written_state(tmp_path)
-    assert main(["state", "verify", "--state-dir", str(tmp_path)]) == 0
+    written_state(tmp_path / "state")
+    flags = machine_flags(tmp_path)
+    assert main(["state", "verify", "--state-dir", str(tmp_path / "state"), *flags]) == 0
     out = capsys.readouterr().out
     assert (
         "V1 checkpoint, checksum valid, policy 'Static', 2 NUMA nodes, 1 containers in 1 pods"
         in out
     )
+    assert f"matches this machine and configuration ({tmp_path / 'sys'}, policy Static)" in out
     assert out.strip().endswith("OK")
+
+
+def test_verify_checks_this_machine_and_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trial of the issue: node memory grew. verify says what serve would do, with the
+    same flags: re-baseline under the default, the full refusal under off."""
+    state = tmp_path / "state"
+    written_state(state)
+    grown = machine_flags(tmp_path, 8 * 1024 * 1024 + 640 * 1024)
+    assert main(["state", "verify", "--state-dir", str(state), *grown]) == 0
+    out = capsys.readouterr().out
+    assert "accepted with memory-drift-tolerance=fit" in out
+    assert "  node 0 memory TotalMemSize: stored 8589934592 (8Gi), now 9261023232" in out
+    off = [*grown, "--memory-manager-policy-options", "memory-drift-tolerance=off"]
+    assert main(["state", "verify", "--state-dir", str(state), *off]) == 1
+    out = capsys.readouterr().out
+    assert "[memorymanager] the expected machine state is different from the real one" in out
+    assert "containers with blocks there: pod-1/app" in out
+    assert "memory-drift-tolerance=640Mi or fit accepts this" in out
+    assert main(["state", "verify", "--state-dir", str(state), *grown[:2]]) == 1  # policy None
+    assert 'configured policy "None" differs from state checkpoint policy "Static"' in (
+        capsys.readouterr().out
+    )
+
+
+def test_diff_shows_stored_and_recomputed_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    written_state(state)
+    grown = machine_flags(tmp_path, 8 * 1024 * 1024 + 640 * 1024)
+    assert main(["state", "diff", "--state-dir", str(state), *grown]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["0", "memory", "TotalMemSize", "8Gi", "8.62Gi", "*"] in rows
+    assert ["1", "memory", "TotalMemSize", "8Gi", "8.62Gi", "*"] in rows
+    assert ["0", "memory", "Reserved", "2Gi", "2Gi"] in rows
+    assert ["0", "hugepages-1Gi", "TotalMemSize", "2Gi", "2Gi"] in rows
 
 
 def test_show_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

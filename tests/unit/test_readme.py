@@ -8,9 +8,13 @@ from pathlib import Path
 from numamem.v1 import memorymanager_pb2, metacache_pb2, topology_pb2
 from tests.readme_docs import (
     README,
+    REFUSALS_BEGIN,
+    REFUSALS_END,
+    current_block,
     current_flag_reference,
     examples,
     render_flag_reference,
+    render_refusals,
     section,
     shell_blocks,
 )
@@ -26,6 +30,12 @@ def test_flag_reference_is_current() -> None:
     assert current_flag_reference(readme()) == render_flag_reference(), (
         "README.md's configuration reference is stale: run `make docs`"
     )
+
+
+def test_refusal_examples_are_current() -> None:
+    """The troubleshooting section shows refusals exactly as numamem prints them."""
+    current = current_block(readme(), REFUSALS_BEGIN, REFUSALS_END)
+    assert current == render_refusals(), "README.md's refusal examples are stale: run `make docs`"
 
 
 def test_every_rpc_has_a_grpcurl_example() -> None:

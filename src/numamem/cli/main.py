@@ -17,7 +17,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from numamem.cli import cache, health, memory, serve, state, topology
+    from numamem.cli import cache, health, memory, plan, serve, state, topology
 
     parser = argparse.ArgumentParser(
         prog="numamem",
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     topology.add_parser(sub)
     state.add_parser(sub)
+    plan.add_parser(sub)
     memory.add_parsers(sub)
     cache.add_parser(sub)
     health.add_parser(sub)

@@ -3,9 +3,15 @@
 * ``numamem state [--socket S] [--json]``: the live per-NUMA table and assignments.
 * ``numamem state show [--state-dir D] [--json]``: the same, read from
   ``<state-dir>/memory_manager_state`` without a daemon.
-* ``numamem state verify [--state-dir D]``: decode and verify the checkpoint with
-  the kubelet's rules, check the memory manager invariants and numamem's
-  container map; prints what is wrong, exit code 1 if anything is.
+* ``numamem state verify [serve flags | --config FILE]``: decode and verify the
+  checkpoint with the kubelet's rules, check the memory manager invariants and
+  numamem's container map, and check the state **against this machine and
+  configuration** exactly as ``numamem serve`` with the same flags would at start:
+  the same report when it would refuse, what it would re-baseline when it would
+  accept a changed machine. Exit code 1 if the start would be refused.
+* ``numamem state diff [serve flags | --config FILE]``: the stored machine state
+  beside the one recomputed from this machine, the configuration and the stored
+  blocks, node by node (``*`` marks what differs).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from numamem.cli.common import (
     print_table,
 )
 from numamem.client import NumamemClient, state_from_proto
+from numamem.config.flags import add_serve_arguments
 from numamem.config.model import DEFAULT_STATE_DIR
 from numamem.memtypes import Block, NUMANodeState
 
@@ -36,38 +43,52 @@ from numamem.memtypes import Block, NUMANodeState
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "state",
-        help="show the memory manager state (live, or offline: show/verify a state dir)",
+        help="show the memory manager state (live; or offline: show, verify against this "
+        "machine, diff)",
         description=(
             "numamem state [--socket S] [--json]: the live per-NUMA table and assignments.\n"
             "numamem state show [--state-dir D] [--json]: the same, read from\n"
             "  D/memory_manager_state without a daemon.\n"
-            "numamem state verify [--state-dir D]: decode and verify the checkpoint with the\n"
-            "  kubelet's rules, check the memory manager invariants and numamem's container map;\n"
-            "  prints what is wrong, exit code 1 if anything is."
+            "numamem state verify [serve flags | --config FILE]: check the state file with the\n"
+            "  kubelet's rules, then check it against this machine and configuration as\n"
+            "  numamem serve with the same flags would at start; exit code 1 if it would refuse.\n"
+            "numamem state diff [serve flags | --config FILE]: the stored machine state beside\n"
+            "  the one recomputed from this machine and configuration, node by node."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "action",
-        nargs="?",
-        choices=("show", "verify"),
-        help="offline: read the state dir instead of asking the daemon",
-    )
     add_client_args(parser)
-    parser.add_argument(
+    parser.set_defaults(run=run_live)
+    actions = parser.add_subparsers(dest="action", metavar="{show,verify,diff}")
+    show_parser = actions.add_parser("show", help="print D/memory_manager_state without a daemon")
+    show_parser.add_argument(
         "--state-dir",
         default=os.environ.get("NUMAMEM_STATE_DIR", DEFAULT_STATE_DIR),
         metavar="DIR",
-        help="state dir for show/verify (default: %(default)s)",
+        help="state dir (default: %(default)s)",
     )
-    parser.set_defaults(run=run)
+    show_parser.add_argument("--json", action="store_true", help="print JSON")
+    show_parser.set_defaults(run=lambda a: show(Path(a.state_dir), as_json=a.json))
+    for name, helptext, runner in (
+        (
+            "verify",
+            "check the state file, and the state against this machine and configuration "
+            "(the flags of numamem serve, or --config)",
+            run_verify,
+        ),
+        (
+            "diff",
+            "the stored machine state beside the one recomputed from this machine and "
+            "configuration, node by node",
+            run_diff,
+        ),
+    ):
+        action = actions.add_parser(name, help=helptext, description=helptext)
+        add_serve_arguments(action)
+        action.set_defaults(run=runner)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.action == "verify":
-        return verify(Path(args.state_dir))
-    if args.action == "show":
-        return show(Path(args.state_dir), as_json=args.json)
+def run_live(args: argparse.Namespace) -> int:
     return client_command(live)(args)
 
 
@@ -205,3 +226,137 @@ def verify(state_dir: Path) -> int:
         return EXIT_FAILED
     print("OK")
     return EXIT_OK
+
+
+# --- against this machine and configuration ---------------------------------------------
+
+
+def _configured(args: argparse.Namespace) -> Any:
+    from numamem.config.load import config_from_args
+
+    return config_from_args(args)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """The file checks, then the start-up check numamem serve with these flags would make."""
+    from numamem.errors import NumamemError
+
+    try:
+        cfg = _configured(args)
+    except NumamemError as err:
+        return fail(str(err))
+    state_dir = Path(cfg.state_dir)
+    status = verify(state_dir)
+    if status != EXIT_OK:
+        return status
+    return _against_machine(cfg)
+
+
+def _against_machine(cfg: Any) -> int:
+    from numamem.api.memorymanager import build_manager
+    from numamem.checkpoint.mmstore import KubeletStateStore
+    from numamem.errors import NumamemError, StateMismatchError
+    from numamem.topology.sysfs import discover
+
+    try:
+        machine = discover(cfg.sysfs_root)
+        manager = build_manager(cfg, machine, KubeletStateStore(cfg.state_dir))
+        manager.load()
+    except StateMismatchError as err:
+        print(err)
+        return EXIT_FAILED
+    except NumamemError as err:
+        print(f"numamem serve with this configuration would refuse to start: {err}")
+        return EXIT_FAILED
+    verdict = getattr(manager.policy, "last_verdict", None)
+    if verdict is not None and verdict.rebaseline is not None:
+        tolerance = manager.policy.options.tolerance.text  # type: ignore[attr-defined]
+        print(
+            f"accepted with memory-drift-tolerance={tolerance}: this machine differs from the "
+            "stored state, every stored block still fits and keeps its nodes; numamem serve "
+            "re-baselines the state at start:"
+        )
+        for diff in verdict.differences:
+            print(f"  {diff.line()}")
+    else:
+        print(
+            f"matches this machine and configuration ({cfg.sysfs_root}, policy {cfg.memory_manager_policy})"
+        )
+    print("OK")
+    return EXIT_OK
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """Stored vs recomputed (this machine, this configuration, the stored blocks)."""
+    from numamem.api.memorymanager import build_manager
+    from numamem.checkpoint.mmstore import KubeletStateStore
+    from numamem.errors import CheckpointError, NumamemError
+    from numamem.memorymanager.drift import diff_states, replay_strict
+    from numamem.topology.sysfs import discover
+
+    try:
+        cfg = _configured(args)
+        machine = discover(cfg.sysfs_root)
+        manager = build_manager(cfg, machine, KubeletStateStore(cfg.state_dir))
+    except NumamemError as err:
+        return fail(str(err))
+    policy = manager.policy
+    if not hasattr(policy, "default_machine_state"):
+        return fail(f"policy {policy.name!r} keeps no machine state; nothing to compare")
+    try:
+        loaded = _load(Path(cfg.state_dir))
+    except CheckpointError as err:
+        return fail(f"{cfg.state_dir}: {err}")
+    if isinstance(loaded, int):
+        return loaded
+    recomputed = policy.default_machine_state()
+    misfits = replay_strict(recomputed, loaded.assignments)
+    differing = {
+        (d.node, d.resource, d.field) for d in diff_states(loaded.machine_state, recomputed)
+    }
+    rows = []
+    for node_id in sorted(set(loaded.machine_state) | set(recomputed)):
+        a, e = loaded.machine_state.get(node_id), recomputed.get(node_id)
+        if a is None or e is None:
+            rows.append([node_id, "-", "node", _present(a), _present(e), "*"])
+            continue
+        for label, x, y in (
+            ("NumberOfAssignments", a.number_of_assignments, e.number_of_assignments),
+            ("Cells", sorted(a.cells or []), sorted(e.cells or [])),
+        ):
+            rows.append([node_id, "-", label, str(x), str(y), "*" if x != y else ""])
+        a_map, e_map = a.memory_map or {}, e.memory_map or {}
+        for name in sorted(set(a_map) | set(e_map), key=lambda n: (n != "memory", n)):
+            at, et = a_map.get(name), e_map.get(name)
+            if at is None or et is None:
+                rows.append([node_id, name, "type", _present(at), _present(et), "*"])
+                continue
+            for label, attr in (
+                ("TotalMemSize", "total"),
+                ("SystemReserved", "system_reserved"),
+                ("Allocatable", "allocatable"),
+                ("Reserved", "reserved"),
+                ("Free", "free"),
+            ):
+                x, y = getattr(at, attr), getattr(et, attr)
+                mark = (
+                    "*"
+                    if (node_id, name, label) in differing
+                    or (
+                        label in ("Reserved", "Free")
+                        and (node_id, name, f"{label} (group sum)") in differing
+                    )
+                    else ""
+                )
+                rows.append([node_id, name, label, human_bytes(x), human_bytes(y), mark])
+    print(
+        f"stored: {Path(cfg.state_dir) / 'memory_manager_state'}; now: {cfg.sysfs_root} and the configuration"
+    )
+    print_table(["NODE", "RESOURCE", "FIELD", "STORED", "NOW", "DIFFERS"], rows)
+    for misfit in misfits:
+        print(misfit)
+    return EXIT_OK
+
+
+def _present(value: object) -> str:
+    return "present" if value is not None else "absent"

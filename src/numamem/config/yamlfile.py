@@ -1,4 +1,10 @@
-"""The ``--config FILE`` YAML document: kubelet field names, applied over the defaults."""
+"""The ``--config FILE`` YAML document: kubelet field names, applied over the defaults.
+
+The document is either numamem's own (only the fields numamem reads) or the
+kubelet's ``KubeletConfiguration`` as it is (``kind``/``apiVersion`` set): then
+the kubelet's other fields are ignored, and only a field in neither schema is
+an error.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,12 @@ from pathlib import Path
 import yaml
 
 from numamem.config.flags import YAML_KEYS, apply_value
+from numamem.config.kubelet_fields import API_GROUP, KIND, KUBELET_FIELDS
 from numamem.config.model import Config
 from numamem.errors import ConfigError
+from numamem.logging import get_logger
+
+_log = get_logger("config")
 
 
 def apply_yaml(cfg: Config, path: str) -> Config:
@@ -29,10 +39,31 @@ def apply_yaml(cfg: Config, path: str) -> Config:
         raise ConfigError(
             f"--config {path!r}: expected a mapping of fields, got {type(doc).__name__}"
         )
+    kubelet = _is_kubelet_configuration(doc, path)
+    ignored = []
     for key, value in doc.items():
         f = YAML_KEYS.get(str(key))
         if f is None:
+            if kubelet and str(key) in KUBELET_FIELDS:
+                ignored.append(str(key))
+                continue
             known = ", ".join(sorted(YAML_KEYS))
-            raise ConfigError(f"{key} (in {path}): unknown field; known fields: {known}")
+            also = " (and the other fields of a KubeletConfiguration)" if kubelet else ""
+            raise ConfigError(f"{key} (in {path}): unknown field; known fields: {known}{also}")
         cfg = apply_value(cfg, f, value, f"{key} (in {path})")
+    if ignored:
+        _log.debug("kubelet configuration fields numamem does not use", path=path, fields=ignored)
     return cfg
+
+
+def _is_kubelet_configuration(doc: dict[object, object], path: str) -> bool:
+    """A ``kind: KubeletConfiguration`` document (the kubelet's own config file)."""
+    if "kind" not in doc and "apiVersion" not in doc:
+        return False
+    kind, version = doc.get("kind"), doc.get("apiVersion")
+    if kind != KIND or not isinstance(version, str) or not version.startswith(API_GROUP + "/"):
+        raise ConfigError(
+            f"--config {path!r}: kind {kind!r}, apiVersion {version!r}: numamem reads its own "
+            f"fields, or a {KIND} of {API_GROUP}/v1beta1"
+        )
+    return True

@@ -121,6 +121,8 @@ class StaticPolicy:
         self.options = options or StaticOptions()
         self.drift: dict[tuple[int, str], int] = {}
         """Set by :meth:`start`: (node, type) -> TotalMemSize now minus stored (0 when equal)."""
+        self.last_verdict: drift.Verdict | None = None
+        """Set by :meth:`start` when the stored state differed and was re-baselined."""
 
     def can_allocate_exclusively(self) -> bool:
         return True
@@ -170,6 +172,7 @@ class StaticPolicy:
         if not verdict.accepted:
             raise StateMismatchError(verdict.report(opts.state_file))
         self.drift = verdict.drift
+        self.last_verdict = verdict
         if verdict.rebaseline is not None:
             _log.warning(
                 "the machine changed since the state was written; every stored block still fits "

@@ -22,7 +22,7 @@ from numamem.config.model import EvictionThreshold, ReservedMemory
 from numamem.errors import QuantityError, ReservedMemoryError
 from numamem.memtypes import MEMORY, is_memory_resource
 from numamem.quantity import Format, Quantity
-from numamem.topology import Machine
+from numamem.topology import Machine, NUMANode
 
 SystemReservedMemory = dict[int, dict[str, int]]
 """NUMA id -> memory type -> reserved bytes."""
@@ -141,7 +141,64 @@ def validate_reserved_memory(
             raise ReservedMemoryError(
                 f"the total amount {_go_q(str(total))} of type {_go_q(name)} is not equal to the value "
                 f"{_go_q(str(allocatable))} determined by Node Allocatable feature"
+                + _what_passes(machine, node_allocatable)
             )
+
+
+def plan_reserved_memory(
+    machine: Machine, node_allocatable: Mapping[str, Quantity], *, spread: bool = False
+) -> tuple[ReservedMemory, ...]:
+    """A ``reservedMemory`` that passes :func:`validate_reserved_memory` for this machine.
+
+    Per memory type, the node-allocatable reservation goes to the first NUMA node,
+    or with ``spread`` is divided in proportion to each node's memory of that type
+    (MemTotal for ``memory``, the pool for a hugepage size), rounded down to whole
+    MiB, the remainder on the first node, so that the sums are exact. Raises
+    ReservedMemoryError when a node would get more than it has.
+    """
+    if not machine.nodes:
+        return ()
+    per_node: dict[int, list[tuple[str, Quantity]]] = {n.id: [] for n in machine.nodes}
+    for name in sorted(node_allocatable, key=lambda n: (n != MEMORY, n)):
+        if not is_memory_resource(name):
+            continue
+        total = node_allocatable[name].as_int64()
+        if total <= 0:
+            continue
+        weights = {n.id: _capacity(n, name) for n in machine.nodes}
+        if not spread:
+            shares = {machine.nodes[0].id: total}
+        else:
+            whole = sum(weights.values())
+            if whole <= 0:
+                raise ReservedMemoryError(f"no NUMA node of this machine has {name} to reserve")
+            mib = 1024 * 1024
+            shares = {n: total * w // whole // mib * mib for n, w in weights.items()}
+            first = machine.nodes[0].id
+            shares[first] += total - sum(shares.values())
+        for node_id, share in shares.items():
+            if share == 0:
+                continue
+            if share > weights[node_id]:
+                raise ReservedMemoryError(
+                    f"NUMA node {node_id} has {weights[node_id]} bytes of {name}, fewer than the "
+                    f"{share} bytes to reserve there; use --spread or reserve less"
+                )
+            per_node[node_id].append((name, Quantity.from_int(share, Format.BINARY_SI)))
+    return tuple(ReservedMemory(n, tuple(limits)) for n, limits in per_node.items() if limits)
+
+
+def reserved_memory_flag(reserved: Sequence[ReservedMemory]) -> str:
+    """The ``--reserved-memory`` value of ``reserved`` (kubelet syntax)."""
+    return ";".join(
+        f"{r.numa_node}:" + ",".join(f"{name}={q}" for name, q in r.limits) for r in reserved
+    )
+
+
+def _capacity(node: NUMANode, name: str) -> int:
+    if name == MEMORY:
+        return node.memory_bytes - sum(p.total_bytes for p in node.hugepages)
+    return sum(p.total_bytes for p in node.hugepages if p.resource_name == name)
 
 
 def convert_reserved(machine: Machine, reserved: Sequence[ReservedMemory]) -> SystemReservedMemory:
@@ -157,6 +214,25 @@ def convert_reserved(machine: Machine, reserved: Sequence[ReservedMemory]) -> Sy
                 ) from err
             result.setdefault(entry.numa_node, {})[name] = value
     return result
+
+
+def _what_passes(machine: Machine, node_allocatable: Mapping[str, Quantity]) -> str:
+    """numamem's addition to the kubelet's text, on a line of its own: a reservation that
+    would pass."""
+    try:
+        plan = plan_reserved_memory(machine, node_allocatable)
+    except (ReservedMemoryError, QuantityError):
+        return ""
+    if not plan:
+        return (
+            "\n  fix: system-reserved + kube-reserved + eviction-hard reserve no memory, and the "
+            "Static policy needs some: set --system-reserved memory=<size>, then a reservedMemory "
+            "of the same total (numamem plan-reservations prints it)"
+        )
+    return (
+        f"\n  fix: this passes: --reserved-memory '{reserved_memory_flag(plan)}' "
+        "(numamem plan-reservations prints it as YAML too, or spread over the nodes)"
+    )
 
 
 def _go_q(text: str) -> str:

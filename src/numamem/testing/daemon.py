@@ -39,8 +39,9 @@ def short_tmpdir(prefix: str = "nm") -> Path:
 
 
 def fake_machine_args(root: Path, args: list[str]) -> list[str]:
-    """``args`` plus ``--sysfs-root``/``--cgroup-root`` of a fake machine under ``root``,
-    for each of the two that ``args`` does not give."""
+    """``args`` plus ``--sysfs-root``/``--cgroup-root``/``--proc-root`` of a fake machine under
+    ``root``, for each that ``args`` does not give (the fake procfs has no ``iomem``, so
+    ``memory-drift-tolerance=auto`` has no bound unless a test writes one)."""
     extra = []
     if "--sysfs-root" not in args and not any(a.startswith("--sysfs-root=") for a in args):
         sysfs = root / "fake-sys"
@@ -51,6 +52,8 @@ def fake_machine_args(root: Path, args: list[str]) -> list[str]:
         cgroup = root / "fake-cgroup"
         cgroup.mkdir(exist_ok=True)
         extra += ["--cgroup-root", str(cgroup)]
+    if "--proc-root" not in args and not any(a.startswith("--proc-root=") for a in args):
+        extra += ["--proc-root", str(root / "fake-proc")]
     return [*args, *extra]
 
 

@@ -57,6 +57,7 @@ def default_config(root: Path, sysfs: Path, **overrides: Any) -> Config:
         state_dir=str(root / "state"),
         sysfs_root=str(sysfs),
         cgroup_root=str(root / "cgroup"),
+        proc_root=str(root / "proc"),
         memory_manager_policy="Static",
         reserved_memory=parse_reserved_memory("0:memory=1Gi", "testing"),
         system_reserved=parse_reserved_resources("memory=924Mi", "testing"),
