@@ -223,3 +223,26 @@ def test_hugepage_verification_refuses_the_allocation() -> None:
         manager.allocate(pod, "c")
     assert manager.get_memory("p", "c") == []
     assert Block((0,), "memory", GI) not in manager.get_memory("p", "c")
+
+
+def test_explain_shows_the_hugepage_verification_reason() -> None:
+    from numamem.topologymanager.policy import new_policy
+
+    m = machine()
+    topology, _ = new_policy("best-effort", m, {})
+    opts = StaticOptions(free_hugepages=lambda n, kb: 0)
+    manager = Manager(StaticPolicy(m, {0: {"memory": GI}}, options=opts), InMemoryStore(), topology)
+    manager.start()
+    res = {
+        "cpu": parse_quantity("1"),
+        "memory": parse_quantity("1Gi"),
+        "hugepages-1Gi": parse_quantity("1Gi"),
+    }
+    pod = Pod("p", "ns", "p", (), (Container("c", res, dict(res)),))
+    result = manager.explain(pod).outcome.result
+    assert (result.admitted, result.reason) == (False, "UnexpectedAdmissionError")
+    assert result.message == (
+        "Allocate failed due to insufficient hugepages-1Gi on NUMA node(s) [0]: requested 1Gi, "
+        "available 0, which is unexpected"
+    )
+    assert manager.admit(pod).result.message == result.message
