@@ -44,10 +44,11 @@ from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
 from numamem.memorymanager.state import MemoryState
 from numamem.memorymanager.store import InMemoryStore
+from numamem.metacache import journal
 from numamem.metacache.cache import State
 from numamem.metacache.metrics.collector import Collector
 from numamem.metacache.metrics.store import MetricStore
-from numamem.metacache.persistence import CheckpointPersister
+from numamem.metacache.persistence import STATE_FILE, encode
 from numamem.metacache.types import ContainerInfo
 from numamem.pod import Container, Pod
 from numamem.quantity import parse_quantity
@@ -81,6 +82,7 @@ class Scale:
     hints_n: int = 200
     large_pods: int = 2000
     large_containers: int = 10000
+    journal_records: int = 50000
     numa_reps: int = 200
 
 
@@ -459,7 +461,7 @@ def metacache_phase(r: Report, root: Path, s: Scale) -> None:
         with daemon(root / f"metacache-{tag}", extra=extra) as d:
             for writers in (1, 16):
                 before = d.metric(
-                    'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state"}'
+                    'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state.journal"}'
                 )
                 done = [0]
 
@@ -483,7 +485,7 @@ def metacache_phase(r: Report, root: Path, s: Scale) -> None:
                 ops = throughput(add_worker, writers, s.seconds)
                 writes = (
                     d.metric(
-                        'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state"}'
+                        'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state.journal"}'
                     )
                     - before
                 )
@@ -494,7 +496,7 @@ def metacache_phase(r: Report, root: Path, s: Scale) -> None:
                     "ops/s",
                 )
                 if persist:
-                    r.value(f"metacache_add_fsyncs_per_op_{writers}", f"  checkpoint writes per AddContainer, {writers} writer(s)",
+                    r.value(f"metacache_add_fsyncs_per_op_{writers}", f"  journal appends per AddContainer, {writers} writer(s)",
                             writes / max(done[0], 1), "writes/op")  # fmt: skip
 
                 def update_worker(t: int, w: int = writers) -> Callable[[int], int]:
@@ -525,9 +527,60 @@ def metacache_phase(r: Report, root: Path, s: Scale) -> None:
                 durable / memory, "", "(target >= 0.50)")  # fmt: skip
 
 
+def metacache_growth_phase(r: Report, root: Path, s: Scale) -> None:
+    """Durable AddContainer p50 as the cache grows: the cost must follow the change."""
+    sizes = (100, 1000, s.large_containers)
+    print(f"MetaWriter.AddContainer (durable) with {', '.join(map(str, sizes))} containers "
+          "in the cache", flush=True)  # fmt: skip
+    n = max(s.latency_n // 4, 50)
+    with daemon(root / "metacache-growth") as d:
+        filled = 0
+        for size in sizes:
+            # Fill with the same RPC, 16 writers at once (group commit keeps this quick).
+            todo = list(range(filled, size))
+            filled = size
+
+            def fill(t: int, todo: list[int] = todo) -> None:
+                with NumamemClient(d.socket, timeout=60) as c:
+                    for i in todo[t::16]:
+                        c.add_container_info(
+                            mc.ContainerInfo(pod_uid=f"fill-{i // 5}", container_name=f"c{i % 5}", qos_level="shared_cores",
+                                             cpu_request=2, owner_pool_name="share", labels={"app": "bench"})
+                        )  # fmt: skip
+
+            threads = [threading.Thread(target=fill, args=(t,)) for t in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            client = NumamemClient(d.socket, timeout=30)
+
+            def probe(i: int, size: int = size, c: NumamemClient = client) -> None:
+                c.add_container_info(
+                    mc.ContainerInfo(pod_uid=f"probe-{size}", container_name=f"c{i}", qos_level="shared_cores",
+                                     cpu_request=1, owner_pool_name="share")
+                )  # fmt: skip
+
+            samples = latencies(probe, n, 20)
+            client.remove_pod(f"probe-{size}")
+            client.close()
+            r.latency(
+                f"metacache_add_p50_at_{size}",
+                f"AddContainer (durable), {size} containers in the cache",
+                samples,
+            )
+        small = r.figures[f"metacache_add_p50_at_{sizes[0]}"]["p50_ms"]
+        large = r.figures[f"metacache_add_p50_at_{sizes[-1]}"]["p50_ms"]
+        r.value("metacache_add_growth", f"  AddContainer p50, {sizes[-1]} / {sizes[0]} containers", large / small,
+                "", "(target <= 1.5)")  # fmt: skip
+        r.figures["metacache_growth_files"] = {
+            p.name: p.stat().st_size for p in Path(d.state_dir).iterdir() if p.name.startswith("sys_advisor")
+        }  # fmt: skip
+
+
 def write_large_state(state_dir: Path, sysfs: Path, s: Scale) -> None:
-    """2,000 three-container pods in memory_manager_state (with their container ids) and
-    10,000 containers in sys_advisor_state, written as the daemon would."""
+    """2,000 three-container pods in memory_manager_state (with their container ids), 10,000
+    containers in the sys_advisor_state snapshot and 50,000 journal records after it."""
     from numamem.topology.sysfs import discover
 
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -560,12 +613,24 @@ def write_large_state(state_dir: Path, sysfs: Path, s: Scale) -> None:
                                    owner_pool_name="share", labels={"app": "bench"}, container_id=f"mcid-{i}-{j}")
             for j in range(5)
         }  # fmt: skip
-    CheckpointPersister(state_dir).save(State(pods=pods))
+    # The metacache as a daemon killed before compacting would leave it: a snapshot and a long
+    # journal of one-container changes (the layout numamem.metacache.journal documents).
+    (state_dir / STATE_FILE).write_bytes(encode(State(pods=pods), generation=0))
+    records = [journal.header(0)]
+    for seq in range(1, s.journal_records + 1):
+        uid = f"mc-{seq * 7919 % len(pods):05d}"
+        name = f"c{seq % 5}"
+        info = pods[uid][name].clone()
+        info.cpu_request = float(seq % 8 + 1)
+        payload = f'{{"pods":{{"{uid}":{{"{name}":{info.fragment()}}}}},"seq":{seq}}}'
+        records.append(journal.frame(payload.encode()))
+    (state_dir / journal.JOURNAL_FILE).write_bytes(b"".join(records))
 
 
 def startup_phase(r: Report, root: Path, s: Scale) -> None:
     print(
-        f"start-up and RSS: empty, and {s.large_containers} metacache containers + {s.large_pods} pods",
+        f"start-up and RSS: empty, and {s.large_containers} metacache containers (+ "
+        f"{s.journal_records} journal records) + {s.large_pods} pods",
         flush=True,
     )
     with daemon(root / "startup-empty", memory_gib=2048) as d:
@@ -677,6 +742,7 @@ def main() -> int:
             hints_n=20,
             large_pods=200,
             large_containers=1000,
+            journal_records=2000,
             numa_reps=20,
         )
         if args.quick
@@ -703,6 +769,7 @@ def main() -> int:
             numa_grpc_phase(report, root, s)
         if "metacache" in chosen:
             metacache_phase(report, root, s)
+            metacache_growth_phase(report, root, s)
         if "startup" in chosen:
             startup_phase(report, root, s)
         if "metrics" in chosen:

@@ -27,12 +27,11 @@ import grpc
 from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient, state_from_proto
 from numamem.memorymanager.invariants import violations
-from numamem.metacache import persistence
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
-from tests.daemon import STATIC_ARGS
+from tests.daemon import STATIC_ARGS, read_cache_files
 
 MI = 1024**2
 
@@ -154,7 +153,7 @@ class CacheClient(threading.Thread):
 
 class Harness:
     def __init__(
-        self, root: Path, seed: int, memory_clients: int = 3, cache_clients: int = 2
+        self, root: Path, seed: int, memory_clients: int = 3, cache_clients: int = 8
     ) -> None:
         self.root = root
         self.rng = random.Random(seed)
@@ -171,6 +170,9 @@ class Harness:
                 "warning",
                 "--metric-interval",
                 "3600",
+                # Compact every few dozen commits, so kills land during compactions too.
+                "--metacache-compact-bytes",
+                "4096",
             ],
         )
         self.memory = [
@@ -266,9 +268,7 @@ class Harness:
                 self._problem("violation", f"unknown pod {uid} in the state")
 
     def _verify_cache(self, served: dict[tuple[str, str], float]) -> None:
-        on_disk = persistence.decode(
-            (Path(self.daemon.state_dir) / persistence.STATE_FILE).read_bytes()
-        )
+        on_disk = read_cache_files(Path(self.daemon.state_dir))
         disk = {(p, c): i.cpu_request for p, ctrs in on_disk.pods.items() for c, i in ctrs.items()}
         if disk != served:
             self._problem("violation", "sys_advisor_state differs from what the daemon serves")

@@ -10,8 +10,12 @@ import functools
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from numamem.errors import CheckpointError
+from numamem.metacache import journal
+from numamem.metacache.cache import State
 from numamem.testing.daemon import fake_machine_args, short_tmpdir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,3 +96,19 @@ def run_once(args: list[str], timeout: float = 20.0) -> subprocess.CompletedProc
         cwd=REPO,
         check=False,
     )
+
+
+def read_cache_files(state_dir: str | Path) -> State:
+    """The metacache state on disk (snapshot + journal), read while the daemon may run: a
+    compaction can swap the files between the two reads, so a mismatch is read again."""
+    for _ in range(20):
+        try:
+            restored = journal.read(state_dir)
+        except CheckpointError:
+            time.sleep(0.05)
+            continue
+        assert restored is not None
+        return restored.state
+    restored = journal.read(state_dir)
+    assert restored is not None
+    return restored.state

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import random
+import signal
 import threading
 from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.field_mask_pb2 import FieldMask
 
 from numamem.client import NumamemClient
-from numamem.metacache.persistence import STATE_FILE, decode
+from numamem.metacache.journal import JOURNAL_FILE, header
+from numamem.metacache.persistence import STATE_FILE, decode, decode_snapshot
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import metacache_pb2 as mc
+from tests.daemon import read_cache_files
 
 pytestmark = pytest.mark.e2e
 
@@ -49,6 +53,49 @@ def test_restart_round_trip(short_root: Path, daemon_factory: list[DaemonProcess
         assert (list(c.list_containers()), list(c.list_pools()), list(c.list_regions())) == before
 
 
+def test_sigkill_leaves_a_journal_that_the_restart_replays_and_stop_compacts(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    d = start(short_root, daemon_factory)
+    state_dir = Path(d.state_dir)
+    with NumamemClient(d.socket) as c:
+        for n in range(5):
+            c.set_container_info(mc.ContainerInfo(pod_uid="p", container_name=f"c{n}"))
+        c.update_containers(
+            [
+                mc.ContainerUpdate(
+                    pod_uid="p",
+                    container_name=f"c{n}",
+                    info=mc.ContainerInfo(pod_uid="p", container_name=f"c{n}", cpu_request=2),
+                    update_mask=FieldMask(paths=["cpu_request"]),
+                )
+                for n in range(3)
+            ]
+        )
+        before = list(c.list_containers())
+    d.stop(signal.SIGKILL)
+    assert (state_dir / JOURNAL_FILE).read_bytes().count(b"\n") == 1 + 6  # header + 6 commits
+    assert decode((state_dir / STATE_FILE).read_bytes()).pods == {}
+    d.start()
+    with NumamemClient(d.socket) as c:
+        assert list(c.list_containers()) == before
+    d.stop()  # graceful: one complete checkpoint, an empty journal
+    state, generation = decode_snapshot((state_dir / STATE_FILE).read_bytes())
+    assert set(state.pods["p"]) == {f"c{n}" for n in range(5)}
+    assert (state_dir / JOURNAL_FILE).read_bytes() == header(generation)
+
+
+def test_no_metacache_persist_writes_no_metacache_files(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    d = start(short_root, daemon_factory, ["--no-metacache-persist"])
+    with NumamemClient(d.socket) as c:
+        c.set_container_info(mc.ContainerInfo(pod_uid="p", container_name="a"))
+    d.stop()
+    names = {p.name for p in Path(d.state_dir).iterdir()}
+    assert STATE_FILE not in names and JOURNAL_FILE not in names
+
+
 def test_corrupt_file_refuses_start_unless_discarded(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
@@ -75,8 +122,9 @@ def test_corrupt_file_refuses_start_unless_discarded(
 
 
 def test_sixteen_concurrent_clients(short_root: Path, daemon_factory: list[DaemonProcess]) -> None:
-    """Writers and readers at once; the final state (live and on disk) is exactly the acknowledged writes."""
-    d = start(short_root, daemon_factory)
+    """Writers and readers at once, compactions among them; the final state (live and on disk)
+    is exactly the acknowledged writes."""
+    d = start(short_root, daemon_factory, ["--metacache-compact-bytes", "4096"])
     expected: dict[tuple[str, str], float] = {}
     lock = threading.Lock()
     failures: list[str] = []
@@ -116,7 +164,7 @@ def test_sixteen_concurrent_clients(short_root: Path, daemon_factory: list[Daemo
     with NumamemClient(d.socket) as c:
         live = {(i.pod_uid, i.container_name): i.cpu_request for i in c.list_containers()}
     assert live == expected
-    on_disk = decode((Path(d.state_dir) / STATE_FILE).read_bytes())
+    on_disk = read_cache_files(d.state_dir)
     assert {
         (p, n): i.cpu_request for p, ctrs in on_disk.pods.items() for n, i in ctrs.items()
     } == expected

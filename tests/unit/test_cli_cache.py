@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
+from numamem.api.server import acquire_lock
 from numamem.cli.main import main
+from numamem.metacache.cache import MetaCache
+from numamem.metacache.journal import JOURNAL_FILE, header
+from numamem.metacache.journal_store import JournalPersister
+from numamem.metacache.persistence import STATE_FILE, decode_snapshot, encode
+from numamem.metacache.types import ContainerInfo, PoolInfo
 from numamem.testing.server import InProcessServer
 from numamem.v1 import metacache_pb2 as mc
 
@@ -45,3 +53,46 @@ def test_cache_tables_and_json(
             }
         ]
     }
+
+
+def test_cache_export_folds_the_journal_into_the_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    persister = JournalPersister(tmp_path, background=False, min_compact_bytes=10**12)
+    persister.restored()
+    cache = MetaCache(persister)
+    cache.set_container_info("p", "c", ContainerInfo(pod_uid="p", container_name="c"))
+    cache.set_pool_info("share", PoolInfo(pool_name="share"))
+    # As after SIGKILL: the changes are in the journal only.
+    assert b'"p"' not in (tmp_path / STATE_FILE).read_bytes()
+    assert main(["cache", "export", "--state-dir", str(tmp_path)]) == 0
+    assert "1 containers, 1 pools, 0 regions" in capsys.readouterr().out
+    state, generation = decode_snapshot((tmp_path / STATE_FILE).read_bytes())
+    assert encode(state) == encode(cache.state())
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == header(generation)
+    assert not (tmp_path / "numamem.lock").exists()
+    snapshot = (tmp_path / STATE_FILE).read_bytes()
+    assert main(["cache", "export", "--state-dir", str(tmp_path)]) == 0  # idempotent
+    assert (tmp_path / STATE_FILE).read_bytes() == snapshot
+
+
+def test_cache_export_refuses_while_the_daemon_holds_the_state_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fd, _ = acquire_lock(tmp_path / "numamem.lock")
+    try:
+        assert main(["cache", "export", "--state-dir", str(tmp_path)]) == 1
+    finally:
+        os.close(fd)
+    assert "another numamem" in capsys.readouterr().err
+
+
+def test_cache_export_of_a_corrupt_or_missing_state_fails_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cache", "export", "--state-dir", str(tmp_path)]) == 1
+    assert "no metacache state" in capsys.readouterr().err
+    (tmp_path / STATE_FILE).write_bytes(b'{"checksum":1,"pod_entries":{}}')
+    assert main(["cache", "export", "--state-dir", str(tmp_path)]) == 1
+    assert "corrupt" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STATE_FILE]

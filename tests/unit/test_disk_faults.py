@@ -12,7 +12,9 @@ from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.mmstore import KubeletStateStore
-from numamem.metacache import persistence
+from numamem.metacache import journal
+from numamem.metacache.cache import State
+from numamem.metacache.journal_store import JournalPersister
 from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
@@ -25,13 +27,19 @@ def pod(uid: str) -> mm.Pod:
 
 def components(
     server: InProcessServer,
-) -> tuple[KubeletStateStore, persistence.CheckpointPersister]:
+) -> tuple[KubeletStateStore, JournalPersister]:
     store = next(
         c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)
     ).manager._store
     cache = next(c for c in server.daemon._components if isinstance(c, MetaCacheComponent))
     assert isinstance(store, KubeletStateStore) and cache.persister is not None
     return store, cache.persister
+
+
+def on_disk_cache(persister: JournalPersister) -> State:
+    restored = journal.read(persister.path.parent)
+    assert restored is not None
+    return restored.state
 
 
 @pytest.mark.parametrize(("error", "name"), [(errno.ENOSPC, "ENOSPC"), (errno.EROFS, "EROFS")])
@@ -43,7 +51,7 @@ def test_write_faults_fail_cleanly_and_recover(error: int, name: str) -> None:
         store, persister = components(server)
 
         def fail(stage: str, target: Path) -> None:
-            if stage == "write":
+            if stage in ("write", "append"):  # a checkpoint rewrite, a journal append
                 raise OSError(error, "injected")
 
         store.faults = persister.faults = fail
@@ -65,10 +73,10 @@ def test_write_faults_fail_cleanly_and_recover(error: int, name: str) -> None:
         on_disk = kubelet.load(store.state_path.read_bytes())
         assert set(on_disk.assignments) == {"before"}
         assert client.get_container_info("p", "c").cpu_request == 1
-        assert persistence.decode(persister.path.read_bytes()).pods["p"]["c"].cpu_request == 1
+        assert on_disk_cache(persister).pods["p"]["c"].cpu_request == 1
         # Space comes back: so does the daemon.
         store.faults = persister.faults = None
         assert client.admit(pod("after")).admitted
         client.set_container_info(mc.ContainerInfo(pod_uid="p", container_name="c", cpu_request=3))
         assert set(kubelet.load(store.state_path.read_bytes()).assignments) == {"before", "after"}
-        assert persistence.decode(persister.path.read_bytes()).pods["p"]["c"].cpu_request == 3
+        assert on_disk_cache(persister).pods["p"]["c"].cpu_request == 3

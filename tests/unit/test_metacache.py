@@ -6,6 +6,7 @@ import errno
 import json
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +171,7 @@ class CountingPersister:
         self.fail: str | None = None
         self.delay = 0.0
 
-    def save(self, state: State) -> None:
+    def save(self, state: State, pods: AbstractSet[str] | None = None) -> None:
         if self.delay:
             time.sleep(self.delay)
         if self.fail:

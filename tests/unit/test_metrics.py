@@ -105,7 +105,10 @@ def test_metrics_on_a_unix_socket() -> None:
         >= 1
     )
     assert (
-        value(text, 'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state"}')
+        value(
+            text,
+            'numamem_checkpoint_write_duration_seconds_count{file="sys_advisor_state.journal"}',
+        )
         >= 2
     )
     assert value(text, 'numamem_metacache_entries{kind="containers"}') == 1

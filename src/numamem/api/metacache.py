@@ -19,12 +19,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from numamem.api.validation import check_string
 from numamem.config.model import Config
 from numamem.cpuset import CPUSet
-from numamem.errors import InvalidArgumentError, NotFoundError
+from numamem.errors import InvalidArgumentError, NotFoundError, PersistenceError
 from numamem.logging import get_logger
 from numamem.metacache.cache import MetaCache, State
+from numamem.metacache.journal_store import JournalPersister
 from numamem.metacache.metrics.collector import Collector, Target
 from numamem.metacache.metrics.store import MetricStore, insurance_period_ns
-from numamem.metacache.persistence import STATE_FILE, CheckpointPersister
+from numamem.metacache.persistence import STATE_FILE
 from numamem.metacache.types import (
     CONTAINER_FIELDS,
     CONTAINER_TYPES,
@@ -455,7 +456,11 @@ class MetaCacheComponent:
         self, config: Config, extra_targets: Callable[[], Sequence[Target]] | None = None
     ) -> None:
         self.config = config
-        self.persister = CheckpointPersister(config.state_dir) if config.metacache_persist else None
+        self.persister = (
+            JournalPersister(config.state_dir, min_compact_bytes=config.metacache_compact_bytes)
+            if config.metacache_persist
+            else None
+        )
         self._restored: State | None = None
         self.cache = MetaCache(self.persister, max_entries=config.limits.max_metacache_entries)
         self.metrics = MetricStore(insurance_period_ns(config.metric_insurance_period_seconds))
@@ -505,9 +510,7 @@ class MetaCacheComponent:
     def start(self) -> None:
         """Write a missing checkpoint, then start the metric collector's thread."""
         if self.persister is not None:
-            if self._restored is None:
-                self.persister.save(State())  # a missing (or discarded) file is created at once
-            self.persister.restored()
+            self.persister.restored()  # creates missing (or discarded) files at once
             self._log_restored()
         self.collector.start()
 
@@ -521,4 +524,15 @@ class MetaCacheComponent:
         )
 
     def stop(self) -> None:
+        """Stop the collector; leave a compacted snapshot and an empty journal (the daemon
+        stops serving before its components stop, so no write is in flight)."""
         self.collector.stop()
+        if self.persister is not None:
+            try:
+                self.persister.close()
+            except (PersistenceError, OSError) as err:
+                _log.warning(
+                    "metacache: could not compact at shutdown; the journal is replayed at the "
+                    "next start",
+                    error=str(err),
+                )

@@ -14,7 +14,7 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 | ``numamem_admissions_total`` | result (admitted, rejected), reason |
 | ``numamem_rpc_requests_total`` | method, code |
 | ``numamem_rpc_duration_seconds`` (histogram) | method, code |
-| ``numamem_checkpoint_write_duration_seconds`` (histogram), ``numamem_checkpoint_write_failures_total`` | file |
+| ``numamem_checkpoint_write_duration_seconds`` (histogram), ``numamem_checkpoint_write_failures_total`` | file (``memory_manager_state``; ``sys_advisor_state.journal`` per commit, ``sys_advisor_state`` per snapshot) |
 | ``numamem_metacache_entries`` | kind (containers, pods, pools, regions) |
 | ``numamem_collector_sample_duration_seconds`` (histogram), ``numamem_collector_errors_total`` | |
 """
@@ -252,7 +252,9 @@ class MetricsComponent:
         m = self.metrics
         self._memory.manager_store_observers().append(m.checkpoint_observer("memory_manager_state"))
         if self._metacache.persister is not None:
-            self._metacache.persister.observers.append(m.checkpoint_observer("sys_advisor_state"))
+            persister = self._metacache.persister
+            persister.observers.append(m.checkpoint_observer(persister.journal_path.name))
+            persister.snapshot_observers.append(m.checkpoint_observer(persister.path.name))
         self._metacache.collector.observers.append(m.observe_collector)
         self._memory.servicer.on_admission = m.observe_admission
 

@@ -3,31 +3,81 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
 from numamem.cli.common import (
     EXIT_OK,
     add_client_args,
     client_command,
+    fail,
     message_to_dict,
     print_json,
     print_table,
 )
 from numamem.client import NumamemClient
+from numamem.config.model import DEFAULT_STATE_DIR
 
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "cache",
-        help="list the metacache's containers, pools and regions",
-        description="Tables of the metacache entries (all three kinds unless one is named).",
+        help="list the metacache's containers, pools and regions (or export its files offline)",
+        description=(
+            "numamem cache [containers|pools|regions] [--pod UID]: tables of the live metacache\n"
+            "  entries (all three kinds unless one is named).\n"
+            "numamem cache export [--state-dir D]: with the daemon stopped, fold the journal\n"
+            "  into D/sys_advisor_state, leaving one complete, checksummed checkpoint and an\n"
+            "  empty journal (a graceful shutdown does the same)."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "kind", nargs="?", choices=("containers", "pools", "regions"), help="only this kind"
+        "kind",
+        nargs="?",
+        choices=("containers", "pools", "regions", "export"),
+        help="only this kind; export: compact the state files offline",
     )
     parser.add_argument("--pod", default="", metavar="UID", help="containers of this pod only")
+    parser.add_argument(
+        "--state-dir",
+        default=os.environ.get("NUMAMEM_STATE_DIR", DEFAULT_STATE_DIR),
+        metavar="DIR",
+        help="export: the daemon's state dir (default: %(default)s)",
+    )
     add_client_args(parser)
-    parser.set_defaults(run=client_command(run))
+    live = client_command(run)
+    parser.set_defaults(run=lambda a: export(Path(a.state_dir)) if a.kind == "export" else live(a))
+
+
+def export(state_dir: Path) -> int:
+    """Offline: snapshot + journal folded into one snapshot, under the daemon's lock (so it
+    never races a running daemon)."""
+    from numamem.api.server import LOCK_FILE, acquire_lock
+    from numamem.errors import CheckpointError, PersistenceError, StartupError
+    from numamem.metacache import journal
+    from numamem.metacache.persistence import STATE_FILE
+
+    try:
+        fd, created = acquire_lock(state_dir / LOCK_FILE)
+    except StartupError as err:
+        return fail(str(err))
+    try:
+        restored = journal.export(state_dir)
+    except (CheckpointError, PersistenceError) as err:
+        return fail(f"{state_dir}: {err}")
+    finally:
+        os.close(fd)
+        if created:
+            (state_dir / LOCK_FILE).unlink(missing_ok=True)
+    state = restored.state
+    print(
+        f"{state_dir / STATE_FILE}: {sum(len(c) for c in state.pods.values())} "
+        f"containers, {len(state.pools)} pools, {len(state.regions)} regions "
+        f"(generation {restored.generation}); {journal.JOURNAL_FILE} is empty"
+    )
+    return EXIT_OK
 
 
 def _assignments(values: Any) -> str:

@@ -61,7 +61,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--state-dir",
         "state_dir",
-        "checkpoints: memory_manager_state (kubelet-compatible), sys_advisor_state (metacache); "
+        "checkpoints: memory_manager_state (kubelet-compatible), sys_advisor_state and its journal (metacache); "
         "created 0700",
         DEFAULT_STATE_DIR,
         metavar="DIR",
@@ -253,9 +253,18 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--no-metacache-persist",
         "metacache_persist",
-        "keep the metacache in memory only (no sys_advisor_state writes)",
+        "keep the metacache in memory only (no sys_advisor_state or journal writes)",
         "persist",
         kind="bool",
+    ),
+    Flag(
+        "--metacache-compact-bytes",
+        "metacache_compact_bytes",
+        "write a new sys_advisor_state snapshot (and empty its journal) once the journal is "
+        "larger than this and than the snapshot",
+        "262144",
+        kind="int",
+        metavar="BYTES",
     ),
     Flag(
         "--allow-shared-dirs",

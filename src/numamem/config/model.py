@@ -96,5 +96,6 @@ class Config:
     metric_insurance_period_seconds: float = 0.0
     metacache_discard_corrupt_state: bool = False
     metacache_persist: bool = True
+    metacache_compact_bytes: int = 256 * 1024
     allow_shared_dirs: bool = False
     limits: Limits = field(default_factory=Limits)

@@ -30,13 +30,12 @@ Concurrency and durability:
   sections are microseconds (copy-on-write of one pod's map), the slow part
   (serialisation and fsync) runs outside it, and one lock cannot deadlock.
 
-Cost: every commit writes the whole state (as katalyst does, and one atomic
-checkpoint per acknowledged change), about 430 bytes per container, reusing
-the text of unchanged pods but hashing and fsyncing all of it. Group commit
-amortises that over concurrent writers; on a 2-core machine the commit also
-competes for CPU with request handling, so `make bench` measures durable
-16-writer throughput at about a quarter of the in-memory one. A journal of
-changes would lift that, at the price of the one-file atomic checkpoint.
+Cost: the daemon's persister (:mod:`numamem.metacache.journal`) appends one
+record per commit holding the entries the commit changed (the cache hands it
+the pods it touched; pools and regions are compared by identity), so a commit
+costs what it changed, not the size of the cache; a background compaction
+rewrites the snapshot. :class:`~numamem.metacache.persistence.CheckpointPersister`
+writes the whole one-file checkpoint per commit instead (katalyst's way).
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
@@ -84,12 +84,13 @@ class State:
 
 
 class Persister(Protocol):
-    def save(self, state: State) -> None:
-        """Write ``state`` durably; raise PersistenceError on failure."""
+    def save(self, state: State, pods: AbstractSet[str] | None = None) -> None:
+        """Write ``state`` durably; raise PersistenceError on failure. ``pods`` are the pod
+        uids changed since the last save (None: unknown), for persisters that write changes."""
 
 
 class _NoPersistence:
-    def save(self, state: State) -> None:
+    def save(self, state: State, pods: AbstractSet[str] | None = None) -> None:
         return None
 
 
@@ -144,6 +145,9 @@ class _Work:
             self._own_top.add("regions")
         return self.regions
 
+    def touched_pods(self) -> set[str]:
+        return self._own_pods | self._deleted_pods
+
     def state(self) -> State:
         """The new state, its entry count derived from the base's and the pods touched."""
         state = State(self.pods, self.pools, self.regions, self.created)
@@ -176,6 +180,8 @@ class MetaCache:
         self._mutation = threading.Lock()
         self._pending = self._committed
         self._seq = 0
+        self._dirty: set[str] = set()
+        """Pods changed in the pending state since the last commit (what a journal writes)."""
         # Guards _durable, _failed_upto, _committing, _committed (publication).
         self._commit = threading.Condition()
         self._durable = 0
@@ -273,6 +279,7 @@ class MetaCache:
                         f"--max-metacache-entries {self._max_entries}; delete entries first"
                     )
                 self._pending = state
+                self._dirty |= work.touched_pods()
                 self._seq += 1
             target = self._seq
         self._wait_durable(target)
@@ -294,10 +301,11 @@ class MetaCache:
                 self._committing = True
             # This thread writes everything pending so far: one fsync for every queued writer.
             with self._mutation:
-                state, seq = self._pending, self._seq
+                state, seq, dirty = self._pending, self._seq, self._dirty
+                self._dirty = set()
             error: PersistenceError | None = None
             try:
-                self._persister.save(state)
+                self._persister.save(state, dirty)
             except PersistenceError as err:
                 error = err
             with self._mutation, self._commit:
@@ -315,6 +323,7 @@ class MetaCache:
                     self._failure = f"{error}; pending metacache changes were dropped"
                     self._failed_upto = self._seq
                     self._pending = self._committed
+                    self._dirty = set()
                 self._committing = False
                 self._commit.notify_all()
 

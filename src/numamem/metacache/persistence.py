@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ _log = get_logger("metacache")
 STATE_FILE = "sys_advisor_state"
 
 
-def _key(text: str) -> str:
+def json_key(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
@@ -60,15 +61,19 @@ PodTextCache = dict[str, tuple[object, str]]
 
 def _pod_text(pod: str, ctrs: dict[str, ContainerInfo]) -> str:
     return (
-        _key(pod)
+        json_key(pod)
         + ":{"
-        + ",".join(_key(c) + ":" + info.fragment() for c, info in sorted(ctrs.items()))
+        + ",".join(json_key(c) + ":" + info.fragment() for c, info in sorted(ctrs.items()))
         + "}"
     )
 
 
-def encode(state: State, cache: PodTextCache | None = None) -> bytes:
+def encode(state: State, cache: PodTextCache | None = None, generation: int | None = None) -> bytes:
     """The checkpoint bytes for ``state`` (canonical JSON with its checksum).
+
+    ``generation`` (the journal's snapshot mode) adds ``"generation": N``: the number
+    of journal records the snapshot includes, which binds a journal to it
+    (:mod:`numamem.metacache.journal`). Go decoders ignore the extra field.
 
     With ``cache``, a pod's text is reused while its container mapping is the
     same object: the cache never mutates a committed mapping (a change copies
@@ -89,15 +94,22 @@ def encode(state: State, cache: PodTextCache | None = None) -> bytes:
         for gone in [p for p in cache if p not in state.pods]:
             del cache[gone]
     pods = ",".join(texts)
-    pools = ",".join(_key(n) + ":" + p.fragment() for n, p in sorted(state.pools.items()))
-    regions = ",".join(_key(n) + ":" + r.fragment() for n, r in sorted(state.regions.items()))
+    pools = ",".join(json_key(n) + ":" + p.fragment() for n, p in sorted(state.pools.items()))
+    regions = ",".join(json_key(n) + ":" + r.fragment() for n, r in sorted(state.regions.items()))
     body = f',"pod_entries":{{{pods}}},"pool_entries":{{{pools}}},"region_entries":{{{regions}}}}}'
+    if generation is not None:
+        body = f',"generation":{generation}' + body
     checksum = fnv1a_32(('{"checksum":0' + body).encode())
     return (f'{{"checksum":{checksum}' + body).encode()
 
 
 def decode(data: bytes) -> State:
     """Parse and verify; raises CheckpointError (CorruptCheckpointError on a checksum mismatch)."""
+    return decode_snapshot(data)[0]
+
+
+def decode_snapshot(data: bytes) -> tuple[State, int]:
+    """:func:`decode`, and the snapshot's generation (0 when the file has none)."""
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as err:
@@ -113,8 +125,11 @@ def decode(data: bytes) -> State:
         raise CheckpointError(f"cannot canonicalise: {err}") from err
     if actual != stored:
         raise CorruptCheckpointError(stored, actual)
+    generation = doc.get("generation", 0)
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise CheckpointError(f"bad generation {generation!r}")
     try:
-        return State(
+        state = State(
             {
                 str(p): {str(c): ContainerInfo.from_json(_obj(i)) for c, i in _obj(ctrs).items()}
                 for p, ctrs in _obj(doc.get("pod_entries")).items()
@@ -127,6 +142,7 @@ def decode(data: bytes) -> State:
         )
     except (ValueError, TypeError, AttributeError, InvalidArgumentError) as err:
         raise CheckpointError(f"cannot decode entries: {err}") from err
+    return state, generation
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -182,9 +198,10 @@ class CheckpointPersister:
         for tmp in remove_stale_temps(self.path.parent, STATE_FILE):
             _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
 
-    def save(self, state: State) -> None:
-        """Write ``state``; PersistenceError leaves the file as it was, DurabilityUnknownError
-        means the file holds ``state`` but a directory sync failed."""
+    def save(self, state: State, pods: AbstractSet[str] | None = None) -> None:
+        """Write ``state`` (all of it; ``pods`` is not needed); PersistenceError leaves the file
+        as it was, DurabilityUnknownError means the file holds ``state`` but a directory sync
+        failed."""
         data = encode(state, self._pod_texts)
         if data == self._last:
             return
