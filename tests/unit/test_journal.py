@@ -508,3 +508,54 @@ def test_restore_at_any_cut_point_equals_the_state_acknowledged_there(
         # An empty journal (cut 0) leaves the snapshot: the state at the last compaction.
         expected = [state for end, state in history if end <= max(cut, head)][-1]
         assert canon(restored.state) == expected, (cut, history)
+
+
+# --- crashes (the process dies at a stage: nothing after it runs) ----------------------------
+
+
+class Crash(BaseException):
+    """Not an Exception: nothing in numamem catches it, as nothing survives SIGKILL."""
+
+
+def crash_at(stage: str, name: str) -> Callable[[str, Path], None]:
+    def hook(at: str, target: Path) -> None:
+        if at == stage and target.name == name:
+            raise Crash
+
+    return hook
+
+
+@pytest.mark.parametrize("stage", ["open", "write", "fsync", "rename", "dirsync"])
+@pytest.mark.parametrize("file", [STATE_FILE, JOURNAL_FILE])
+def test_a_crash_at_any_stage_of_a_compaction_restores_everything(
+    tmp_path: Path, stage: str, file: str
+) -> None:
+    cache, persister = open_cache(tmp_path, min_compact_bytes=BIG)
+    every_kind_of_write(cache)
+    persister.faults = crash_at(stage, file)
+    with pytest.raises(Crash):
+        persister.compact()
+    again, _ = open_cache(tmp_path, min_compact_bytes=BIG)
+    assert canon(again.state()) == canon(cache.state())
+    again.set_container_info("pod2", "c1", info("pod2", "c1", 8))
+    assert canon(on_disk(tmp_path)) == canon(again.state())
+
+
+@pytest.mark.parametrize("stage", ["append", "append-fsync"])
+def test_a_crash_during_an_append_shows_at_most_the_change_in_flight(
+    tmp_path: Path, stage: str
+) -> None:
+    cache, persister = open_cache(tmp_path, min_compact_bytes=BIG)
+    fill(cache, 3)
+    acknowledged = cache.state()
+    persister.faults = crash_at(stage, JOURNAL_FILE)
+    with pytest.raises(Crash):
+        cache.set_container_info("pod0", "c0", info("pod0", "c0", 7))
+    in_flight = State(
+        {**acknowledged.pods, "pod0": {"c0": info("pod0", "c0", 7)}},
+        acknowledged.pools,
+        acknowledged.regions,
+    )
+    again, _ = open_cache(tmp_path, min_compact_bytes=BIG)
+    expected = canon(acknowledged) if stage == "append" else canon(in_flight)
+    assert canon(again.state()) == expected

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Set
+from collections.abc import Iterator, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,39 +53,40 @@ def frame(payload: bytes) -> bytes:
     return b"%08x %08x " % (len(payload), zlib.crc32(payload)) + payload + b"\n"
 
 
-@dataclass
 class Scan:
-    """A journal read back: where the payloads of its good records are (start, end), where
-    the records end, and the bytes of a torn last record after them (0: the file ends
-    cleanly). Spans, not copies: a journal can be tens of megabytes."""
-
-    spans: list[tuple[int, int]]
-    end: int
-    torn: int
-
-
-def scan(data: bytes) -> Scan:
-    """Split ``data`` into records; raise CheckpointError when a damaged record is not a torn
-    last append.
+    """The records of a journal, read lazily: iterating yields each good record's payload
+    span (start, end) and raises CheckpointError when a damaged record is not a torn last
+    append; afterwards ``end`` is where the good records end, ``torn`` the bytes of a torn
+    last record (0: the file ends cleanly) and ``records`` how many there were. Spans, not
+    copies, one at a time: a journal can be tens of megabytes.
 
     An append writes one record at the end, so a torn one has nothing after it: no good
     record further on, and no bytes beyond the length its header claims. Anything else
     is damage to acknowledged records.
     """
-    spans: list[tuple[int, int]] = []
-    pos = 0
-    while pos < len(data):
-        end = _record_end(data, pos)
-        if end is None:
-            claimed = _claimed_end(data, pos)
-            if _good_record_after(data, pos) or (claimed is not None and claimed < len(data)):
-                raise CheckpointError(
-                    f"journal record at byte {pos} is damaged and more records follow it"
-                )
-            return Scan(spans, pos, len(data) - pos)
-        spans.append((pos + _HEADER, end - 1))
-        pos = end
-    return Scan(spans, pos, 0)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.end = 0
+        self.torn = 0
+        self.records = 0
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        data, pos = self.data, 0
+        while pos < len(data):
+            end = _record_end(data, pos)
+            if end is None:
+                claimed = _claimed_end(data, pos)
+                if _good_record_after(data, pos) or (claimed is not None and claimed < len(data)):
+                    raise CheckpointError(
+                        f"journal record at byte {pos} is damaged and more records follow it"
+                    )
+                self.end, self.torn = pos, len(data) - pos
+                return
+            self.records += 1
+            yield pos + _HEADER, end - 1
+            pos = end
+        self.end = pos
 
 
 def _claimed_end(data: bytes, pos: int) -> int | None:
@@ -265,12 +266,14 @@ def restore(snapshot: bytes | None, journal: bytes | None, where: Path) -> Resto
     size = len(snapshot or b"")
     if journal is None:
         return Restored(state, generation, generation, -1, 0, 0, size, 0)
-    found = scan(journal)
-    if not found.spans:
+    found = Scan(journal)
+    records = iter(found)
+    first_span = next(records, None)
+    if first_span is None:
         if found.torn:
             raise CheckpointError(f"{where}: no journal header")  # not even the first record
         return Restored(state, generation, generation, -1, 0, 0, size, 0)
-    first = _json(journal, found.spans[0], where)
+    first = _json(journal, first_span, where)
     base = first.get("base") if isinstance(first, dict) and first.get("journal") == 1 else None
     if not isinstance(base, int) or base < 0:
         raise CheckpointError(f"{where}: the journal does not start with a header")
@@ -282,7 +285,7 @@ def restore(snapshot: bytes | None, journal: bytes | None, where: Path) -> Resto
     replay = Replay(state)
     expected = base + 1
     try:
-        for span in found.spans[1:]:
+        for span in records:
             record = _json(journal, span, where)
             seq = record.get("seq") if isinstance(record, dict) else None
             if seq != expected:
@@ -302,7 +305,7 @@ def restore(snapshot: bytes | None, journal: bytes | None, where: Path) -> Resto
         found.end,
         found.torn,
         size,
-        len(found.spans) - 1,
+        found.records - 1,
     )
 
 

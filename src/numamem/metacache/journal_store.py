@@ -97,6 +97,8 @@ class JournalPersister:
         self._torn = 0
         self._poisoned = False
         self._directory_unknown: str | None = None
+        self._needs_snapshot = True  # until load() finds them: restored() creates the files
+        self._needs_header = True
         self._pod_texts: PodTextCache = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -136,9 +138,6 @@ class JournalPersister:
         self._needs_header = restored.journal_last != restored.seq
         self._needs_snapshot = snapshot is None
         return restored.state
-
-    _needs_header = True
-    _needs_snapshot = True
 
     def restored(self) -> None:
         """The daemon starts with the loaded state: remove temp files, drop a torn last record,
