@@ -59,6 +59,8 @@ from numamem.topology.machine import HugePagePool, Machine, NUMANode
 from numamem.topologymanager import policy as tm
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
+from numamem.v1 import podresources_pb2 as pr
+from numamem.v1 import podresources_pb2_grpc as pr_grpc
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -578,6 +580,49 @@ def metacache_growth_phase(r: Report, root: Path, s: Scale) -> None:
         }  # fmt: skip
 
 
+def podresources_phase(r: Report, root: Path, s: Scale) -> None:
+    """Admit with and without pod names recorded, and podresources List as pods grow."""
+    print("podresources: Admit with names kept, List by pod count", flush=True)
+    n = max(s.latency_n // 5, 50)
+    for tag, extra in (
+        ("off", []),
+        ("on", ["--podresources-socket", str(root / "pr" / "pr.sock")]),
+    ):
+        with daemon(root / f"podresources-{tag}", memory_gib=2048, extra=extra) as d:
+            client = NumamemClient(d.socket, timeout=30)
+            samples = latencies(
+                lambda i, c=client, t=tag: c.admit(guaranteed(f"{t}-{i}", containers=3)), n, 20
+            )
+            r.latency(
+                f"admit_names_{tag}",
+                f"Admit, 3-container pod, --podresources-socket {tag}",
+                samples,
+            )
+            if tag == "on":
+                with grpc.insecure_channel(f"unix://{root / 'pr' / 'pr.sock'}") as ch:
+                    stub = pr_grpc.PodResourcesListerStub(ch)
+                    admitted = n + 20
+                    for pods in (500, 2000):  # more than the pods Admit left above
+                        while admitted < pods:
+                            client.admit(guaranteed(f"fill-{admitted}", containers=3))
+                            admitted += 1
+                        listed: list[float] = []
+
+                        def list_all(
+                            i: int, listed: list[float] = listed, stub: Any = stub
+                        ) -> None:
+                            time.sleep(0.011)  # under the kubelet's 100/s rate limit
+                            t = time.perf_counter()
+                            stub.List(pr.ListPodResourcesRequest(), timeout=30)
+                            listed.append(time.perf_counter() - t)
+
+                        latencies(list_all, 100, 5)
+                        r.latency(
+                            f"podresources_list_{pods}", f"podresources List, {pods} pods", listed
+                        )
+            client.close()
+
+
 def write_large_state(state_dir: Path, sysfs: Path, s: Scale) -> None:
     """2,000 three-container pods in memory_manager_state (with their container ids), 10,000
     containers in the sys_advisor_state snapshot and 50,000 journal records after it."""
@@ -748,7 +793,7 @@ def main() -> int:
         if args.quick
         else Scale()
     )
-    phases = ["memory", "hints", "numa", "metacache", "startup", "metrics"]
+    phases = ["memory", "hints", "numa", "metacache", "podresources", "startup", "metrics"]
     chosen = args.only or phases
     root = Path(tempfile.mkdtemp(prefix="nmbench-", dir="/tmp"))
     report = Report()
@@ -770,6 +815,8 @@ def main() -> int:
         if "metacache" in chosen:
             metacache_phase(report, root, s)
             metacache_growth_phase(report, root, s)
+        if "podresources" in chosen:
+            podresources_phase(report, root, s)
         if "startup" in chosen:
             startup_phase(report, root, s)
         if "metrics" in chosen:

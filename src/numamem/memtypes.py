@@ -104,3 +104,6 @@ class Snapshot:
     machine_state: Mapping[int, NUMANodeState | None]
     assignments: Mapping[str, Mapping[str, ContainerBlocks]]
     container_map: Mapping[str, ContainerRef] = field(default_factory=dict)
+    pod_names: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Pod uid -> (namespace, name) of pods with state, as their Pod messages gave them (for
+    the podresources API, which names pods; the kubelet's file has only uids)."""

@@ -181,3 +181,61 @@ def test_the_image_needs_no_grpcurl_and_gets_no_local_state() -> None:
     ignored = (REPO / ".dockerignore").read_text().split()
     for path in (".git", ".venv", ".numamem", "bench/results", "**/__pycache__"):
         assert path in ignored, path
+
+
+# --- NFD topology-updater reading numamem's podresources API --------------------------------
+
+
+def test_the_nfd_example_reads_numamems_podresources_socket_state_and_policy(
+    tmp_path: Path,
+) -> None:
+    numamem_docs = daemonset_docs()
+    container = numamem_container(numamem_docs["DaemonSet"])
+    args = expand(container["args"], container_env(container))
+    cfg = serve_config(args, deploy_file("numamem.yaml"))
+    assert cfg.podresources_socket is not None and cfg.kubelet_podresources_socket is not None
+    numamem_mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert str(PurePosixPath(cfg.kubelet_podresources_socket).parent) in numamem_mounts
+
+    docs = {
+        d["kind"]: d
+        for d in yaml.safe_load_all(
+            deploy_file("kubernetes", "nfd-topology-updater.yaml").read_text()
+        )
+    }
+    spec = docs["DaemonSet"]["spec"]["template"]["spec"]
+    [updater] = spec["containers"]
+    flags = dict(a.lstrip("-").split("=", 1) for a in updater["args"])
+    mounts = {m["mountPath"]: m["name"] for m in updater["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+
+    def on_host(path: str) -> str:
+        """The host path of ``path`` in the updater's container."""
+        for mount, name in mounts.items():
+            if _under(path, mount) and "hostPath" in volumes[name]:
+                rest = PurePosixPath(path).relative_to(mount)
+                return str(PurePosixPath(volumes[name]["hostPath"]["path"]) / rest)
+        raise AssertionError(f"{path} is not on a host mount")
+
+    assert on_host(flags["podresources-socket"]) == cfg.podresources_socket
+    assert on_host(flags["kubelet-state-dir"]) == cfg.state_dir
+    # The policy the updater publishes is numamem's: the same KubeletConfiguration numamem
+    # reads (numamem accepts the file), with numamem's example settings.
+    uri = flags["kubelet-config-uri"]
+    assert uri.startswith("file://")
+    config_file = PurePosixPath(uri.removeprefix("file://"))
+    configmap = volumes[mounts[str(config_file.parent)]]["configMap"]["name"]
+    assert docs["ConfigMap"]["metadata"]["name"] == configmap
+    kubelet_config = tmp_path / "kubelet-config.yaml"
+    kubelet_config.write_text(docs["ConfigMap"]["data"][config_file.name])
+    theirs = serve_config(["serve"], kubelet_config)
+    ours = serve_config(["serve"], deploy_file("numamem.yaml"))
+    for field in (
+        "memory_manager_policy",
+        "topology_manager_policy",
+        "topology_manager_scope",
+        "reserved_memory",
+        "system_reserved",
+        "eviction_hard",
+    ):
+        assert getattr(theirs, field) == getattr(ours, field), field

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.api.metrics import MetricsComponent
+from numamem.api.podresources import PodResourcesComponent
 from numamem.api.server import Component
 from numamem.api.topology import TopologyComponent
 from numamem.config.model import Config
@@ -37,6 +38,15 @@ def build_components(config: Config) -> Sequence[Component]:
                 config.metrics_socket,
                 memory,
                 metacache,
+            )
+        )
+    if config.podresources_socket is not None:
+        components.append(
+            PodResourcesComponent(
+                config.podresources_socket,
+                lambda: memory.manager,
+                config.kubelet_podresources_socket,
+                allow_shared_dirs=config.allow_shared_dirs,
             )
         )
     return components

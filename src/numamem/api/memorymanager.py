@@ -129,6 +129,7 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
         topology_policy,
         config.topology_manager_scope,
         max_pods=config.limits.max_pods,
+        record_pod_names=config.podresources_socket is not None,
     )
 
 

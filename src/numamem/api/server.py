@@ -197,8 +197,8 @@ class Daemon:
         if self.set_umask:
             os.umask(DAEMON_UMASK)
         state_dir, socket_dir = Path(cfg.state_dir), Path(cfg.socket).parent
-        _check_dir(state_dir, "--state-dir", cfg.allow_shared_dirs)
-        _check_dir(socket_dir, "--socket directory", cfg.allow_shared_dirs)
+        check_dir(state_dir, "--state-dir", cfg.allow_shared_dirs)
+        check_dir(socket_dir, "--socket directory", cfg.allow_shared_dirs)
         check_socket_path(cfg.socket)
         self._components = self.component_factory(cfg)
         names = [n for c in self._components for n in c.service_names]
@@ -206,8 +206,8 @@ class Daemon:
             raise StartupError(f"internal error: a service is registered twice: {sorted(names)}")
         self._service_names = names
         try:
-            self._created += _make_dirs(state_dir, 0o700, "--state-dir")
-            self._created += _make_dirs(socket_dir, 0o750, "--socket directory")
+            self._created += make_dirs(state_dir, 0o700, "--state-dir")
+            self._created += make_dirs(socket_dir, 0o750, "--socket directory")
             self._lock_fd, lock_created = acquire_lock(state_dir / LOCK_FILE)
             if lock_created:
                 self._created.append(state_dir / LOCK_FILE)
@@ -255,16 +255,7 @@ class Daemon:
             (*names, HEALTH_SERVICE, reflection.SERVICE_NAME), server
         )
         self._server = server
-        old_umask = os.umask(SOCKET_UMASK)
-        try:
-            server.add_insecure_port(f"unix://{cfg.socket}")
-        except RuntimeError as err:
-            raise StartupError(
-                f"--socket {cfg.socket!r}: cannot bind the unix socket: {err}"
-            ) from err
-        finally:
-            os.umask(old_umask)
-        os.chmod(cfg.socket, 0o660)
+        bind_unix_socket(server, cfg.socket, "--socket")
         server.start()
         if cfg.health_port is not None:
             self._health_server = _start_health_server(
@@ -368,7 +359,7 @@ def _start_health_server(
     return server
 
 
-def _check_dir(path: Path, what: str, allow_shared: bool) -> None:
+def check_dir(path: Path, what: str, allow_shared: bool) -> None:
     """Refuse an existing ``path`` that is not a directory or that other users may write to."""
     try:
         st = os.stat(path)
@@ -395,7 +386,7 @@ def _check_dir(path: Path, what: str, allow_shared: bool) -> None:
         )
 
 
-def _make_dirs(path: Path, mode: int, what: str) -> list[Path]:
+def make_dirs(path: Path, mode: int, what: str) -> list[Path]:
     """Create ``path`` (and missing parents) with ``mode``; returns what was created, outermost first."""
     missing: list[Path] = []
     probe = path
@@ -442,6 +433,18 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd, created
+
+
+def bind_unix_socket(server: grpc.Server, path: str, flag: str) -> None:
+    """Listen on ``path``, created 0660 (never wider, even for a moment: under a umask)."""
+    old_umask = os.umask(SOCKET_UMASK)
+    try:
+        server.add_insecure_port(f"unix://{path}")
+    except RuntimeError as err:
+        raise StartupError(f"{flag} {path!r}: cannot bind the unix socket: {err}") from err
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o660)
 
 
 def check_socket_path(path: str, flag: str = "--socket") -> None:

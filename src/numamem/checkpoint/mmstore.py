@@ -4,7 +4,10 @@
 (V1 written; V1, V2 and V3 read), so a kubelet and numamem can take over each
 other's state. The container id -> (pod, container) map, which the kubelet
 rebuilds from the container runtime at start, lives in numamem's own file
-``<state-dir>/numamem_containers`` (never inside the kubelet's file).
+``<state-dir>/numamem_containers`` (never inside the kubelet's file), with
+the namespace and name of each pod with state when the manager records them
+(the podresources API lists pods by name; the kubelet knows them from the API
+server). Names follow the same rules as ids: a new or changed name is an add.
 
 Write order keeps the two files consistent without a shared transaction:
 
@@ -82,6 +85,7 @@ class KubeletStateStore:
         self._last_state: bytes | None = None
         self._encoder = kubelet.V1Encoder()
         self._last_map: dict[str, ContainerRef] = {}
+        self._last_names: dict[str, tuple[str, str]] = {}
         self._map_dirty = False
         self._map_unusable: str | None = None
         self.writes = 0
@@ -115,26 +119,30 @@ class KubeletStateStore:
                 path=str(self.state_path),
             )
         self._last_state = data
-        containers = self._read_containers()
+        containers, names = self._read_containers()
         live = {(p, c) for p, ctrs in loaded.assignments.items() for c in ctrs}
         kept = {cid: ref for cid, ref in containers.items() if ref in live}
-        if len(kept) != len(containers):
+        kept_names = {uid: n for uid, n in names.items() if uid in loaded.assignments}
+        if len(kept) != len(containers) or len(kept_names) != len(names):
             _log.info(
-                "dropped container ids without memory state", dropped=len(containers) - len(kept)
+                "dropped container ids and pod names without memory state",
+                dropped=len(containers) - len(kept) + len(names) - len(kept_names),
             )
             self._map_dirty = True
-        self._last_map = kept
-        return Snapshot(loaded.policy_name, loaded.machine_state, loaded.assignments, kept)
+        self._last_map, self._last_names = kept, kept_names
+        return Snapshot(
+            loaded.policy_name, loaded.machine_state, loaded.assignments, kept, kept_names
+        )
 
-    def _read_containers(self) -> dict[str, ContainerRef]:
+    def _read_containers(self) -> tuple[dict[str, ContainerRef], dict[str, tuple[str, str]]]:
         data = read_file(self.containers_path)
         if data is None:
-            return {}
+            return {}, {}
         try:
-            return decode_containers(data)
+            return decode_container_file(data)
         except CheckpointError as err:
             self._map_unusable = str(err)
-            return {}
+            return {}, {}
 
     def restored(self) -> None:
         """The restored state was accepted: remove temp files, set an unusable map aside."""
@@ -164,13 +172,15 @@ class KubeletStateStore:
         state = self._encoder.encode(
             snapshot.policy_name, snapshot.machine_state, snapshot.assignments
         )
-        new_map = dict(snapshot.container_map)
-        old_map = self._last_map
-        adds = any(old_map.get(cid) != ref for cid, ref in new_map.items())
+        new_map, new_names = dict(snapshot.container_map), dict(snapshot.pod_names)
+        old_map, old_names = self._last_map, self._last_names
+        adds = any(old_map.get(cid) != ref for cid, ref in new_map.items()) or any(
+            old_names.get(uid) != name for uid, name in new_names.items()
+        )
         unknown: DurabilityUnknownError | None = None
         wrote = False
         if adds:
-            unknown = self._write_map(new_map)
+            unknown = self._write_map(new_map, new_names)
             wrote = True
         if state != self._last_state:
             started = time.perf_counter()
@@ -179,14 +189,14 @@ class KubeletStateStore:
             except PersistenceError:
                 self._observe(time.perf_counter() - started, ok=False)
                 if adds:
-                    self._best_effort_map(old_map)
+                    self._best_effort_map(old_map, old_names)
                 raise
             self._observe(time.perf_counter() - started, ok=True)
             self._last_state = state
             wrote = True
-        if not adds and (new_map != old_map or self._map_dirty):
+        if not adds and (new_map != old_map or new_names != old_names or self._map_dirty):
             try:
-                unknown = self._write_map(new_map) or unknown
+                unknown = self._write_map(new_map, new_names) or unknown
                 wrote = True
             except PersistenceError as err:
                 self._map_dirty = True
@@ -194,7 +204,7 @@ class KubeletStateStore:
                     "container map write failed; stale ids are inert and rewritten later",
                     error=str(err),
                 )
-        self._last_map = new_map
+        self._last_map, self._last_names = new_map, new_names
         if wrote:
             for observer in self.durability_observers:
                 observer(None if unknown is None else str(unknown))
@@ -215,14 +225,18 @@ class KubeletStateStore:
         self.writes += 1
         return None
 
-    def _write_map(self, entries: dict[str, ContainerRef]) -> DurabilityUnknownError | None:
-        unknown = self._write(self.containers_path, encode_containers(entries))
+    def _write_map(
+        self, entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]]
+    ) -> DurabilityUnknownError | None:
+        unknown = self._write(self.containers_path, encode_containers(entries, names))
         self._map_dirty = False
         return unknown
 
-    def _best_effort_map(self, entries: dict[str, ContainerRef]) -> None:
+    def _best_effort_map(
+        self, entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]]
+    ) -> None:
         try:
-            self._write_map(entries)
+            self._write_map(entries, names)
         except PersistenceError as err:
             self._map_dirty = True
             _log.warning(
@@ -230,33 +244,42 @@ class KubeletStateStore:
             )
 
 
-def encode_containers(entries: dict[str, ContainerRef]) -> bytes:
-    """``{"checksum": FNV-1a-32 of the body, "containers": {id: [pod, container]}}``.
+def encode_containers(
+    entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]] | None = None
+) -> bytes:
+    """``{"checksum": FNV-1a-32 of the body, "containers": {id: [pod, container]},
+    "pods": {uid: [namespace, name]}}`` (``pods`` only when there are names, so a file
+    without them is the same as before they existed).
 
-    Canonical JSON (sorted keys, compact); the body is ``{"containers": ...}``
+    Canonical JSON (sorted keys, compact); the body is everything but the checksum
     and, since "checksum" sorts first, the file is the body with the checksum
     spliced in front (one serialisation instead of two).
     """
-    canonical = json.dumps(
-        {"containers": {cid: [pod, ctr] for cid, (pod, ctr) in entries.items()}},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    ).encode()
+    body: dict[str, object] = {
+        "containers": {cid: [pod, ctr] for cid, (pod, ctr) in entries.items()}
+    }
+    if names:
+        body["pods"] = {uid: [namespace, name] for uid, (namespace, name) in names.items()}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return b'{"checksum":%d,' % fnv1a_32(canonical) + canonical[1:]
 
 
 def decode_containers(data: bytes) -> dict[str, ContainerRef]:
+    return decode_container_file(data)[0]
+
+
+def decode_container_file(
+    data: bytes,
+) -> tuple[dict[str, ContainerRef], dict[str, tuple[str, str]]]:
+    """The container map and the pod names; raises CheckpointError."""
     try:
         doc = json.loads(data)
-        containers = doc["containers"]
-        stored = doc["checksum"]
-        canonical = json.dumps(
-            {"containers": containers}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
-        result = {str(cid): (str(ref[0]), str(ref[1])) for cid, ref in containers.items()}
+        stored = doc.pop("checksum")
+        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        result = {str(cid): (str(ref[0]), str(ref[1])) for cid, ref in doc["containers"].items()}
+        names = {str(uid): (str(n[0]), str(n[1])) for uid, n in doc.get("pods", {}).items()}
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         raise CheckpointError(f"cannot decode container map: {err}") from err
     if fnv1a_32(canonical.encode()) != stored:
         raise CorruptCheckpointError(stored, fnv1a_32(canonical.encode()))
-    return result
+    return result, names

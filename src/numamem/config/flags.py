@@ -205,6 +205,23 @@ FLAGS: tuple[Flag, ...] = (
         metavar="PATH",
     ),
     Flag(
+        "--podresources-socket",
+        "podresources_socket",
+        "serve the kubelet's podresources v1 API (List, GetAllocatableResources, Get) with "
+        "numamem's NUMA memory on this unix socket, for NFD topology-updater and RTE",
+        "off",
+        metavar="PATH",
+    ),
+    Flag(
+        "--kubelet-podresources-socket",
+        "kubelet_podresources_socket",
+        "with --podresources-socket: merge in the kubelet's own podresources answers (CPUs, "
+        "devices, dynamic resources) from this socket, e.g. "
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "off",
+        metavar="PATH",
+    ),
+    Flag(
         "--log-level",
         "log_level",
         "log level",
@@ -391,7 +408,15 @@ def _convert(f: Flag, raw: Any, where: str) -> Any:
         raise ConfigError(f"{where}: expected a string, got {raw!r}")
     if f.choices is not None and raw not in f.choices:
         raise ConfigError(f"{where}: {_choice_error(f, raw)}")
-    if f.attr in ("socket", "state_dir", "sysfs_root", "cgroup_root", "metrics_socket"):
+    if f.attr in (
+        "socket",
+        "state_dir",
+        "sysfs_root",
+        "cgroup_root",
+        "metrics_socket",
+        "podresources_socket",
+        "kubelet_podresources_socket",
+    ):
         if not raw:
             raise ConfigError(f"{where}: must not be empty")
         return os.path.abspath(raw)

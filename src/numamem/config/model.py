@@ -88,6 +88,8 @@ class Config:
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
     metrics_socket: str | None = None
+    podresources_socket: str | None = None
+    kubelet_podresources_socket: str | None = None
     log_level: str = "info"
     log_format: str = "json"
     shutdown_grace_seconds: float = 5.0

@@ -160,6 +160,7 @@ class Manager:
         topology_scope: str = SCOPE_CONTAINER,
         active_pods: Callable[[], Sequence[Pod] | None] | None = None,
         max_pods: int | None = None,
+        record_pod_names: bool = False,
     ) -> None:
         self.policy = policy
         self._store = store
@@ -172,10 +173,15 @@ class Manager:
         self._state = MemoryState()
         self._view = StateView(self._state)
         self._containers = ContainerMap()
+        self._record_names = record_pod_names
+        self._names: Mapping[str, tuple[str, str]] = {}
+        """Committed pod uid -> (namespace, name) of pods with state; replaced, never mutated."""
         self._allocatable: list[Block] = []
         self._tracked_active: dict[str, frozenset[str]] | None = None
         self._stale_possible = active_pods is not None
-        self._loaded: tuple[MemoryState, ContainerMap, bool] | None = None
+        self._loaded: (
+            tuple[MemoryState, ContainerMap, Mapping[str, tuple[str, str]], bool] | None
+        ) = None
         self.started = False
 
     # --- lifecycle -------------------------------------------------------------
@@ -203,52 +209,77 @@ class Manager:
             if validate:
                 self.policy.start(work)
             containers = ContainerMap(snapshot.container_map if snapshot else None)
+            names = dict(snapshot.pod_names) if snapshot else {}
             needs_write = validate and (snapshot is None or not work.same_as(restored))
-            self._loaded = (work, containers, needs_write)
+            self._loaded = (work, containers, names, needs_write)
 
     def finish_start(self) -> None:
         """Write the validated state if it differs from the file (or there was none) and serve it."""
         with self._lock:
             if self._loaded is None:
                 raise RuntimeError("finish_start() before load()")
-            work, containers, needs_write = self._loaded
+            work, containers, names, needs_write = self._loaded
             if needs_write:
-                self._store.save(self._snapshot(work, containers))
+                self._store.save(self._snapshot(work, containers, names))
             self._store.restored()
             self._loaded = None
-            self._commit(work, containers)
+            self._commit(work, containers, names)
             self._allocatable = self.policy.get_allocatable_memory(work)
             self.started = True
 
-    def _snapshot(self, state: MemoryState, containers: ContainerMap) -> Snapshot:
+    def _snapshot(
+        self, state: MemoryState, containers: ContainerMap, names: Mapping[str, tuple[str, str]]
+    ) -> Snapshot:
         return Snapshot(
-            self.policy.name, state.machine_view(), state.pods_view(), containers.as_dict()
+            self.policy.name, state.machine_view(), state.pods_view(), containers.as_dict(), names
         )
 
-    def _commit(self, state: MemoryState, containers: ContainerMap) -> None:
+    def _commit(
+        self, state: MemoryState, containers: ContainerMap, names: Mapping[str, tuple[str, str]]
+    ) -> None:
         self._containers = containers
+        self._names = names
         self._view = StateView(state)
         self._state = state
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[tuple[MemoryState, ContainerMap]]:
+    def _transaction(self, pod: Pod | None = None) -> Iterator[tuple[MemoryState, ContainerMap]]:
         """Fork, run the body, check the pod limit, persist once if anything changed, commit.
 
         The caller holds the lock. An exception from the body or the store drops
         the fork; :class:`DurabilityUnknownError` commits it first (see the module
-        docstring).
+        docstring). With ``record_pod_names``, ``pod``'s namespace and name are kept
+        while it has state (names of pods without state are dropped).
         """
         work = self._state.fork()
         containers = self._containers.copy()
         yield work, containers
         self._check_pod_limit(work)
-        if not work.same_as(self._state) or containers != self._containers:
+        names = self._names_after(work, pod)
+        if not work.same_as(self._state) or containers != self._containers or names != self._names:
             try:
-                self._store.save(self._snapshot(work, containers))
+                self._store.save(self._snapshot(work, containers, names))
             except DurabilityUnknownError:
-                self._commit(work, containers)
+                self._commit(work, containers, names)
                 raise
-        self._commit(work, containers)
+        self._commit(work, containers, names)
+
+    def _names_after(self, work: MemoryState, pod: Pod | None) -> Mapping[str, tuple[str, str]]:
+        names = self._names
+        pods = work.pods_view()
+        if (
+            self._record_names
+            and pod is not None
+            and (pod.namespace or pod.name)
+            and pod.uid in pods
+            and names.get(pod.uid) != (pod.namespace, pod.name)
+        ):
+            names = {**names, pod.uid: (pod.namespace, pod.name)}
+        if names and (work.pod_count() < self._state.pod_count() or len(names) > len(pods)):
+            # A pod lost its state (a scan only then): its name goes with it.
+            kept = {uid: n for uid, n in names.items() if uid in pods}
+            names = names if len(kept) == len(names) else kept
+        return names
 
     def _check_pod_limit(self, work: MemoryState) -> None:
         if self._max_pods is None or work.pod_count() <= self._max_pods:
@@ -340,7 +371,7 @@ class Manager:
         with self._lock:
             self._touch(pod)
             self._remove_stale_state_locked()
-            with self._transaction() as (work, _):
+            with self._transaction(pod) as (work, _):
                 self.policy.allocate(work, pod, container, affinity or NO_AFFINITY)
             return self._state.get_memory_blocks(pod.uid, container_name) or []
 
@@ -349,7 +380,7 @@ class Manager:
         _container(pod, container_name)
         with self._lock:
             self._touch(pod)
-            with self._transaction() as (work, containers):
+            with self._transaction(pod) as (work, containers):
                 containers.add(pod.uid, container_name, container_id)
                 for init in pod.init_containers:
                     if init.name == container_name:
@@ -417,7 +448,7 @@ class Manager:
             self._remove_stale_state_locked()
             outcome = AdmitOutcome(admission.AdmitResult(admitted=False))
             try:
-                with self._transaction() as (work, _):
+                with self._transaction(pod) as (work, _):
                     provider = _TransactionProvider(self.policy, work)
                     outcome.result = admission.admit(
                         pod, self._topology_policy, self._topology_scope, [provider, *others]
@@ -484,6 +515,11 @@ class Manager:
 
     def container_map(self) -> Mapping[str, ContainerRef]:
         return self._containers.as_dict()
+
+    def pod_names(self) -> Mapping[str, tuple[str, str]]:
+        """Pod uid -> (namespace, name), for pods with state whose Pod message named them
+        (with ``record_pod_names``); the committed mapping, not a copy: do not mutate."""
+        return self._names
 
 
 def new_policy(

@@ -55,4 +55,5 @@ class InMemoryStore:
             clone_machine_state(snapshot.machine_state),
             {pod: dict(ctrs) for pod, ctrs in snapshot.assignments.items()},
             dict(snapshot.container_map),
+            dict(snapshot.pod_names),
         )

@@ -1,0 +1,350 @@
+"""The kubelet's podresources API (``v1.PodResourcesLister``) on ``--podresources-socket``.
+
+Consumers of the kubelet's API (NFD topology-updater, the resource-topology-
+exporter) read it to publish NodeResourceTopology objects; served here, they
+see the NUMA memory numamem manages. Answers come from the memory manager's
+committed state (no lock, no wait on a disk write):
+
+* ``List``: every pod with memory state, named by the namespace and name of the
+  Pod message that admitted or allocated it (kept durably beside the container
+  map). A pod restored from a kubelet checkpoint, or admitted without them, is
+  listed with its uid as name and an empty namespace. Each container's memory
+  blocks are those GetMemory returns; zero-size blocks are left out, as the
+  kubelet does.
+* ``GetAllocatableResources``: one memory entry per NUMA node and memory type,
+  as GetAllocatableMemory returns.
+* ``Get``: that pod, or NOT_FOUND with the kubelet's text. (Deviation: the
+  kubelet returns that text as a plain Go error, which gRPC sends as UNKNOWN;
+  NOT_FOUND is what the API's clients test for.)
+
+With ``--kubelet-podresources-socket`` every answer is the kubelet's own (its
+CPU ids, devices and dynamic resources) with numamem's memory in place of the
+kubelet's for the pods numamem has state for; numamem's pods the kubelet does
+not list are added. When the kubelet does not answer (within
+:data:`KUBELET_TIMEOUT_S`), numamem answers with its own data and logs that
+at most once a minute; a call never fails because of the kubelet.
+
+Rate limit: the kubelet's, a token bucket of :data:`QPS` requests per second
+with a burst of :data:`BURST` over the whole server; beyond it,
+RESOURCE_EXHAUSTED "rejected by rate limit". The limit is this server's only:
+the main socket's RPCs are not counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_reflection.v1alpha import reflection
+
+from numamem.api.server import (
+    DurabilityReport,
+    bind_unix_socket,
+    check_dir,
+    check_socket_path,
+    make_dirs,
+    prepare_socket_path,
+)
+from numamem.logging import get_logger
+from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.state import StateView
+from numamem.memtypes import Block
+from numamem.v1 import podresources_pb2 as pr
+from numamem.v1 import podresources_pb2_grpc as pr_grpc
+
+_log = get_logger("podresources")
+
+SERVICE = pr.DESCRIPTOR.services_by_name["PodResourcesLister"].full_name
+QPS = 100
+BURST = 10
+"""The kubelet's ``podresources.DefaultQPS`` and ``DefaultBurstTokens``."""
+KUBELET_TIMEOUT_S = 2.0
+WARN_EVERY_S = 60.0
+
+
+# --- rate limit ---------------------------------------------------------------------
+
+
+class TokenBucket:
+    """``rate`` tokens per second up to ``burst``; :meth:`allow` takes one if there is one.
+    Thread-safe."""
+
+    def __init__(
+        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self._tokens = float(burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def allow(self) -> bool:
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return True
+            return False
+
+
+def _rejected(request: Any, context: grpc.ServicerContext) -> Any:
+    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+
+
+class RateLimit(grpc.ServerInterceptor):
+    """Every RPC of the server takes a token first (the kubelet's ``WithRateLimiter``)."""
+
+    def __init__(self, bucket: TokenBucket) -> None:
+        self.bucket = bucket
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        if self.bucket.allow():
+            return continuation(details)
+        return grpc.unary_unary_rpc_method_handler(_rejected)
+
+
+# --- answers from numamem's state ----------------------------------------------------
+
+
+def memory_to_proto(blocks: Iterable[Block]) -> list[pr.ContainerMemory]:
+    """The kubelet's ``containerMemoryFromBlock``, zero-size blocks left out."""
+    return [
+        pr.ContainerMemory(
+            memory_type=b.type,
+            size=b.size,
+            topology=pr.TopologyInfo(nodes=[pr.NUMANode(ID=n) for n in b.numa_affinity or ()]),
+        )
+        for b in blocks
+        if b.size > 0
+    ]
+
+
+def own_pods(state: StateView, names: Mapping[str, tuple[str, str]]) -> list[pr.PodResources]:
+    """Every pod of ``state`` (the memory manager's committed state), sorted by namespace
+    and name; a pod without recorded names is named by its uid."""
+    pods = []
+    for uid, containers in state.pods():
+        namespace, name = names.get(uid, ("", uid))
+        pods.append(
+            pr.PodResources(
+                name=name,
+                namespace=namespace,
+                containers=[
+                    pr.ContainerResources(name=ctr, memory=memory_to_proto(blocks))
+                    for ctr, blocks in sorted(containers.items())
+                ],
+            )
+        )
+    pods.sort(key=lambda p: (p.namespace, p.name))
+    return pods
+
+
+def merge_pod(kubelet: pr.PodResources, ours: pr.PodResources) -> pr.PodResources:
+    """The kubelet's pod with numamem's memory for every container (numamem manages the pod's
+    memory); numamem's containers the kubelet does not list are added."""
+    merged = pr.PodResources()
+    merged.CopyFrom(kubelet)
+    memory = {c.name: c.memory for c in ours.containers}
+    for container in merged.containers:
+        del container.memory[:]
+        container.memory.extend(memory.pop(container.name, []))
+    for name, blocks in memory.items():
+        merged.containers.add(name=name).memory.extend(blocks)
+    return merged
+
+
+def merge_lists(
+    kubelet: Sequence[pr.PodResources], ours: Sequence[pr.PodResources]
+) -> list[pr.PodResources]:
+    """The kubelet's pods in its order (numamem's memory in those numamem has state for),
+    then numamem's pods the kubelet does not list."""
+    mine = {(p.namespace, p.name): p for p in ours}
+    out = []
+    for pod in kubelet:
+        own = mine.pop((pod.namespace, pod.name), None)
+        out.append(pod if own is None else merge_pod(pod, own))
+    return out + list(mine.values())
+
+
+class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
+    """``v1.PodResourcesLister`` over the memory manager, with the kubelet's answers merged in
+    when ``kubelet`` is given. Holds no state of its own but the warning throttle."""
+
+    def __init__(
+        self,
+        manager: Callable[[], Manager],
+        kubelet: pr_grpc.PodResourcesListerStub | None = None,
+        kubelet_socket: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._manager = manager
+        self._kubelet = kubelet
+        self._kubelet_socket = kubelet_socket
+        self._clock = clock
+        self._warned_at: float | None = None
+        self._warn_lock = threading.Lock()
+        self._own: tuple[object, object, list[pr.PodResources]] | None = None
+        """numamem's pods for the (state, names) objects they were built from: both are
+        replaced at every commit, so a List between commits reuses them."""
+
+    def own_pods(self) -> list[pr.PodResources]:
+        """:func:`own_pods` of the committed state, built once per commit (callers copy)."""
+        manager = self._manager()
+        state, names = manager.reader(), manager.pod_names()
+        cached = self._own
+        if cached is not None and cached[0] is state and cached[1] is names:
+            return cached[2]
+        pods = own_pods(state, names)
+        self._own = (state, names, pods)
+        return pods
+
+    def _ask_kubelet(self, method: str, request: Any) -> Any:
+        """The kubelet's answer, or None when it did not give one (logged once a minute).
+        A NOT_FOUND from ``Get`` is an answer: raised as the RpcError."""
+        if self._kubelet is None:
+            return None
+        try:
+            return getattr(self._kubelet, method)(request, timeout=KUBELET_TIMEOUT_S)
+        except grpc.RpcError as err:
+            if method == "Get" and err.code() in (
+                grpc.StatusCode.NOT_FOUND,
+                grpc.StatusCode.UNKNOWN,
+            ):
+                raise
+            self._warn(method, err)
+            return None
+
+    def _warn(self, method: str, err: grpc.RpcError) -> None:
+        now = self._clock()
+        with self._warn_lock:
+            if self._warned_at is not None and now - self._warned_at < WARN_EVERY_S:
+                return
+            self._warned_at = now
+        _log.warning(
+            "the kubelet's podresources API did not answer; numamem answers with its own data "
+            "(memory only) and says so at most once a minute",
+            method=method,
+            socket=self._kubelet_socket,
+            code=str(err.code()),
+            error=err.details(),
+        )
+
+    def List(
+        self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.ListPodResourcesResponse:
+        ours = self.own_pods()
+        theirs = self._ask_kubelet("List", pr.ListPodResourcesRequest())
+        pods = ours if theirs is None else merge_lists(theirs.pod_resources, ours)
+        return pr.ListPodResourcesResponse(pod_resources=pods)
+
+    def GetAllocatableResources(
+        self, request: pr.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.AllocatableResourcesResponse:
+        memory = memory_to_proto(self._manager().get_allocatable_memory())
+        theirs = self._ask_kubelet("GetAllocatableResources", pr.AllocatableResourcesRequest())
+        if theirs is None:
+            return pr.AllocatableResourcesResponse(memory=memory)
+        return pr.AllocatableResourcesResponse(
+            devices=theirs.devices, cpu_ids=theirs.cpu_ids, memory=memory
+        )
+
+    def Get(
+        self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.GetPodResourcesResponse:
+        key = (request.pod_namespace, request.pod_name)
+        own = next((p for p in self.own_pods() if (p.namespace, p.name) == key), None)
+        try:
+            theirs = self._ask_kubelet("Get", request)
+        except grpc.RpcError:
+            theirs = None  # the kubelet does not know the pod: numamem may
+        if theirs is not None and theirs.HasField("pod_resources"):
+            pod = theirs.pod_resources if own is None else merge_pod(theirs.pod_resources, own)
+            return pr.GetPodResourcesResponse(pod_resources=pod)
+        if own is None:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+            )
+        return pr.GetPodResourcesResponse(pod_resources=own)
+
+
+# --- the component ------------------------------------------------------------------
+
+
+class PodResourcesComponent:
+    """Its own gRPC server on ``socket`` (0660 in a 0750 directory, as the main socket),
+    bound in :meth:`load` so that a bad path refuses the start; nothing on the main socket."""
+
+    service_names: Sequence[str] = ()
+
+    def __init__(
+        self,
+        socket: str,
+        manager: Callable[[], Manager],
+        kubelet_socket: str | None = None,
+        *,
+        allow_shared_dirs: bool = False,
+        rate: float = QPS,
+        burst: int = BURST,
+    ) -> None:
+        self.socket = socket
+        self._allow_shared = allow_shared_dirs
+        self._channel = (
+            None if kubelet_socket is None else grpc.insecure_channel(f"unix://{kubelet_socket}")
+        )
+        stub = None if self._channel is None else pr_grpc.PodResourcesListerStub(self._channel)
+        self.servicer = PodResourcesServicer(manager, stub, kubelet_socket)
+        self.bucket = TokenBucket(rate, burst)
+        self._server: grpc.Server | None = None
+        self._created: list[Path] = []
+
+    def register(self, server: grpc.Server) -> None:
+        return None
+
+    def watch_durability(self, report: DurabilityReport) -> None:
+        return None
+
+    def load(self) -> None:
+        directory = Path(self.socket).parent
+        check_socket_path(self.socket, "--podresources-socket")
+        check_dir(directory, "--podresources-socket directory", self._allow_shared)
+        self._created += make_dirs(directory, 0o750, "--podresources-socket directory")
+        prepare_socket_path(self.socket, "--podresources-socket")
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="podresources"),
+            interceptors=[RateLimit(self.bucket)],
+        )
+        pr_grpc.add_PodResourcesListerServicer_to_server(self.servicer, server)
+        reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME), server)
+        bind_unix_socket(server, self.socket, "--podresources-socket")
+        self._server = server
+
+    def start(self) -> None:
+        if self._server is not None:
+            self._server.start()
+            _log.info("podresources API listening", socket=self.socket)
+
+    def stop(self) -> None:
+        """Stop serving, remove the socket and the directories this start made (if empty)."""
+        if self._server is not None:
+            self._server.stop(1).wait()
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(self.socket).st_mode):
+                os.unlink(self.socket)
+        for path in reversed(self._created):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        self._created = []
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None

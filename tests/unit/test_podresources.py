@@ -1,0 +1,182 @@
+"""The podresources API's parts: the kubelet's rate limit, the merge with the kubelet's answers,
+and pod names kept durably beside the container map."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from numamem.api.podresources import (
+    PodResourcesServicer,
+    TokenBucket,
+    memory_to_proto,
+    merge_lists,
+    merge_pod,
+    own_pods,
+)
+from numamem.checkpoint.mmstore import (
+    CONTAINERS_FILE,
+    KubeletStateStore,
+    decode_container_file,
+    encode_containers,
+)
+from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.store import InMemoryStore, StateStore
+from numamem.memtypes import Block
+from numamem.pod import Pod
+from numamem.topologymanager.policy import new_policy
+from numamem.v1 import podresources_pb2 as pr
+from tests.unit.test_memorymanager import GI, MI, ctr, two_nodes
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_token_bucket_gives_the_burst_then_the_rate() -> None:
+    clock = Clock()
+    bucket = TokenBucket(100, 10, clock)
+    assert [bucket.allow() for _ in range(12)] == [True] * 10 + [False] * 2
+    clock.now += 0.0501  # 5 tokens at 100/s
+    assert [bucket.allow() for _ in range(6)] == [True] * 5 + [False]
+    clock.now += 60  # never more than the burst
+    assert sum(bucket.allow() for _ in range(20)) == 10
+
+
+def test_memory_blocks_as_the_kubelet_converts_them_zero_size_left_out() -> None:
+    blocks = [Block((0, 1), "memory", 2 * GI), Block((1,), "hugepages-1Gi", 0), Block(None, "x", 5)]
+    out = memory_to_proto(blocks)
+    assert [(m.memory_type, m.size, [n.ID for n in m.topology.nodes]) for m in out] == [
+        ("memory", 2 * GI, [0, 1]),
+        ("x", 5, []),
+    ]
+
+
+def kubelet_pod(name: str, namespace: str, *containers: str) -> pr.PodResources:
+    return pr.PodResources(
+        name=name,
+        namespace=namespace,
+        containers=[
+            pr.ContainerResources(
+                name=c,
+                cpu_ids=[1, 2],
+                memory=[pr.ContainerMemory(memory_type="memory", size=7)],
+            )
+            for c in containers
+        ],
+    )
+
+
+def test_merge_keeps_the_kubelets_pods_and_resources_with_numamems_memory() -> None:
+    ours = [
+        pr.PodResources(
+            name="web",
+            namespace="shop",
+            containers=[
+                pr.ContainerResources(name="app", memory=memory_to_proto([Block((0,), "memory", GI)])),
+                pr.ContainerResources(name="extra", memory=memory_to_proto([Block((1,), "memory", MI)])),
+            ],
+        ),
+        pr.PodResources(name="batch", namespace="jobs"),
+    ]  # fmt: skip
+    theirs = [kubelet_pod("proxy", "kube-system", "p"), kubelet_pod("web", "shop", "app", "log")]
+    merged = merge_lists(theirs, ours)
+    assert [(p.namespace, p.name) for p in merged] == [
+        ("kube-system", "proxy"),
+        ("shop", "web"),
+        ("jobs", "batch"),
+    ]
+    assert merged[0] == theirs[0]  # a pod numamem does not manage: the kubelet's, untouched
+    web = {c.name: c for c in merged[1].containers}
+    assert list(web) == ["app", "log", "extra"]
+    assert [m.size for m in web["app"].memory] == [GI] and list(web["app"].cpu_ids) == [1, 2]
+    assert list(web["log"].memory) == [] and list(web["log"].cpu_ids) == [1, 2]
+    assert [m.size for m in web["extra"].memory] == [MI]
+    assert [m.size for m in theirs[1].containers[0].memory] == [7]  # inputs are not changed
+    assert merge_pod(theirs[1], ours[0]) == merged[1]
+
+
+def named_manager(store: StateStore, *, record: bool = True) -> Manager:
+    machine = two_nodes()
+    m = Manager(
+        StaticPolicy(machine, {0: {"memory": 512 * MI}}),
+        store,
+        new_policy("single-numa-node", machine)[0],
+        "container",
+        record_pod_names=record,
+    )
+    m.start()
+    return m
+
+
+def test_names_are_recorded_with_state_and_dropped_with_it(tmp_path: Path) -> None:
+    m = named_manager(KubeletStateStore(tmp_path))
+    assert m.admit(Pod("u1", "shop", "web-0", containers=(ctr("a", GI),))).result.admitted
+    assert m.admit(Pod("u2", "shop", "db-0", containers=(ctr("a", GI),))).result.admitted
+    assert m.admit(Pod("u3", containers=(ctr("a", GI),))).result.admitted  # no names given
+    assert m.pod_names() == {"u1": ("shop", "web-0"), "u2": ("shop", "db-0")}
+    doc = json.loads((tmp_path / CONTAINERS_FILE).read_bytes())
+    assert doc["pods"] == {"u1": ["shop", "web-0"], "u2": ["shop", "db-0"]}
+    assert [(p.namespace, p.name) for p in own_pods(m.reader(), m.pod_names())] == [
+        ("", "u3"),
+        ("shop", "db-0"),
+        ("shop", "web-0"),
+    ]
+    m.release_pod("u2")
+    assert m.pod_names() == {"u1": ("shop", "web-0")}
+    # A restart reads them back (durable), beside the container map.
+    again = named_manager(KubeletStateStore(tmp_path))
+    assert again.pod_names() == {"u1": ("shop", "web-0")}
+    assert decode_container_file((tmp_path / CONTAINERS_FILE).read_bytes())[1] == {
+        "u1": ("shop", "web-0")
+    }  # fmt: skip
+
+
+def test_names_are_not_kept_unless_asked_and_the_file_stays_as_before(tmp_path: Path) -> None:
+    m = named_manager(KubeletStateStore(tmp_path), record=False)
+    assert m.admit(Pod("u1", "shop", "web-0", containers=(ctr("a", GI),))).result.admitted
+    m.add_container(Pod("u1", "shop", "web-0", containers=(ctr("a", GI),)), "a", "cid-1")
+    assert m.pod_names() == {}
+    assert (tmp_path / CONTAINERS_FILE).read_bytes() == encode_containers({"cid-1": ("u1", "a")})
+    assert b'"pods"' not in encode_containers({"cid-1": ("u1", "a")}, {})
+
+
+def test_a_name_written_before_a_failed_state_write_is_inert(tmp_path: Path) -> None:
+    """Names follow the ids' write order: the map first, then the state. A crash between leaves
+    a name without state, which the next start drops."""
+    (tmp_path / CONTAINERS_FILE).write_bytes(encode_containers({}, {"ghost": ("ns", "ghost")}))
+    m = named_manager(KubeletStateStore(tmp_path))
+    assert m.pod_names() == {}
+
+
+def test_an_in_memory_store_keeps_the_names() -> None:
+    store = InMemoryStore()
+    m = named_manager(store)
+    assert m.admit(Pod("u1", "a", "b", containers=(ctr("a", GI),))).result.admitted
+    assert store.saved is not None and dict(store.saved.pod_names) == {"u1": ("a", "b")}
+
+
+@pytest.mark.parametrize("names", [{}, {"u": ("ns", "n")}])
+def test_container_file_round_trip(names: dict[str, tuple[str, str]]) -> None:
+    data = encode_containers({"cid": ("u", "c")}, names)
+    assert decode_container_file(data) == ({"cid": ("u", "c")}, names)
+
+
+def test_list_is_built_once_per_commit() -> None:
+    m = named_manager(InMemoryStore())
+    servicer = PodResourcesServicer(lambda: m)
+    assert m.admit(Pod("u1", "a", "one", containers=(ctr("a", GI),))).result.admitted
+    first = servicer.own_pods()
+    assert servicer.own_pods() is first
+    assert m.admit(Pod("u2", "a", "two", containers=(ctr("a", GI),))).result.admitted
+    second = servicer.own_pods()
+    assert [p.name for p in second] == ["one", "two"]
+    listed = servicer.List(pr.ListPodResourcesRequest(), None)  # type: ignore[arg-type]
+    assert list(listed.pod_resources) == second
