@@ -10,6 +10,8 @@ restart the harness checks that
 * an unacknowledged operation is either fully applied or not at all (an
   admission is all-or-nothing over the pod's containers);
 * the memory manager invariants hold, and nothing unknown appears;
+* every pod with memory state is listed by name on the podresources socket (names are
+  written before the state);
 * both checkpoints verify and equal what the daemon serves.
 """
 
@@ -31,6 +33,8 @@ from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
+from numamem.v1 import podresources_pb2 as pr
+from numamem.v1 import podresources_pb2_grpc as pr_grpc
 from tests.daemon import STATIC_ARGS, read_cache_files
 
 MI = 1024**2
@@ -56,7 +60,7 @@ def _pod(uid: str, sizes: list[int]) -> mm.Pod:
     for i, size in enumerate(sizes):
         res = {"cpu": "1", "memory": f"{size}Mi"}
         containers.append(mm.Container(name=f"c{i}", requests=res, limits=res))
-    return mm.Pod(uid=uid, containers=containers)
+    return mm.Pod(uid=uid, namespace="crash", name=f"name-{uid}", containers=containers)
 
 
 class MemoryClient(threading.Thread):
@@ -173,6 +177,9 @@ class Harness:
                 # Compact every few dozen commits, so kills land during compactions too.
                 "--metacache-compact-bytes",
                 "4096",
+                # Pod names are written before the state: every pod with state is named.
+                "--podresources-socket",
+                str(root / "run" / "podresources.sock"),
             ],
         )
         self.memory = [
@@ -216,6 +223,14 @@ class Harness:
         with NumamemClient(self.daemon.socket, timeout=10) as client:
             state = client.get_state()
             cache = {(i.pod_uid, i.container_name): i.cpu_request for i in client.list_containers()}
+        with grpc.insecure_channel(f"unix://{self.root / 'run' / 'podresources.sock'}") as ch:
+            listed = pr_grpc.PodResourcesListerStub(ch).List(
+                pr.ListPodResourcesRequest(), timeout=10
+            )
+        named = {(p.namespace, p.name) for p in listed.pod_resources}
+        for uid in state.entries:
+            if ("crash", f"name-{uid}") not in named:
+                self._problem("violation", f"pod {uid} has state but no name in podresources List")
         self._verify_memory(state)
         self._verify_cache(cache)
 
