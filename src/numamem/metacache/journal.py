@@ -244,13 +244,15 @@ _UNTOUCHED: Any = object()
 
 @dataclass
 class Restored:
+    """What :func:`restore` read: the state, and where the files stand (for the persister)."""
+
     state: State
     generation: int
     """The snapshot's."""
     seq: int
     """The last record replayed (the snapshot's generation when none was)."""
     journal_last: int
-    """The journal's last record number (its base when it has none)."""
+    """The journal's last record number (its base when it has none; -1 without a journal)."""
     journal_end: int
     torn: int
     snapshot_bytes: int
