@@ -25,7 +25,7 @@ import errno
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from numamem.errors import DurabilityUnknownError, PersistenceError
@@ -83,6 +83,26 @@ def atomic_write(path: Path, data: bytes, *, faults: FaultHook | None = None) ->
             "the file holds the change, but whether it survives a power loss is unknown: the "
             "outcome is unknown, and numamem reports NOT_SERVING until a later write succeeds"
         ) from err
+
+
+WriteObserver = Callable[[float, bool], None]
+"""Called after a write with (seconds, succeeded)."""
+
+
+@contextlib.contextmanager
+def observed(observers: Sequence[WriteObserver]) -> Iterator[None]:
+    """Time the write in the block and tell ``observers``: succeeded unless it raised
+    PersistenceError (DurabilityUnknownError counts as written: the file is in place)."""
+    started, written = time.perf_counter(), False
+    try:
+        yield
+        written = True
+    except DurabilityUnknownError:
+        written = True
+        raise
+    finally:
+        for observer in observers:
+            observer(time.perf_counter() - started, written)
 
 
 def fsync_dir(directory: Path) -> None:

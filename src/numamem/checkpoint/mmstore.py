@@ -32,7 +32,6 @@ reads a file first.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from numamem.checkpoint.filestore import (
     FaultHook,
     atomic_write,
     move_aside,
+    observed,
     read_file,
     remove_stale_temps,
 )
@@ -183,15 +183,13 @@ class KubeletStateStore:
             unknown = self._write_map(new_map, new_names)
             wrote = True
         if state != self._last_state:
-            started = time.perf_counter()
             try:
-                unknown = self._write(self.state_path, state) or unknown
+                with observed(self.observers):
+                    unknown = self._write(self.state_path, state) or unknown
             except PersistenceError:
-                self._observe(time.perf_counter() - started, ok=False)
                 if adds:
                     self._best_effort_map(old_map, old_names)
                 raise
-            self._observe(time.perf_counter() - started, ok=True)
             self._last_state = state
             wrote = True
         if not adds and (new_map != old_map or new_names != old_names or self._map_dirty):
@@ -210,10 +208,6 @@ class KubeletStateStore:
                 observer(None if unknown is None else str(unknown))
         if unknown is not None:
             raise unknown
-
-    def _observe(self, seconds: float, *, ok: bool) -> None:
-        for observer in self.observers:
-            observer(seconds, ok)
 
     def _write(self, path: Path, data: bytes) -> DurabilityUnknownError | None:
         """Write ``path``; a failed directory sync is returned (the file is in place)."""

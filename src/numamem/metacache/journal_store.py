@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 from collections.abc import Callable, Set
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from numamem.checkpoint.filestore import (
     atomic_write,
     fsync_dir,
     move_aside,
+    observed,
     read_file,
     remove_stale_temps,
 )
@@ -189,15 +189,8 @@ class JournalPersister:
                 self._state = state
                 return
             record = frame(payload)
-            started = time.perf_counter()
-            try:
+            with observed(self.observers):
                 self._append_locked(record)
-            except PersistenceError:
-                for observer in self.observers:
-                    observer(time.perf_counter() - started, False)
-                raise
-            for observer in self.observers:
-                observer(time.perf_counter() - started, True)
             self._seq += 1
             self._state = state
             self._size += len(record)
@@ -338,16 +331,8 @@ class JournalPersister:
             durability(self._directory_unknown)
 
     def _write_snapshot(self, data: bytes) -> None:
-        started, written = time.perf_counter(), False
-        try:
+        with observed(self.snapshot_observers):
             atomic_write(self.path, data, faults=self.faults)
-            written = True
-        except DurabilityUnknownError:
-            written = True  # in place; the caller decides what an unknown durability means
-            raise
-        finally:
-            for observer in self.snapshot_observers:
-                observer(time.perf_counter() - started, written)
 
     def _swap_locked(self, journal: bytes, snapshot_bytes: int, records: int) -> None:
         """Replace the journal with ``journal`` and append to it from now on."""

@@ -21,7 +21,6 @@ file aside (never deletes it).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -31,6 +30,7 @@ from numamem.checkpoint.filestore import (
     FaultHook,
     atomic_write,
     move_aside,
+    observed,
     read_file,
     remove_stale_temps,
 )
@@ -40,7 +40,6 @@ from numamem.errors import (
     CorruptCheckpointError,
     DurabilityUnknownError,
     InvalidArgumentError,
-    PersistenceError,
 )
 from numamem.logging import get_logger
 from numamem.metacache.cache import State
@@ -205,18 +204,12 @@ class CheckpointPersister:
         data = encode(state, self._pod_texts)
         if data == self._last:
             return
-        started = time.perf_counter()
         unknown: DurabilityUnknownError | None = None
         try:
-            atomic_write(self.path, data, faults=self.faults)
+            with observed(self.observers):
+                atomic_write(self.path, data, faults=self.faults)
         except DurabilityUnknownError as err:
             unknown = err
-        except PersistenceError:
-            for observer in self.observers:
-                observer(time.perf_counter() - started, False)
-            raise
-        for observer in self.observers:
-            observer(time.perf_counter() - started, True)
         self._last = data
         self.writes += 1
         for durability in self.durability_observers:
