@@ -98,17 +98,17 @@ def run_once(args: list[str], timeout: float = 20.0) -> subprocess.CompletedProc
     )
 
 
-def read_cache_files(state_dir: str | Path) -> State:
+def read_cache_files(state_dir: str | Path, attempts: int = 20) -> State:
     """The metacache state on disk (snapshot + journal), read while the daemon may run: a
     compaction can swap the files between the two reads, so a mismatch is read again."""
-    for _ in range(20):
+    for attempt in range(attempts):
         try:
             restored = journal.read(state_dir)
         except CheckpointError:
+            if attempt == attempts - 1:
+                raise
             time.sleep(0.05)
             continue
         assert restored is not None
         return restored.state
-    restored = journal.read(state_dir)
-    assert restored is not None
-    return restored.state
+    raise AssertionError("unreachable")

@@ -18,12 +18,11 @@ from numamem.memorymanager.options import (
 )
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.store import InMemoryStore
-from numamem.memtypes import Block
 from numamem.pod import Container, Pod
 from numamem.quantity import parse_quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topology.iomem import AUTO_SLACK, auto_drift_bound, kernel_image_span
-from numamem.topologymanager.policy import TopologyHint
+from numamem.topologymanager.policy import TopologyHint, new_policy
 
 GI = 1024**3
 MI = 1024**2
@@ -205,31 +204,10 @@ def test_hugepage_verification_uses_what_the_kernel_reports() -> None:
     )  # reused
 
 
-def test_hugepage_verification_refuses_the_allocation() -> None:
+def no_free_hugepages(topology_policy: str | None = None) -> tuple[Manager, Pod]:
+    """A manager whose kernel reports no free hugepages, and a pod asking for 1Gi of them."""
     m = machine()
-    opts = StaticOptions(free_hugepages=lambda n, kb: 0)
-    manager = Manager(StaticPolicy(m, {0: {"memory": GI}}, options=opts), InMemoryStore())
-    manager.start()
-    res = {
-        "cpu": parse_quantity("1"),
-        "memory": parse_quantity("1Gi"),
-        "hugepages-1Gi": parse_quantity("1Gi"),
-    }
-    pod = Pod("p", "ns", "p", (), (Container("c", res, dict(res)),))
-    with pytest.raises(
-        AllocationError,
-        match=r"insufficient hugepages-1Gi on NUMA node\(s\) \[0\]: requested 1Gi, available 0",
-    ):
-        manager.allocate(pod, "c")
-    assert manager.get_memory("p", "c") == []
-    assert Block((0,), "memory", GI) not in manager.get_memory("p", "c")
-
-
-def test_explain_shows_the_hugepage_verification_reason() -> None:
-    from numamem.topologymanager.policy import new_policy
-
-    m = machine()
-    topology, _ = new_policy("best-effort", m, {})
+    topology = None if topology_policy is None else new_policy(topology_policy, m, {})[0]
     opts = StaticOptions(free_hugepages=lambda n, kb: 0)
     manager = Manager(StaticPolicy(m, {0: {"memory": GI}}, options=opts), InMemoryStore(), topology)
     manager.start()
@@ -238,7 +216,21 @@ def test_explain_shows_the_hugepage_verification_reason() -> None:
         "memory": parse_quantity("1Gi"),
         "hugepages-1Gi": parse_quantity("1Gi"),
     }
-    pod = Pod("p", "ns", "p", (), (Container("c", res, dict(res)),))
+    return manager, Pod("p", "ns", "p", (), (Container("c", res, dict(res)),))
+
+
+def test_hugepage_verification_refuses_the_allocation() -> None:
+    manager, pod = no_free_hugepages()
+    with pytest.raises(
+        AllocationError,
+        match=r"insufficient hugepages-1Gi on NUMA node\(s\) \[0\]: requested 1Gi, available 0",
+    ):
+        manager.allocate(pod, "c")
+    assert manager.get_memory("p", "c") == []
+
+
+def test_explain_shows_the_hugepage_verification_reason() -> None:
+    manager, pod = no_free_hugepages("best-effort")
     result = manager.explain(pod).outcome.result
     assert (result.admitted, result.reason) == (False, "UnexpectedAdmissionError")
     assert result.message == (

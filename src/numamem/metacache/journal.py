@@ -340,6 +340,7 @@ def export(state_dir: str | Path) -> Restored:
     if restored.journal_last == restored.seq == restored.generation and not restored.torn:
         return restored  # compacted already
     seq = restored.seq + 1
-    atomic_write(directory / STATE_FILE, encode(restored.state, generation=seq))
-    atomic_write(directory / JOURNAL_FILE, header(seq))
-    return Restored(restored.state, seq, seq, seq, len(header(seq)), 0, 0, 0)
+    snapshot, journal = encode(restored.state, generation=seq), header(seq)
+    atomic_write(directory / STATE_FILE, snapshot)
+    atomic_write(directory / JOURNAL_FILE, journal)
+    return Restored(restored.state, seq, seq, seq, len(journal), 0, len(snapshot), 0)

@@ -82,6 +82,10 @@ class DaemonProcess:
         return str(self.root / "state")
 
     def command(self) -> list[str]:
+        return self._serve(["--shutdown-grace", "2", *self.args])
+
+    def _serve(self, args: list[str]) -> list[str]:
+        """``numamem serve`` on this daemon's socket and state dir, on its fake machine."""
         return [
             sys.executable,
             "-m",
@@ -91,9 +95,7 @@ class DaemonProcess:
             self.socket,
             "--state-dir",
             self.state_dir,
-            "--shutdown-grace",
-            "2",
-            *fake_machine_args(self.root, self.args),
+            *fake_machine_args(self.root, args),
         ]
 
     def start(self, wait: bool = True, timeout: float = 15.0) -> DaemonProcess:
@@ -151,17 +153,7 @@ class DaemonProcess:
     def run_to_exit(self, *args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
         """``serve`` on this daemon's socket and state dir with ``args``, expected to exit by itself."""
         return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "numamem",
-                "serve",
-                "--socket",
-                self.socket,
-                "--state-dir",
-                self.state_dir,
-                *fake_machine_args(self.root, list(args)),
-            ],
+            self._serve(list(args)),
             capture_output=True,
             text=True,
             timeout=timeout,

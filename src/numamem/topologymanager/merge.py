@@ -349,23 +349,21 @@ def _meets_by_counting(lists: Sequence[HintList], nodes: Sequence[int]) -> list[
 
 def _superset_zeta(values: list[int], n: int) -> list[int]:
     """out[S] = sum of values[T] over T containing S."""
-    out = list(values)
-    size = len(out)
-    for i in range(n):
-        step = 1 << i
-        for base in range(0, size, step << 1):
-            lo, hi = base, base + step
-            out[lo:hi] = map(operator.add, out[lo:hi], out[hi : hi + step])
-    return out
+    return _superset_transform(values, n, operator.add)
 
 
 def _superset_mobius(values: list[int], n: int) -> list[int]:
     """The inverse of :func:`_superset_zeta`."""
+    return _superset_transform(values, n, operator.sub)
+
+
+def _superset_transform(values: list[int], n: int, combine: Callable[[int, int], int]) -> list[int]:
+    """Fold each set's value with those of its one-larger supersets, one node at a time."""
     out = list(values)
     size = len(out)
     for i in range(n):
         step = 1 << i
         for base in range(0, size, step << 1):
             lo, hi = base, base + step
-            out[lo:hi] = map(operator.sub, out[lo:hi], out[hi : hi + step])
+            out[lo:hi] = map(combine, out[lo:hi], out[hi : hi + step])
     return out
