@@ -16,6 +16,7 @@ from numamem.api.podresources import (
     merge_pod,
     own_pods,
 )
+from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.mmstore import (
     CONTAINERS_FILE,
     KubeletStateStore,
@@ -180,3 +181,69 @@ def test_list_is_built_once_per_commit() -> None:
     assert [p.name for p in second] == ["one", "two"]
     listed = servicer.List(pr.ListPodResourcesRequest(), None)  # type: ignore[arg-type]
     assert list(listed.pod_resources) == second
+
+
+def get_pod(servicer: PodResourcesServicer, namespace: str, name: str) -> pr.PodResources:
+    request = pr.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
+    return servicer.Get(request, None).pod_resources  # type: ignore[arg-type]
+
+
+def sizes(pod: pr.PodResources) -> list[int]:
+    return [m.size for c in pod.containers for m in c.memory]
+
+
+def test_a_recreated_pod_is_its_own_pod_and_get_answers_the_newest(tmp_path: Path) -> None:
+    """Pods are uids, names are labels: a StatefulSet pod re-created with a new uid while the
+    old uid still holds memory is listed twice, Get and the kubelet merge take the newest, and
+    which one is newest survives a restart."""
+    m = named_manager(KubeletStateStore(tmp_path))
+    # "u9" sorts after "u1" and "u0" before it: the newest is not the largest or smallest uid.
+    assert m.admit(Pod("u9", "shop", "web-0", containers=(ctr("a", 2 * GI),))).result.admitted
+    assert m.admit(Pod("u0", "shop", "web-0", containers=(ctr("a", 1 * GI),))).result.admitted
+    for manager in (m, named_manager(KubeletStateStore(tmp_path))):
+        servicer = PodResourcesServicer(lambda manager=manager: manager)
+        assert [(p.name, sizes(p)) for p in servicer.own_pods()] == [
+            ("web-0", [2 * GI]),
+            ("web-0", [1 * GI]),
+        ]
+        assert sizes(get_pod(servicer, "shop", "web-0")) == [1 * GI]
+        merged = merge_lists([kubelet_pod("web-0", "shop", "a")], servicer.own_pods())
+        assert [(p.name, sizes(p)) for p in merged] == [("web-0", [1 * GI]), ("web-0", [2 * GI])]
+        assert list(merged[0].containers[0].cpu_ids) == [1, 2]  # the kubelet's pod, our memory
+    doc = json.loads((tmp_path / CONTAINERS_FILE).read_bytes())
+    assert doc["order"] == ["u9", "u0"]
+    # The old uid goes: the name is the new pod's alone.
+    m.release_pod("u9")
+    servicer = PodResourcesServicer(lambda: m)
+    assert [(p.name, sizes(p)) for p in servicer.own_pods()] == [("web-0", [1 * GI])]
+
+
+def test_a_file_without_an_order_reads_in_uid_order() -> None:
+    body = {"containers": {}, "pods": {"b": ["ns", "x"], "a": ["ns", "x"]}}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    data = b'{"checksum":%d,' % fnv1a_32(canonical) + canonical[1:]
+    assert list(decode_container_file(data)[1]) == ["a", "b"]
+
+
+def test_list_never_pairs_a_state_with_another_commits_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A List while a commit is being published sees one commit's state and names: the view and
+    the names are published as one object (before, the names went first: a List in between
+    listed the released pod under its uid)."""
+    import numamem.memorymanager.manager as manager_module
+
+    m = named_manager(InMemoryStore())
+    assert m.admit(Pod("u1", "shop", "web-0", containers=(ctr("a", GI),))).result.admitted
+    servicer = PodResourcesServicer(lambda: m)
+    seen: list[list[tuple[str, str]]] = []
+    real_view = manager_module.StateView
+
+    def view_during_commit(state: object) -> object:
+        seen.append([(p.namespace, p.name) for p in servicer.own_pods()])
+        return real_view(state)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(manager_module, "StateView", view_during_commit)
+    m.release_pod("u1")
+    assert seen == [[("shop", "web-0")]]
+    assert servicer.own_pods() == []

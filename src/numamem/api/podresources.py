@@ -54,7 +54,7 @@ from numamem.api.server import (
     prepare_socket_path,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager import Committed, Manager
 from numamem.memorymanager.state import StateView
 from numamem.memtypes import Block
 from numamem.v1 import podresources_pb2 as pr
@@ -129,23 +129,33 @@ def memory_to_proto(blocks: Iterable[Block]) -> list[pr.ContainerMemory]:
 
 
 def own_pods(state: StateView, names: Mapping[str, tuple[str, str]]) -> list[pr.PodResources]:
-    """Every pod of ``state`` (the memory manager's committed state), sorted by namespace
-    and name; a pod without recorded names is named by its uid."""
-    pods = []
+    """Every pod of ``state`` (the memory manager's committed state), sorted by namespace and
+    name; a pod without recorded names is named by its uid.
+
+    Pods are uids, names are labels: two uids that carry one name (a StatefulSet pod
+    re-created while the old uid still holds memory) are both listed, the newest
+    (recorded last in ``names``) last.
+    """
+    recorded = {uid: i for i, uid in enumerate(names)}
+    keyed = []
     for uid, containers in state.pods():
         namespace, name = names.get(uid, ("", uid))
-        pods.append(
-            pr.PodResources(
-                name=name,
-                namespace=namespace,
-                containers=[
-                    pr.ContainerResources(name=ctr, memory=memory_to_proto(blocks))
-                    for ctr, blocks in sorted(containers.items())
-                ],
-            )
+        pod = pr.PodResources(
+            name=name,
+            namespace=namespace,
+            containers=[
+                pr.ContainerResources(name=ctr, memory=memory_to_proto(blocks))
+                for ctr, blocks in sorted(containers.items())
+            ],
         )
-    pods.sort(key=lambda p: (p.namespace, p.name))
-    return pods
+        keyed.append(((namespace, name, recorded.get(uid, -1), uid), pod))
+    keyed.sort(key=lambda item: item[0])
+    return [pod for _, pod in keyed]
+
+
+def newest_by_name(pods: Sequence[pr.PodResources]) -> dict[tuple[str, str], pr.PodResources]:
+    """(namespace, name) -> the newest pod of that name in :func:`own_pods` order."""
+    return {(p.namespace, p.name): p for p in pods}
 
 
 def merge_pod(kubelet: pr.PodResources, ours: pr.PodResources) -> pr.PodResources:
@@ -166,13 +176,23 @@ def merge_lists(
     kubelet: Sequence[pr.PodResources], ours: Sequence[pr.PodResources]
 ) -> list[pr.PodResources]:
     """The kubelet's pods in its order (numamem's memory in those numamem has state for),
-    then numamem's pods the kubelet does not list."""
-    mine = {(p.namespace, p.name): p for p in ours}
+    then numamem's pods the kubelet does not list.
+
+    The kubelet knows one pod per name (the live one), so it merges with numamem's newest
+    pod of that name; an older uid of the same name that still holds memory in numamem is
+    listed after the kubelet's pods, like any pod the kubelet does not list.
+    """
+    newest = newest_by_name(ours)
+    merged: set[int] = set()
     out = []
     for pod in kubelet:
-        own = mine.pop((pod.namespace, pod.name), None)
-        out.append(pod if own is None else merge_pod(pod, own))
-    return out + list(mine.values())
+        own = newest.get((pod.namespace, pod.name))
+        if own is not None and id(own) not in merged:
+            merged.add(id(own))
+            out.append(merge_pod(pod, own))
+        else:
+            out.append(pod)
+    return out + [p for p in ours if id(p) not in merged]
 
 
 class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
@@ -192,20 +212,28 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
         self._clock = clock
         self._warned_at: float | None = None
         self._warn_lock = threading.Lock()
-        self._own: tuple[object, object, list[pr.PodResources]] | None = None
-        """numamem's pods for the (state, names) objects they were built from: both are
-        replaced at every commit, so a List between commits reuses them."""
+        self._own: (
+            tuple[Committed, list[pr.PodResources], dict[tuple[str, str], pr.PodResources]] | None
+        ) = None
+        """numamem's pods (and the newest of each name) with the committed version they were
+        built from (state and names of one commit, published together), so a List or Get
+        between commits reuses them."""
 
     def own_pods(self) -> list[pr.PodResources]:
-        """:func:`own_pods` of the committed state, built once per commit (callers copy)."""
-        manager = self._manager()
-        state, names = manager.reader(), manager.pod_names()
+        """:func:`own_pods` of the committed version, built once per commit (callers copy)."""
+        return self._own_answer()[1]
+
+    def _own_answer(
+        self,
+    ) -> tuple[Committed, list[pr.PodResources], dict[tuple[str, str], pr.PodResources]]:
+        committed = self._manager().committed()
         cached = self._own
-        if cached is not None and cached[0] is state and cached[1] is names:
-            return cached[2]
-        pods = own_pods(state, names)
-        self._own = (state, names, pods)
-        return pods
+        if cached is not None and cached[0] is committed:
+            return cached
+        pods = own_pods(committed.view, committed.names)
+        answer = (committed, pods, newest_by_name(pods))
+        self._own = answer
+        return answer
 
     def _ask_kubelet(self, method: str, request: Any) -> Any:
         """The kubelet's answer, or None when it did not give one (logged once a minute).
@@ -260,8 +288,7 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
     def Get(
         self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext
     ) -> pr.GetPodResourcesResponse:
-        key = (request.pod_namespace, request.pod_name)
-        own = next((p for p in self.own_pods() if (p.namespace, p.name) == key), None)
+        own = self._own_answer()[2].get((request.pod_namespace, request.pod_name))
         try:
             theirs = self._ask_kubelet("Get", request)
         except grpc.RpcError:

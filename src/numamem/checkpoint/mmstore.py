@@ -242,8 +242,10 @@ def encode_containers(
     entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]] | None = None
 ) -> bytes:
     """``{"checksum": FNV-1a-32 of the body, "containers": {id: [pod, container]},
-    "pods": {uid: [namespace, name]}}`` (``pods`` only when there are names, so a file
-    without them is the same as before they existed).
+    "order": [uid, ...], "pods": {uid: [namespace, name]}}`` (``order`` and ``pods`` only
+    when there are names, so a file without them is the same as before they existed).
+    ``order`` lists the uids of ``names`` in their order (oldest recording first: the
+    newest holder of a name is its last uid); a reader that ignores it loses only that.
 
     Canonical JSON (sorted keys, compact); the body is everything but the checksum
     and, since "checksum" sorts first, the file is the body with the checksum
@@ -254,6 +256,7 @@ def encode_containers(
     }
     if names:
         body["pods"] = {uid: [namespace, name] for uid, (namespace, name) in names.items()}
+        body["order"] = list(names)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return b'{"checksum":%d,' % fnv1a_32(canonical) + canonical[1:]
 
@@ -272,8 +275,11 @@ def decode_container_file(
         canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         result = {str(cid): (str(ref[0]), str(ref[1])) for cid, ref in doc["containers"].items()}
         names = {str(uid): (str(n[0]), str(n[1])) for uid, n in doc.get("pods", {}).items()}
+        order = [str(uid) for uid in doc.get("order", ())]
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         raise CheckpointError(f"cannot decode container map: {err}") from err
     if fnv1a_32(canonical.encode()) != stored:
         raise CorruptCheckpointError(stored, fnv1a_32(canonical.encode()))
-    return result, names
+    ordered = {uid: names[uid] for uid in order if uid in names}
+    ordered.update((uid, n) for uid, n in names.items() if uid not in ordered)
+    return result, ordered

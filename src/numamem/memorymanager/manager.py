@@ -79,6 +79,23 @@ class AdmitOutcome:
     blocks: dict[str, list[Block]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, eq=False)
+class Committed:
+    """One committed version of the manager, published as a whole: readers take it once and
+    see a state, its container map and its pod names from the same commit (never a mix).
+
+    Nothing inside is mutated after publication. ``version`` grows by one per commit.
+    """
+
+    state: MemoryState
+    view: StateView
+    containers: ContainerMap
+    names: Mapping[str, tuple[str, str]]
+    """Pod uid -> (namespace, name) of pods with state, oldest recording first (a pod
+    re-created under a name another uid still holds is the last of that name)."""
+    version: int
+
+
 class _Rejected(Exception):  # noqa: N818 - a control-flow signal, not an error
     """Aborts an admission transaction without persisting anything."""
 
@@ -170,12 +187,9 @@ class Manager:
         self._max_pods = max_pods
         self._lock = threading.Lock()  # serialises writers, held across the store's write
         self._active_lock = threading.Lock()  # guards _tracked_active (readers touch it too)
-        self._state = MemoryState()
-        self._view = StateView(self._state)
-        self._containers = ContainerMap()
+        empty = MemoryState()
+        self._committed = Committed(empty, StateView(empty), ContainerMap(), {}, 0)
         self._record_names = record_pod_names
-        self._names: Mapping[str, tuple[str, str]] = {}
-        """Committed pod uid -> (namespace, name) of pods with state; replaced, never mutated."""
         self._allocatable: list[Block] = []
         self._tracked_active: dict[str, frozenset[str]] | None = None
         self._stale_possible = active_pods is not None
@@ -237,10 +251,22 @@ class Manager:
     def _commit(
         self, state: MemoryState, containers: ContainerMap, names: Mapping[str, tuple[str, str]]
     ) -> None:
-        self._containers = containers
-        self._names = names
-        self._view = StateView(state)
-        self._state = state
+        """Publish the new version in one assignment (readers never see half of it)."""
+        self._committed = Committed(
+            state, StateView(state), containers, names, self._committed.version + 1
+        )
+
+    @property
+    def _state(self) -> MemoryState:
+        return self._committed.state
+
+    @property
+    def _containers(self) -> ContainerMap:
+        return self._committed.containers
+
+    @property
+    def _names(self) -> Mapping[str, tuple[str, str]]:
+        return self._committed.names
 
     @contextlib.contextmanager
     def _transaction(self, pod: Pod | None = None) -> Iterator[tuple[MemoryState, ContainerMap]]:
@@ -274,7 +300,9 @@ class Manager:
             and pod.uid in pods
             and names.get(pod.uid) != (pod.namespace, pod.name)
         ):
-            names = {**names, pod.uid: (pod.namespace, pod.name)}
+            # Recorded last: the newest holder of a name is the last one (podresources Get).
+            names = {u: n for u, n in names.items() if u != pod.uid}
+            names[pod.uid] = (pod.namespace, pod.name)
         if names and (work.pod_count() < self._state.pod_count() or len(names) > len(pods)):
             # A pod lost its state (a scan only then): its name goes with it.
             kept = {uid: n for uid, n in names.items() if uid in pods}
@@ -497,9 +525,13 @@ class Manager:
 
     # --- readers: the committed state, no lock ------------------------------------
 
+    def committed(self) -> Committed:
+        """The committed version (state, container map, names) as one immutable object."""
+        return self._committed
+
     def reader(self) -> StateView:
         """The committed state, read-only; the same object until the next commit."""
-        return self._view
+        return self._committed.view
 
     def get_memory(self, pod_uid: str, container_name: str) -> list[Block]:
         return self._state.get_memory_blocks(pod_uid, container_name) or []
