@@ -110,9 +110,16 @@ class PersistenceError(NumamemError):
 
 
 class DurabilityUnknownError(PersistenceError):
-    """The new checkpoint replaced the old one, but syncing its directory failed.
+    """Whether the change survives a power loss is unknown, so it is not acknowledged.
 
-    The file holds the change (memory follows it: a restart would read it), but
-    whether it survives a power loss is unknown, so the operation is not
-    acknowledged. The daemon reports NOT_SERVING until a later write succeeds.
+    Usually the new checkpoint replaced the old one but syncing its directory failed:
+    the files hold the change, a restart would read it, and memory follows it
+    (``applied``). Where what a restart reads is the state *before* the change (an
+    append whose fsync failed was cut off again, but the cut could not be synced),
+    ``applied`` is False and memory stays as it was. Either way memory equals what
+    a restart reads, and the daemon reports NOT_SERVING until a later write succeeds.
     """
+
+    def __init__(self, message: str, *, applied: bool = True) -> None:
+        super().__init__(message)
+        self.applied = applied

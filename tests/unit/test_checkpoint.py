@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -629,3 +630,56 @@ def test_corrupt_container_map_is_moved_aside(tmp_path: Path) -> None:
 def test_atomic_write_file_mode(tmp_path: Path) -> None:
     atomic_write(tmp_path / "f", b"x")
     assert (tmp_path / "f").stat().st_mode & 0o777 == 0o600
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+class InjectedError(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("stage", ["open", "write", "fsync", "close", "rename", "dirsync"])
+@pytest.mark.parametrize(
+    "error", [InjectedError("not an OSError"), OSError(errno.EBADF, "injected")]
+)
+def test_atomic_write_closes_and_removes_its_temp_file_whatever_fails(
+    tmp_path: Path, stage: str, error: Exception
+) -> None:
+    """Every failure, an OSError or any other exception, at every stage: the caller sees
+    PersistenceError (DurabilityUnknownError at the directory sync), no descriptor is left
+    open, no temp file stays, and the target holds the old bytes or (dirsync) the new ones.
+    Before, an exception that was not an OSError leaked the temp file's descriptor."""
+    target = tmp_path / "f"
+    atomic_write(target, b"old")
+    before = open_fds()
+
+    def hook(at: str, path: Path) -> None:
+        if at == stage:
+            raise error
+
+    expected = DurabilityUnknownError if stage == "dirsync" else PersistenceError
+    with pytest.raises(expected) as raised:
+        atomic_write(target, b"new", faults=hook)
+    assert type(raised.value) is expected
+    assert open_fds() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+    assert target.read_bytes() == (b"new" if stage == "dirsync" else b"old")
+
+
+def test_a_crash_inside_atomic_write_closes_the_descriptor_and_leaves_the_temp_file(
+    tmp_path: Path,
+) -> None:
+    class Crash(BaseException):
+        pass
+
+    def hook(at: str, path: Path) -> None:
+        if at == "fsync":
+            raise Crash
+
+    before = open_fds()
+    with pytest.raises(Crash):
+        atomic_write(tmp_path / "f", b"new", faults=hook)
+    assert open_fds() == before
+    assert [p.name.startswith(".f.tmp-") for p in tmp_path.iterdir()] == [True]

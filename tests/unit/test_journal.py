@@ -343,32 +343,36 @@ def test_a_failed_append_changes_nothing_and_the_next_one_works(
     assert on_disk(tmp_path).pods["pod0"]["c0"].cpu_request == 10
 
 
-def test_an_append_that_cannot_be_undone_is_followed_by_a_full_rewrite(tmp_path: Path) -> None:
+def test_an_append_that_cannot_be_undone_is_an_unknown_outcome_then_a_full_rewrite(
+    tmp_path: Path,
+) -> None:
+    """The append's fsync fails and cutting the record off fails too: the record is in the
+    file, so a restart reads the change. The writer learns an unknown outcome (not "not
+    applied"), memory equals what a restart reads, health hears of it until the next write,
+    which rewrites both files."""
     cache, persister = open_cache(tmp_path, min_compact_bytes=BIG)
+    reports: list[str | None] = []
+    persister.durability_observers.append(reports.append)
     fill(cache, 2)
-    acknowledged = canon(cache.state())
 
     def fsync_and_truncate_fail(at: str, target: Path) -> None:
         if at in ("append-fsync", "truncate") and target.name == JOURNAL_FILE:
             raise OSError(errno.EIO, "injected")
 
     persister.faults = fsync_and_truncate_fail
-    with pytest.raises(PersistenceError):
+    with pytest.raises(DurabilityUnknownError, match="EIO") as raised:
         cache.set_container_info("pod0", "c0", info("pod0", "c0", 9))
-    assert canon(cache.state()) == acknowledged
-    # A crash now: the journal may hold the unacknowledged record (the one change in flight).
-    seen = canon(on_disk(tmp_path))
-    in_flight = State(
-        {**cache.state().pods, "pod0": {"c0": info("pod0", "c0", 9)}},
-        cache.state().pools,
-        cache.state().regions,
-    )
-    assert seen in (acknowledged, canon(in_flight))
+    assert raised.value.applied
+    assert cache.get_container_info("pod0", "c0").cpu_request == 9  # type: ignore[union-attr]
+    assert canon(on_disk(tmp_path)) == canon(cache.state())  # what a restart reads
+    assert reports[-1] is not None and "unknown" in reports[-1]
     persister.faults = None
     cache.set_container_info("pod1", "c0", info("pod1", "c0", 11))
+    assert reports[-1] is None  # durable again: SERVING
     snapshot, log = files(tmp_path)
     state, generation = decode_snapshot(snapshot)
     assert canon(state) == canon(cache.state()) and log == header(generation)
+    assert state.pods["pod0"]["c0"].cpu_request == 9
     cache.set_container_info("pod1", "c0", info("pod1", "c0", 12))  # back to appending
     assert files(tmp_path)[0] == snapshot
     assert canon(on_disk(tmp_path)) == canon(cache.state())
@@ -559,3 +563,151 @@ def test_a_crash_during_an_append_shows_at_most_the_change_in_flight(
     again, _ = open_cache(tmp_path, min_compact_bytes=BIG)
     expected = canon(acknowledged) if stage == "append" else canon(in_flight)
     assert canon(again.state()) == expected
+
+
+# --- issue 24: faults that lost, resurrected or wedged ------------------------------------
+
+
+def test_a_journal_that_cannot_be_reopened_after_a_swap_is_never_written_through_another_fd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction swaps in a new journal, and opening it to append fails (EMFILE in a busy
+    daemon). Before, the persister kept the closed descriptor's number, the next commit wrote
+    its record into whatever file got that number, and was acknowledged: lost on restart."""
+    import os
+
+    cache, _ = open_cache(tmp_path, min_compact_bytes=1)  # every commit compacts (inline)
+    real_open = os.open
+    refused = []
+
+    def open_refusing_the_journal_once(path: object, flags: int, *args: object) -> int:
+        if str(path).endswith(JOURNAL_FILE) and flags & os.O_APPEND and not refused:
+            refused.append(path)
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", open_refusing_the_journal_once)
+    cache.set_container_info("pod0", "c0", info("pod0", "c0", 1))  # its compaction's reopen fails
+    assert refused
+    other = tmp_path / "unrelated"
+    with other.open("wb") as unrelated:  # takes the lowest free descriptor number
+        cache.set_container_info("pod1", "c0", info("pod1", "c0", 1))  # acknowledged
+        unrelated.flush()
+        assert other.read_bytes() == b""
+    assert set(on_disk(tmp_path).pods) == {"pod0", "pod1"}
+    assert canon(on_disk(tmp_path)) == canon(cache.state())
+
+
+def test_a_failed_reopen_fails_the_commit_not_applied_until_it_opens(tmp_path: Path) -> None:
+    cache, persister = open_cache(tmp_path, min_compact_bytes=BIG)
+    fill(cache, 1)
+    persister.faults = failing("reopen", errno.EMFILE)
+    persister.compact()  # the journal is swapped, but cannot be opened again
+    with pytest.raises(PersistenceError, match=r"EMFILE.*not applied"):
+        cache.set_container_info("pod1", "c0", info("pod1", "c0", 1))
+    assert "pod1" not in cache.state().pods and "pod1" not in on_disk(tmp_path).pods
+    persister.faults = None
+    cache.set_container_info("pod1", "c0", info("pod1", "c0", 1))
+    assert canon(on_disk(tmp_path)) == canon(cache.state())
+
+
+class Broken:
+    """A persister that fails in a way its contract does not allow (not PersistenceError)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error: Exception | None = error
+        self.saved: list[State] = []
+
+    def save(self, state: State, pods: object = None) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        self.saved.append(state)
+
+
+@pytest.mark.parametrize(
+    "error", [OSError(errno.EBADF, "Bad file descriptor"), RuntimeError("a defect")]
+)
+def test_a_persister_error_of_another_kind_never_wedges_the_writers(error: Exception) -> None:
+    """Before, only PersistenceError ended a commit round: any other error left every later
+    writer waiting for ever."""
+    import threading
+
+    persister = Broken(error)
+    cache = MetaCache(persister)
+    with pytest.raises(DurabilityUnknownError) as raised:
+        cache.set_container_info("p", "c", info("p", "c", 1))
+    assert not raised.value.applied and "unknown" in str(raised.value)
+    assert cache.state().pods == {}  # not applied: memory stays as it was
+    done = threading.Event()
+
+    def second_writer() -> None:
+        cache.set_container_info("p", "c", info("p", "c", 2))
+        done.set()
+
+    threading.Thread(target=second_writer, daemon=True).start()
+    assert done.wait(2), "the second writer is still blocked"
+    assert cache.get_container_info("p", "c").cpu_request == 2  # type: ignore[union-attr]
+    assert persister.saved[-1].pods["p"]["c"].cpu_request == 2
+
+
+def test_an_interrupted_commit_ends_its_round(tmp_path: Path) -> None:
+    """A BaseException (an interrupt, a simulated crash) propagates, but the round ends: the
+    other writers are not left waiting for a committer that is gone."""
+
+    class Interrupt(BaseException):
+        pass
+
+    persister = Broken(Interrupt())  # type: ignore[arg-type]
+    cache = MetaCache(persister)
+    with pytest.raises(Interrupt):
+        cache.set_container_info("p", "c", info("p", "c", 1))
+    cache.set_container_info("p", "c", info("p", "c", 2))  # answers at once
+    assert cache.get_container_info("p", "c").cpu_request == 2  # type: ignore[union-attr]
+
+
+def test_an_unexpected_error_in_the_journal_persister_is_an_unknown_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A defect outside the file operations (which each say what they did): the outcome is
+    unknown, health hears of it, and the next write rewrites everything."""
+    from numamem.metacache import journal_store
+
+    cache, persister = open_cache(tmp_path, min_compact_bytes=BIG)
+    reports: list[str | None] = []
+    persister.durability_observers.append(reports.append)
+    fill(cache, 1)
+
+    def defect(*args: object) -> bytes:
+        raise RuntimeError("a defect")
+
+    real = journal_store.change_payload
+    monkeypatch.setattr(journal_store, "change_payload", defect)
+    with pytest.raises(DurabilityUnknownError, match="a defect") as raised:
+        cache.set_container_info("pod0", "c0", info("pod0", "c0", 5))
+    assert not raised.value.applied
+    assert canon(cache.state()) == canon(on_disk(tmp_path))
+    assert reports[-1] is not None
+    monkeypatch.setattr(journal_store, "change_payload", real)
+    cache.set_container_info("pod1", "c0", info("pod1", "c0", 1))
+    assert reports[-1] is None
+    assert canon(on_disk(tmp_path)) == canon(cache.state())
+
+
+def test_a_damaged_journal_refusal_names_the_journal_and_a_damaged_snapshot_the_snapshot(
+    tmp_path: Path,
+) -> None:
+    cache, _ = open_cache(tmp_path, min_compact_bytes=BIG)
+    fill(cache, 3)
+    snapshot, log = files(tmp_path)
+    damaged = bytearray(log)
+    damaged[log.index(b"\n") + 30] ^= 0x01  # inside the first change record: more follow it
+    (tmp_path / JOURNAL_FILE).write_bytes(bytes(damaged))
+    with pytest.raises(CheckpointError) as refused:
+        JournalPersister(tmp_path).load()
+    assert f"{tmp_path / JOURNAL_FILE}: journal record at byte" in str(refused.value)
+    (tmp_path / JOURNAL_FILE).write_bytes(log)
+    (tmp_path / STATE_FILE).write_bytes(snapshot.replace(b'"checksum":', b'"checksum":1', 1))
+    with pytest.raises(CheckpointError) as refused:
+        JournalPersister(tmp_path).load()
+    assert f"{tmp_path / STATE_FILE}: " in str(refused.value)

@@ -29,6 +29,7 @@ from numamem.api.validation import (
     other_providers_from_proto,
     pod_from_proto,
 )
+from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.config.model import Config, Limits
 from numamem.errors import AllocationError, InvalidArgumentError, LimitExceededError, TopologyError
@@ -311,8 +312,8 @@ class MemoryManagerComponent:
 
     service_names: Sequence[str] = (SERVICE_NAME,)
 
-    def __init__(self, config: Config, machine: Machine) -> None:
-        self.store = KubeletStateStore(config.state_dir)
+    def __init__(self, config: Config, machine: Machine, fs: FileSystem = REAL) -> None:
+        self.store = KubeletStateStore(config.state_dir, fs=fs)
         self.manager = build_manager(config, machine, self.store)
         self.servicer = MemoryManagerServicer(self.manager, machine, config.limits)
 

@@ -17,9 +17,10 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from numamem.api.validation import check_string
+from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.config.model import Config
 from numamem.cpuset import CPUSet
-from numamem.errors import InvalidArgumentError, NotFoundError, PersistenceError
+from numamem.errors import InvalidArgumentError, NotFoundError
 from numamem.logging import get_logger
 from numamem.metacache.cache import MetaCache, State
 from numamem.metacache.journal_store import JournalPersister
@@ -453,11 +454,16 @@ class MetaCacheComponent:
     service_names: Sequence[str] = (READER_SERVICE, WRITER_SERVICE)
 
     def __init__(
-        self, config: Config, extra_targets: Callable[[], Sequence[Target]] | None = None
+        self,
+        config: Config,
+        extra_targets: Callable[[], Sequence[Target]] | None = None,
+        fs: FileSystem = REAL,
     ) -> None:
         self.config = config
         self.persister = (
-            JournalPersister(config.state_dir, min_compact_bytes=config.metacache_compact_bytes)
+            JournalPersister(
+                config.state_dir, min_compact_bytes=config.metacache_compact_bytes, fs=fs
+            )
             if config.metacache_persist
             else None
         )
@@ -530,7 +536,7 @@ class MetaCacheComponent:
         if self.persister is not None:
             try:
                 self.persister.close()
-            except (PersistenceError, OSError) as err:
+            except Exception as err:  # noqa: BLE001 - shutdown goes on; the journal stays
                 _log.warning(
                     "metacache: could not compact at shutdown; the journal is replayed at the "
                     "next start",

@@ -11,8 +11,8 @@ file and the OS error; the target is untouched. When only the final directory
 fsync fails, the new file is already in place (a restart reads it) but its
 durability is unknown: :class:`~numamem.errors.DurabilityUnknownError`, and
 callers keep the new state in memory. ``faults`` lets tests inject failures or
-simulated crashes at each stage ("open", "write", "fsync", "rename",
-"dirsync").
+simulated crashes at each stage ("open", "write", "fsync", "close", "rename",
+"dirsync"); ``fs`` (:mod:`numamem.checkpoint.fs`) lets them see every operation.
 
 :func:`move_aside` sets an unusable file aside under a new name that never
 replaces an earlier one, durably.
@@ -28,58 +28,88 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.errors import DurabilityUnknownError, PersistenceError
+from numamem.logging import get_logger
+
+_log = get_logger("checkpoint")
 
 FaultHook = Callable[[str, Path], None]
 """Called with (stage, target) before each stage; raise to simulate a failure."""
+
+
+def _no_fault(stage: str, target: Path) -> None:
+    return None
 
 
 def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{secrets.token_hex(6)}")
 
 
-def _fail(path: Path, err: OSError, doing: str) -> PersistenceError:
-    name = errno.errorcode.get(err.errno or 0, "EIO")
+def error_text(err: BaseException) -> str:
+    """An OS error as ``strerror (ENAME)``; any other exception as ``repr``."""
+    if isinstance(err, OSError):
+        return f"{err.strerror or err} ({errno.errorcode.get(err.errno or 0, 'EIO')})"
+    return f"unexpected {err!r}"
+
+
+def _fail(path: Path, err: BaseException, doing: str) -> PersistenceError:
     return PersistenceError(
-        f"cannot {doing} checkpoint {str(path)!r}: {err.strerror or err} ({name}); the change was not applied"
+        f"cannot {doing} checkpoint {str(path)!r}: {error_text(err)}; the change was not applied"
     )
 
 
-def atomic_write(path: Path, data: bytes, *, faults: FaultHook | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (see the module docstring)."""
-    hook = faults or (lambda stage, target: None)
+def atomic_write(
+    path: Path, data: bytes, *, faults: FaultHook | None = None, fs: FileSystem = REAL
+) -> None:
+    """Replace ``path`` with ``data`` atomically and durably (see the module docstring).
+
+    Any ``Exception`` at any stage (an ``OSError`` of any errno, or another error) is
+    reported as above: PersistenceError before the rename (the temp file is closed and
+    removed, the target untouched), DurabilityUnknownError at the directory sync. A
+    ``BaseException`` that is not an ``Exception`` (a simulated crash, an interrupt) closes
+    the temp file and propagates, leaving the temp file as a crash would.
+    """
+    hook = faults or _no_fault
     tmp = _temp_name(path)
     try:
         hook("open", path)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except OSError as err:
+        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except Exception as err:
         raise _fail(path, err, "write") from err
     try:
         hook("write", path)
         view = memoryview(data)
         while view:
-            written = os.write(fd, view)
+            written = fs.write(fd, view)
             view = view[written:]
         hook("fsync", path)
-        os.fsync(fd)
-    except OSError as err:
-        os.close(fd)
-        _unlink_quietly(tmp)
+        fs.fsync(fd)
+        hook("close", path)
+    except Exception as err:
+        _close_quietly(fs, fd)
+        _unlink_quietly(fs, tmp)
         raise _fail(path, err, "write") from err
-    os.close(fd)
+    except BaseException:
+        _close_quietly(fs, fd)
+        raise
+    try:
+        fs.close(fd)  # Linux releases the descriptor even when close reports an error
+    except Exception as err:
+        _unlink_quietly(fs, tmp)
+        raise _fail(path, err, "write") from err
     try:
         hook("rename", path)
-        os.replace(tmp, path)
-    except OSError as err:
-        _unlink_quietly(tmp)
+        fs.replace(tmp, path)
+    except Exception as err:
+        _unlink_quietly(fs, tmp)
         raise _fail(path, err, "replace") from err
     try:
         hook("dirsync", path)
-        fsync_dir(path.parent)
-    except OSError as err:
-        name = errno.errorcode.get(err.errno or 0, "EIO")
+        fsync_dir(path.parent, fs)
+    except Exception as err:
         raise DurabilityUnknownError(
-            f"cannot sync the directory of checkpoint {str(path)!r}: {err.strerror or err} ({name}); "
+            f"cannot sync the directory of checkpoint {str(path)!r}: {error_text(err)}; "
             "the file holds the change, but whether it survives a power loss is unknown: the "
             "outcome is unknown, and numamem reports NOT_SERVING until a later write succeeds"
         ) from err
@@ -92,7 +122,10 @@ WriteObserver = Callable[[float, bool], None]
 @contextlib.contextmanager
 def observed(observers: Sequence[WriteObserver]) -> Iterator[None]:
     """Time the write in the block and tell ``observers``: succeeded unless it raised
-    PersistenceError (DurabilityUnknownError counts as written: the file is in place)."""
+    PersistenceError (DurabilityUnknownError counts as written: the file is in place).
+
+    An observer that raises is logged and skipped: metrics never change what a write did.
+    """
     started, written = time.perf_counter(), False
     try:
         yield
@@ -102,26 +135,27 @@ def observed(observers: Sequence[WriteObserver]) -> Iterator[None]:
         raise
     finally:
         for observer in observers:
-            observer(time.perf_counter() - started, written)
+            try:
+                observer(time.perf_counter() - started, written)
+            except Exception:  # noqa: BLE001 - an observer never fails the write
+                _log.exception("a checkpoint write observer failed")
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def fsync_dir(directory: Path, fs: FileSystem = REAL) -> None:
+    """fsync ``directory`` (its entries: creates, renames, removals); the fd never leaks."""
+    fd = fs.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        fs.fsync(fd)
     finally:
-        os.close(fd)
+        fs.close(fd)
 
 
-def read_file(path: Path) -> bytes | None:
+def read_file(path: Path, fs: FileSystem = REAL) -> bytes | None:
     """The file's bytes, or None when it does not exist. Other OS errors propagate."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+    return fs.read(path)
 
 
-def move_aside(path: Path, reason: str) -> Path:
+def move_aside(path: Path, reason: str, fs: FileSystem = REAL) -> Path:
     """Rename ``path`` to ``<name>.<reason>-<UTC time to the microsecond>[-<n>]`` and sync the
     directory; never replaces an existing file (each move keeps its own evidence)."""
     stamp = (
@@ -131,32 +165,37 @@ def move_aside(path: Path, reason: str) -> Path:
         suffix = "" if attempt == 0 else f"-{attempt}"
         target = path.with_name(f"{path.name}.{reason}-{stamp}{suffix}")
         try:
-            os.link(path, target)  # fails if target exists: nothing is ever overwritten
+            fs.link(path, target)  # fails if target exists: nothing is ever overwritten
         except FileExistsError:
             continue
         except OSError:
             # No hard links on this file system: rename, having checked the name is free
             # (the single-instance lock keeps other numamem processes out of the directory).
-            if target.exists():
+            if fs.exists(target):
                 continue
-            os.rename(path, target)
-            fsync_dir(path.parent)
+            fs.rename(path, target)
+            fsync_dir(path.parent, fs)
             return target
-        os.unlink(path)
-        fsync_dir(path.parent)
+        fs.unlink(path)
+        fsync_dir(path.parent, fs)
         return target
     raise FileExistsError(f"{path}: no free name to move it aside")
 
 
-def remove_stale_temps(directory: Path, name: str) -> list[Path]:
+def remove_stale_temps(directory: Path, name: str, fs: FileSystem = REAL) -> list[Path]:
     """Remove ``.<name>.tmp-*`` files left by a crash; returns what was removed."""
     removed = []
-    for child in directory.glob(f".{name}.tmp-*"):
-        _unlink_quietly(child)
+    for child in fs.glob(directory, f".{name}.tmp-*"):
+        _unlink_quietly(fs, child)
         removed.append(child)
     return removed
 
 
-def _unlink_quietly(path: Path) -> None:
+def _unlink_quietly(fs: FileSystem, path: Path) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(path)
+        fs.unlink(path)
+
+
+def _close_quietly(fs: FileSystem, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        fs.close(fd)

@@ -45,6 +45,7 @@ from numamem.checkpoint.filestore import (
     remove_stale_temps,
 )
 from numamem.checkpoint.fnv import fnv1a_32
+from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -77,7 +78,10 @@ class KubeletStateStore:
     a refused start changes nothing on disk.
     """
 
-    def __init__(self, state_dir: str | Path, faults: FaultHook | None = None) -> None:
+    def __init__(
+        self, state_dir: str | Path, faults: FaultHook | None = None, fs: FileSystem = REAL
+    ) -> None:
+        self.fs = fs
         self.dir = Path(state_dir)
         self.state_path = self.dir / STATE_FILE
         self.containers_path = self.dir / CONTAINERS_FILE
@@ -98,7 +102,7 @@ class KubeletStateStore:
     # --- restore ---------------------------------------------------------------
 
     def restore(self, policy_name: str) -> Snapshot | None:
-        data = read_file(self.state_path)
+        data = read_file(self.state_path, self.fs)
         if data is None:
             return None
         try:
@@ -135,7 +139,7 @@ class KubeletStateStore:
         )
 
     def _read_containers(self) -> tuple[dict[str, ContainerRef], dict[str, tuple[str, str]]]:
-        data = read_file(self.containers_path)
+        data = read_file(self.containers_path, self.fs)
         if data is None:
             return {}, {}
         try:
@@ -147,10 +151,10 @@ class KubeletStateStore:
     def restored(self) -> None:
         """The restored state was accepted: remove temp files, set an unusable map aside."""
         for name in (STATE_FILE, CONTAINERS_FILE):
-            for tmp in remove_stale_temps(self.dir, name):
+            for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
         if self._map_unusable is not None:
-            aside = move_aside(self.containers_path, "corrupt")
+            aside = move_aside(self.containers_path, "corrupt", self.fs)
             _log.error(
                 "container map file is unusable; moved aside, starting without container ids "
                 "(RemoveContainer by id cannot free their memory; SyncActivePods and ReleasePod can)",
@@ -212,7 +216,7 @@ class KubeletStateStore:
     def _write(self, path: Path, data: bytes) -> DurabilityUnknownError | None:
         """Write ``path``; a failed directory sync is returned (the file is in place)."""
         try:
-            atomic_write(path, data, faults=self.faults)
+            atomic_write(path, data, faults=self.faults, fs=self.fs)
         except DurabilityUnknownError as err:
             self.writes += 1
             return err

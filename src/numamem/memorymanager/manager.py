@@ -285,8 +285,9 @@ class Manager:
         if not work.same_as(self._state) or containers != self._containers or names != self._names:
             try:
                 self._store.save(self._snapshot(work, containers, names))
-            except DurabilityUnknownError:
-                self._commit(work, containers, names)
+            except DurabilityUnknownError as err:
+                if err.applied:  # a restart reads the new state: memory follows it
+                    self._commit(work, containers, names)
                 raise
         self._commit(work, containers, names)
 

@@ -20,10 +20,13 @@ Concurrency and durability:
 * If a checkpoint write fails, every pending change is dropped, all waiting
   writers fail with :class:`~numamem.errors.PersistenceError`, and memory is
   the last durable state again (katalyst keeps the in-memory change; numamem
-  keeps memory and disk equal). If only the directory sync after the rename
-  fails, the file holds the new state: memory follows it (it is what a
-  restart reads) and that round's writers fail with
-  :class:`~numamem.errors.DurabilityUnknownError` (outcome unknown).
+  keeps memory and disk equal). When the outcome is unknown
+  (:class:`~numamem.errors.DurabilityUnknownError`), memory follows what a
+  restart reads: the new state when the error says it is applied (a directory
+  sync failed after the rename), the old one otherwise; that round's writers
+  fail with the error. Any other exception from the persister counts as an
+  unknown outcome, not applied; a round always ends, so no writer waits for
+  a committer that failed or was interrupted.
 * Create timestamps are part of each state version: a change that is refused
   (limit) or dropped (failed write) takes its timestamps with it.
 * A single mutation lock replaces katalyst's lock per family: critical
@@ -297,6 +300,8 @@ class MetaCache:
                             raise DurabilityUnknownError(message)
                     return
                 if self._failed_upto >= target:
+                    if self._failure_unknown:
+                        raise DurabilityUnknownError(self._failure, applied=False)
                     raise PersistenceError(self._failure)
                 self._committing = True
             # This thread writes everything pending so far: one fsync for every queued writer.
@@ -304,30 +309,61 @@ class MetaCache:
                 state, seq, dirty = self._pending, self._seq, self._dirty
                 self._dirty = set()
             error: PersistenceError | None = None
+            saved = False
             try:
-                self._persister.save(state, dirty)
-            except PersistenceError as err:
-                error = err
-            with self._mutation, self._commit:
-                if error is None or isinstance(error, DurabilityUnknownError):
-                    # On disk (durably, or with a failed directory sync): a restart reads this
-                    # state, so memory follows it; the writers of this round learn the outcome.
-                    if error is not None:
-                        self._unknown_rounds.append((self._durable, seq, str(error)))
-                    self._durable = seq
-                    self._committed = state
-                    self.commits += 1
-                else:
-                    # Memory goes back to the last durable state: every pending change is dropped,
-                    # including those queued after this snapshot (they were built on top of it).
-                    self._failure = f"{error}; pending metacache changes were dropped"
-                    self._failed_upto = self._seq
-                    self._pending = self._committed
-                    self._dirty = set()
-                self._committing = False
-                self._commit.notify_all()
+                try:
+                    self._persister.save(state, dirty)
+                except PersistenceError as err:
+                    error = err
+                except Exception as err:  # noqa: BLE001 - any failure ends the round
+                    # Not the persister's contract: what reached the disk is unknown, so the
+                    # change is not applied and its pods are written again with the next one.
+                    error = DurabilityUnknownError(
+                        f"the metacache persister failed unexpectedly: {err!r}; the outcome is "
+                        "unknown",
+                        applied=False,
+                    )
+                saved = True
+            finally:
+                # Whatever happened (even an interrupt), the round ends and its writers learn
+                # it: nobody waits for a committer that is gone.
+                self._finish_round(state, seq, dirty, error if saved else None, saved)
+
+    def _finish_round(
+        self,
+        state: State,
+        seq: int,
+        dirty: set[str],
+        error: PersistenceError | None,
+        saved: bool,
+    ) -> None:
+        with self._mutation, self._commit:
+            applied = saved and (
+                error is None or (isinstance(error, DurabilityUnknownError) and error.applied)
+            )
+            if applied:
+                # On disk (durably, or of unknown durability): a restart reads this state, so
+                # memory follows it; the writers of this round learn the outcome.
+                if error is not None:
+                    self._unknown_rounds.append((self._durable, seq, str(error)))
+                self._durable = seq
+                self._committed = state
+                self.commits += 1
+            else:
+                # Memory goes back to the last durable state: every pending change is dropped,
+                # including those queued after this snapshot (they were built on top of it).
+                if error is None:
+                    error = PersistenceError("the metacache commit was interrupted")
+                self._failure = f"{error}; pending metacache changes were dropped"
+                self._failure_unknown = isinstance(error, DurabilityUnknownError)
+                self._failed_upto = self._seq
+                self._pending = self._committed
+                self._dirty = dirty | self._dirty if self._failure_unknown else set()
+            self._committing = False
+            self._commit.notify_all()
 
     _failure = "checkpoint write failed"
+    _failure_unknown = False
 
     # containers
 

@@ -54,7 +54,7 @@ def frame(payload: bytes) -> bytes:
 
 
 class Scan:
-    """The records of a journal, read lazily: iterating yields each good record's payload
+    """The records of a journal (the file ``where``), read lazily: iterating yields each good record's payload
     span (start, end) and raises CheckpointError when a damaged record is not a torn last
     append; afterwards ``end`` is where the good records end, ``torn`` the bytes of a torn
     last record (0: the file ends cleanly) and ``records`` how many there were. Spans, not
@@ -65,8 +65,9 @@ class Scan:
     is damage to acknowledged records.
     """
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, where: Path) -> None:
         self.data = data
+        self.where = where
         self.end = 0
         self.torn = 0
         self.records = 0
@@ -79,7 +80,8 @@ class Scan:
                 claimed = _claimed_end(data, pos)
                 if _good_record_after(data, pos) or (claimed is not None and claimed < len(data)):
                     raise CheckpointError(
-                        f"journal record at byte {pos} is damaged and more records follow it"
+                        f"{self.where}: journal record at byte {pos} is damaged and more "
+                        "records follow it"
                     )
                 self.end, self.torn = pos, len(data) - pos
                 return
@@ -259,16 +261,31 @@ class Restored:
     records: int
 
 
-def restore(snapshot: bytes | None, journal: bytes | None, where: Path) -> Restored | None:
+def restore(
+    snapshot: bytes | None,
+    journal: bytes | None,
+    where: Path,
+    snapshot_path: Path | None = None,
+) -> Restored | None:
     """Snapshot plus journal, checked (see the module docstring); None when neither exists.
-    Raises CheckpointError."""
+
+    Raises CheckpointError naming the file that is damaged: ``where`` (the journal) or
+    ``snapshot_path`` (default: the journal's sibling ``sys_advisor_state``).
+    """
     if snapshot is None and journal is None:
         return None
-    state, generation = (State(), 0) if snapshot is None else decode_snapshot(snapshot)
+    if snapshot is None:
+        state, generation = State(), 0
+    else:
+        try:
+            state, generation = decode_snapshot(snapshot)
+        except CheckpointError as err:
+            named = snapshot_path or where.with_name(STATE_FILE)
+            raise CheckpointError(f"{named}: {err}") from err
     size = len(snapshot or b"")
     if journal is None:
         return Restored(state, generation, generation, -1, 0, 0, size, 0)
-    found = Scan(journal)
+    found = Scan(journal, where)
     records = iter(found)
     first_span = next(records, None)
     if first_span is None:
@@ -326,6 +343,7 @@ def read(state_dir: str | Path) -> Restored | None:
         read_file(directory / STATE_FILE),
         read_file(directory / JOURNAL_FILE),
         directory / JOURNAL_FILE,
+        directory / STATE_FILE,
     )
 
 

@@ -10,25 +10,35 @@ records written since; writers wait only for that swap, not for the rewrite.
 A snapshot whose directory sync failed keeps the old journal (it covers the
 old snapshot and the new one).
 
-A failed append (ENOSPC, EIO, a failed fsync) truncates the journal back to
-its last good record before the writers fail, so memory and disk stay equal;
-if even that fails, the next commit first writes a full snapshot and a fresh
-journal. A journal swap whose directory sync failed is reported to the
-durability observers (NOT_SERVING) until a later commit's directory sync
-succeeds. At start (:meth:`JournalPersister.restored`) a torn last record is
+A failed append (ENOSPC, EIO, a failed fsync, or any other error) truncates
+the journal back to its last good record before the writers fail, so memory
+and disk stay equal. If even that fails, the next commit first writes a full
+snapshot and a fresh journal (the journal is *poisoned* until then), and what
+the writers learn depends on what a restart would read: a record cut short
+while being written is torn and never read back (PersistenceError, not
+applied); a whole record whose fsync failed is read back (DurabilityUnknownError,
+applied: memory follows it); a cut that could not be synced leaves the state
+before the change (DurabilityUnknownError, not applied). An unknown outcome is
+reported to the durability observers (NOT_SERVING) until a later write
+succeeds, and so is a journal swap whose directory sync failed, until a later
+commit's directory sync succeeds. When the journal cannot be reopened after a
+swap, nothing is appended to the old descriptor: the next commit reopens it
+(and fails, not applied, while it cannot). At start (:meth:`JournalPersister.restored`) a torn last record is
 cut off and logged, and a missing or stale journal replaced; a refused start
 changes nothing. :meth:`JournalPersister.close` (graceful shutdown) leaves a
 compacted snapshot and an empty journal.
 
 Fault hooks (tests) see the stages of
 :func:`~numamem.checkpoint.filestore.atomic_write` for the snapshot and the
-journal swap, and ``"append"``, ``"append-fsync"`` and ``"truncate"`` for a
-commit.
+journal swap, ``"reopen"`` for opening the journal to append to it, and
+``"append"``, ``"append-fsync"``, ``"truncate"`` and ``"truncate-fsync"`` for
+a commit. Every file operation goes through ``fs``
+(:mod:`numamem.checkpoint.fs`).
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Set
@@ -37,12 +47,14 @@ from pathlib import Path
 from numamem.checkpoint.filestore import (
     FaultHook,
     atomic_write,
+    error_text,
     fsync_dir,
     move_aside,
     observed,
     read_file,
     remove_stale_temps,
 )
+from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.errors import CheckpointError, DurabilityUnknownError, PersistenceError
 from numamem.logging import get_logger
 from numamem.metacache.cache import State
@@ -71,7 +83,9 @@ class JournalPersister:
         max_records: int = MAX_RECORDS,
         min_compact_bytes: int = MIN_COMPACT_BYTES,
         background: bool = True,
+        fs: FileSystem = REAL,
     ) -> None:
+        self.fs = fs
         self.path = Path(state_dir) / STATE_FILE
         self.journal_path = Path(state_dir) / JOURNAL_FILE
         self.faults = faults
@@ -89,6 +103,8 @@ class JournalPersister:
         self._lock = threading.Lock()
         self._compacting = threading.Lock()
         self._fd: int | None = None
+        self._open = False
+        """Between restored() and close(); ``_fd`` may be None meanwhile (a failed reopen)."""
         self._state = State()
         self._seq = 0
         self._size = 0
@@ -109,19 +125,19 @@ class JournalPersister:
     def load(self, *, discard_corrupt: bool = False) -> State | None:
         """The stored state (snapshot + journal), or None when there are no files. Reads only,
         unless the operator asked to discard corrupt files (then both are moved aside)."""
-        snapshot, journal = read_file(self.path), read_file(self.journal_path)
+        snapshot, journal = read_file(self.path, self.fs), read_file(self.journal_path, self.fs)
         try:
-            restored = restore(snapshot, journal, self.journal_path)
+            restored = restore(snapshot, journal, self.journal_path, self.path)
         except CheckpointError as err:
             if not discard_corrupt:
                 raise CheckpointError(
-                    f"could not restore the metacache from {str(self.path)!r}: {err}; move the "
-                    "files away, or start with --metacache-discard-corrupt-state to set them "
-                    "aside and start empty"
+                    f"could not restore the metacache (snapshot {str(self.path)!r} and journal "
+                    f"{str(self.journal_path)!r}): {err}; move both files away, or start with "
+                    "--metacache-discard-corrupt-state to set them aside and start empty"
                 ) from err
             for path in (self.path, self.journal_path):
-                if path.exists():
-                    aside = move_aside(path, "corrupt")
+                if self.fs.exists(path):
+                    aside = move_aside(path, "corrupt", self.fs)
                     _log.warning(
                         "metacache state unusable; moved aside, starting empty",
                         error=str(err),
@@ -143,31 +159,60 @@ class JournalPersister:
         """The daemon starts with the loaded state: remove temp files, drop a torn last record,
         create missing files, open the journal and start the compactor."""
         for name in (STATE_FILE, JOURNAL_FILE):
-            for tmp in remove_stale_temps(self.path.parent, name):
+            for tmp in remove_stale_temps(self.path.parent, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
         if self._needs_snapshot:
-            atomic_write(self.path, encode(self._state, self._pod_texts, generation=self._seq))
-            self._snapshot_bytes = self.path.stat().st_size
+            data = encode(self._state, self._pod_texts, generation=self._seq)
+            atomic_write(self.path, data, faults=self.faults, fs=self.fs)
+            self._snapshot_bytes = len(data)
         if self._needs_header:
             first = header(self._seq)
-            atomic_write(self.journal_path, first, faults=self.faults)
+            atomic_write(self.journal_path, first, faults=self.faults, fs=self.fs)
             self._size, self._records = len(first), 0
         elif self._torn:
-            with open(self.journal_path, "r+b") as f:
-                f.truncate(self._size)
-                os.fsync(f.fileno())
-            _log.warning(
-                "dropped a torn last journal record (a crash during its append; it was never "
-                "acknowledged)",
-                path=str(self.journal_path),
-                bytes=self._torn,
-            )
-        self._fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self._drop_torn_tail()
+        self._fd = self._open_append()
+        self._open = True
         if self.background and self._thread is None:
             self._thread = threading.Thread(
                 target=self._compact_loop, name="metacache-compactor", daemon=True
             )
             self._thread.start()
+
+    def _drop_torn_tail(self) -> None:
+        hook = self.faults or _no_fault
+        try:
+            hook("truncate", self.journal_path)
+            fd = self.fs.open(self.journal_path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                self.fs.ftruncate(fd, self._size)
+                hook("truncate-fsync", self.journal_path)
+                self.fs.fsync(fd)
+            finally:
+                self.fs.close(fd)
+        except Exception as err:
+            raise CheckpointError(
+                f"cannot cut the torn last record off the metacache journal "
+                f"{str(self.journal_path)!r}: {error_text(err)}; fix the file system and restart"
+            ) from err
+        _log.warning(
+            "dropped a torn last journal record (a crash during its append; it was never "
+            "acknowledged)",
+            path=str(self.journal_path),
+            bytes=self._torn,
+        )
+
+    def _open_append(self) -> int:
+        """A descriptor appending to the journal; raises PersistenceError."""
+        hook = self.faults or _no_fault
+        try:
+            hook("reopen", self.journal_path)
+            return self.fs.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except Exception as err:
+            raise PersistenceError(
+                f"cannot open the metacache journal {str(self.journal_path)!r} to append: "
+                f"{error_text(err)}; the change was not applied"
+            ) from err
 
     # --- commits ----------------------------------------------------------------
 
@@ -175,22 +220,47 @@ class JournalPersister:
         """Append the record of ``state`` (``pods``: the pod uids it may have changed) and fsync.
 
         PersistenceError leaves the journal as it was (memory goes back with it);
-        DurabilityUnknownError means disk holds ``state`` but a directory sync failed.
+        DurabilityUnknownError says what a restart reads (``applied``) and that it may not
+        survive a power loss (see the module docstring). Any other exception from the file
+        system or a defect is reported as DurabilityUnknownError (not applied) and the next
+        commit rewrites everything. Called by one committer at a time.
         """
+        try:
+            self._save(state, pods)
+        except PersistenceError:
+            raise
+        except Exception as err:
+            self._poisoned = True
+            message = (
+                f"writing the metacache journal {str(self.journal_path)!r} failed: "
+                f"{error_text(err)}; the outcome is unknown, and the next write rewrites the "
+                "snapshot"
+            )
+            self._report(message)
+            raise DurabilityUnknownError(message, applied=False) from err
+
+    def _save(self, state: State, pods: Set[str] | None) -> None:
         if self._poisoned:
             with self._compacting, self._lock:
+                self._require_open()
                 self._rewrite_locked(state)
             return
         with self._lock:
+            self._require_open()
             if self._fd is None:
-                raise PersistenceError(f"the metacache journal {self.journal_path} is not open")
+                self._fd = self._open_append()
             payload = change_payload(self._seq + 1, self._state, state, pods)
             if payload is None:
                 self._state = state
                 return
             record = frame(payload)
-            with observed(self.observers):
-                self._append_locked(record)
+            try:
+                with observed(self.observers):
+                    self._append_locked(record)
+            except DurabilityUnknownError as err:
+                if err.applied:
+                    self._state = state  # a restart reads it: so does the next rewrite
+                raise
             self._seq += 1
             self._state = state
             self._size += len(record)
@@ -206,50 +276,86 @@ class JournalPersister:
         if unknown is not None:
             raise DurabilityUnknownError(unknown)
 
+    def _require_open(self) -> None:
+        if not self._open:
+            raise PersistenceError(
+                f"the metacache journal {str(self.journal_path)!r} is not open; the change was "
+                "not applied"
+            )
+
+    def _report(self, problem: str | None) -> None:
+        for durability in self.durability_observers:
+            durability(problem)
+
     def _append_locked(self, record: bytes) -> None:
         assert self._fd is not None
-        hook = self.faults or (lambda stage, target: None)
+        hook = self.faults or _no_fault
+        written = False
         try:
             hook("append", self.journal_path)
             view = memoryview(record)
             while view:
-                view = view[os.write(self._fd, view) :]
+                view = view[self.fs.write(self._fd, view) :]
+            written = True
             hook("append-fsync", self.journal_path)
-            os.fsync(self._fd)
-        except OSError as err:
-            self._undo_append(err)
+            self.fs.fsync(self._fd)
+        except Exception as err:  # noqa: BLE001 - every error is undone and reported
+            self._undo_append(err, written)
 
-    def _undo_append(self, err: OSError) -> None:
-        """Cut the journal back to its last good record; if that fails, the next commit
-        rewrites everything first."""
+    def _undo_append(self, err: Exception, written: bool) -> None:
+        """Cut the journal back to its last good record and raise what the writers learn.
+
+        ``written``: the whole record reached the file (its fsync failed), so a restart
+        would read it unless it is cut off again. See the module docstring.
+        """
         assert self._fd is not None
-        hook = self.faults or (lambda stage, target: None)
+        hook = self.faults or _no_fault
+        failed = (
+            f"cannot append to the metacache journal {str(self.journal_path)!r}: {error_text(err)}"
+        )
         try:
             hook("truncate", self.journal_path)
-            os.ftruncate(self._fd, self._size)
-            os.fsync(self._fd)
-        except OSError:
+            self.fs.ftruncate(self._fd, self._size)
+        except Exception as cut:  # noqa: BLE001 - reported to the writers
             self._poisoned = True
-        name = errno.errorcode.get(err.errno or 0, "EIO")
-        raise PersistenceError(
-            f"cannot append to the metacache journal {str(self.journal_path)!r}: "
-            f"{err.strerror or err} ({name}); the change was not applied"
-        ) from err
+            if not written:
+                # A strict prefix of a record is torn: a restart drops it, the change is not
+                # there. Nothing may follow it, so the next commit rewrites both files.
+                raise PersistenceError(f"{failed}; the change was not applied") from err
+            message = (
+                f"{failed}, and cutting the record off again failed: {error_text(cut)}; a "
+                "restart reads the change but whether it survives a power loss is unknown; the "
+                "next write rewrites the snapshot"
+            )
+            self._report(message)
+            raise DurabilityUnknownError(message, applied=True) from err
+        try:
+            hook("truncate-fsync", self.journal_path)
+            self.fs.fsync(self._fd)
+        except Exception as sync:  # noqa: BLE001 - reported to the writers
+            self._poisoned = True
+            message = (
+                f"{failed}; the record was cut off again but syncing the cut failed: "
+                f"{error_text(sync)}; a restart does not read the change, but whether that "
+                "survives a power loss is unknown; the next write rewrites the snapshot"
+            )
+            self._report(message)
+            raise DurabilityUnknownError(message, applied=False) from err
+        raise PersistenceError(f"{failed}; the change was not applied") from err
 
     def _check_directory_locked(self) -> str | None:
         """After a journal swap whose directory sync failed, retry it: the outcome-unknown text
         while it still fails (reported to the durability observers), None once durable."""
         if self._directory_unknown is not None:
             try:
-                fsync_dir(self.journal_path.parent)
+                fsync_dir(self.journal_path.parent, self.fs)
                 self._directory_unknown = None
-            except OSError as err:
+            except Exception as err:  # noqa: BLE001 - reported as unknown durability
                 self._directory_unknown = (
                     f"cannot sync the directory of {str(self.journal_path)!r}: "
-                    f"{err.strerror or err}; whether the journal survives a power loss is unknown"
+                    f"{error_text(err)}; whether the journal survives a power loss is unknown"
                 )
-        for durability in self.durability_observers:
-            durability(self._directory_unknown)
+        self._report(self._directory_unknown)
         return self._directory_unknown
 
     def _should_compact(self) -> bool:
@@ -269,11 +375,14 @@ class JournalPersister:
                 self._stop.wait(1.0)  # do not spin on a full disk
 
     def _compact_logged(self) -> bool:
+        """:meth:`compact`, logging any failure (the thread must outlive every error)."""
         try:
             self.compact()
             return True
-        except (PersistenceError, OSError) as err:
-            _log.warning("metacache compaction failed; the journal keeps growing", error=str(err))
+        except Exception as err:  # noqa: BLE001 - the compactor outlives every error
+            _log.warning(
+                "metacache compaction failed; the journal keeps growing", error=error_text(err)
+            )
             return False
 
     def compact(self) -> None:
@@ -295,7 +404,9 @@ class JournalPersister:
                 _log.warning("metacache snapshot written, durability unknown", error=str(err))
                 return
             with self._lock:
-                tail = _read_range(self.journal_path, offset, self._size)
+                if self._fd is None or self._poisoned:
+                    return  # a failed append meanwhile: the next commit rewrites both files
+                tail = self.fs.read_range(self.journal_path, offset, self._size)
                 self._swap_locked(header(seq) + tail, len(data), records=tail.count(b"\n"))
             self.compactions += 1
 
@@ -312,8 +423,7 @@ class JournalPersister:
             self._write_snapshot(data)
         except DurabilityUnknownError as err:
             self._state, self._seq = state, seq  # poisoned still: the next commit rewrites
-            for durability in self.durability_observers:
-                durability(str(err))
+            self._report(str(err))
             raise
         self._state, self._seq = state, seq
         self.writes += 1
@@ -327,26 +437,38 @@ class JournalPersister:
                 "commit rewrites both",
                 error=str(err),
             )
-        for durability in self.durability_observers:
-            durability(self._directory_unknown)
+        self._report(self._directory_unknown)
 
     def _write_snapshot(self, data: bytes) -> None:
         with observed(self.snapshot_observers):
-            atomic_write(self.path, data, faults=self.faults)
+            atomic_write(self.path, data, faults=self.faults, fs=self.fs)
 
     def _swap_locked(self, journal: bytes, snapshot_bytes: int, records: int) -> None:
-        """Replace the journal with ``journal`` and append to it from now on."""
+        """Replace the journal with ``journal`` and append to it from now on.
+
+        Raises PersistenceError when the journal was not replaced (the old one stays, with
+        its descriptor). Once it is, the old descriptor is closed: when the new journal
+        cannot be opened, ``_fd`` is None and the next commit opens it.
+        """
         try:
-            atomic_write(self.journal_path, journal, faults=self.faults)
+            atomic_write(self.journal_path, journal, faults=self.faults, fs=self.fs)
         except DurabilityUnknownError as err:
             self._directory_unknown = str(err)  # in place, maybe not durable: retried per commit
-            for durability in self.durability_observers:
-                durability(self._directory_unknown)
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self._report(self._directory_unknown)
+        old, self._fd = self._fd, None
+        if old is not None:
+            with contextlib.suppress(OSError):
+                self.fs.close(old)
         self._size, self._records, self._snapshot_bytes = len(journal), records, snapshot_bytes
         self._poisoned = False
+        try:
+            self._fd = self._open_append()
+        except PersistenceError as err:
+            _log.warning(
+                "the new metacache journal is in place but cannot be opened; the next commit "
+                "opens it",
+                error=str(err),
+            )
 
     def close(self) -> None:
         """Stop compacting and leave a compacted snapshot with an empty journal. Idempotent;
@@ -358,18 +480,18 @@ class JournalPersister:
             self._thread.join(timeout=30)
             self._thread = None
         with self._compacting, self._lock:
-            if self._fd is None:
+            if not self._open:
                 return
             try:
                 if self._records or self._poisoned:
                     self._rewrite_locked(self._state)
             finally:
                 if self._fd is not None:
-                    os.close(self._fd)
+                    with contextlib.suppress(OSError):
+                        self.fs.close(self._fd)
                 self._fd = None
+                self._open = False
 
 
-def _read_range(path: Path, start: int, end: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(start)
-        return f.read(end - start)
+def _no_fault(stage: str, target: Path) -> None:
+    return None
