@@ -32,3 +32,18 @@ def daemon_factory(short_root: Path) -> Iterator[list[DaemonProcess]]:
     yield started
     for d in started:
         d.kill()
+
+
+REPORT: list[str] = []
+"""Lines tests add for the end of the run (sizes of the fault matrix, the power-loss cuts)."""
+
+
+@pytest.fixture
+def report() -> list[str]:
+    """Append a line to show in pytest's terminal summary."""
+    return REPORT
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in REPORT:
+        terminalreporter.write_line(line)

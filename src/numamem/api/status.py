@@ -56,7 +56,11 @@ REASONS: dict[str, str] = {
     "LIMIT_EXCEEDED": "a --max-* limit would be exceeded",
     "FAILED_PRECONDITION": "the system cannot answer in its state (e.g. an expired metric)",
     "UNAVAILABLE": "numamem cannot serve the request right now",
-    "DURABILITY_UNKNOWN": "the change is in the checkpoint file, but its directory sync failed",
+    "DURABILITY_UNKNOWN": (
+        "the outcome is unknown: whether the change survives a power loss is not known (a "
+        "directory sync, or the cut-off of a failed append, failed); memory equals what a "
+        "restart reads, and health is NOT_SERVING until a later write succeeds"
+    ),
     "CHECKPOINT_WRITE_FAILED": "the checkpoint write failed; nothing was applied",
     "STATE_MISMATCH": "the stored memory manager state does not match the machine",
     "MEMORY_MANAGER_RULE": "a memory manager rule refused the operation",

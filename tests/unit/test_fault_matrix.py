@@ -1,0 +1,364 @@
+"""One fault matrix for both components: every persistence step of every file × every fault.
+
+Files and the operations that write them (each through the real servicers of an
+in-process daemon, :func:`numamem.testing.server.serve_in_process`, with the podresources
+socket on, so that admissions write the pod names too):
+
+* ``memory_manager_state`` and ``numamem_containers`` by Admit (names first, then state);
+  ``numamem_containers`` alone by AddContainer (an id added: the map first) and after the
+  state by RemoveContainer (an id removed: the map last, a failure there is logged);
+* ``sys_advisor_state.journal`` by a metacache write (append, fsync, and the cut-off after
+  a failed fsync or write), by compaction (the journal swap) and by the rewrite a poisoned
+  journal makes at the next write;
+* ``sys_advisor_state`` (the snapshot) by compaction and by that rewrite.
+
+Each step of the atomic write (open, write, fsync, close, rename, dirsync) and of the
+journal (reopen, append, append-fsync, truncate, truncate-fsync) fails with EMFILE, ENOSPC,
+EIO, EBADF or an exception that is not an OSError. After each cell:
+
+* a read answers within 2 s while the fault persists, and once it is gone the next write of
+  each component answers within 2 s and succeeds (nothing wedges);
+* either memory equals what a restart reads (the stores' own restore, read-only), or the
+  call failed UNAVAILABLE with reason DURABILITY_UNKNOWN and health is NOT_SERVING; a call
+  that failed otherwise left memory equal to the disk and its change absent;
+* nothing acknowledged is lost: what was acknowledged before (and the faulted call, when it
+  was acknowledged) is in what a restart reads;
+* after the recovery writes, memory equals the disk again and health is SERVING;
+* no descriptor leaks: the descriptors open on the state directory are those of before.
+
+``NUMAMEM_FAULT_SEED`` (printed; 0 by default) varies the history before the fault: how
+many metacache writes precede it and whether a compaction ran first; ``make soak`` runs the
+matrix under several random seeds.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from numamem.api.memorymanager import MemoryManagerComponent
+from numamem.api.metacache import MetaCacheComponent
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
+from numamem.checkpoint.mmstore import STATE_FILE as MM_FILE
+from numamem.client import error_reason
+from numamem.metacache.cache import State
+from numamem.metacache.journal import JOURNAL_FILE
+from numamem.metacache.journal_store import JournalPersister
+from numamem.metacache.persistence import STATE_FILE as SNAPSHOT_FILE
+from numamem.metacache.persistence import encode
+from numamem.testing.server import InProcessServer, serve_in_process
+from numamem.v1 import memorymanager_pb2 as mm
+from numamem.v1 import metacache_pb2 as mc
+
+SERVING, NOT_SERVING = 1, 2
+ATOMIC = ("open", "write", "fsync", "close", "rename", "dirsync")
+FAULTS: dict[str, Callable[[], Exception]] = {
+    "EMFILE": lambda: OSError(errno.EMFILE, "Too many open files"),
+    "ENOSPC": lambda: OSError(errno.ENOSPC, "No space left on device"),
+    "EIO": lambda: OSError(errno.EIO, "Input/output error"),
+    "EBADF": lambda: OSError(errno.EBADF, "Bad file descriptor"),
+    "not-OSError": lambda: RuntimeError("injected defect"),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    file: str
+    step: str
+    """admit, add-id, remove-id, append, compact or rewrite (see the module docstring)."""
+    stage: str
+    also: tuple[str, ...] = ()
+    """Stages failing together with ``stage`` (a cut-off is only tried after a failure)."""
+
+    def __str__(self) -> str:
+        also = "+".join(self.also)
+        return f"{self.file}/{self.step}/{self.stage}{'+' + also if also else ''}"
+
+
+def cells() -> list[Cell]:
+    out = [Cell(MM_FILE, "admit", s) for s in ATOMIC]
+    out += [
+        Cell(CONTAINERS_FILE, step, s) for step in ("admit", "add-id", "remove-id") for s in ATOMIC
+    ]
+    out += [Cell(SNAPSHOT_FILE, step, s) for step in ("compact", "rewrite") for s in ATOMIC]
+    out += [Cell(JOURNAL_FILE, "append", s) for s in ("append", "append-fsync")]
+    out += [
+        Cell(JOURNAL_FILE, "append", "truncate", ("append-fsync",)),
+        Cell(JOURNAL_FILE, "append", "truncate", ("append",)),
+        Cell(JOURNAL_FILE, "append", "truncate-fsync", ("append-fsync",)),
+    ]
+    out += [
+        Cell(JOURNAL_FILE, step, s) for step in ("compact", "rewrite") for s in (*ATOMIC, "reopen")
+    ]
+    return out
+
+
+MATRIX = [(cell, fault) for cell in cells() for fault in FAULTS]
+SEED = int(os.environ.get("NUMAMEM_FAULT_SEED", "0"))
+
+
+def history(cell: Cell, fault: str) -> tuple[int, bool]:
+    """(metacache writes before the fault, whether a compaction ran before them)."""
+    if SEED == 0:
+        return 3, False
+    rng = random.Random(f"{SEED}/{cell}/{fault}")
+    return rng.randint(1, 8), rng.random() < 0.5
+
+
+def test_matrix_size_is_printed(report: list[str]) -> None:
+    report.append(
+        f"fault matrix: {len(cells())} steps x {len(FAULTS)} faults = {len(MATRIX)} cells "
+        f"(NUMAMEM_FAULT_SEED={SEED})"
+    )
+    assert len(MATRIX) == len(cells()) * len(FAULTS) >= 200
+
+
+# --- the daemon under test ------------------------------------------------------------
+
+
+def res(memory: str) -> dict[str, str]:
+    return {"cpu": "1", "memory": memory}
+
+
+def pod(uid: str) -> mm.Pod:
+    return mm.Pod(
+        uid=uid,
+        namespace="ns",
+        name=f"name-{uid}",
+        containers=[mm.Container(name="c", requests=res("256Mi"), limits=res("256Mi"))],
+    )
+
+
+def info(pod_uid: str, cpu: float) -> mc.ContainerInfo:
+    return mc.ContainerInfo(pod_uid=pod_uid, container_name="c", cpu_request=cpu)
+
+
+@dataclass
+class Harness:
+    server: InProcessServer
+    store: KubeletStateStore
+    persister: JournalPersister
+
+    @property
+    def client(self):  # type: ignore[no-untyped-def]
+        return self.server.client
+
+    def manager_memory(self) -> tuple[object, ...]:
+        committed = next(
+            c for c in self.server.daemon._components if isinstance(c, MemoryManagerComponent)
+        ).manager.committed()
+        return normalised(
+            committed.view.get_memory_assignments(),
+            committed.view.get_machine_state(),
+            dict(committed.containers.as_dict()),
+            dict(committed.names),
+        )
+
+    def manager_restart(self) -> tuple[object, ...]:
+        snapshot = KubeletStateStore(self.store.dir).restore("Static")
+        assert snapshot is not None
+        return normalised(
+            {p: {c: list(b) for c, b in ctrs.items()} for p, ctrs in snapshot.assignments.items()},
+            dict(snapshot.machine_state),
+            dict(snapshot.container_map),
+            dict(snapshot.pod_names),
+        )
+
+    def cache_memory(self) -> bytes:
+        cache = next(
+            c for c in self.server.daemon._components if isinstance(c, MetaCacheComponent)
+        ).cache
+        return encode(cache.state())
+
+    def cache_restart(self) -> bytes:
+        restored = JournalPersister(self.persister.path.parent, background=False).load()
+        return encode(restored or State())
+
+    def same(self) -> bool:
+        return (
+            self.manager_memory() == self.manager_restart()
+            and self.cache_memory() == self.cache_restart()
+        )
+
+    def state_dir_fds(self) -> list[str]:
+        found = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(self.store.dir)):
+                found.append(target)
+        return sorted(found)
+
+
+def normalised(
+    assignments: dict[str, dict[str, list[object]]],
+    machine: dict[int, object],
+    container_map: dict[str, tuple[str, str]],
+    names: dict[str, tuple[str, str]],
+) -> tuple[object, ...]:
+    """What a restart keeps: ids and names of containers and pods with state (the rest is
+    inert by the container map's rules)."""
+    live = {(p, c) for p, ctrs in assignments.items() for c in ctrs}
+    return (
+        assignments,
+        machine,
+        {cid: ref for cid, ref in container_map.items() if ref in live},
+        {uid: n for uid, n in names.items() if uid in assignments},
+    )
+
+
+@contextmanager
+def harness(root: Path) -> Iterator[Harness]:
+    with serve_in_process(root=root, podresources_socket=str(root / "pr.sock")) as server:
+        memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
+        cache = next(c for c in server.daemon._components if isinstance(c, MetaCacheComponent))
+        assert cache.persister is not None
+        cache.persister.min_compact_bytes = 10**12  # compactions only when a cell asks
+        yield Harness(server, memory.store, cache.persister)
+
+
+# --- one cell ----------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    acknowledged: bool
+    code: grpc.StatusCode | None = None
+    reason: str | None = None
+    details: str = ""
+
+
+def run(call: Callable[[], object]) -> Outcome:
+    try:
+        call()
+    except grpc.RpcError as err:
+        return Outcome(False, err.code(), error_reason(err), err.details() or "")
+    return Outcome(True)
+
+
+def injector(cell: Cell, fault: str) -> Callable[[str, Path], None]:
+    stages = {cell.stage, *cell.also}
+
+    def hook(stage: str, target: Path) -> None:
+        if stage in stages and target.name == cell.file:
+            raise FAULTS[fault]()
+
+    return hook
+
+
+def poison(h: Harness) -> None:
+    """A write whose append and cut-off both fail: the journal is poisoned, the next write
+    rewrites the snapshot and the journal."""
+
+    def hook(stage: str, target: Path) -> None:
+        if stage in ("append", "truncate") and target.name == JOURNAL_FILE:
+            raise OSError(errno.EIO, "injected")
+
+    h.persister.faults = hook
+    outcome = run(lambda: h.client.set_container_info(info("m0", 7)))
+    assert outcome.reason == "CHECKPOINT_WRITE_FAILED", outcome
+    h.persister.faults = None
+    assert h.same()
+
+
+def the_step(h: Harness, cell: Cell) -> tuple[Callable[[], object], Callable[[], bool]]:
+    """The faulted operation, and whether its change is in what a restart reads."""
+    client = h.client
+    if cell.step == "admit":
+        return (
+            lambda: client.admit(pod("new")),
+            lambda: "new" in dict(h.manager_restart()[0]),  # type: ignore[call-overload]
+        )
+    if cell.step == "add-id":
+        return (
+            lambda: client.add_container(pod("a"), "c", "cid-a2"),
+            lambda: "cid-a2" in h.manager_restart()[2],  # type: ignore[operator]
+        )
+    if cell.step == "remove-id":
+        return (
+            lambda: client.remove_container("cid-a"),
+            lambda: "a" not in dict(h.manager_restart()[0]),  # type: ignore[call-overload]
+        )
+    if cell.step == "compact":
+        return (h.persister.compact, lambda: True)
+    return (
+        lambda: client.set_container_info(info("m0", 9)),
+        lambda: b'"CPURequest":9.0' in h.cache_restart(),
+    )
+
+
+@pytest.mark.parametrize(("cell", "fault"), MATRIX, ids=[f"{c}-{f}" for c, f in MATRIX])
+def test_a_fault_at_any_step_loses_nothing_and_wedges_nothing(
+    tmp_path: Path, cell: Cell, fault: str
+) -> None:
+    with harness(tmp_path) as h:
+        client = h.client
+        assert client.admit(pod("a")).admitted
+        client.add_container(pod("a"), "c", "cid-a")
+        writes, compacted = history(cell, fault)
+        if compacted:
+            client.set_container_info(info("m0", 0))
+            h.persister.compact()
+        for i in range(writes):
+            client.set_container_info(info(f"m{i % 3}", i))
+        if cell.step == "rewrite":
+            poison(h)
+        before_fds = h.state_dir_fds()
+        before_mm, before_cache = h.manager_restart(), h.cache_restart()
+        call, present = the_step(h, cell)
+        hook = injector(cell, fault)
+        h.store.faults = h.persister.faults = hook
+        if cell.step == "compact":
+            try:
+                call()
+                outcome = Outcome(True)
+            except Exception as err:  # a compaction's failure is logged by its thread
+                outcome = Outcome(False, details=str(err))
+        else:
+            outcome = run(call)
+
+        # Reads answer while the fault persists.
+        client.timeout = 2
+        client.get_state()
+        client.get_container_info("m0", "c")
+        health = client.check_health()
+        if outcome.reason == "DURABILITY_UNKNOWN":
+            assert health == NOT_SERVING, (outcome, health)
+        if not h.same():
+            assert outcome.code == grpc.StatusCode.UNAVAILABLE, outcome
+            assert outcome.reason == "DURABILITY_UNKNOWN", outcome
+            assert health == NOT_SERVING
+        if outcome.code is not None and outcome.reason != "DURABILITY_UNKNOWN":
+            assert outcome.code == grpc.StatusCode.UNAVAILABLE, outcome
+            assert "not applied" in outcome.details, outcome
+            assert h.same(), outcome
+        # Nothing acknowledged is lost.
+        restart_mm, restart_cache = h.manager_restart(), h.cache_restart()
+        if cell.step not in ("admit", "add-id", "remove-id"):
+            assert restart_mm == before_mm
+        if cell.file == MM_FILE or cell.file == CONTAINERS_FILE:
+            assert restart_cache == before_cache
+        assert "a" in dict(restart_mm[0]) or cell.step == "remove-id"  # type: ignore[call-overload]
+        assert all(f'"m{i}"'.encode() in restart_cache for i in range(min(writes, 3)))
+        if outcome.acknowledged:
+            assert present(), outcome
+        elif outcome.reason == "CHECKPOINT_WRITE_FAILED":
+            assert not present(), outcome  # not applied, and not resurrected by a restart
+
+        # The fault goes: the next write of each component answers and is durable.
+        h.store.faults = h.persister.faults = None
+        assert client.admit(pod("after")).admitted
+        client.set_container_info(info("m9", 1))
+        assert h.same()
+        assert client.check_health() == SERVING
+        assert h.state_dir_fds() == before_fds
