@@ -70,11 +70,19 @@ docs: $(STAMP)
 
 SOAK_SECONDS ?= 600
 SOAK_EXAMPLES ?= 3000
-# The crash harness, then the differential tests against kubelet's exponential
-# algorithms with SOAK_EXAMPLES examples each (make test runs 150-300).
+SOAK_SEED ?= $(shell date +%s)
+# Power-loss workloads: seeds SOAK_SEED .. SOAK_SEED+9 of 120 operations each.
+SOAK_POWERLOSS_SEEDS ?= $(shell seq -s, $(SOAK_SEED) $$(($(SOAK_SEED) + 9)))
+# The crash harness, the differential tests against kubelet's exponential algorithms with
+# SOAK_EXAMPLES examples each (make test runs 150-300), the fault matrix under three more
+# seeds and the power-loss simulation over more and longer workloads (seeds printed).
 soak: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $(SOAK_SECONDS)
 	NUMAMEM_DIFFERENTIAL_EXAMPLES=$(SOAK_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_differential.py
+	for seed in $(SOAK_SEED) $$(($(SOAK_SEED) + 1)) $$(($(SOAK_SEED) + 2)); do \
+	  NUMAMEM_FAULT_SEED=$$seed $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_fault_matrix.py || exit 1; \
+	done
+	NUMAMEM_POWERLOSS_SEEDS=$(SOAK_POWERLOSS_SEEDS) NUMAMEM_POWERLOSS_OPS=120 $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_power_loss.py
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .hypothesis .import_linter_cache

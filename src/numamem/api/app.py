@@ -10,6 +10,7 @@ from numamem.api.metrics import MetricsComponent
 from numamem.api.podresources import PodResourcesComponent
 from numamem.api.server import Component
 from numamem.api.topology import TopologyComponent
+from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.config.model import Config
 from numamem.logging import get_logger
 from numamem.topology.sysfs import discover
@@ -17,18 +18,19 @@ from numamem.topology.sysfs import discover
 _log = get_logger("topology")
 
 
-def build_components(config: Config) -> Sequence[Component]:
-    """The daemon's components for ``config``. Raises start-up errors (topology, config)."""
+def build_components(config: Config, fs: FileSystem = REAL) -> Sequence[Component]:
+    """The daemon's components for ``config``, persisting through ``fs``. Raises start-up
+    errors (topology, config)."""
     machine = discover(config.sysfs_root)
     for warning in machine.warnings:
         _log.warning("suspicious NUMA topology", problem=warning)
-    memory = MemoryManagerComponent(config, machine)
+    memory = MemoryManagerComponent(config, machine, fs)
 
     def memory_manager_ids() -> list[tuple[str, str, str]]:
         """Containers whose runtime id the memory manager learned through AddContainer (D8)."""
         return [(pod, name, cid) for cid, (pod, name) in memory.manager.container_map().items()]
 
-    metacache = MetaCacheComponent(config, memory_manager_ids)
+    metacache = MetaCacheComponent(config, memory_manager_ids, fs)
     components: list[Component] = [TopologyComponent(machine, config.sysfs_root), memory, metacache]
     if config.metrics_port is not None or config.metrics_socket is not None:
         components.append(
