@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from numamem.checkpoint import kubelet
-from numamem.checkpoint.filestore import atomic_write
+from numamem.checkpoint.filestore import PartialWriteError, atomic_write, atomic_write_all
 from numamem.checkpoint.fnv import fnv1a_32, fnv1a_32_reference
 from numamem.checkpoint.gojson import go_string
 from numamem.checkpoint.gospew import V1_TYPE, render_checkpoint
@@ -683,3 +683,34 @@ def test_a_crash_inside_atomic_write_closes_the_descriptor_and_leaves_the_temp_f
         atomic_write(tmp_path / "f", b"new", faults=hook)
     assert open_fds() == before
     assert [p.name.startswith(".f.tmp-") for p in tmp_path.iterdir()] == [True]
+
+
+def test_atomic_write_all_renames_in_order_after_every_fsync_with_one_directory_sync(
+    tmp_path: Path,
+) -> None:
+    from tests.powerloss import RecordingFileSystem
+
+    fs = RecordingFileSystem(tmp_path)
+    atomic_write_all([(tmp_path / "a", b"A"), (tmp_path / "b", b"B")], fs=fs)
+    kinds = [(op.kind, op.name or op.other) for op in fs.log if op.kind != "write"]
+    assert [k for k, _ in kinds] == [
+        "create", "fsync", "create", "fsync", "rename", "rename", "dirsync"
+    ]  # fmt: skip
+    assert [op.other for op in fs.log if op.kind == "rename"] == ["a", "b"]
+    assert (tmp_path / "a").read_bytes() == b"A" and (tmp_path / "b").read_bytes() == b"B"
+
+
+def test_atomic_write_all_says_which_files_it_replaced_when_a_rename_fails(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "b").write_bytes(b"old")
+
+    def hook(stage: str, path: Path) -> None:
+        if stage == "rename" and path.name == "b":
+            raise OSError(errno.EIO, "injected")
+
+    with pytest.raises(PartialWriteError) as raised:
+        atomic_write_all([(tmp_path / "a", b"A"), (tmp_path / "b", b"B")], faults=hook)
+    assert raised.value.replaced == [tmp_path / "a"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+    assert (tmp_path / "b").read_bytes() == b"old"

@@ -70,7 +70,76 @@ def atomic_write(
     ``BaseException`` that is not an ``Exception`` (a simulated crash, an interrupt) closes
     the temp file and propagates, leaving the temp file as a crash would.
     """
+    atomic_write_all([(path, data)], faults=faults, fs=fs)
+
+
+class PartialWriteError(PersistenceError):
+    """:func:`atomic_write_all` replaced some files (``replaced``, in order) and then failed
+    to rename the next; the files after it are untouched and their temps removed."""
+
+    def __init__(self, message: str, replaced: Sequence[Path]) -> None:
+        super().__init__(message)
+        self.replaced = list(replaced)
+
+
+def atomic_write_all(
+    files: Sequence[tuple[Path, bytes]],
+    *,
+    faults: FaultHook | None = None,
+    fs: FileSystem = REAL,
+) -> None:
+    """Replace several files of one directory, each atomically, with one directory sync.
+
+    Every temp file is written and fsynced first; then they are renamed in the order given,
+    and the directory is synced once. A file system commits the renames of one directory in
+    the order they were made (a power cut keeps a prefix of them: the power-loss simulation,
+    ``tests/powerloss.py``, checks every cut point), so a file is never durable before the
+    files ahead of it: that order is what a caller relies on, at the cost of one atomic write.
+
+    Failures as :func:`atomic_write`: PersistenceError before the first rename (nothing
+    changed), :class:`PartialWriteError` when a rename fails after others succeeded,
+    DurabilityUnknownError at the directory sync (every file in place). The fault hook sees
+    each file's stages ("open", "write", "fsync", "close", "rename", "dirsync").
+    """
     hook = faults or _no_fault
+    temps: list[Path] = []
+    try:
+        for path, data in files:
+            temps.append(_write_temp(path, data, hook, fs))
+    except BaseException as err:
+        if isinstance(err, Exception):
+            for tmp in temps:
+                _unlink_quietly(fs, tmp)
+        raise
+    replaced: list[Path] = []
+    for n, ((path, _), tmp) in enumerate(zip(files, temps, strict=True)):
+        try:
+            hook("rename", path)
+            fs.replace(tmp, path)
+        except Exception as err:
+            for left in temps[n:]:
+                _unlink_quietly(fs, left)
+            message = str(_fail(path, err, "replace"))
+            if replaced:
+                raise PartialWriteError(message, replaced) from err
+            raise PersistenceError(message) from err
+        replaced.append(path)
+    try:
+        for path, _ in files:
+            hook("dirsync", path)
+        fsync_dir(files[0][0].parent, fs)
+    except Exception as err:
+        named = ", ".join(repr(str(path)) for path, _ in files)
+        raise DurabilityUnknownError(
+            f"cannot sync the directory of checkpoint {named}: {error_text(err)}; "
+            "the file holds the change, but whether it survives a power loss is unknown: the "
+            "outcome is unknown, and numamem reports NOT_SERVING until a later write succeeds"
+        ) from err
+
+
+def _write_temp(path: Path, data: bytes, hook: FaultHook, fs: FileSystem) -> Path:
+    """``data`` in a new fsynced and closed temp file beside ``path``; PersistenceError (the
+    temp removed) on any Exception, the descriptor closed on anything."""
     tmp = _temp_name(path)
     try:
         hook("open", path)
@@ -98,21 +167,7 @@ def atomic_write(
     except Exception as err:
         _unlink_quietly(fs, tmp)
         raise _fail(path, err, "write") from err
-    try:
-        hook("rename", path)
-        fs.replace(tmp, path)
-    except Exception as err:
-        _unlink_quietly(fs, tmp)
-        raise _fail(path, err, "replace") from err
-    try:
-        hook("dirsync", path)
-        fsync_dir(path.parent, fs)
-    except Exception as err:
-        raise DurabilityUnknownError(
-            f"cannot sync the directory of checkpoint {str(path)!r}: {error_text(err)}; "
-            "the file holds the change, but whether it survives a power loss is unknown: the "
-            "outcome is unknown, and numamem reports NOT_SERVING until a later write succeeds"
-        ) from err
+    return tmp
 
 
 WriteObserver = Callable[[float, bool], None]

@@ -9,20 +9,24 @@ the namespace and name of each pod with state when the manager records them
 (the podresources API lists pods by name; the kubelet knows them from the API
 server). Names follow the same rules as ids: a new or changed name is an add.
 
-Write order keeps the two files consistent without a shared transaction:
+Write order keeps the two files consistent without a shared transaction. Both
+files of one operation are written by one
+:func:`~numamem.checkpoint.filestore.atomic_write_all`: each temp file written
+and fsynced, then the renames in this order, then one directory sync (a power
+cut keeps a prefix of the renames), so an operation costs one atomic write:
 
-* when an operation adds ids, the container map is written first, then the
+* when an operation adds ids (or names), the container map goes first, then the
   memory manager state; a crash in between leaves ids for containers whose
   operation was not acknowledged, which the client retries (AddContainer is
-  idempotent);
-* when it only removes ids, the state is written first and the map after;
+  idempotent), and a state that needs a name never stands without it;
+* when it only removes ids, the state goes first and the map after;
 * on start, map entries whose container has no blocks are dropped, so ids left
-  behind by a crash between the two writes are inert.
+  behind by a crash between the two renames are inert.
 
 A failed write of the state (or of the map before it) fails the operation with
-the previous files in place; a failed map write *after* the state is logged
-and retried with the next write, since its stale ids are inert by the rule
-above. When only a directory sync fails, the files hold the new state (what a
+the previous files in place (a map renamed before a failed state rename is
+taken back); a failed map rename *after* the state is logged and retried with
+the next write, since its stale ids are inert by the rule above. When only a directory sync fails, the files hold the new state (what a
 restart reads) with unknown durability: the save finishes writing and raises
 :class:`~numamem.errors.DurabilityUnknownError`, and the manager keeps the new
 state in memory. The bytes of the last write are kept in memory, so no write
@@ -32,15 +36,17 @@ reads a file first.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.filestore import (
     FaultHook,
+    PartialWriteError,
     atomic_write,
+    atomic_write_all,
     move_aside,
-    observed,
     read_file,
     remove_stale_temps,
 )
@@ -167,10 +173,10 @@ class KubeletStateStore:
     # --- save --------------------------------------------------------------------
 
     def save(self, snapshot: Snapshot) -> None:
-        """Write what changed, in the order of the module docstring.
+        """Write what changed, in the order of the module docstring, with one directory sync.
 
         Raises PersistenceError (nothing changed on disk that a restart would
-        use) or DurabilityUnknownError (every file holds the new state; a
+        use) or DurabilityUnknownError (every file holds the new state; the
         directory sync failed).
         """
         state = self._encoder.encode(
@@ -181,60 +187,72 @@ class KubeletStateStore:
         adds = any(old_map.get(cid) != ref for cid, ref in new_map.items()) or any(
             old_names.get(uid) != name for uid, name in new_names.items()
         )
-        unknown: DurabilityUnknownError | None = None
-        wrote = False
-        if adds:
-            unknown = self._write_map(new_map, new_names)
-            wrote = True
-        if state != self._last_state:
-            try:
-                with observed(self.observers):
-                    unknown = self._write(self.state_path, state) or unknown
-            except PersistenceError:
-                if adds:
-                    self._best_effort_map(old_map, old_names)
-                raise
-            self._last_state = state
-            wrote = True
-        if not adds and (new_map != old_map or new_names != old_names or self._map_dirty):
-            try:
-                unknown = self._write_map(new_map, new_names) or unknown
-                wrote = True
-            except PersistenceError as err:
-                self._map_dirty = True
-                _log.warning(
-                    "container map write failed; stale ids are inert and rewritten later",
-                    error=str(err),
-                )
+        map_item = None
+        if adds or new_map != old_map or new_names != old_names or self._map_dirty:
+            map_item = (self.containers_path, encode_containers(new_map, new_names))
+        state_item = (self.state_path, state) if state != self._last_state else None
+        ordered = (map_item, state_item) if adds else (state_item, map_item)
+        files = [item for item in ordered if item is not None]
         self._last_map, self._last_names = new_map, new_names
-        if wrote:
-            for observer in self.durability_observers:
-                observer(None if unknown is None else str(unknown))
+        if not files:
+            return
+        unknown: DurabilityUnknownError | None = None
+        started = time.perf_counter()
+        try:
+            atomic_write_all(files, faults=self.faults, fs=self.fs)
+        except DurabilityUnknownError as err:
+            unknown = err
+        except PartialWriteError as err:
+            if adds:  # the map is in place, the state is not: take the map back (inert anyway)
+                self._last_map, self._last_names = old_map, old_names
+                self._observe_state(state_item, started, written=False)
+                self._best_effort_map(old_map, old_names)
+                raise
+            # The state is in place, the map that only removes ids is not: its stale ids are
+            # inert (dropped at restore) and it is written again with the next change.
+            self.writes += 1
+            self._map_dirty = True
+            _log.warning(
+                "container map write failed; stale ids are inert and rewritten later",
+                error=str(err),
+            )
+            files = [file for file in files if file is not map_item]
+        except PersistenceError:
+            self._last_map, self._last_names = old_map, old_names
+            self._observe_state(state_item, started, written=False)
+            raise
+        else:
+            self.writes += len(files)
+            if map_item is not None:
+                self._map_dirty = False
+        if state_item is not None:
+            self._last_state = state
+        self._observe_state(state_item, started, written=True)
+        for observer in self.durability_observers:
+            observer(None if unknown is None else str(unknown))
         if unknown is not None:
             raise unknown
 
-    def _write(self, path: Path, data: bytes) -> DurabilityUnknownError | None:
-        """Write ``path``; a failed directory sync is returned (the file is in place)."""
-        try:
-            atomic_write(path, data, faults=self.faults, fs=self.fs)
-        except DurabilityUnknownError as err:
-            self.writes += 1
-            return err
-        self.writes += 1
-        return None
-
-    def _write_map(
-        self, entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]]
-    ) -> DurabilityUnknownError | None:
-        unknown = self._write(self.containers_path, encode_containers(entries, names))
-        self._map_dirty = False
-        return unknown
+    def _observe_state(
+        self, state_item: tuple[Path, bytes] | None, started: float, *, written: bool
+    ) -> None:
+        """Tell the write observers about a write that included the state file."""
+        if state_item is None:
+            return
+        for observer in self.observers:
+            observer(time.perf_counter() - started, written)
 
     def _best_effort_map(
         self, entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]]
     ) -> None:
         try:
-            self._write_map(entries, names)
+            atomic_write(
+                self.containers_path,
+                encode_containers(entries, names),
+                faults=self.faults,
+                fs=self.fs,
+            )
+            self.writes += 1
         except PersistenceError as err:
             self._map_dirty = True
             _log.warning(
