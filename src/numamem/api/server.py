@@ -9,8 +9,8 @@ refuses with one clear line on failure):
    beyond reading;
 3. missing directories are created (state dir 0700, socket dir 0750) and the
    single-instance lock ``<state-dir>/numamem.lock`` is taken (``flock``,
-   non-blocking): grpcio silently replaces a live socket file, so the lock is
-   what protects a running daemon;
+   non-blocking; nothing is written to it yet): grpcio silently replaces a live
+   socket file, so the lock is what protects a running daemon;
 4. components **load**: checkpoints are read and validated, TCP listeners are
    bound; nothing is written;
 5. the socket path is made free (a stale socket from a crash is removed; a
@@ -18,7 +18,7 @@ refuses with one clear line on failure):
    it with umask 0117 (mode 0660 from the first instant) and starts; health
    reports NOT_SERVING and numamem services answer UNAVAILABLE;
 6. components **start**: initial checkpoints are written, background work
-   begins; then health reports SERVING.
+   begins; the lock file gets this pid; then health reports SERVING.
 
 A refusal at any step undoes what the start did: the socket goes, a lock file
 and directories that this start created are removed. While any checkpoint's
@@ -217,6 +217,7 @@ class Daemon:
             self._serve(cfg, names)
             for component in self._components:
                 component.start()
+            record_pid(self._lock_fd)
         except BaseException:
             self.shutdown()
             self._undo()
@@ -408,7 +409,10 @@ def make_dirs(path: Path, mode: int, what: str) -> list[Path]:
 
 
 def acquire_lock(path: Path) -> tuple[int, bool]:
-    """Take the single-instance lock: (the fd that holds it until closed, whether the file is new)."""
+    """Take the single-instance lock: (the fd that holds it until closed, whether the file is new).
+
+    Writes nothing: the file keeps the pid of the last daemon that started on this state dir
+    (:func:`record_pid`), so a refusal names the holder when it is that process."""
     created = not path.exists()
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -419,7 +423,10 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
     except OSError as err:
         holder = ""
         with contextlib.suppress(OSError, ValueError):
-            holder = f" (pid {int(os.pread(fd, 32, 0).decode().strip())})"
+            pid = int(os.pread(fd, 32, 0).decode().strip())
+            with contextlib.suppress(PermissionError):  # alive, another user's
+                os.kill(pid, 0)  # a holder still starting has not written its pid yet
+            holder = f" (pid {pid})"
         os.close(fd)
         if created:
             with contextlib.suppress(OSError):
@@ -430,9 +437,14 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
                 f"(lock {str(path)!r} is held); stop it or choose another --state-dir"
             ) from err
         raise StartupError(f"lock file {str(path)!r}: cannot lock: {err.strerror}") from err
+    return fd, created
+
+
+def record_pid(fd: int) -> None:
+    """Write this process's pid into the lock file held by ``fd`` (only once a start has
+    succeeded: a refused start leaves the file's bytes and mtime as they were)."""
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd, created
 
 
 def bind_unix_socket(server: grpc.Server, path: str, flag: str) -> None:
