@@ -21,6 +21,11 @@ EXIT_FAILED = 1
 EXIT_REJECTED = 3  # `admit`: the pod was not admitted (a normal answer, not an error)
 
 
+class UsageError(Exception):
+    """The arguments do not make sense together; ``main`` prints the command's usage and the
+    message and exits 2, as argparse does for its own checks."""
+
+
 def add_client_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
     parser.add_argument(
         "--socket",
@@ -59,6 +64,11 @@ def report_rpc_error(err: grpc.RpcError, socket: str | None) -> int:
     name = code.name if code is not None else "ERROR"
     print(f"numamem: {name}: {details}", file=sys.stderr)
     return EXIT_FAILED
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 pod``, ``2 pods``: a count and its noun (nouns here take an ``s``)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def fail(message: str) -> int:

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     # grpc core writes its own non-JSON lines to stderr unless told otherwise.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    from numamem.cli.common import UsageError
+
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
@@ -48,10 +50,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Command = args.run
     try:
         return run(args)
+    except UsageError as err:
+        _command_parser(parser, args).error(str(err))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 1
+
+
+def _command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the command that ran (``state diff``'s, not ``state``'s)."""
+    command = _subcommands(parser)[args.command]
+    action = getattr(args, "action", None)
+    return _subcommands(command).get(action, command) if action else command
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
