@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from numamem.cli import UsageError
 from numamem.client import NumamemClient
 from numamem.config.model import DEFAULT_SOCKET
 from numamem.quantity import format_bytes
@@ -19,11 +20,7 @@ from numamem.quantity import format_bytes
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_REJECTED = 3  # `admit`: the pod was not admitted (a normal answer, not an error)
-
-
-class UsageError(Exception):
-    """The arguments do not make sense together; ``main`` prints the command's usage and the
-    message and exits 2, as argparse does for its own checks."""
+__all__ = ["UsageError"]
 
 
 def add_client_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from numamem import __version__
+from numamem.cli import UsageError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -39,8 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     # grpc core writes its own non-JSON lines to stderr unless told otherwise.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    from numamem.cli.common import UsageError
-
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
