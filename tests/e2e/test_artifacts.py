@@ -42,30 +42,12 @@ from tests.deploy_manifests import (
     probe_command,
 )
 from tests.dockerignore import copy_context, tracked_files
+from tests.pip_tool import pip_command
 
 pytestmark = pytest.mark.e2e
 
 IMAGE_SOURCE = "/src/numamem"
 """Where deploy/Containerfile copies the context and what it installs."""
-
-
-def pip(venv_python: Path) -> list[str]:
-    """A pip that installs into ``venv_python``'s venv (which has no pip of its own): this
-    interpreter's pip, or its base interpreter's (`make install` uses ``pip --python``)."""
-    for python in (sys.executable, getattr(sys, "_base_executable", sys.executable)):
-        probe = subprocess.run(
-            [python, "-m", "pip", "--version"], capture_output=True, check=False, timeout=60
-        )
-        if probe.returncode == 0:
-            return [
-                python,
-                "-m",
-                "pip",
-                "--python",
-                str(venv_python),
-                "--disable-pip-version-check",
-            ]
-    raise AssertionError("no pip to install with: `make install` needs one too")
 
 
 def empty_venv(path: Path) -> Path:
@@ -80,7 +62,15 @@ def install(target: Path, into: Path) -> Path:
     """``pip install TARGET`` into a new empty venv at ``into``; returns its ``numamem``."""
     python = empty_venv(into)
     result = subprocess.run(
-        [*pip(python), "install", "--quiet", "--no-compile", str(target)],
+        [
+            *pip_command(),
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-compile",
+            str(target),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
