@@ -32,6 +32,10 @@ pool of their own, so they answer under any load.
 
 Shutdown (SIGTERM/SIGINT): health NOT_SERVING, stop accepting, in-flight RPCs
 get ``--shutdown-grace`` seconds, components close, the socket is removed.
+
+Under systemd (``Type=notify``), :class:`~numamem.api.sdnotify.Notifier` reports each step
+as ``STATUS=``, ``READY=1`` once SERVING, ``STOPPING=1`` at shutdown, and pings the
+watchdog from the serving loop.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from numamem.api.interceptors import Readiness, ServerInterceptor
+from numamem.api.sdnotify import Notifier
 from numamem.config.model import Config
 from numamem.errors import StartupError
 from numamem.logging import get_logger
@@ -156,6 +161,9 @@ class Daemon:
     health: HealthService = field(default_factory=HealthService)
     on_serving: Callable[[], None] | None = None
     """Called once the daemon is SERVING (``numamem serve`` then releases its held log lines)."""
+    notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    """systemd notifications (``numamem serve`` passes its environment's ``NOTIFY_SOCKET``)."""
+    _stopping_sent: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock_fd: int | None = None
     _server: grpc.Server | None = None
@@ -182,17 +190,37 @@ class Daemon:
             self.start()
             if self.on_serving is not None:
                 self.on_serving()
-            self._stop.wait()
+            self._serve_until_stopped()
         finally:
             self.shutdown()
+            self.notifier.close()
         return 0
+
+    def _serve_until_stopped(self) -> None:
+        """The serving loop of the main thread: waits for SIGTERM/SIGINT, and pings the
+        service manager's watchdog (``WatchdogSec=``) every half period meanwhile."""
+        interval = self.notifier.watchdog_interval
+        if interval is None:
+            self._stop.wait()
+            return
+        while not self._stop.wait(interval):
+            self.notifier.watchdog()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         _log.info("signal received, shutting down", signal=signal.Signals(signum).name)
         self._stop.set()
 
     def start(self) -> None:
-        """Steps 1-6 of the module docstring. On error, everything this start did is undone."""
+        """Steps 1-6 of the module docstring. On error, everything this start did is undone
+        (and the service manager is told why)."""
+        try:
+            self._start()
+        except BaseException as err:
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+            self.notifier.status(f"start refused: {why}")
+            raise
+
+    def _start(self) -> None:
         cfg = self.config
         if self.set_umask:
             os.umask(DAEMON_UMASK)
@@ -200,6 +228,8 @@ class Daemon:
         check_dir(state_dir, "--state-dir", cfg.allow_shared_dirs)
         check_dir(socket_dir, "--socket directory", cfg.allow_shared_dirs)
         check_socket_path(cfg.socket)
+        notify = self.notifier.status
+        notify("discovering the topology and checking the configuration")
         self._components = self.component_factory(cfg)
         names = [n for c in self._components for n in c.service_names]
         if len(set(names)) != len(names):
@@ -212,10 +242,13 @@ class Daemon:
             if lock_created:
                 self._created.append(state_dir / LOCK_FILE)
             for component in self._components:
+                notify(f"restoring: {component_label(component)}")
                 component.load()
                 component.watch_durability(self._report_durability)
+            notify(f"binding {cfg.socket}")
             self._serve(cfg, names)
             for component in self._components:
+                notify(f"starting: {component_label(component)}")
                 component.start()
             record_pid(self._lock_fd)
         except BaseException:
@@ -226,6 +259,7 @@ class Daemon:
             self.health.set(name, self._serving_status())
         self.readiness.set_ready()
         _log.info("serving", services=names)
+        self.notifier.ready(f"serving on {cfg.socket}")
 
     def _serve(self, cfg: Config, names: Sequence[str]) -> None:
         """Step 5: bind the socket and serve (health NOT_SERVING, numamem RPCs UNAVAILABLE)."""
@@ -302,6 +336,9 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Graceful stop. Idempotent; safe after a failed :meth:`start`."""
+        if self.readiness.is_ready() and not self._stopping_sent:
+            self._stopping_sent = True
+            self.notifier.stopping()
         self.readiness.set_stopping()
         self.health.enter_graceful_shutdown()
         grace = self.config.shutdown_grace_seconds
@@ -336,6 +373,13 @@ class Daemon:
                 else:
                     path.unlink()
         self._created = []
+
+
+def component_label(component: object) -> str:
+    """``MemoryManagerComponent`` -> ``memory manager``, for status lines."""
+    name = type(component).__name__.removesuffix("Component")
+    words = "".join(f" {c}" if c.isupper() else c for c in name).split()
+    return " ".join(w.lower() for w in words).replace("meta cache", "metacache") or name
 
 
 def _start_health_server(

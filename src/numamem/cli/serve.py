@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from numamem import logging as nlog
     from numamem.api.app import build_components
+    from numamem.api.sdnotify import Notifier
     from numamem.api.server import Daemon
 
     try:
@@ -42,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     held = None if cfg.log_level == "debug" else nlog.HeldStream(sys.stderr)
     nlog.configure(cfg.log_level, cfg.log_format, stream=held)
     nlog.get_logger("serve").info("starting", **describe(cfg))
-    daemon = Daemon(cfg, build_components, on_serving=held.release if held else None)
+    daemon = Daemon(
+        cfg, build_components, on_serving=held.release if held else None, notifier=Notifier()
+    )
     try:
         return daemon.run()
     except NumamemError as err:
