@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The command's own usage, not the top-level one: a mistyped `serve` flag shows `serve`'s.
         command_parser: argparse.ArgumentParser = _subcommands(parser)[args.command]
         command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    _quiet_logging()
     run: Command = args.run
     try:
         return run(args)
@@ -55,6 +56,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+
+
+def _quiet_logging() -> None:
+    """Until a command configures logging (``serve`` does, from its flags), only warnings and
+    errors are logged, to stderr: structlog's unconfigured default would print every level
+    to stdout, into the output of ``state verify`` and ``plan-reservations``."""
+    import structlog
+
+    from numamem import logging as nlog
+
+    if not structlog.is_configured():
+        nlog.configure("warning", "console", stream=sys.stderr, cache=False)
 
 
 def _command_parser(

@@ -42,7 +42,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
     held = None if cfg.log_level == "debug" else nlog.HeldStream(sys.stderr)
     nlog.configure(cfg.log_level, cfg.log_format, stream=held)
-    nlog.get_logger("serve").info("starting", **describe(cfg))
+    log = nlog.get_logger("serve")
+    log.info("starting", **describe(cfg))
+    if cfg.ignored_kubelet_fields:
+        log.debug(
+            "kubelet configuration fields numamem does not use",
+            path=args.config,
+            fields=list(cfg.ignored_kubelet_fields),
+        )
     daemon = Daemon(
         cfg, build_components, on_serving=held.release if held else None, notifier=Notifier()
     )
