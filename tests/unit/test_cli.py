@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -52,10 +53,45 @@ def test_help_lists_every_command_with_a_one_line_description(
     assert set(_subparsers()) == {"serve", "health", "plan-reservations", *CLIENT_COMMANDS}
 
 
-@pytest.mark.parametrize("name", CLIENT_COMMANDS)
+@pytest.mark.parametrize("name", [*CLIENT_COMMANDS, "health"])
 def test_every_client_command_has_socket_timeout_and_json(name: str) -> None:
     options = {opt for a in _subparsers()[name]._actions for opt in a.option_strings}
     assert {"--socket", "--timeout", "--json"} <= options
+
+
+def test_health_json(numamem_server: InProcessServer, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["health", "--json", "--socket", numamem_server.socket]) == 0
+    assert json.loads(capsys.readouterr().out) == {"service": "", "status": "SERVING"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["health", "--address", "localhost"], "expected HOST:PORT with a port from 1 to 65535"),
+        (["health", "--address", "::1"], "expected HOST:PORT"),
+        (["health", "--address", "127.0.0.1:0"], "expected HOST:PORT"),
+        (["health", "--timeout", "0"], "'0': expected seconds, more than 0"),
+        (["topology", "--timeout", "-1"], "'-1': expected seconds, more than 0"),
+        (["state", "--timeout", "nan"], "'nan': expected seconds, more than 0"),
+    ],
+)
+def test_addresses_without_a_port_and_zero_timeouts_are_usage_errors(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`health --address localhost` dialled 127.0.0.1:443 and `--timeout 0` answered
+    DEADLINE_EXCEEDED: both are usage errors now, exit 2 naming the flag."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argv[1]}: " in err and fragment in err
+
+
+def test_health_accepts_bracketed_ipv6_addresses() -> None:
+    from numamem.cli.health import host_port
+
+    assert host_port("[::1]:9440") == "[::1]:9440"
+    assert host_port("localhost:9440") == "localhost:9440"
 
 
 def test_usage_error_is_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:

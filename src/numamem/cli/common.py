@@ -23,7 +23,11 @@ EXIT_REJECTED = 3  # `admit`: the pod was not admitted (a normal answer, not an 
 __all__ = ["UsageError"]
 
 
-def add_client_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+MAX_TIMEOUT_S = 3600.0
+
+
+def add_client_args(parser: argparse.ArgumentParser) -> None:
+    """``--socket``, ``--timeout`` and ``--json``, the flags of every client command."""
     parser.add_argument(
         "--socket",
         default=os.environ.get("NUMAMEM_SOCKET", DEFAULT_SOCKET),
@@ -31,10 +35,42 @@ def add_client_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) 
         help="daemon socket (default: $NUMAMEM_SOCKET or %(default)s)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="RPC deadline"
+        "--timeout",
+        type=timeout_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help=f"RPC deadline, more than 0 and at most {MAX_TIMEOUT_S:g} (default: %(default)s)",
     )
-    if json_flag:
-        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json_flag(parser)
+
+
+def add_json_flag(
+    parser: argparse.ArgumentParser,
+    help_text: str = "print JSON (snake_case keys) instead of a table",
+    *,
+    inherit: bool = False,
+) -> None:
+    """``--json``. ``inherit``: a sub-action's flag that keeps its parent's value when not
+    given, so ``state --json diff`` and ``state diff --json`` say the same."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if inherit else False,
+        help=help_text,
+    )
+
+
+def timeout_seconds(text: str) -> float:
+    """``--timeout``: seconds, more than 0 (a zero deadline expires before the call)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected seconds, more than 0 and at most {MAX_TIMEOUT_S:g}"
+        )
+    return value
 
 
 def client_command(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -373,10 +373,19 @@ FLAGS: tuple[Flag, ...] = (
 YAML_KEYS = {f.yaml_key: f for f in FLAGS if f.yaml_key}
 
 
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every flag of :data:`FLAGS` (plus ``--config``); unset flags parse to ``None``."""
+def add_serve_arguments(
+    parser: argparse.ArgumentParser, only: Collection[str] | None = None
+) -> None:
+    """Add the flags of :data:`FLAGS` (every one, or those named in ``only``) plus
+    ``--config``; unset flags parse to ``None``. Commands that read a few settings list only
+    those in their ``--help``; ``--config`` may still set any field."""
     parser.add_argument("--config", metavar="FILE", help="YAML file with kubelet-style field names")
+    unknown = set(only or ()) - {f.name for f in FLAGS}
+    if unknown:
+        raise ValueError(f"not numamem serve flags: {sorted(unknown)}")
     for f in FLAGS:
+        if only is not None and f.name not in only:
+            continue
         meaning = f.help + (f"; one of {', '.join(f.choices)}" if f.choices else "")
         if f.allowed is not None:
             meaning += f"; {allowed_range(f)}"
