@@ -71,7 +71,7 @@ def test_verify_checks_this_machine_and_configuration(
     assert main(["state", "verify", "--state-dir", str(state), *grown]) == 0
     out = capsys.readouterr().out
     assert "accepted with memory-drift-tolerance=fit" in out
-    assert "  node 0 memory TotalMemSize: stored 8589934592 (8Gi), now 9261023232" in out
+    assert "  node 0 memory TotalMemSize: stored 8Gi (8589934592), now 8.62Gi (9261023232)" in out
     off = [*grown, "--memory-manager-policy-options", "memory-drift-tolerance=off"]
     assert main(["state", "verify", "--state-dir", str(state), *off]) == 1
     out = capsys.readouterr().out

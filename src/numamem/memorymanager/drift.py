@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from numamem.memtypes import MEMORY, Block, ContainerRef, MachineState, NUMANodeState
-from numamem.quantity import format_bytes
+from numamem.quantity import format_bytes, format_bytes_exact
 
 OFF = "off"
 AUTO = "auto"
@@ -331,7 +331,7 @@ def _stored_total(stored: Mapping[int, NUMANodeState | None], n: int, name: str)
 
 
 def _bytes(value: int) -> str:
-    return "0" if value == 0 else f"{value} ({format_bytes(value)})"
+    return format_bytes_exact(value)
 
 
 def _delta(value: int) -> str:
