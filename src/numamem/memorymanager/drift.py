@@ -90,10 +90,43 @@ class Verdict:
     """Option values that would accept this change (empty: none would)."""
     drift: dict[tuple[int, str], int] = field(default_factory=dict)
     """(node, type) -> TotalMemSize now minus stored (the drift gauge)."""
+    tolerance: Tolerance = DEFAULT
+    """The tolerance the verdict was reached under."""
+    needed: int | None = None
+    """The smallest bound KEP-6232's rule would accept (None: no bound would)."""
+
+    def tolerance_line(self) -> str:
+        """Which tolerance is in force, its bound (computed, for ``auto``), and why it refuses."""
+        t = self.tolerance
+        head = f"{DRIFT_OPTION}={t.text} is in force"
+        if t.mode == FIT:
+            return f"{head}: it accepts any change as long as every stored block still fits"
+        if t.mode == OFF:
+            if t.text == AUTO:
+                return (
+                    f"{head} but has no bound on this machine (the kernel image span cannot be "
+                    "read), so it works as off: the state must match exactly"
+                )
+            return f"{head}: the state must match exactly (the kubelet's rule)"
+        how = (
+            "auto's bound on this machine: the kernel image span + 64Mi = "
+            f"{format_bytes_exact(t.bound)}"
+            if t.text == AUTO
+            else f"a bound of {format_bytes_exact(t.bound)}"
+        )
+        if self.needed is None:
+            why = "a bound accepts only memory totals that moved, on the same nodes and groups"
+        else:
+            why = f"the memory moved by up to {format_bytes_exact(self.needed)}"
+        return f"{head} ({how}): {why}"
 
     def report(self, path: str) -> str:
         """The refusal (or acceptance) text: kubelet's sentence first, then one line each."""
-        lines = [KUBELET_MISMATCH, f"  {path} does not match this machine and configuration:"]
+        lines = [
+            KUBELET_MISMATCH,
+            f"  {path} does not match this machine and configuration:",
+            f"  {self.tolerance_line()}",
+        ]
         for diff in self.differences:
             refs = self.affected.get(diff.node, [])
             holders = ", ".join(f"{p}/{c}" for p, c in refs[:5]) if refs else "none"
@@ -163,6 +196,8 @@ def check_restore(
         affected,
         accepting,
         drift,
+        tolerance,
+        needed,
     )
 
 
