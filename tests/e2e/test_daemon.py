@@ -306,3 +306,30 @@ def test_health_port_serves_only_health(
     )
     assert check.returncode == 0 and '"status": "SERVING"' in check.stdout, check.stderr
     assert d.stop() == 0
+
+
+def test_an_unwritable_socket_directory_says_permission_denied_and_who(short_root: Path) -> None:
+    """grpcio said only `Failed to bind to address ...; set GRPC_VERBOSITY=debug` (issue 26).
+    As root (CI), the daemon runs without CAP_DAC_OVERRIDE so that modes bind it too."""
+    import pwd
+    import shutil
+
+    sock_dir = short_root / "run"
+    sock_dir.mkdir()
+    sock_dir.chmod(0o555)
+    argv = ["serve", "--socket", str(sock_dir / "n.sock"), "--state-dir", str(short_root / "s")]
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv (util-linux) drops CAP_DAC_OVERRIDE for this test"
+        caps = "-dac_override,-dac_read_search"
+        prefix = [setpriv, "--bounding-set", caps, "--inh-caps", caps, "--"]
+    out = run_once(argv, prefix=prefix)
+    assert out.returncode == 1
+    [line] = out.stderr.splitlines()
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    assert (
+        f"cannot bind the unix socket: permission denied: user {user} (uid {os.geteuid()})" in line
+    )
+    assert f"cannot create files in {sock_dir} (owner uid {os.geteuid()}, mode 0555)" in line
+    assert "GRPC_VERBOSITY" not in line

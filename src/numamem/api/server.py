@@ -44,6 +44,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import pwd
 import signal
 import socket
 import stat
@@ -497,10 +498,49 @@ def bind_unix_socket(server: grpc.Server, path: str, flag: str) -> None:
     try:
         server.add_insecure_port(f"unix://{path}")
     except RuntimeError as err:
-        raise StartupError(f"{flag} {path!r}: cannot bind the unix socket: {err}") from err
+        raise StartupError(bind_failure(path, flag, str(err), _probe_bind(path))) from err
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o660)
+
+
+def _probe_bind(path: str) -> OSError | None:
+    """Why the kernel refuses to bind ``path`` (grpcio's error does not say), or None."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.bind(path)
+    except OSError as err:
+        return err
+    finally:
+        probe.close()
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return None
+
+
+def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -> str:
+    """The refusal for a socket that cannot be bound: the kernel's reason, the directory and
+    who this process is when the directory is not writable; grpcio's text otherwise."""
+    if probe is None or probe.errno is None:
+        return f"{flag} {path!r}: cannot bind the unix socket: {grpc_error}"
+    directory = os.path.dirname(path) or "."
+    reason = (probe.strerror or str(probe)).lower()
+    if probe.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        uid = os.geteuid()
+        try:
+            user = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+        except KeyError:
+            user = f"uid {uid}"
+        owner = ""
+        with contextlib.suppress(OSError):
+            st = os.stat(directory)
+            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+        return (
+            f"{flag} {path!r}: cannot bind the unix socket: {reason}: {user} cannot create "
+            f"files in {directory}{owner}; run numamem as a user who can, give that user write "
+            f"access to the directory, or choose another {flag}"
+        )
+    return f"{flag} {path!r}: cannot bind the unix socket: {reason}"
 
 
 def check_socket_path(path: str, flag: str = "--socket") -> None:
