@@ -218,3 +218,32 @@ def test_verify_reports_problems(
 def test_verify_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["state", "verify", "--state-dir", str(tmp_path)]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_state_names_pods_by_namespace_and_name_where_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26: `numamem state` named pods by uid although their names were recorded."""
+    from numamem.testing.daemon import short_tmpdir
+    from numamem.testing.server import serve_in_process
+    from tests.unit.test_cli import GUARANTEED_POD
+
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(GUARANTEED_POD)
+    root = short_tmpdir()
+    try:
+        with serve_in_process(root=root, podresources_socket=str(root / "pr.sock")) as server:
+            sock = ["--socket", server.socket]
+            assert main(["admit", "-f", str(manifest), *sock]) == 0
+            capsys.readouterr()
+            assert main(["state", *sock]) == 0
+            rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+            assert ["shop/web", "(u-1)", "app", "memory", "0", "1Gi"] in rows
+            entry = server.client.get_state().entries["u-1"]
+            assert (entry.namespace, entry.name) == ("shop", "web")
+            state_dir = server.state_dir
+            assert main(["state", "show", "--state-dir", str(state_dir)]) == 0
+            rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+            assert ["shop/web", "(u-1)", "app", "memory", "0", "1Gi"] in rows
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -181,6 +181,27 @@ def test_drift_refusals_name_the_tolerance_in_force(tolerance: drift.Tolerance, 
     assert str(info.value).splitlines()[2].startswith("  " + line)
 
 
+@pytest.mark.parametrize("record", [True, False])
+def test_refusals_name_pods_by_namespace_and_name_where_recorded(record: bool) -> None:
+    """Issue 26: refusals named containers by pod uid although namespace and name were
+    recorded (the manager records them with --podresources-socket)."""
+    store = InMemoryStore()
+    first = Manager(StaticPolicy(machine(), {0: {"memory": GI}}), store, record_pod_names=record)
+    first.start()
+    res = {"cpu": parse_quantity("1"), "memory": parse_quantity("10Gi")}
+    first.allocate(Pod("u-7", "shop", "web", (), (Container("app", res, dict(res)),)), "app")
+    again = Manager(StaticPolicy(machine(8 * GI), {0: {"memory": GI}}), store)
+    with pytest.raises(StateMismatchError) as info:
+        again.start()
+    text = str(info.value)
+    if record:
+        assert "containers with blocks there: shop/web/app (pod u-7)" in text
+        assert "(pod: shop/web (u-7), container: app) the memory assignment does not fit" in text
+    else:
+        assert "containers with blocks there: u-7/app" in text
+        assert "(pod: u-7, container: app)" in text
+
+
 def test_off_is_the_kubelets_exact_comparison() -> None:
     manager = pinned(machine())
     restart(manager, machine(), drift.EXACT)  # unchanged: starts

@@ -121,7 +121,12 @@ def live(args: argparse.Namespace, client: NumamemClient) -> int:
         print_json(message_to_dict(resp))
         return EXIT_OK
     machine, assignments = state_from_proto(resp)
-    render(resp.policy_name, machine, assignments)
+    names = {
+        uid: (entry.namespace, entry.name)
+        for uid, entry in resp.entries.items()
+        if entry.namespace or entry.name
+    }
+    render(resp.policy_name, machine, assignments, names)
     return EXIT_OK
 
 
@@ -129,8 +134,12 @@ def render(
     policy: str,
     machine: Mapping[int, NUMANodeState | None],
     assignments: Mapping[str, Mapping[str, Sequence[Block]]],
+    names: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
-    """The per-NUMA table, then one line per block."""
+    """The per-NUMA table, then one line per block; pods as ``namespace/name (uid)`` where
+    their names were recorded."""
+    from numamem.memorymanager.drift import pod_label
+
     print(f"policy: {policy}")
     rows = []
     for node_id in sorted(machine):
@@ -170,7 +179,13 @@ def render(
         rows,
     )
     blocks = [
-        [pod, ctr, b.type, ",".join(map(str, b.numa_affinity or ())), human_bytes(b.size)]
+        [
+            pod_label(pod, names or {}),
+            ctr,
+            b.type,
+            ",".join(map(str, b.numa_affinity or ())),
+            human_bytes(b.size),
+        ]
         for pod in sorted(assignments)
         for ctr in sorted(assignments[pod])
         for b in assignments[pod][ctr]
@@ -214,8 +229,20 @@ def show(state_dir: Path, *, as_json: bool) -> int:
             json.loads(encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments))
         )
         return EXIT_OK
-    render(loaded.policy_name, loaded.machine_state, loaded.assignments)
+    render(loaded.policy_name, loaded.machine_state, loaded.assignments, _names(state_dir))
     return EXIT_OK
+
+
+def _names(state_dir: Path) -> dict[str, tuple[str, str]]:
+    """The pod names recorded beside the container map (none when the file is missing or
+    does not decode: ``state verify`` reports that)."""
+    from numamem.checkpoint.mmstore import CONTAINERS_FILE, decode_container_file
+    from numamem.errors import CheckpointError
+
+    try:
+        return dict(decode_container_file((state_dir / CONTAINERS_FILE).read_bytes())[1])
+    except (OSError, CheckpointError):
+        return {}
 
 
 def check_files(state_dir: Path) -> dict[str, Any] | int:
@@ -380,7 +407,7 @@ def run_diff(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     recomputed = policy.default_machine_state()
-    misfits = replay_strict(recomputed, loaded.assignments)
+    misfits = replay_strict(recomputed, loaded.assignments, _names(Path(cfg.state_dir)))
     differing = {
         (d.node, d.resource, d.field) for d in diff_states(loaded.machine_state, recomputed)
     }
