@@ -194,5 +194,5 @@ def test_every_numeric_flag_has_a_range_and_its_edges_are_accepted() -> None:
         step = 1 if f.kind == "int" else 0.01
         for outside in (low - step, high + step):
             text = str(int(outside)) if f.kind == "int" else repr(float(outside))
-            with pytest.raises(ConfigError, match="allowed: an? (integer|number) from"):
+            with pytest.raises(ConfigError, match=r"allowed: an? (integer|number) from"):
                 parse([f.name, text])
