@@ -1,5 +1,7 @@
 """Prometheus metrics on ``--metrics-port`` (TCP) or ``--metrics-socket`` (HTTP on a unix socket).
 
+Only ``/metrics`` is served; every other path is 404.
+
 State gauges are computed at scrape time from the committed (immutable) states,
 so operations pay nothing for them. Events are counted where they happen:
 RPCs (the interceptor's observer), admissions, checkpoint writes, collector
@@ -15,6 +17,7 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 | ``numamem_rpc_requests_total`` | method, code |
 | ``numamem_rpc_duration_seconds`` (histogram) | method, code |
 | ``numamem_checkpoint_write_duration_seconds`` (histogram), ``numamem_checkpoint_write_failures_total`` | file (``memory_manager_state``; ``sys_advisor_state.journal`` per commit, ``sys_advisor_state`` per snapshot) |
+| ``numamem_memory_drift_bytes`` | node, resource (at the last start: memory now minus stored) |
 | ``numamem_metacache_entries`` | kind (containers, pods, pools, regions) |
 | ``numamem_collector_sample_duration_seconds`` (histogram), ``numamem_collector_errors_total`` | |
 """
@@ -23,12 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import socketserver
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlparse
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
@@ -204,6 +210,38 @@ class _StateCollector(Collector):
             yield entries
 
 
+METRICS_PATH = "/metrics"
+
+
+def metrics_handler(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
+    """prometheus_client's handler for ``/metrics`` (query filters and gzip included); every
+    other path is 404. (prometheus_client answers every path with the metrics, so ``/`` and
+    ``/healthz`` looked like working health endpoints while saying nothing about health.)"""
+    base: type[BaseHTTPRequestHandler] = MetricsHandler.factory(registry)
+
+    class Handler(base):  # type: ignore[misc,valid-type]
+        def do_GET(self) -> None:
+            if urlparse(self.path).path != METRICS_PATH:
+                body = f"numamem serves {METRICS_PATH} only\n".encode()
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            super().do_GET()
+
+    return Handler
+
+
+class _TCPHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _TCP6HTTPServer(_TCPHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
@@ -271,26 +309,32 @@ class MetricsServer:
         self, metrics: Metrics, address: str, port: int | None, socket_path: str | None
     ) -> None:
         self._stops: list[Callable[[], None]] = []
+        handler = metrics_handler(metrics.registry)
         if port is not None:
+            server_class = _TCP6HTTPServer if ":" in address else _TCPHTTPServer
             try:
-                server, thread = start_http_server(port, addr=address, registry=metrics.registry)
+                server = server_class((address, port), handler)
             except OSError as err:
                 raise StartupError(
                     f"--metrics-address {address} --metrics-port {port}: cannot listen: "
                     f"{err.strerror}"
                 ) from err
+            tcp_thread = threading.Thread(
+                target=server.serve_forever, name="metrics-tcp", daemon=True
+            )
+            tcp_thread.start()
 
             def stop_tcp() -> None:
                 server.shutdown()
                 server.server_close()
-                thread.join(5)
+                tcp_thread.join(5)
 
             self._stops.append(stop_tcp)
         if socket_path is not None:
             prepare_socket_path(socket_path, "--metrics-socket")
             old = os.umask(0o117)
             try:
-                unix = _UnixHTTPServer(socket_path, MetricsHandler.factory(metrics.registry))
+                unix = _UnixHTTPServer(socket_path, handler)
             except OSError as err:
                 raise StartupError(
                     f"--metrics-socket {socket_path!r}: cannot listen: {err.strerror}"
