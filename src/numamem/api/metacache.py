@@ -19,7 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from numamem.api.validation import check_string
 from numamem.config.model import Config
 from numamem.cpuset import CPUSet
-from numamem.errors import InvalidArgumentError, NotFoundError, PersistenceError
+from numamem.errors import InvalidArgumentError, NotFoundError, PersistenceError, quote
 from numamem.logging import get_logger
 from numamem.metacache.cache import MetaCache, State
 from numamem.metacache.journal_store import JournalPersister
@@ -70,11 +70,12 @@ def container_from_proto(
 ) -> ContainerInfo:
     if msg.pod_uid and msg.pod_uid != pod_uid:
         raise InvalidArgumentError(
-            f"{field}.pod_uid: {msg.pod_uid!r} disagrees with pod_uid {pod_uid!r}"
+            f"{field}.pod_uid: {quote(msg.pod_uid)} disagrees with pod_uid {quote(pod_uid)}"
         )
     if msg.container_name and msg.container_name != name:
         raise InvalidArgumentError(
-            f"{field}.container_name: {msg.container_name!r} disagrees with container_name {name!r}"
+            f"{field}.container_name: {quote(msg.container_name)} disagrees with "
+            f"container_name {quote(name)}"
         )
     if msg.container_type not in CONTAINER_TYPES:
         raise InvalidArgumentError(f"{field}.container_type: unknown value {msg.container_type}")
@@ -137,7 +138,7 @@ def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
 def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info") -> PoolInfo:
     if msg.pool_name and msg.pool_name != name:
         raise InvalidArgumentError(
-            f"{field}.pool_name: {msg.pool_name!r} disagrees with pool_name {name!r}"
+            f"{field}.pool_name: {quote(msg.pool_name)} disagrees with pool_name {quote(name)}"
         )
     return PoolInfo(
         name,
@@ -164,7 +165,8 @@ def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
 def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "info") -> RegionInfo:
     if msg.region_name and msg.region_name != name:
         raise InvalidArgumentError(
-            f"{field}.region_name: {msg.region_name!r} disagrees with region_name {name!r}"
+            f"{field}.region_name: {quote(msg.region_name)} disagrees with "
+            f"region_name {quote(name)}"
         )
     try:
         numas = CPUSet.parse(msg.binding_numas)
@@ -173,7 +175,9 @@ def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "in
     knobs = {}
     for knob, item in msg.control_knob_map.items():
         if not math.isfinite(item.value):
-            raise InvalidArgumentError(f"{field}.control_knob_map[{knob!r}].value: must be finite")
+            raise InvalidArgumentError(
+                f"{field}.control_knob_map[{quote(knob)}].value: must be finite"
+            )
         knobs[knob] = ControlKnobItem(item.value, item.action)
     if not math.isfinite(msg.headroom):
         raise InvalidArgumentError(f"{field}.headroom: must be finite")
@@ -232,11 +236,12 @@ def mask_updater(
     for path in paths:
         if path not in CONTAINER_FIELDS:
             raise InvalidArgumentError(
-                f"{field}.update_mask: unknown path {path!r} (ContainerInfo fields: {', '.join(CONTAINER_FIELDS)})"
+                f"{field}.update_mask: unknown path {quote(path)} "
+                f"(ContainerInfo fields: {', '.join(CONTAINER_FIELDS)})"
             )
         if path in _KEY_FIELDS:
             raise InvalidArgumentError(
-                f"{field}.update_mask: {path!r} is the entry's key and cannot be updated"
+                f"{field}.update_mask: {quote(path)} is the entry's key and cannot be updated"
             )
 
     def apply(info: ContainerInfo) -> None:
@@ -262,7 +267,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.GetContainerEntriesResponse:
         entries = self.cache.get_container_entries(check_string(request.pod_uid, "pod_uid"))
         if entries is None:
-            raise NotFoundError(f"pod {request.pod_uid!r} is not in the metacache")
+            raise NotFoundError(f"pod {quote(request.pod_uid)} is not in the metacache")
         return metacache_pb2.GetContainerEntriesResponse(
             containers={name: container_to_proto(info) for name, info in entries.items()}
         )
@@ -273,7 +278,8 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
         info = self.cache.get_container_info(*_keys(request.pod_uid, request.container_name))
         if info is None:
             raise NotFoundError(
-                f"container {request.container_name!r} of pod {request.pod_uid!r} is not in the metacache"
+                f"container {quote(request.container_name)} of pod {quote(request.pod_uid)} "
+                "is not in the metacache"
             )
         return container_to_proto(info)
 
@@ -293,7 +299,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
         state = self.cache.state()
         if request.pod_uid:
             if request.pod_uid not in state.pods:
-                raise NotFoundError(f"pod {request.pod_uid!r} is not in the metacache")
+                raise NotFoundError(f"pod {quote(request.pod_uid)} is not in the metacache")
             pods = [request.pod_uid]
         else:
             pods = sorted(state.pods)
@@ -306,7 +312,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.PoolInfo:
         info = self.cache.get_pool_info(check_string(request.pool_name, "pool_name"))
         if info is None:
-            raise NotFoundError(f"pool {request.pool_name!r} is not in the metacache")
+            raise NotFoundError(f"pool {quote(request.pool_name)} is not in the metacache")
         return pool_to_proto(info)
 
     def GetPoolSize(
@@ -314,7 +320,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.GetPoolSizeResponse:
         size = self.cache.get_pool_size(check_string(request.pool_name, "pool_name"))
         if size is None:
-            raise NotFoundError(f"pool {request.pool_name!r} is not in the metacache")
+            raise NotFoundError(f"pool {quote(request.pool_name)} is not in the metacache")
         return metacache_pb2.GetPoolSizeResponse(size=size)
 
     def ListPools(
@@ -329,7 +335,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.RegionInfo:
         info = self.cache.get_region_info(check_string(request.region_name, "region_name"))
         if info is None:
-            raise NotFoundError(f"region {request.region_name!r} is not in the metacache")
+            raise NotFoundError(f"region {quote(request.region_name)} is not in the metacache")
         return region_to_proto(info)
 
     def ListRegions(
@@ -433,7 +439,9 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
         self, request: metacache_pb2.SetRegionEntriesRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.MetaWriteResponse:
         entries = {
-            check_string(name, "entries key"): region_from_proto(info, name, f"entries[{name!r}]")
+            check_string(name, "entries key"): region_from_proto(
+                info, name, f"entries[{quote(name)}]"
+            )
             for name, info in request.entries.items()
         }
         self.cache.set_region_entries(entries)

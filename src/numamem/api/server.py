@@ -58,7 +58,7 @@ from grpc_reflection.v1alpha import reflection
 
 from numamem.api.interceptors import Readiness, ServerInterceptor
 from numamem.config.model import Config
-from numamem.errors import StartupError
+from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.logging import get_logger
 
 _log = get_logger("server")
@@ -366,9 +366,13 @@ def check_dir(path: Path, what: str, allow_shared: bool) -> None:
     except FileNotFoundError:
         return
     except OSError as err:
-        raise StartupError(f"{what} {str(path)!r}: cannot stat: {err.strerror}") from err
+        raise StartupError(
+            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot stat: {err.strerror}"
+        ) from err
     if not stat.S_ISDIR(st.st_mode):
-        raise StartupError(f"{what} {str(path)!r}: exists and is not a directory")
+        raise StartupError(
+            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: exists and is not a directory"
+        )
     if allow_shared:
         return
     uid = os.geteuid()
@@ -381,7 +385,7 @@ def check_dir(path: Path, what: str, allow_shared: bool) -> None:
         problem = f"is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):04o})"
     if problem:
         raise StartupError(
-            f"{what} {str(path)!r} {problem}: another user could replace numamem's files; "
+            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)} {problem}: another user could replace numamem's files; "
             "fix its owner/mode or pass --allow-shared-dirs"
         )
 
@@ -402,7 +406,9 @@ def make_dirs(path: Path, mode: int, what: str) -> list[Path]:
             for made in reversed(created):
                 with contextlib.suppress(OSError):
                     made.rmdir()
-            raise StartupError(f"{what} {str(path)!r}: cannot create: {err.strerror}") from err
+            raise StartupError(
+                f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot create: {err.strerror}"
+            ) from err
         created.append(directory)
     return created
 
@@ -413,7 +419,9 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as err:
-        raise StartupError(f"lock file {str(path)!r}: cannot open: {err.strerror}") from err
+        raise StartupError(
+            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot open: {err.strerror}"
+        ) from err
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
@@ -426,10 +434,12 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
                 path.unlink()
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise StartupError(
-                f"another numamem{holder} is running on state dir {str(path.parent)!r} "
-                f"(lock {str(path)!r} is held); stop it or choose another --state-dir"
+                f"another numamem{holder} is running on state dir {quote(path.parent, limit=PATH_QUOTE_BYTES)} "
+                f"(lock {quote(path, limit=PATH_QUOTE_BYTES)} is held); stop it or choose another --state-dir"
             ) from err
-        raise StartupError(f"lock file {str(path)!r}: cannot lock: {err.strerror}") from err
+        raise StartupError(
+            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot lock: {err.strerror}"
+        ) from err
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd, created
@@ -441,7 +451,9 @@ def bind_unix_socket(server: grpc.Server, path: str, flag: str) -> None:
     try:
         server.add_insecure_port(f"unix://{path}")
     except RuntimeError as err:
-        raise StartupError(f"{flag} {path!r}: cannot bind the unix socket: {err}") from err
+        raise StartupError(
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {err}"
+        ) from err
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o660)
@@ -451,7 +463,7 @@ def check_socket_path(path: str, flag: str = "--socket") -> None:
     """Refuse a socket path longer than the kernel accepts (before anything is created)."""
     if len(path.encode()) > MAX_SOCKET_PATH:
         raise StartupError(
-            f"{flag} {path!r} is {len(path.encode())} bytes long; unix socket paths are limited "
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is {len(path.encode())} bytes long; unix socket paths are limited "
             f"to {MAX_SOCKET_PATH}: choose a shorter path"
         )
 
@@ -468,7 +480,7 @@ def prepare_socket_path(path: str, flag: str = "--socket") -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise StartupError(
-            f"{flag} {path!r} exists and is not a socket; numamem never deletes it: "
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} exists and is not a socket; numamem never deletes it: "
             f"remove it yourself or choose another {flag}"
         )
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -482,5 +494,5 @@ def prepare_socket_path(path: str, flag: str = "--socket") -> None:
     finally:
         probe.close()
     raise StartupError(
-        f"{flag} {path!r} is served by another live process; stop it or choose another {flag}"
+        f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is served by another live process; stop it or choose another {flag}"
     )

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from numamem.errors import DurabilityUnknownError, PersistenceError
+from numamem.errors import PATH_QUOTE_BYTES, DurabilityUnknownError, PersistenceError, quote
 
 FaultHook = Callable[[str, Path], None]
 """Called with (stage, target) before each stage; raise to simulate a failure."""
@@ -41,7 +41,7 @@ def _temp_name(path: Path) -> Path:
 def _fail(path: Path, err: OSError, doing: str) -> PersistenceError:
     name = errno.errorcode.get(err.errno or 0, "EIO")
     return PersistenceError(
-        f"cannot {doing} checkpoint {str(path)!r}: {err.strerror or err} ({name}); the change was not applied"
+        f"cannot {doing} checkpoint {quote(path, limit=PATH_QUOTE_BYTES)}: {err.strerror or err} ({name}); the change was not applied"
     )
 
 
@@ -79,7 +79,7 @@ def atomic_write(path: Path, data: bytes, *, faults: FaultHook | None = None) ->
     except OSError as err:
         name = errno.errorcode.get(err.errno or 0, "EIO")
         raise DurabilityUnknownError(
-            f"cannot sync the directory of checkpoint {str(path)!r}: {err.strerror or err} ({name}); "
+            f"cannot sync the directory of checkpoint {quote(path, limit=PATH_QUOTE_BYTES)}: {err.strerror or err} ({name}); "
             "the file holds the change, but whether it survives a power loss is unknown: the "
             "outcome is unknown, and numamem reports NOT_SERVING until a later write succeeds"
         ) from err

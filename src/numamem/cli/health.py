@@ -23,6 +23,7 @@ from numamem.cli.common import (
     report_rpc_error,
 )
 from numamem.client import NumamemClient
+from numamem.errors import quote
 
 
 def add_parser(sub: Any) -> None:
@@ -64,7 +65,7 @@ def _check(args: argparse.Namespace, client: NumamemClient) -> int:
         status = client.check_health(args.service)
     except grpc.RpcError as err:
         if err.code() == grpc.StatusCode.NOT_FOUND:
-            return fail(f"service {args.service!r} is not known to the daemon")
+            return fail(f"service {quote(args.service)} is not known to the daemon")
         raise
     name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
     print(name)

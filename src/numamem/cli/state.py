@@ -37,6 +37,7 @@ from numamem.cli.common import (
 from numamem.client import NumamemClient, state_from_proto
 from numamem.config.flags import add_serve_arguments
 from numamem.config.model import DEFAULT_STATE_DIR
+from numamem.errors import quote
 from numamem.memtypes import Block, NUMANodeState
 
 
@@ -205,7 +206,7 @@ def verify(state_dir: Path) -> int:
         return loaded
     print(
         f"{state_dir / STATE_FILE}: {loaded.format.upper()} checkpoint, checksum valid, "
-        f"policy {loaded.policy_name!r}, {len(loaded.machine_state)} NUMA nodes, "
+        f"policy {quote(loaded.policy_name)}, {len(loaded.machine_state)} NUMA nodes, "
         f"{sum(len(c) for c in loaded.assignments.values())} containers in {len(loaded.assignments)} pods"
     )
     if loaded.machine_state:
@@ -302,7 +303,7 @@ def run_diff(args: argparse.Namespace) -> int:
         return fail(str(err))
     policy = manager.policy
     if not hasattr(policy, "default_machine_state"):
-        return fail(f"policy {policy.name!r} keeps no machine state; nothing to compare")
+        return fail(f"policy {quote(policy.name)} keeps no machine state; nothing to compare")
     try:
         loaded = _load(Path(cfg.state_dir))
     except CheckpointError as err:

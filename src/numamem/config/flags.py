@@ -31,7 +31,7 @@ from numamem.config.syntax import (
     parse_reserved_memory,
     parse_reserved_resources,
 )
-from numamem.errors import ConfigError
+from numamem.errors import ConfigError, quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +405,7 @@ def _convert(f: Flag, raw: Any, where: str) -> Any:
     if f.kind == "float":
         return _non_negative_float(raw, where)
     if not isinstance(raw, str):
-        raise ConfigError(f"{where}: expected a string, got {raw!r}")
+        raise ConfigError(f"{where}: expected a string, got {quote(raw)}")
     if f.choices is not None and raw not in f.choices:
         raise ConfigError(f"{where}: {_choice_error(f, raw)}")
     if f.attr in (
@@ -435,7 +435,7 @@ def _choice_error(f: Flag, raw: str) -> str:
         return f'unknown policy: "{raw}" (expected one of {options})'
     if f.attr == "topology_manager_scope":
         return f'unknown scope: "{raw}" (expected one of {options})'
-    return f"{raw!r} is not one of {options}"
+    return f"{quote(raw)} is not one of {options}"
 
 
 def _ip_address(raw: Any, where: str) -> str:
@@ -447,7 +447,7 @@ def _ip_address(raw: Any, where: str) -> str:
         return str(ipaddress.ip_address(text))
     except ValueError:
         raise ConfigError(
-            f"{where}: {raw!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1, ::)"
+            f"{where}: {quote(raw)} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1, ::)"
         ) from None
 
 
@@ -457,7 +457,7 @@ def _positive_int(raw: Any, where: str, *, port: bool) -> int:
     except ValueError:
         value = None
     if value is None or value <= 0:
-        raise ConfigError(f"{where}: expected a positive integer, got {raw!r}")
+        raise ConfigError(f"{where}: expected a positive integer, got {quote(raw)}")
     if port and value > 65535:
         raise ConfigError(f"{where}: port {value} is out of range 1-65535")
     return value
@@ -469,7 +469,7 @@ def _non_negative_float(raw: Any, where: str) -> float:
     except (TypeError, ValueError):
         value = -1.0
     if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"{where}: expected a non-negative number of seconds, got {raw!r}")
+        raise ConfigError(f"{where}: expected a non-negative number of seconds, got {quote(raw)}")
     return value
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from numamem.errors import quote
 from numamem.memtypes import MEMORY, Block, ContainerRef, MachineState, NUMANodeState
 from numamem.quantity import format_bytes
 
@@ -96,7 +97,11 @@ class Verdict:
         lines = [KUBELET_MISMATCH, f"  {path} does not match this machine and configuration:"]
         for diff in self.differences:
             refs = self.affected.get(diff.node, [])
-            holders = ", ".join(f"{p}/{c}" for p, c in refs[:5]) if refs else "none"
+            holders = (
+                ", ".join(f"{quote(p, style='bare')}/{quote(c, style='bare')}" for p, c in refs[:5])
+                if refs
+                else "none"
+            )
             more = f" and {len(refs) - 5} more" if len(refs) > 5 else ""
             lines.append(f"  {diff.line()}; containers with blocks there: {holders}{more}")
         lines += [f"  {m}" for m in self.misfits]
@@ -175,7 +180,7 @@ def replay_strict(expected: MachineState, assignments: Assignments) -> list[str]
     misfits: list[str] = []
     for pod_uid in sorted(assignments):
         for container_name in sorted(assignments[pod_uid]):
-            who = f"(pod: {pod_uid}, container: {container_name})"
+            who = container_owner(pod_uid, container_name)
             for block in assignments[pod_uid][container_name]:
                 nodes = list(block.numa_affinity or ())
                 missing = [n for n in nodes if expected.get(n) is None]
@@ -342,3 +347,10 @@ def _delta(value: int) -> str:
 def _round_up_mib(value: int) -> int:
     mib = 1024 * 1024
     return max(-(-value // mib), 1) * mib
+
+
+def container_owner(pod_uid: str, container_name: str) -> str:
+    """The kubelet's ``(pod: %s, container: %s)`` of its state validation errors."""
+    return (
+        f"(pod: {quote(pod_uid, style='bare')}, container: {quote(container_name, style='bare')})"
+    )

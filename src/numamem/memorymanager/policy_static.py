@@ -53,6 +53,7 @@ from numamem.errors import (
     ReservedMemoryError,
     StateMismatchError,
     UnsupportedResourceError,
+    quote,
 )
 from numamem.logging import get_logger
 from numamem.memorymanager import drift
@@ -262,7 +263,7 @@ class StaticPolicy:
             if regenerate_hints(blocks, requested) is None:
                 stored = ", ".join(f"{b.type} {format_bytes(b.size)}" for b in blocks)
                 note = (
-                    f"container {owner!r} already holds {stored}, which does not match the request; "
+                    f"container {quote(owner)} already holds {stored}, which does not match the request; "
                     "no preference"
                 )
                 if container is None:
@@ -270,7 +271,9 @@ class StaticPolicy:
                 elif pod.is_regular_init_container(owner):
                     note += " (later containers reuse an init container's memory)"
             else:
-                note = f"container {owner!r} is already allocated; the hints repeat its affinity"
+                note = (
+                    f"container {quote(owner)} is already allocated; the hints repeat its affinity"
+                )
             return HintExplanation(dict(requested), note=note)
         space = self.hint_space(state.machine_view(), requested, state.get_reusable_memory(pod.uid))
         verdicts, omitted = mask_verdicts(space)
@@ -368,7 +371,7 @@ class StaticPolicy:
         for name in sorted(requested):
             if name not in known:
                 raise UnsupportedResourceError(
-                    f"[memorymanager] resource {name!r} is not available on this machine"
+                    f"[memorymanager] resource {quote(name)} is not available on this machine"
                 )
 
     def _check_types_on_nodes(
@@ -383,8 +386,8 @@ class StaticPolicy:
             for name in requested:
                 if name not in memory_map:
                     raise AllocationError(
-                        f"[memorymanager] NUMA node {node_id} has no {name}; it cannot be part of an "
-                        f"allocation of {name}"
+                        f"[memorymanager] NUMA node {node_id} has no {quote(name, style='bare')}; "
+                        f"it cannot be part of an allocation of {quote(name, style='bare')}"
                     )
 
     # --- init container reuse ---------------------------------------------

@@ -55,6 +55,7 @@ from numamem.errors import (
     LimitExceededError,
     NotFoundError,
     PersistenceError,
+    quote,
 )
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo
 
@@ -461,7 +462,7 @@ class MetaCache:
                 current = staged.get((pod_uid, name)) or w.pods.get(pod_uid, {}).get(name)
                 if current is None:
                     raise NotFoundError(
-                        f"container {name!r} of pod {pod_uid!r} is not in the metacache"
+                        f"container {quote(name)} of pod {quote(pod_uid)} is not in the metacache"
                     )
                 copy = current.clone()
                 apply(copy)

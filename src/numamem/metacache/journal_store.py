@@ -43,7 +43,13 @@ from numamem.checkpoint.filestore import (
     read_file,
     remove_stale_temps,
 )
-from numamem.errors import CheckpointError, DurabilityUnknownError, PersistenceError
+from numamem.errors import (
+    PATH_QUOTE_BYTES,
+    CheckpointError,
+    DurabilityUnknownError,
+    PersistenceError,
+    quote,
+)
 from numamem.logging import get_logger
 from numamem.metacache.cache import State
 from numamem.metacache.journal import JOURNAL_FILE, change_payload, frame, header, restore
@@ -115,7 +121,7 @@ class JournalPersister:
         except CheckpointError as err:
             if not discard_corrupt:
                 raise CheckpointError(
-                    f"could not restore the metacache from {str(self.path)!r}: {err}; move the "
+                    f"could not restore the metacache from {quote(self.path, limit=PATH_QUOTE_BYTES)}: {err}; move the "
                     "files away, or start with --metacache-discard-corrupt-state to set them "
                     "aside and start empty"
                 ) from err
@@ -232,7 +238,7 @@ class JournalPersister:
             self._poisoned = True
         name = errno.errorcode.get(err.errno or 0, "EIO")
         raise PersistenceError(
-            f"cannot append to the metacache journal {str(self.journal_path)!r}: "
+            f"cannot append to the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)}: "
             f"{err.strerror or err} ({name}); the change was not applied"
         ) from err
 
@@ -245,7 +251,7 @@ class JournalPersister:
                 self._directory_unknown = None
             except OSError as err:
                 self._directory_unknown = (
-                    f"cannot sync the directory of {str(self.journal_path)!r}: "
+                    f"cannot sync the directory of {quote(self.journal_path, limit=PATH_QUOTE_BYTES)}: "
                     f"{err.strerror or err}; whether the journal survives a power loss is unknown"
                 )
         for durability in self.durability_observers:
