@@ -65,18 +65,26 @@ def _amount(value: float, field: str) -> float:
     return value
 
 
+def _same_key(msg: object, key_field: str, key: str, field: str) -> None:
+    """The info's own ``key_field``, when given, must be the request's key (every MetaWriter
+    RPC that takes an info and its key)."""
+    given = getattr(msg, key_field)
+    if given and given != key:
+        raise InvalidArgumentError(
+            f"{field}.{key_field}: {quote(given)} disagrees with {key_field} {quote(key)}"
+        )
+
+
+def _missing(what: str) -> NotFoundError:
+    """NOT_FOUND for ``what`` (already quoted: ``pod 'p1'``)."""
+    return NotFoundError(f"{what} is not in the metacache")
+
+
 def container_from_proto(
     msg: metacache_pb2.ContainerInfo, pod_uid: str, name: str, field: str = "info"
 ) -> ContainerInfo:
-    if msg.pod_uid and msg.pod_uid != pod_uid:
-        raise InvalidArgumentError(
-            f"{field}.pod_uid: {quote(msg.pod_uid)} disagrees with pod_uid {quote(pod_uid)}"
-        )
-    if msg.container_name and msg.container_name != name:
-        raise InvalidArgumentError(
-            f"{field}.container_name: {quote(msg.container_name)} disagrees with "
-            f"container_name {quote(name)}"
-        )
+    _same_key(msg, "pod_uid", pod_uid, field)
+    _same_key(msg, "container_name", name, field)
     if msg.container_type not in CONTAINER_TYPES:
         raise InvalidArgumentError(f"{field}.container_type: unknown value {msg.container_type}")
     return ContainerInfo(
@@ -136,10 +144,7 @@ def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
 
 
 def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info") -> PoolInfo:
-    if msg.pool_name and msg.pool_name != name:
-        raise InvalidArgumentError(
-            f"{field}.pool_name: {quote(msg.pool_name)} disagrees with pool_name {quote(name)}"
-        )
+    _same_key(msg, "pool_name", name, field)
     return PoolInfo(
         name,
         _cpusets(dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"),
@@ -163,11 +168,7 @@ def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
 
 
 def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "info") -> RegionInfo:
-    if msg.region_name and msg.region_name != name:
-        raise InvalidArgumentError(
-            f"{field}.region_name: {quote(msg.region_name)} disagrees with "
-            f"region_name {quote(name)}"
-        )
+    _same_key(msg, "region_name", name, field)
     try:
         numas = CPUSet.parse(msg.binding_numas)
     except InvalidArgumentError as err:
@@ -267,7 +268,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.GetContainerEntriesResponse:
         entries = self.cache.get_container_entries(check_string(request.pod_uid, "pod_uid"))
         if entries is None:
-            raise NotFoundError(f"pod {quote(request.pod_uid)} is not in the metacache")
+            raise _missing(f"pod {quote(request.pod_uid)}")
         return metacache_pb2.GetContainerEntriesResponse(
             containers={name: container_to_proto(info) for name, info in entries.items()}
         )
@@ -277,9 +278,8 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.ContainerInfo:
         info = self.cache.get_container_info(*_keys(request.pod_uid, request.container_name))
         if info is None:
-            raise NotFoundError(
-                f"container {quote(request.container_name)} of pod {quote(request.pod_uid)} "
-                "is not in the metacache"
+            raise _missing(
+                f"container {quote(request.container_name)} of pod {quote(request.pod_uid)}"
             )
         return container_to_proto(info)
 
@@ -299,7 +299,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
         state = self.cache.state()
         if request.pod_uid:
             if request.pod_uid not in state.pods:
-                raise NotFoundError(f"pod {quote(request.pod_uid)} is not in the metacache")
+                raise _missing(f"pod {quote(request.pod_uid)}")
             pods = [request.pod_uid]
         else:
             pods = sorted(state.pods)
@@ -312,7 +312,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.PoolInfo:
         info = self.cache.get_pool_info(check_string(request.pool_name, "pool_name"))
         if info is None:
-            raise NotFoundError(f"pool {quote(request.pool_name)} is not in the metacache")
+            raise _missing(f"pool {quote(request.pool_name)}")
         return pool_to_proto(info)
 
     def GetPoolSize(
@@ -320,7 +320,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.GetPoolSizeResponse:
         size = self.cache.get_pool_size(check_string(request.pool_name, "pool_name"))
         if size is None:
-            raise NotFoundError(f"pool {quote(request.pool_name)} is not in the metacache")
+            raise _missing(f"pool {quote(request.pool_name)}")
         return metacache_pb2.GetPoolSizeResponse(size=size)
 
     def ListPools(
@@ -335,7 +335,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.RegionInfo:
         info = self.cache.get_region_info(check_string(request.region_name, "region_name"))
         if info is None:
-            raise NotFoundError(f"region {quote(request.region_name)} is not in the metacache")
+            raise _missing(f"region {quote(request.region_name)}")
         return region_to_proto(info)
 
     def ListRegions(
