@@ -70,10 +70,14 @@ docs: $(STAMP)
 
 SOAK_SECONDS ?= 600
 SOAK_EXAMPLES ?= 3000
-# The crash harness, then the differential tests against kubelet's exponential
-# algorithms with SOAK_EXAMPLES examples each (make test runs 150-300).
+SOAK_FUZZ_REQUESTS ?= 100000
+SOAK_FUZZ_SEED ?=
+# The crash harness, the fuzzer with SOAK_FUZZ_REQUESTS requests (a new seed unless
+# SOAK_FUZZ_SEED; make test sends 4000), then the differential tests against kubelet's
+# exponential algorithms with SOAK_EXAMPLES examples each (make test runs 150-300).
 soak: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $(SOAK_SECONDS)
+	$(BIN)/python -m tests.fuzz --requests $(SOAK_FUZZ_REQUESTS) $(if $(SOAK_FUZZ_SEED),--seed $(SOAK_FUZZ_SEED),)
 	NUMAMEM_DIFFERENTIAL_EXAMPLES=$(SOAK_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_differential.py
 
 clean:
