@@ -11,6 +11,7 @@ shortens the value, and (on the main socket) an intact ErrorInfo.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 import grpc
@@ -180,11 +181,13 @@ SHORT = 600
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
-    campaign = Campaign(short_tmpdir("er"), seed=0)
+    root = short_tmpdir("er")
+    campaign = Campaign(root, seed=0)
     campaign.start()
     assert campaign.client is not None
     yield campaign.client
     campaign.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.parametrize(

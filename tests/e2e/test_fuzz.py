@@ -114,6 +114,9 @@ def test_a_bounded_campaign_finds_nothing(short_root: Path) -> None:
         # The model check is not vacuous either: a write the daemon never saw is noticed.
         assert campaign.client is not None
         campaign.model.pools.add("never-written")
-        assert any("pools differ" in p for p in campaign.model.problems(campaign.client))
+        campaign.model.mm_must_hold[("never-admitted", "app")] = []
+        problems = campaign.model.problems(campaign.client)
+        assert any("pools differ" in p for p in problems)
+        assert any("lost 'never-admitted'/'app'" in p for p in problems)
     finally:
         campaign.stop()

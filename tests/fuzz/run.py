@@ -34,6 +34,7 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2
 from grpc_status import rpc_status
 
+from numamem.api.podresources import TokenBucket
 from numamem.api.status import DOMAIN, REASONS
 from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
 from numamem.testing.daemon import DaemonProcess
@@ -116,23 +117,6 @@ class Outcome:
     seconds: float = 0.0
 
 
-class TokenBucket:
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = rate, burst
-        self.tokens = float(burst)
-        self.at = time.monotonic()
-
-    def take(self) -> None:
-        while True:
-            now = time.monotonic()
-            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-            self.at = now
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            time.sleep((1 - self.tokens) / self.rate)
-
-
 class Client:
     """Default-settings channels to both sockets; calls any RPC of the catalogue by path."""
 
@@ -141,7 +125,7 @@ class Client:
             MAIN: grpc.insecure_channel(f"unix://{main_socket}"),
             PODRESOURCES: grpc.insecure_channel(f"unix://{podresources_socket}"),
         }
-        self.bucket = TokenBucket(PODRESOURCES_QPS, 5)
+        self.bucket = TokenBucket(PODRESOURCES_QPS, 5)  # the daemon's own bucket, client-side
 
     def close(self) -> None:
         for channel in self.channels.values():
@@ -149,7 +133,8 @@ class Client:
 
     def call(self, rpc: Rpc, request: Message) -> Outcome:
         if rpc.socket == PODRESOURCES:
-            self.bucket.take()
+            while not self.bucket.allow():
+                time.sleep(1 / PODRESOURCES_QPS)
         channel = self.channels[rpc.socket]
         start = time.perf_counter()
         try:
@@ -236,31 +221,75 @@ def _error_info_problems(outcome: Outcome) -> list[str]:
 
 @dataclass
 class Model:
-    """What acknowledged writes left: metacache keys exactly, memory manager pods as a bound.
+    """What acknowledged writes left: metacache keys exactly, memory manager pods bounded
+    from both sides.
 
     ``mm_may_hold``: pods an acknowledged Allocate or Admit gave memory and no
     acknowledged ReleasePod or SyncActivePods took away; the daemon's state holds
-    no other pod. ``pods``/``pools``/``regions``: the metacache's keys exactly.
+    no other pod. ``mm_must_hold``: containers an acknowledged Allocate or Admit
+    pinned (with those blocks) that no later request can have released: any
+    request naming the pod (its spec may drop the container: stale state), a
+    SyncActivePods, a RemoveContainer that found an id not known to belong to
+    another container forget them. ``pods``/``pools``/``regions``: the metacache's
+    keys exactly.
     """
 
     mm_may_hold: set[str] = field(default_factory=set)
+    mm_must_hold: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    """(pod uid, container) -> blocks (None for an init container: later containers reuse
+    its memory, so its blocks shrink)."""
+    mm_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
     pods: dict[str, set[str]] = field(default_factory=dict)
     pools: set[str] = field(default_factory=set)
     regions: set[str] = field(default_factory=set)
 
     def apply(self, rpc: Rpc, request: Any, outcome: Outcome) -> list[str]:
-        """Record an acknowledged write; returns what its answer contradicts in the model."""
-        if outcome.code != grpc.StatusCode.OK or not rpc.writes:
-            return []
+        """Record a request and its answer; returns what the answer contradicts in the model."""
         name = rpc.method.name
+        ok = outcome.code == grpc.StatusCode.OK
         if rpc.method.containing_service.name == "MemoryManager":
-            self._apply_memory_manager(name, request, outcome.responses[0])
+            self._forget_memory_manager(name, request, outcome)
+            if ok and rpc.writes:
+                self._apply_memory_manager(name, request, outcome.responses[0])
+            return []
+        if not ok or not rpc.writes:
             return []
         return self._apply_metacache(name, request, outcome.responses[0])
+
+    def _forget_memory_manager(self, name: str, request: Any, outcome: Outcome) -> None:
+        """Drop from ``mm_must_hold`` what this request may have released, whatever its answer."""
+        uids = set()
+        if name == "SyncActivePods":
+            self.mm_must_hold.clear()
+        elif name == "ReleasePod":
+            uids.add(request.pod_uid)
+        elif name == "RemoveContainer":
+            found = outcome.code == grpc.StatusCode.OK and outcome.responses[0].found
+            ref = self.mm_ids.get(request.container_id)
+            if found and ref is None:
+                self.mm_must_hold.clear()
+            elif ref is not None:
+                self.mm_must_hold.pop(ref, None)
+        elif request.DESCRIPTOR.fields_by_name.get("pod") is not None:
+            uids.add(request.pod.uid)
+        for key in [k for k in self.mm_must_hold if k[0] in uids]:
+            del self.mm_must_hold[key]
 
     def _apply_memory_manager(self, name: str, request: Any, response: Any) -> None:
         if name == "Allocate" or (name == "Admit" and response.admitted):
             self.mm_may_hold.add(request.pod.uid)
+            inits = {c.name for c in request.pod.init_containers}
+            pinned = (
+                [(request.container_name, list(response.blocks))]
+                if name == "Allocate"
+                else [(c.container_name, list(c.blocks)) for c in response.containers]
+            )
+            for ctr, blocks in pinned:
+                if blocks:
+                    key = (request.pod.uid, ctr)
+                    self.mm_must_hold[key] = None if ctr in inits else blocks  # type: ignore[assignment]
+        elif name == "AddContainer":
+            self.mm_ids[request.container_id] = (request.pod.uid, request.container_name)
         elif name == "ReleasePod":
             self.mm_may_hold.discard(request.pod_uid)
         elif name == "SyncActivePods":
@@ -312,6 +341,12 @@ class Model:
         extra = sorted(set(state.entries) - self.mm_may_hold)
         if extra:
             out.append(f"memory manager pods {extra[:5]} hold memory no acknowledged write left")
+        for (uid, ctr), blocks in sorted(self.mm_must_hold.items()):
+            held = state.entries[uid].containers[ctr].blocks if uid in state.entries else None
+            if uid not in state.entries or ctr not in state.entries[uid].containers:
+                out.append(f"memory manager lost {uid!r}/{ctr!r}, pinned by an acknowledged write")
+            elif blocks is not None and list(held or []) != blocks:
+                out.append(f"memory manager holds other blocks for {uid!r}/{ctr!r}: {held}")
         listed: dict[str, set[str]] = {}
         for info in client.ok("/numamem.v1.MetaReader/ListContainers", mc.ListContainersRequest()):
             listed.setdefault(info.pod_uid, set()).add(info.container_name)
