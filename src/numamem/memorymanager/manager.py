@@ -18,8 +18,8 @@ Readers never wait for a writer's disk write. Committed states are never
 mutated; every reader takes the current one (the last acknowledged change)
 without the lock: GetState, GetMemory, GetMemoryNUMANodes and
 GetAllocatableMemory, and also hints and Explain, which compute on that state
-(the Static policy keeps no state of its own; its init-container reuse table
-is part of the state). Consistency: a reader sees every change acknowledged
+(the Static policy keeps no state of its own; its init-container reuse is
+derived from the stored blocks). Consistency: a reader sees every change acknowledged
 before it started, and no change not yet durable.
 
 Stale state (``removeStaleState``) is removed only after the sources are

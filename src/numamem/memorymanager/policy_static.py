@@ -35,7 +35,12 @@ and states the kubelet itself handles):
   :class:`~numamem.errors.UnsupportedResourceError`;
 * negative requests are refused instead of wrapped to huge uint64 values;
 * quirk 2 is fixed: a single-node affinity on a node that belongs to a
-  multi-NUMA group is a violation, so groups stay disjoint.
+  multi-NUMA group is a violation, so groups stay disjoint;
+* the memory a container reuses from init containers is what their stored
+  blocks are charged (:func:`~numamem.memorymanager.reuse.reusable_memory`), not
+  a table of the last pod allocated kept in memory: the same in the kubelet's
+  order, and reserved memory equals the blocks in any order of Allocate calls
+  and across restarts (:mod:`~numamem.memorymanager.reuse`).
 
 Pod-scope hints regenerate from the first container that has blocks using the
 *pod's* request, as the released upstream code does (descriptions of the
@@ -78,7 +83,7 @@ from numamem.memorymanager.requests import (
     pod_requested_resources,
 )
 from numamem.memorymanager.reserved import SystemReservedMemory
-from numamem.memorymanager.reuse import update_init_container_blocks, update_reusable
+from numamem.memorymanager.reuse import reusable_memory, update_init_container_blocks
 from numamem.memorymanager.state import State, StateReader
 from numamem.memtypes import MEMORY, Block, MachineState, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
@@ -210,7 +215,7 @@ class StaticPolicy:
         if blocks is not None:
             return regenerate_hints(blocks, requested)
         return self.calculate_hints(
-            state.machine_view(), requested, state.get_reusable_memory(pod.uid)
+            state.machine_view(), requested, reusable_memory(state, pod, container)
         )
 
     def calculate_hints(
@@ -275,7 +280,9 @@ class StaticPolicy:
                     f"container {quote(owner)} is already allocated; the hints repeat its affinity"
                 )
             return HintExplanation(dict(requested), note=note)
-        space = self.hint_space(state.machine_view(), requested, state.get_reusable_memory(pod.uid))
+        space = self.hint_space(
+            state.machine_view(), requested, reusable_memory(state, pod, container)
+        )
         verdicts, omitted = mask_verdicts(space)
         minimum = space.min_affinity_size
         return HintExplanation(
@@ -299,15 +306,13 @@ class StaticPolicy:
     ) -> None:
         if pod_qos(pod) != GUARANTEED:
             return
-        existing = state.get_memory_blocks(pod.uid, container.name)
-        if existing is not None:
-            update_reusable(state, pod, container, existing)
+        if state.get_memory_blocks(pod.uid, container.name) is not None:
             return
         requested = container_requested_resources(container)
         if not requested:
             return
         machine_state = state.machine_view()
-        reuse_table = state.get_reusable_memory(pod.uid)
+        reuse_table = reusable_memory(state, pod, container)
         self._check_types_exist(machine_state, requested)
         space = self.hint_space(machine_state, requested, reuse_table)
         best = affinity
@@ -357,7 +362,6 @@ class StaticPolicy:
             blocks.append(Block(tuple(bits), name, size))
             to_reserve = max(size - reuse.get(name, 0), 0)
             update_machine_state(changed, bits, name, to_reserve)
-        update_reusable(state, pod, container, blocks)
         state.adopt_machine_state(changed)
         state.set_memory_blocks(pod.uid, container.name, blocks)
         update_init_container_blocks(state, pod, container, blocks)
@@ -389,8 +393,6 @@ class StaticPolicy:
                         f"[memorymanager] NUMA node {node_id} has no {quote(name, style='bare')}; "
                         f"it cannot be part of an allocation of {quote(name, style='bare')}"
                     )
-
-    # --- init container reuse ---------------------------------------------
 
     # --- remove ------------------------------------------------------------
 
