@@ -8,11 +8,14 @@ with ``--podresources-socket``, over channels with gRPC's default settings.
 
 Each reply must be a real answer: never INTERNAL, UNKNOWN, UNAVAILABLE or
 DEADLINE_EXCEEDED; an error's message at most ``errors.MAX_MESSAGE_BYTES`` and
-never cut by the last line of defence; a ``numamem.v1`` error carries its
+never cut by the last line of defence, its trailers under :data:`TRAILER_BYTES`; a
+``numamem.v1`` error carries its
 ``google.rpc.Status`` with a numamem ErrorInfo that agrees with the status (the
 client received the trailers intact). Every :attr:`Campaign.check_every`
 requests: the daemon runs, health is SERVING, RSS stays below :data:`RSS_LIMIT`,
-and the state equals the :class:`Model` of the acknowledged writes. A restart
+the memory manager's state keeps its invariants
+(:mod:`numamem.memorymanager.invariants`), and the state equals the
+:class:`Model` of the acknowledged writes. A restart
 (SIGKILL and SIGTERM in turn) must bring back exactly the state before it.
 """
 
@@ -34,9 +37,11 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2
 from grpc_status import rpc_status
 
+from numamem.api.convert import state_from_proto
 from numamem.api.podresources import TokenBucket
 from numamem.api.status import DOMAIN, REASONS
 from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
+from numamem.memorymanager.invariants import violations
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
@@ -55,6 +60,9 @@ TIMEOUT_S = 30.0
 PODRESOURCES_QPS = 80.0
 """The client keeps below the podresources socket's rate limit (the kubelet's 100/s, burst 10)."""
 RATE_LIMITED = "rejected by rate limit"
+TRAILER_BYTES = 5 * 1024
+"""An error's trailers stay below this (numamem.errors.MAX_MESSAGE_BYTES says why), well under
+the 8 KiB soft limit of a client with default settings."""
 BAD_CODES = frozenset(
     {
         grpc.StatusCode.INTERNAL,
@@ -169,6 +177,17 @@ class Client:
         return outcome.responses
 
 
+def trailer_bytes(outcome: Outcome) -> int:
+    """The size of an error's trailers on the wire: ``grpc-status``, the percent-encoded
+    ``grpc-message`` and the other trailers (``-bin`` ones base64-encoded)."""
+    message = sum(1 if 0x20 <= b <= 0x7E and b != 0x25 else 3 for b in outcome.details.encode())
+    size = len("grpc-status") + 2 + len("grpc-message") + message
+    trailers = outcome.error.trailing_metadata() if outcome.error is not None else None
+    for key, value in trailers or ():
+        size += len(key) + (-(-len(value) // 3) * 4 if key.endswith("-bin") else len(value))
+    return size
+
+
 def reply_problems(rpc: Rpc, request: Message, outcome: Outcome) -> list[str]:
     """What is wrong with the reply to ``request`` (nothing for a real answer)."""
     code, details = outcome.code, outcome.details
@@ -184,6 +203,9 @@ def reply_problems(rpc: Rpc, request: Message, outcome: Outcome) -> list[str]:
         problems.append("the message was cut by api/status: its source quotes without quote()")
     if "metadata" in details and "exceeds" in details:
         problems.append(f"the client rejected the trailers: {details[:300]!r}")
+    wire = trailer_bytes(outcome)
+    if wire > TRAILER_BYTES:
+        problems.append(f"trailers of {wire} bytes on the wire (the bound is {TRAILER_BYTES})")
     oversized = (
         code == grpc.StatusCode.RESOURCE_EXHAUSTED
         and request.ByteSize() > MAX_MESSAGE
@@ -338,6 +360,7 @@ class Model:
         """Where the daemon's state differs from the model."""
         out = []
         (state,) = client.ok("/numamem.v1.MemoryManager/GetState", mm.GetStateRequest())
+        out += [f"memory manager state: {v}" for v in violations(*state_from_proto(state))[:5]]
         extra = sorted(set(state.entries) - self.mm_may_hold)
         if extra:
             out.append(f"memory manager pods {extra[:5]} hold memory no acknowledged write left")
@@ -504,7 +527,8 @@ class Campaign:
             periodic = self.restart_every and n % self.restart_every == 0 and n < len(indices)
             if periodic and not self.restart(index):
                 return
-        if self.check(last):
+        checked = len(indices) % self.check_every == 0  # the loop's last check was just now
+        if checked or self.check(last):
             self.restart(last)
 
     def _enough(self) -> bool:
