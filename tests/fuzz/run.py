@@ -54,7 +54,7 @@ from tests.fuzz.seeds import SEEDS
 
 RSS_LIMIT = 200 * 2**20
 """The daemon's resident memory stays below this however long the campaign (10^5 requests
-reach about 95 MiB)."""
+reach 93-100 MiB)."""
 MAX_MESSAGE = 4 * 2**20
 """--max-message-bytes (the default): bigger requests are grpc's own RESOURCE_EXHAUSTED."""
 TIMEOUT_S = 30.0
