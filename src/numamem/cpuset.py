@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from numamem.errors import InvalidArgumentError
+from numamem.errors import InvalidArgumentError, quote
 
 __all__ = ["CPUSet", "format_cpulist", "parse_cpulist"]
 
 MAX_CPU_ID = 1 << 20  # far above any real machine; bounds memory for hostile input
+_MAX_DIGITS = 32
+"""Digits an id may have (leading zeros included) before it is refused unread: ``int()``
+refuses more than 4300 digits with a ValueError, and no id that long fits anyway."""
 
 
 class CPUSet:
@@ -65,13 +68,19 @@ def parse_cpulist(text: str) -> list[int]:
         token = raw.strip()
         first, sep, last = token.partition("-")
         if not _is_uint(first) or (sep and not _is_uint(last)):
-            raise InvalidArgumentError(f"invalid cpulist {text!r}: bad element {token!r}")
+            raise InvalidArgumentError(f"invalid cpulist {quote(text)}: bad element {quote(token)}")
+        if max(len(first), len(last)) > _MAX_DIGITS:
+            raise InvalidArgumentError(
+                f"invalid cpulist {quote(text)}: {quote(token)} exceeds {MAX_CPU_ID}"
+            )
         lo = int(first)
         hi = int(last) if sep else lo
         if hi < lo:
-            raise InvalidArgumentError(f"invalid cpulist {text!r}: range {token!r} is reversed")
+            raise InvalidArgumentError(
+                f"invalid cpulist {quote(text)}: range {quote(token)} is reversed"
+            )
         if hi > MAX_CPU_ID:
-            raise InvalidArgumentError(f"invalid cpulist {text!r}: {hi} exceeds {MAX_CPU_ID}")
+            raise InvalidArgumentError(f"invalid cpulist {quote(text)}: {hi} exceeds {MAX_CPU_ID}")
         result.update(range(lo, hi + 1))
     return sorted(result)
 

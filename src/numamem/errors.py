@@ -8,9 +8,109 @@ Messages name the field and the bad value and, where an operator has to act,
 what to do. Upstream (kubelet, katalyst) texts are kept verbatim where clients
 or operators match on them; the message is then the upstream text, optionally
 followed by context after a colon.
+
+Every value a message quotes (and every request value a log line carries) goes
+through :func:`quote`, which escapes control characters and keeps at most
+:data:`QUOTE_BYTES` of it; so no message exceeds :data:`MAX_MESSAGE_BYTES`,
+which :mod:`numamem.api.status` enforces once more on the way out.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Literal
+
+QUOTE_BYTES = 96
+"""A quoted value keeps at most this many bytes (UTF-8, after escaping) of the value."""
+
+PATH_QUOTE_BYTES = 512
+"""The limit for the operator's own file and socket paths: a real path is never shortened."""
+
+MAX_MESSAGE_BYTES = 1024
+"""The most UTF-8 bytes of any status message numamem sends.
+
+On the wire the message travels twice in the trailers: percent-encoded in
+``grpc-message`` (at most 3 bytes per byte: 3 KiB) and base64-encoded inside the
+``google.rpc.Status`` of ``grpc-status-details-bin`` (about 1.4 KiB with the
+ErrorInfo), so an error's trailers stay under 5 KiB, well under the 8 KiB soft
+and 16 KiB hard limits of a client with gRPC's default settings. The source of a
+message keeps it short by quoting with :func:`quote`; :func:`cut_message` is the
+last line of defence.
+"""
+
+CUT_MARK = " ... (message cut)"
+"""What :func:`cut_message` appends: a message that carries it quoted a value without
+:func:`quote` (a defect to fix where the message is made)."""
+
+QuoteStyle = Literal["python", "go", "bare"]
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_GO_NAMED = {**_NAMED, "\a": "\\a", "\b": "\\b", "\f": "\\f", "\v": "\\v"}
+
+
+def quote(value: object, *, style: QuoteStyle = "python", limit: int = QUOTE_BYTES) -> str:
+    """``value`` quoted for a message or a log line: a string (or a path) in ``style``,
+    anything else as its ``repr()`` (``42``, ``None``, ``{'a': 1}``), escaped and bounded alike.
+
+    * ``python``: as ``repr()`` of a string (``'pod-1'``), for numamem's own messages;
+    * ``go``: as Go's ``%q`` (``"pod-1"``), for upstream texts and field paths with keys
+      (``requests["memory"]``);
+    * ``bare``: the escaped text without quotes, for upstream texts that print a value
+      with ``%s`` and for log fields.
+
+    Backslashes, the quote mark and every non-printable character are escaped
+    (``\\n``, ``\\x00``, ``\\u200b``). A value whose escaped form has more than ``limit``
+    UTF-8 bytes is shortened to a prefix of at most ``limit`` bytes, an ellipsis and
+    its length in characters: ``'aaaa'... (65536 characters)``; a quoted value is
+    therefore at most ``limit`` + 40 bytes. Pure; costs O(``limit``) however long the
+    value. A short printable string without backslashes quotes exactly as ``repr()``
+    (``python``) or as itself (``bare``).
+    """
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        value, style = repr(value), "bare"
+    text = value
+    head = text[: limit + 1]  # every character escapes to at least one byte
+    if style == "python":
+        mark = '"' if "'" in head and '"' not in head else "'"
+    else:
+        mark = '"' if style == "go" else ""
+    named = _GO_NAMED if style == "go" else _NAMED
+    pieces: list[str] = []
+    used = 0
+    for ch in head:
+        piece = _escape(ch, mark, named)
+        used += len(piece.encode())
+        if used > limit:
+            return f"{mark}{''.join(pieces)}{mark}... ({len(text)} characters)"
+        pieces.append(piece)
+    return f"{mark}{''.join(pieces)}{mark}"
+
+
+def _escape(ch: str, mark: str, named: dict[str, str]) -> str:
+    if ch in ("\\", mark):
+        return "\\" + ch
+    if ch.isprintable():
+        return ch
+    if ch in named:
+        return named[ch]
+    n = ord(ch)
+    if n < 0x100:
+        return f"\\x{n:02x}"
+    if n < 0x10000:
+        return f"\\u{n:04x}"
+    return f"\\U{n:08x}"
+
+
+def cut_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """``message`` if it has at most ``limit`` UTF-8 bytes, else its longest prefix that
+    fits with :data:`CUT_MARK` appended (cut at a character boundary). Pure."""
+    encoded = message.encode()
+    if len(encoded) <= limit:
+        return message
+    head = encoded[: limit - len(CUT_MARK)].decode(errors="ignore")
+    return head + CUT_MARK
 
 
 class NumamemError(Exception):

@@ -30,12 +30,15 @@ import functools
 from dataclasses import dataclass
 from fractions import Fraction
 
-from numamem.errors import QuantityError
+from numamem.errors import QuantityError, quote
 
 __all__ = ["Format", "Quantity", "parse_quantity"]
 
 _MAX_INT64 = (1 << 63) - 1
 _MAX_EXPONENT = 10000
+_MAX_DIGITS = 1000
+"""Digits a quantity's number or exponent may have: far beyond any real quantity, and below
+the 4300 digits ``int()`` refuses with a ValueError."""
 _NANO = 10**9
 
 _DECIMAL_SUFFIXES: dict[str, int] = {
@@ -141,6 +144,8 @@ def _parse(text: str) -> Quantity:
     if text == "0":
         return Quantity(Fraction(0), Format.DECIMAL_SI)
     positive, num, denom, suffix = _split(text)
+    if len(num) + len(denom) > _MAX_DIGITS or len(suffix) > _MAX_DIGITS:
+        raise QuantityError(f"quantity has more than {_MAX_DIGITS} digits: got {quote(text)}")
     base, exponent, fmt = _interpret_suffix(suffix)
     magnitude = Fraction(int(num + denom), 10 ** len(denom)) if (num + denom) else Fraction(0)
     if base == 10:
@@ -188,7 +193,7 @@ def _split(text: str) -> tuple[bool, str, str, str]:
     while pos < end and text[pos].isdigit() and text[pos].isascii():
         pos += 1
     if pos < end:
-        raise QuantityError(f"{_FORMAT_ERROR}: got {text!r}")
+        raise QuantityError(f"{_FORMAT_ERROR}: got {quote(text)}")
     return positive, num, denom, text[suffix_start:]
 
 
@@ -207,7 +212,7 @@ def _interpret_suffix(suffix: str) -> tuple[int, int, Format]:
                     f"quantity exponent {exponent} is out of range (at most ±{_MAX_EXPONENT})"
                 )
             return 10, exponent, Format.DECIMAL_EXPONENT
-    raise QuantityError(f"unable to parse quantity's suffix: {suffix!r}")
+    raise QuantityError(f"unable to parse quantity's suffix: {quote(suffix)}")
 
 
 def _remove_factors(value: int, base: int) -> tuple[int, int]:

@@ -156,6 +156,48 @@ def test_init_container_reuse_examples(
     assert violations(state.get_machine_state(), state.get_memory_assignments()) == []
 
 
+def _restarted(m: Manager, store: InMemoryStore, machine: Machine) -> Manager:
+    """A manager that restores ``store`` with drift tolerance off, as the kubelet validates."""
+    again = Manager(
+        StaticPolicy(machine, {0: {"memory": 512 * MI}}), store, new_policy("none", machine)[0]
+    )
+    again.start()
+    return again
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ("a/init", "b/c0", "a/c0"),  # another pod between the init and the app container
+        ("a/init", "a/c0", "a/c0", "a/c1"),  # an app container allocated twice
+        ("a/c0", "a/init", "a/c1"),  # the init container after an app container
+        ("a/init", "restart", "a/c0"),  # a restart between the init and the app container
+    ],
+)
+def test_reuse_keeps_reserved_memory_equal_to_the_blocks(order: tuple[str, ...]) -> None:
+    """Found by the fuzzer (issue 31): the kubelet's reuse table tracks one pod and lives in
+    memory, so any order but one pod's containers in spec order, once each, without a restart,
+    reserved more than the blocks say (or less); a restart then refused, or re-baselined."""
+    machine = Machine((NUMANode(0, 16 * GI, ()),))
+    m, store = manager(machine, policy="none")
+    pods = {
+        "a": Pod(
+            "a", init_containers=(ctr("init", 2 * GI),), containers=(ctr("c0", GI), ctr("c1", GI))
+        ),
+        "b": Pod("b", containers=(ctr("c0", GI),)),
+    }
+    for step in order:
+        if step == "restart":
+            m = _restarted(m, store, machine)
+            continue
+        uid, name = step.split("/")
+        m.allocate(pods[uid], name)
+    state = m.reader()
+    assert violations(state.get_machine_state(), state.get_memory_assignments()) == []
+    again = _restarted(m, store, machine).reader()
+    assert machine_states_equal(again.get_machine_state(), state.get_machine_state())
+
+
 def test_add_container_frees_earlier_regular_init_containers() -> None:
     machine = Machine((NUMANode(0, 16 * GI, (HugePagePool(1048576, 8, 8),)),))
     m, _ = manager(machine, policy="none")

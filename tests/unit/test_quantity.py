@@ -91,6 +91,14 @@ def test_malformed_quantities_are_errors_not_zero(text: str) -> None:
         parse_quantity(text)
 
 
+@pytest.mark.parametrize("text", ["1" * 5000, "0." + "1" * 5000, "1e" + "1" * 5000])
+def test_thousands_of_digits_are_a_quantity_error(text: str) -> None:
+    """int() refuses more than 4300 digits with a ValueError: a traceback at start-up before."""
+    with pytest.raises(QuantityError) as info:
+        parse_quantity(text)
+    assert len(str(info.value)) < 300
+
+
 def test_formats() -> None:
     assert parse_quantity("1Gi").format is Format.BINARY_SI
     assert parse_quantity("1G").format is Format.DECIMAL_SI

@@ -170,10 +170,21 @@ def test_cpulist(text: str, ids: list[int], canonical: str) -> None:
     assert len(CPUSet.parse(text)) == len(ids)
 
 
-@pytest.mark.parametrize("text", ["a", "1-", "-1", "1-2-3", "1,,2", "1 2", "0x1", "1.5", "３"])
+@pytest.mark.parametrize(
+    "text",
+    ["a", "1-", "-1", "1-2-3", "1,,2", "1 2", "0x1", "1.5", "３", "1" * 5000, "0-" + "9" * 5000],
+)
 def test_malformed_cpulists_are_errors(text: str) -> None:
     with pytest.raises(InvalidArgumentError):
         parse_cpulist(text)
+
+
+def test_a_huge_cpu_id_is_refused_with_a_short_message() -> None:
+    """More than 4300 digits made int() raise ValueError (INTERNAL over gRPC)."""
+    with pytest.raises(InvalidArgumentError) as info:
+        parse_cpulist("0," + "1" * 65536)
+    assert "exceeds" in str(info.value)
+    assert len(str(info.value)) < 400
 
 
 @given(st.sets(st.integers(min_value=0, max_value=300)))

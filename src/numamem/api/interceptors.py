@@ -36,7 +36,7 @@ import grpc
 import structlog
 
 from numamem.api import status
-from numamem.errors import NumamemError
+from numamem.errors import NumamemError, cut_message, quote
 from numamem.logging import get_logger
 
 _log = get_logger("rpc")
@@ -125,7 +125,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
         request_id = ""
         for key, value in details.invocation_metadata or ():
             if key == REQUEST_ID_KEY:
-                request_id = str(value)[:128]
+                request_id = quote(str(value), style="bare", limit=128)
                 break
         if not request_id:
             request_id = uuid.uuid4().hex[:16]
@@ -273,7 +273,7 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
         try:
             return deserializer(data)
         except Exception as err:  # noqa: BLE001 - protobuf raises DecodeError and friends
-            return _Undecodable(f"{type(err).__name__}: {err}"[:200])
+            return _Undecodable(quote(f"{type(err).__name__}: {err}", style="bare", limit=200))
 
     return deserialize
 
@@ -292,7 +292,7 @@ def _abort_unexpected(err: Exception, context: grpc.ServicerContext, request_id:
         # set_code(UNIMPLEMENTED) + NotImplementedError: keep that status.
         details = cast(Any, context).details()
         text = details.decode() if isinstance(details, bytes) else (details or "")
-        context.abort(code, text)
+        context.abort(code, cut_message(text))
     _log.error("unexpected error in handler", request_id=request_id, exc_info=err)
     _abort(
         context,

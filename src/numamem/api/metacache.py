@@ -20,7 +20,7 @@ from numamem.api.validation import check_string
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.config.model import Config
 from numamem.cpuset import CPUSet
-from numamem.errors import InvalidArgumentError, NotFoundError
+from numamem.errors import InvalidArgumentError, NotFoundError, quote
 from numamem.logging import get_logger
 from numamem.metacache.cache import MetaCache, State
 from numamem.metacache.journal_store import JournalPersister
@@ -66,17 +66,26 @@ def _amount(value: float, field: str) -> float:
     return value
 
 
+def _same_key(msg: object, key_field: str, key: str, field: str) -> None:
+    """The info's own ``key_field``, when given, must be the request's key (every MetaWriter
+    RPC that takes an info and its key)."""
+    given = getattr(msg, key_field)
+    if given and given != key:
+        raise InvalidArgumentError(
+            f"{field}.{key_field}: {quote(given)} disagrees with {key_field} {quote(key)}"
+        )
+
+
+def _missing(what: str) -> NotFoundError:
+    """NOT_FOUND for ``what`` (already quoted: ``pod 'p1'``)."""
+    return NotFoundError(f"{what} is not in the metacache")
+
+
 def container_from_proto(
     msg: metacache_pb2.ContainerInfo, pod_uid: str, name: str, field: str = "info"
 ) -> ContainerInfo:
-    if msg.pod_uid and msg.pod_uid != pod_uid:
-        raise InvalidArgumentError(
-            f"{field}.pod_uid: {msg.pod_uid!r} disagrees with pod_uid {pod_uid!r}"
-        )
-    if msg.container_name and msg.container_name != name:
-        raise InvalidArgumentError(
-            f"{field}.container_name: {msg.container_name!r} disagrees with container_name {name!r}"
-        )
+    _same_key(msg, "pod_uid", pod_uid, field)
+    _same_key(msg, "container_name", name, field)
     if msg.container_type not in CONTAINER_TYPES:
         raise InvalidArgumentError(f"{field}.container_type: unknown value {msg.container_type}")
     return ContainerInfo(
@@ -136,10 +145,7 @@ def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
 
 
 def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info") -> PoolInfo:
-    if msg.pool_name and msg.pool_name != name:
-        raise InvalidArgumentError(
-            f"{field}.pool_name: {msg.pool_name!r} disagrees with pool_name {name!r}"
-        )
+    _same_key(msg, "pool_name", name, field)
     return PoolInfo(
         name,
         _cpusets(dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"),
@@ -163,10 +169,7 @@ def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
 
 
 def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "info") -> RegionInfo:
-    if msg.region_name and msg.region_name != name:
-        raise InvalidArgumentError(
-            f"{field}.region_name: {msg.region_name!r} disagrees with region_name {name!r}"
-        )
+    _same_key(msg, "region_name", name, field)
     try:
         numas = CPUSet.parse(msg.binding_numas)
     except InvalidArgumentError as err:
@@ -174,7 +177,9 @@ def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "in
     knobs = {}
     for knob, item in msg.control_knob_map.items():
         if not math.isfinite(item.value):
-            raise InvalidArgumentError(f"{field}.control_knob_map[{knob!r}].value: must be finite")
+            raise InvalidArgumentError(
+                f"{field}.control_knob_map[{quote(knob)}].value: must be finite"
+            )
         knobs[knob] = ControlKnobItem(item.value, item.action)
     if not math.isfinite(msg.headroom):
         raise InvalidArgumentError(f"{field}.headroom: must be finite")
@@ -233,11 +238,12 @@ def mask_updater(
     for path in paths:
         if path not in CONTAINER_FIELDS:
             raise InvalidArgumentError(
-                f"{field}.update_mask: unknown path {path!r} (ContainerInfo fields: {', '.join(CONTAINER_FIELDS)})"
+                f"{field}.update_mask: unknown path {quote(path)} "
+                f"(ContainerInfo fields: {', '.join(CONTAINER_FIELDS)})"
             )
         if path in _KEY_FIELDS:
             raise InvalidArgumentError(
-                f"{field}.update_mask: {path!r} is the entry's key and cannot be updated"
+                f"{field}.update_mask: {quote(path)} is the entry's key and cannot be updated"
             )
 
     def apply(info: ContainerInfo) -> None:
@@ -263,7 +269,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.GetContainerEntriesResponse:
         entries = self.cache.get_container_entries(check_string(request.pod_uid, "pod_uid"))
         if entries is None:
-            raise NotFoundError(f"pod {request.pod_uid!r} is not in the metacache")
+            raise _missing(f"pod {quote(request.pod_uid)}")
         return metacache_pb2.GetContainerEntriesResponse(
             containers={name: container_to_proto(info) for name, info in entries.items()}
         )
@@ -273,8 +279,8 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.ContainerInfo:
         info = self.cache.get_container_info(*_keys(request.pod_uid, request.container_name))
         if info is None:
-            raise NotFoundError(
-                f"container {request.container_name!r} of pod {request.pod_uid!r} is not in the metacache"
+            raise _missing(
+                f"container {quote(request.container_name)} of pod {quote(request.pod_uid)}"
             )
         return container_to_proto(info)
 
@@ -294,7 +300,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
         state = self.cache.state()
         if request.pod_uid:
             if request.pod_uid not in state.pods:
-                raise NotFoundError(f"pod {request.pod_uid!r} is not in the metacache")
+                raise _missing(f"pod {quote(request.pod_uid)}")
             pods = [request.pod_uid]
         else:
             pods = sorted(state.pods)
@@ -307,7 +313,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.PoolInfo:
         info = self.cache.get_pool_info(check_string(request.pool_name, "pool_name"))
         if info is None:
-            raise NotFoundError(f"pool {request.pool_name!r} is not in the metacache")
+            raise _missing(f"pool {quote(request.pool_name)}")
         return pool_to_proto(info)
 
     def GetPoolSize(
@@ -315,7 +321,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.GetPoolSizeResponse:
         size = self.cache.get_pool_size(check_string(request.pool_name, "pool_name"))
         if size is None:
-            raise NotFoundError(f"pool {request.pool_name!r} is not in the metacache")
+            raise _missing(f"pool {quote(request.pool_name)}")
         return metacache_pb2.GetPoolSizeResponse(size=size)
 
     def ListPools(
@@ -330,7 +336,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.RegionInfo:
         info = self.cache.get_region_info(check_string(request.region_name, "region_name"))
         if info is None:
-            raise NotFoundError(f"region {request.region_name!r} is not in the metacache")
+            raise _missing(f"region {quote(request.region_name)}")
         return region_to_proto(info)
 
     def ListRegions(
@@ -434,7 +440,9 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
         self, request: metacache_pb2.SetRegionEntriesRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.MetaWriteResponse:
         entries = {
-            check_string(name, "entries key"): region_from_proto(info, name, f"entries[{name!r}]")
+            check_string(name, "entries key"): region_from_proto(
+                info, name, f"entries[{quote(name)}]"
+            )
             for name, info in request.entries.items()
         }
         self.cache.set_region_entries(entries)

@@ -40,7 +40,7 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
 from numamem.api.server import prepare_socket_path
-from numamem.errors import StartupError
+from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.memorymanager.manager import Manager
 from numamem.metacache.cache import MetaCache
 
@@ -337,7 +337,7 @@ class MetricsServer:
                 unix = _UnixHTTPServer(socket_path, handler)
             except OSError as err:
                 raise StartupError(
-                    f"--metrics-socket {socket_path!r}: cannot listen: {err.strerror}"
+                    f"--metrics-socket {quote(socket_path, limit=PATH_QUOTE_BYTES)}: cannot listen: {err.strerror}"
                 ) from err
             finally:
                 os.umask(old)

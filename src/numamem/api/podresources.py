@@ -61,6 +61,7 @@ from numamem.api.server import (
     make_dirs,
     prepare_socket_path,
 )
+from numamem.errors import quote
 from numamem.logging import get_logger
 from numamem.memorymanager.manager import Committed, Manager
 from numamem.memorymanager.state import StateView
@@ -308,7 +309,8 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
         if own is None:
             context.abort(
                 grpc.StatusCode.NOT_FOUND,
-                f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+                f"pod {quote(request.pod_name, style='bare')} in namespace "
+                f"{quote(request.pod_namespace, style='bare')} not found",
             )
         return pr.GetPodResourcesResponse(pod_resources=own)
 

@@ -64,7 +64,7 @@ from grpc_reflection.v1alpha import reflection
 from numamem.api.interceptors import Readiness, ServerInterceptor
 from numamem.api.sdnotify import Notifier
 from numamem.config.model import Config
-from numamem.errors import StartupError
+from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.logging import get_logger
 
 _log = get_logger("server")
@@ -412,9 +412,13 @@ def check_dir(path: Path, what: str, allow_shared: bool) -> None:
     except FileNotFoundError:
         return
     except OSError as err:
-        raise StartupError(f"{what} {str(path)!r}: cannot stat: {err.strerror}") from err
+        raise StartupError(
+            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot stat: {err.strerror}"
+        ) from err
     if not stat.S_ISDIR(st.st_mode):
-        raise StartupError(f"{what} {str(path)!r}: exists and is not a directory")
+        raise StartupError(
+            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: exists and is not a directory"
+        )
     if allow_shared:
         return
     uid = os.geteuid()
@@ -427,7 +431,7 @@ def check_dir(path: Path, what: str, allow_shared: bool) -> None:
         problem = f"is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):04o})"
     if problem:
         raise StartupError(
-            f"{what} {str(path)!r} {problem}: another user could replace numamem's files; "
+            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)} {problem}: another user could replace numamem's files; "
             "fix its owner/mode or pass --allow-shared-dirs"
         )
 
@@ -448,7 +452,9 @@ def make_dirs(path: Path, mode: int, what: str) -> list[Path]:
             for made in reversed(created):
                 with contextlib.suppress(OSError):
                     made.rmdir()
-            raise StartupError(f"{what} {str(path)!r}: cannot create: {err.strerror}") from err
+            raise StartupError(
+                f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot create: {err.strerror}"
+            ) from err
         created.append(directory)
     return created
 
@@ -462,7 +468,9 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as err:
-        raise StartupError(f"lock file {str(path)!r}: cannot open: {err.strerror}") from err
+        raise StartupError(
+            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot open: {err.strerror}"
+        ) from err
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
@@ -478,10 +486,12 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
                 path.unlink()
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise StartupError(
-                f"another numamem{holder} is running on state dir {str(path.parent)!r} "
-                f"(lock {str(path)!r} is held); stop it or choose another --state-dir"
+                f"another numamem{holder} is running on state dir {quote(path.parent, limit=PATH_QUOTE_BYTES)} "
+                f"(lock {quote(path, limit=PATH_QUOTE_BYTES)} is held); stop it or choose another --state-dir"
             ) from err
-        raise StartupError(f"lock file {str(path)!r}: cannot lock: {err.strerror}") from err
+        raise StartupError(
+            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot lock: {err.strerror}"
+        ) from err
     return fd, created
 
 
@@ -522,7 +532,7 @@ def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -
     """The refusal for a socket that cannot be bound: the kernel's reason, the directory and
     who this process is when the directory is not writable; grpcio's text otherwise."""
     if probe is None or probe.errno is None:
-        return f"{flag} {path!r}: cannot bind the unix socket: {grpc_error}"
+        return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {grpc_error}"
     directory = os.path.dirname(path) or "."
     reason = (probe.strerror or str(probe)).lower()
     if probe.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -536,18 +546,18 @@ def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -
             st = os.stat(directory)
             owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
         return (
-            f"{flag} {path!r}: cannot bind the unix socket: {reason}: {user} cannot create "
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}: {user} cannot create "
             f"files in {directory}{owner}; run numamem as a user who can, give that user write "
             f"access to the directory, or choose another {flag}"
         )
-    return f"{flag} {path!r}: cannot bind the unix socket: {reason}"
+    return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}"
 
 
 def check_socket_path(path: str, flag: str = "--socket") -> None:
     """Refuse a socket path longer than the kernel accepts (before anything is created)."""
     if len(path.encode()) > MAX_SOCKET_PATH:
         raise StartupError(
-            f"{flag} {path!r} is {len(path.encode())} bytes long; unix socket paths are limited "
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is {len(path.encode())} bytes long; unix socket paths are limited "
             f"to {MAX_SOCKET_PATH}: choose a shorter path"
         )
 
@@ -564,7 +574,7 @@ def prepare_socket_path(path: str, flag: str = "--socket") -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise StartupError(
-            f"{flag} {path!r} exists and is not a socket; numamem never deletes it: "
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} exists and is not a socket; numamem never deletes it: "
             f"remove it yourself or choose another {flag}"
         )
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -578,5 +588,5 @@ def prepare_socket_path(path: str, flag: str = "--socket") -> None:
     finally:
         probe.close()
     raise StartupError(
-        f"{flag} {path!r} is served by another live process; stop it or choose another {flag}"
+        f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is served by another live process; stop it or choose another {flag}"
     )

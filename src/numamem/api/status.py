@@ -9,6 +9,11 @@ Every error status carries a ``google.rpc.ErrorInfo`` detail (in the
 ``grpc-status-details-bin`` trailer, grpcio-status) with ``domain``
 :data:`DOMAIN` and a stable ``reason``, so that clients need not match message
 texts: :data:`REASONS` lists them; ``numamem.client.error_reason`` reads one.
+
+Every message leaves here at most :data:`numamem.errors.MAX_MESSAGE_BYTES` long
+(:func:`numamem.errors.cut_message`), so a client with gRPC's default metadata
+limits always receives the real status; the messages are kept short where they
+are made (:func:`numamem.errors.quote`), the cut is the last line of defence.
 """
 
 from __future__ import annotations
@@ -76,15 +81,18 @@ REASONS: dict[str, str] = {
 
 
 def to_status(err: errors.NumamemError) -> tuple[grpc.StatusCode, str, str]:
-    """The status code, message and ErrorInfo reason for a numamem error."""
+    """The status code, message (cut to the bound) and ErrorInfo reason for a numamem error."""
+    message = errors.cut_message(str(err))
     for cls, code, reason in _MAPPING:
         if isinstance(err, cls):
-            return code, str(err), reason
-    return grpc.StatusCode.INTERNAL, str(err), INTERNAL
+            return code, message, reason
+    return grpc.StatusCode.INTERNAL, message, INTERNAL
 
 
 def status_with_reason(code: grpc.StatusCode, message: str, reason: str) -> grpc.Status:
-    """A status for ``context.abort_with_status`` carrying an ErrorInfo with ``reason``."""
+    """A status for ``context.abort_with_status`` carrying an ErrorInfo with ``reason``;
+    ``message`` is cut to the bound."""
+    message = errors.cut_message(message)
     detail = any_pb2.Any()
     detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN))
     result: grpc.Status = rpc_status.to_status(

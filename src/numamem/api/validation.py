@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from numamem.config.model import Limits
-from numamem.errors import InvalidArgumentError, LimitExceededError, QuantityError
+from numamem.errors import InvalidArgumentError, LimitExceededError, QuantityError, quote
 from numamem.memtypes import is_memory_resource
 from numamem.pod import (
     GUARANTEED,
@@ -56,19 +56,21 @@ def _quantities(values: Mapping[str, str], field: str) -> dict[str, Quantity]:
         raise InvalidArgumentError(f"{field}: more than {MAX_RESOURCES} resources ({len(values)})")
     result = {}
     for name, text in sorted(values.items()):
-        where = f'{field}["{name}"]'
+        where = f"{field}[{quote(name, style='go')}]"
         check_string(name, f"{field} resource name")
         if len(text) > MAX_QUANTITY:
             raise InvalidArgumentError(f"{where}: quantity longer than {MAX_QUANTITY} characters")
         try:
             q = parse_quantity(text)
         except QuantityError as err:
-            raise InvalidArgumentError(f"{where}: {text!r} is not a valid quantity: {err}") from err
+            raise InvalidArgumentError(
+                f"{where}: {quote(text)} is not a valid quantity: {err}"
+            ) from err
         if q.value < 0:
-            raise InvalidArgumentError(f"{where}: must not be negative, got {text!r}")
+            raise InvalidArgumentError(f"{where}: must not be negative, got {quote(text)}")
         if is_memory_resource(name) and (q.value.denominator != 1 or q.value >= 1 << 63):
             raise InvalidArgumentError(
-                f"{where}: {text!r} is not a whole number of bytes below 2^63"
+                f"{where}: {quote(text)} is not a whole number of bytes below 2^63"
             )
         result[name] = q
     return result
@@ -81,7 +83,8 @@ def _container(msg: memorymanager_pb2.Container, field: str, *, init: bool) -> C
     limits = _quantities(msg.limits, f"{field}.limits")
     if msg.restart_policy and msg.restart_policy != RESTART_ALWAYS:
         raise InvalidArgumentError(
-            f'{field}.restart_policy: {msg.restart_policy!r} is not supported; only "Always" (a sidecar) or empty'
+            f"{field}.restart_policy: {quote(msg.restart_policy)} is not supported; "
+            'only "Always" (a sidecar) or empty'
         )
     if msg.restart_policy and not init:
         raise InvalidArgumentError(f"{field}.restart_policy: only init containers may set it")
@@ -89,7 +92,8 @@ def _container(msg: memorymanager_pb2.Container, field: str, *, init: bool) -> C
         lim = limits.get(res_name)
         if lim is not None and req.value > lim.value:
             raise InvalidArgumentError(
-                f'{field}.requests["{res_name}"]: {req} must be less than or equal to the limit {lim}'
+                f"{field}.requests[{quote(res_name, style='go')}]: {req} must be less than or "
+                f"equal to the limit {lim}"
             )
     return with_defaulted_requests(Container(name, requests, limits, msg.restart_policy))
 
@@ -104,13 +108,15 @@ def _check_hugepages(container: Container, field: str, known: Sequence[str]) -> 
         if res_name.startswith("hugepages-") and res_name not in known:
             sizes = ", ".join(known) or "none"
             raise InvalidArgumentError(
-                f"{field}: {res_name} is not a hugepage size of this machine (it has: {sizes})"
+                f"{field}: {quote(res_name, style='bare')} is not a hugepage size of this "
+                f"machine (it has: {sizes})"
             )
     for res_name, req in container.requests.items():
         lim = container.limits.get(res_name)
         if res_name.startswith("hugepages-") and lim is not None and req.value != lim.value:
             raise InvalidArgumentError(
-                f'{field}.requests["{res_name}"]: hugepage requests must equal limits ({req} != {lim})'
+                f"{field}.requests[{quote(res_name, style='go')}]: hugepage requests must equal "
+                f"limits ({req} != {lim})"
             )
 
 
@@ -138,7 +144,7 @@ def pod_from_proto(
         raise InvalidArgumentError(f"{field}.containers: a pod needs at least one container")
     if msg.qos_class and msg.qos_class not in QOS_CLASSES:
         raise InvalidArgumentError(
-            f"{field}.qos_class: {msg.qos_class!r} is not one of {', '.join(QOS_CLASSES)}"
+            f"{field}.qos_class: {quote(msg.qos_class)} is not one of {', '.join(QOS_CLASSES)}"
         )
     named = [
         *(
@@ -156,14 +162,14 @@ def pod_from_proto(
     seen: set[str] = set()
     for _, c in named:
         if c.name in seen:
-            raise InvalidArgumentError(f"{field}: duplicate container name {c.name!r}")
+            raise InvalidArgumentError(f"{field}: duplicate container name {quote(c.name)}")
         seen.add(c.name)
     inits = tuple(c for _, c in named[: len(msg.init_containers)])
     apps = tuple(c for _, c in named[len(msg.init_containers) :])
     computed = compute_pod_qos(Pod(uid, init_containers=inits, containers=apps))
     if msg.qos_class and msg.qos_class != computed:
         raise InvalidArgumentError(
-            f"{field}.qos_class: {msg.qos_class!r} contradicts the requests and limits, which make "
+            f"{field}.qos_class: {quote(msg.qos_class)} contradicts the requests and limits, which make "
             f"the pod {computed}; leave qos_class empty or send the pod's status.qosClass"
         )
     if computed == GUARANTEED:
@@ -175,7 +181,9 @@ def pod_from_proto(
 def container_in_pod(pod: Pod, name: str, field: str = "container_name") -> str:
     check_string(name, field)
     if pod.container(name) is None:
-        raise InvalidArgumentError(f"{field}: {name!r} is not a container of pod {pod.uid!r}")
+        raise InvalidArgumentError(
+            f"{field}: {quote(name)} is not a container of pod {quote(pod.uid)}"
+        )
     return name
 
 
@@ -220,7 +228,7 @@ def other_providers_from_proto(
         for ctr in sorted(msg.containers):
             container_in_pod(pod, ctr, f"{where}.containers")
             containers[ctr] = _resource_hints(
-                msg.containers[ctr], machine, f"{where}.containers[{ctr!r}]"
+                msg.containers[ctr], machine, f"{where}.containers[{quote(ctr)}]"
             )
         pod_hints = (
             _resource_hints(msg.pod, machine, f"{where}.pod") if msg.HasField("pod") else None
@@ -238,7 +246,7 @@ def _resource_hints(
         )
     out: dict[str, list[TopologyHint] | None] = {}
     for resource in sorted(msg.resources):
-        where = f"{field}.resources[{resource!r}]"
+        where = f"{field}.resources[{quote(resource)}]"
         check_string(resource, f"{field}.resources key")
         hints = msg.resources[resource]
         if len(hints.hints) > MAX_HINTS_PER_RESOURCE:

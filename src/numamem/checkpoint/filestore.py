@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from numamem.checkpoint.fs import REAL, FileSystem
-from numamem.errors import DurabilityUnknownError, PersistenceError
+from numamem.errors import PATH_QUOTE_BYTES, DurabilityUnknownError, PersistenceError, quote
 from numamem.logging import get_logger
 
 _log = get_logger("checkpoint")
@@ -50,12 +50,13 @@ def error_text(err: BaseException) -> str:
     """An OS error as ``strerror (ENAME)``; any other exception as ``repr``."""
     if isinstance(err, OSError):
         return f"{err.strerror or err} ({errno.errorcode.get(err.errno or 0, 'EIO')})"
-    return f"unexpected {err!r}"
+    return f"unexpected {quote(repr(err), style='bare')}"
 
 
 def _fail(path: Path, err: BaseException, doing: str) -> PersistenceError:
     return PersistenceError(
-        f"cannot {doing} checkpoint {str(path)!r}: {error_text(err)}; the change was not applied"
+        f"cannot {doing} checkpoint {quote(path, limit=PATH_QUOTE_BYTES)}: {error_text(err)}; "
+        "the change was not applied"
     )
 
 
@@ -129,7 +130,7 @@ def atomic_write_all(
             hook("dirsync", path)
         fsync_dir(files[0][0].parent, fs)
     except Exception as err:
-        named = ", ".join(repr(str(path)) for path, _ in files)
+        named = ", ".join(quote(path, limit=PATH_QUOTE_BYTES) for path, _ in files)
         raise DurabilityUnknownError(
             f"cannot sync the directory of checkpoint {named}: {error_text(err)}; "
             "the file holds the change, but whether it survives a power loss is unknown: the "

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from numamem.errors import CheckpointError
+from numamem.errors import CheckpointError, quote
 
 _UINT64_MAX = (1 << 64) - 1
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -115,7 +115,7 @@ def _syntax_message(err: json.JSONDecodeError) -> str:
     if not rest.strip() or err.msg.startswith("Unterminated string"):
         return "unexpected end of JSON input"
     ch = rest.lstrip()[0]
-    return f"invalid character {ch!r} at offset {err.pos}: {err.msg}"
+    return f"invalid character {quote(ch)} at offset {err.pos}: {err.msg}"
 
 
 def _kind(value: Any) -> str:

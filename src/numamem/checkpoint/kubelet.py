@@ -39,7 +39,7 @@ from numamem.checkpoint.gospew import (
     render_node,
     sorted_keys,
 )
-from numamem.errors import CheckpointError, CorruptCheckpointError
+from numamem.errors import CheckpointError, CorruptCheckpointError, quote
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
 
 MachineStateRaw = dict[int, NUMANodeState | None] | None
@@ -388,7 +388,7 @@ def _loaded(cp: Checkpoint, fmt: str) -> Loaded:
         for name, table in ((node.memory_map if node else None) or {}).items():
             if table is None:
                 raise CheckpointError(
-                    f"machine state of NUMA node {node_id}: memory table {name!r} is null"
+                    f"machine state of NUMA node {node_id}: memory table {quote(name)} is null"
                 )
     assignments = {
         pod: {c: tuple(b or ()) for c, b in (ctrs or {}).items()}

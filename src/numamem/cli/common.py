@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 from numamem.cli import UsageError
 from numamem.client import NumamemClient
 from numamem.config.model import DEFAULT_SOCKET
+from numamem.errors import quote
 from numamem.quantity import format_bytes
 
 EXIT_OK = 0
@@ -68,7 +69,7 @@ def timeout_seconds(text: str) -> float:
         value = float("nan")
     if not 0 < value <= MAX_TIMEOUT_S:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected seconds, more than 0 and at most {MAX_TIMEOUT_S:g}"
+            f"{quote(text)}: expected seconds, more than 0 and at most {MAX_TIMEOUT_S:g}"
         )
     return value
 

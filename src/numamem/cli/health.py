@@ -24,6 +24,7 @@ from numamem.cli.common import (
     report_rpc_error,
 )
 from numamem.client import NumamemClient
+from numamem.errors import quote
 
 
 def add_parser(sub: Any) -> None:
@@ -60,7 +61,7 @@ def host_port(text: str) -> str:
         host, port = "", ""
     if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected HOST:PORT with a port from 1 to 65535 (e.g. 127.0.0.1:9440, "
+            f"{quote(text)}: expected HOST:PORT with a port from 1 to 65535 (e.g. 127.0.0.1:9440, "
             "[::1]:9440): the --health-port of the daemon"
         )
     return text
@@ -81,7 +82,7 @@ def _check(args: argparse.Namespace, client: NumamemClient) -> int:
         status = client.check_health(args.service)
     except grpc.RpcError as err:
         if err.code() == grpc.StatusCode.NOT_FOUND:
-            return fail(f"service {args.service!r} is not known to the daemon")
+            return fail(f"service {quote(args.service)} is not known to the daemon")
         raise
     name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
     if args.json:

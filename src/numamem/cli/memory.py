@@ -23,6 +23,7 @@ from numamem.cli.common import (
 )
 from numamem.cli.podfile import PodFileError, load_pod, load_pods
 from numamem.client import NumamemClient
+from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2
 
 
@@ -128,7 +129,7 @@ def run_hints(args: argparse.Namespace, client: NumamemClient) -> int:
         if args.container:
             if args.container not in names:
                 return fail(
-                    f"--container {args.container!r} is not in the pod (containers: {', '.join(names)})"
+                    f"--container {quote(args.container)} is not in the pod (containers: {', '.join(names)})"
                 )
             names = [args.container]
         answers = {name: client.get_topology_hints(pod, name) for name in names}
@@ -215,9 +216,9 @@ def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
             print(f"released {name}")
         for name in unknown:
             what = (
-                f"pod {name!r} holds no memory"
+                f"pod {quote(name)} holds no memory"
                 if args.pod
-                else f"container id {name!r} is not known"
+                else f"container id {quote(name)} is not known"
             )
             print(f"numamem: {what}; nothing released", file=sys.stderr)
     return EXIT_FAILED if unknown else EXIT_OK

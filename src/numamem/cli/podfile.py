@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2
 
 
@@ -70,7 +71,7 @@ def _documents(path: str, docs: list[Any]) -> Iterator[tuple[str, dict[str, Any]
 def _pod(doc: dict[str, Any], path: str) -> memorymanager_pb2.Pod:
     kind = doc.get("kind", "Pod")
     if kind != "Pod":
-        raise PodFileError(f"{path}: kind is {kind!r}, expected 'Pod'")
+        raise PodFileError(f"{path}: kind is {quote(kind)}, expected 'Pod'")
     meta = _mapping(doc.get("metadata"), f"{path}: metadata")
     spec = _mapping(doc.get("spec"), f"{path}: spec")
     status = _mapping(doc.get("status"), f"{path}: status")

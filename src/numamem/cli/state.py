@@ -39,6 +39,7 @@ from numamem.cli.common import (
 from numamem.client import NumamemClient, state_from_proto
 from numamem.config.flags import add_serve_arguments
 from numamem.config.model import DEFAULT_STATE_DIR
+from numamem.errors import quote
 from numamem.memtypes import Block, NUMANodeState
 
 MACHINE_FLAGS = (
@@ -270,7 +271,7 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
         containers=containers,
         summary=(
             f"{loaded.format.upper()} checkpoint, checksum valid, policy "
-            f"{loaded.policy_name!r}, {plural(len(loaded.machine_state), 'NUMA node')}, "
+            f"{quote(loaded.policy_name)}, {plural(len(loaded.machine_state), 'NUMA node')}, "
             f"{plural(containers, 'container')} in {plural(len(loaded.assignments), 'pod')}"
         ),
     )
@@ -399,7 +400,7 @@ def run_diff(args: argparse.Namespace) -> int:
         return fail(str(err))
     policy = manager.policy
     if not hasattr(policy, "default_machine_state"):
-        return fail(f"policy {policy.name!r} keeps no machine state; nothing to compare")
+        return fail(f"policy {quote(policy.name)} keeps no machine state; nothing to compare")
     try:
         loaded = _load(Path(cfg.state_dir))
     except CheckpointError as err:

@@ -31,7 +31,7 @@ from numamem.config.syntax import (
     parse_reserved_memory,
     parse_reserved_resources,
 )
-from numamem.errors import ConfigError
+from numamem.errors import ConfigError, quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,7 +438,7 @@ def _convert(f: Flag, raw: Any, where: str) -> Any:
     if f.kind == "address":
         return _ip_address(raw, where)
     if not isinstance(raw, str):
-        raise ConfigError(f"{where}: expected a string, got {raw!r}")
+        raise ConfigError(f"{where}: expected a string, got {quote(raw)}")
     if f.choices is not None and raw not in f.choices:
         raise ConfigError(f"{where}: {_choice_error(f, raw)}")
     if f.attr in (
@@ -468,7 +468,7 @@ def _choice_error(f: Flag, raw: str) -> str:
         return f'unknown policy: "{raw}" (expected one of {options})'
     if f.attr == "topology_manager_scope":
         return f'unknown scope: "{raw}" (expected one of {options})'
-    return f"{raw!r} is not one of {options}"
+    return f"{quote(raw)} is not one of {options}"
 
 
 def _ip_address(raw: Any, where: str) -> str:
@@ -480,7 +480,7 @@ def _ip_address(raw: Any, where: str) -> str:
         return str(ipaddress.ip_address(text))
     except ValueError:
         raise ConfigError(
-            f"{where}: {raw!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1, ::)"
+            f"{where}: {quote(raw)} is not an IP address (e.g. 127.0.0.1, 0.0.0.0, ::1, ::)"
         ) from None
 
 
@@ -509,7 +509,7 @@ def _number_in_range(f: Flag, raw: Any, where: str) -> int | float:
         except (TypeError, ValueError):
             value = float("nan")
     if not low <= value <= high:  # NaN fails too
-        raise ConfigError(f"{where}: got {raw!r}; allowed: {allowed}")
+        raise ConfigError(f"{where}: got {quote(raw)}; allowed: {allowed}")
     return value
 
 

@@ -17,17 +17,17 @@ from numamem.config.model import (
     EvictionThreshold,
     ReservedMemory,
 )
-from numamem.errors import ConfigError, QuantityError
+from numamem.errors import ConfigError, QuantityError, quote
 from numamem.quantity import Quantity, parse_quantity
 
 
 def _quantity(text: Any, where: str) -> Quantity:
     if isinstance(text, bool) or not isinstance(text, (str, int)):
-        raise ConfigError(f'{where}: expected a quantity such as "1Gi", got {text!r}')
+        raise ConfigError(f'{where}: expected a quantity such as "1Gi", got {quote(text)}')
     try:
         return parse_quantity(str(text))
     except QuantityError as err:
-        raise ConfigError(f"{where}: {text!r} is not a valid quantity: {err}") from err
+        raise ConfigError(f"{where}: {quote(text)} is not a valid quantity: {err}") from err
 
 
 def _split_list(raw: Any, where: str) -> list[tuple[str, Any]]:
@@ -38,11 +38,11 @@ def _split_list(raw: Any, where: str) -> list[tuple[str, Any]]:
     pairs: list[tuple[str, Any]] = []
     for item in items:
         if not isinstance(item, str):
-            raise ConfigError(f"{where}: expected 'key=value,...', got {item!r}")
+            raise ConfigError(f"{where}: expected 'key=value,...', got {quote(item)}")
         for part in filter(None, (p.strip() for p in item.split(","))):
             key, sep, value = part.partition("=")
             if not sep or not key:
-                raise ConfigError(f"{where}: expected key=value, got {part!r}")
+                raise ConfigError(f"{where}: expected key=value, got {quote(part)}")
             pairs.append((key.strip(), value.strip()))
     return pairs
 
@@ -53,7 +53,7 @@ def parse_key_values(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
     seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
-            raise ConfigError(f"{where}: duplicate key {key!r}")
+            raise ConfigError(f"{where}: duplicate key {quote(key)}")
         seen.add(key)
     return tuple((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in pairs)
 
@@ -64,10 +64,14 @@ def parse_reserved_resources(raw: Any, where: str) -> tuple[tuple[str, Quantity]
     for name, text in _split_list(raw, where):
         if name not in RESERVABLE_RESOURCES:
             allowed = ", ".join(RESERVABLE_RESOURCES)
-            raise ConfigError(f"{where}: cannot reserve {name!r} resource (allowed: {allowed})")
+            raise ConfigError(
+                f"{where}: cannot reserve {quote(name)} resource (allowed: {allowed})"
+            )
         q = _quantity(text, f"{where} {name}")
         if q.value < 0:
-            raise ConfigError(f"{where}: resource quantity for {name!r} cannot be negative: {q}")
+            raise ConfigError(
+                f"{where}: resource quantity for {quote(name)} cannot be negative: {q}"
+            )
         result[name] = q
     return tuple(result.items())
 
@@ -85,19 +89,19 @@ def parse_eviction_hard(raw: Any, where: str) -> tuple[EvictionThreshold, ...]:
         pairs = []
         for item in raw if isinstance(raw, list) else [raw]:
             if not isinstance(item, str):
-                raise ConfigError(f"{where}: expected 'signal<value,...', got {item!r}")
+                raise ConfigError(f"{where}: expected 'signal<value,...', got {quote(item)}")
             for part in filter(None, (p.strip() for p in item.split(","))):
                 signal, sep, value = part.partition("<")
                 if not sep:
-                    raise ConfigError(f"{where}: expected signal<value, got {part!r}")
+                    raise ConfigError(f"{where}: expected signal<value, got {quote(part)}")
                 pairs.append((signal.strip(), value.strip()))
     thresholds: dict[str, EvictionThreshold] = {}
     seen: set[str] = set()
     for signal, value in pairs:
         if signal not in EVICTION_SIGNALS:
-            raise ConfigError(f"{where}: unsupported eviction signal {signal!r}")
+            raise ConfigError(f"{where}: unsupported eviction signal {quote(signal)}")
         if signal in seen:
-            raise ConfigError(f"{where}: duplicate eviction signal {signal!r}")
+            raise ConfigError(f"{where}: duplicate eviction signal {quote(signal)}")
         seen.add(signal)
         if value.endswith("%"):
             if value in ("0%", "100%"):
@@ -105,7 +109,7 @@ def parse_eviction_hard(raw: Any, where: str) -> tuple[EvictionThreshold, ...]:
             try:
                 pct = Fraction(value[:-1])
             except (ValueError, ZeroDivisionError) as err:
-                raise ConfigError(f"{where}: {signal}: invalid percentage {value!r}") from err
+                raise ConfigError(f"{where}: {signal}: invalid percentage {quote(value)}") from err
             if pct < 0:
                 raise ConfigError(
                     f"{where}: eviction percentage threshold {signal} must be >= 0%: {value}"
@@ -142,11 +146,13 @@ def parse_reserved_memory(raw: Any, where: str) -> tuple[ReservedMemory, ...]:
                 raise ConfigError(f"{here}: unknown field(s) {sorted(unknown)}")
             node = item.get("numaNode")
             if isinstance(node, bool) or not isinstance(node, int) or node < 0:
-                raise ConfigError(f"{here}.numaNode: expected a NUMA node id >= 0, got {node!r}")
+                raise ConfigError(
+                    f"{here}.numaNode: expected a NUMA node id >= 0, got {quote(node)}"
+                )
             limits = item.get("limits")
             if not isinstance(limits, Mapping):
                 raise ConfigError(
-                    f"{here}.limits: expected a mapping of type: quantity, got {limits!r}"
+                    f"{here}.limits: expected a mapping of type: quantity, got {quote(limits)}"
                 )
             entries.append(
                 ReservedMemory(
@@ -157,20 +163,22 @@ def parse_reserved_memory(raw: Any, where: str) -> tuple[ReservedMemory, ...]:
         return tuple(entries)
     for spec in raw if isinstance(raw, list) else [raw]:
         if not isinstance(spec, str):
-            raise ConfigError(f"{where}: expected 'node:type=quantity,...;...', got {spec!r}")
+            raise ConfigError(f"{where}: expected 'node:type=quantity,...;...', got {quote(spec)}")
         for reservation in filter(None, (r.strip() for r in spec.split(";"))):
             node_text, sep, limits_text = reservation.partition(":")
             if not sep:
                 raise ConfigError(
-                    f"{where}: expected numaNodeID:type=quantity[,type=quantity...], got {reservation!r}"
+                    f"{where}: expected numaNodeID:type=quantity[,type=quantity...], got {quote(reservation)}"
                 )
             if not node_text.strip().isdigit():
-                raise ConfigError(f"{where}: NUMA node id must be an integer, got {node_text!r}")
+                raise ConfigError(
+                    f"{where}: NUMA node id must be an integer, got {quote(node_text)}"
+                )
             limits_pairs: list[tuple[str, Quantity]] = []
             for part in limits_text.split(","):
                 name, eq, qty = part.partition("=")
                 if not eq or not name.strip():
-                    raise ConfigError(f"{where}: expected type=quantity, got {part!r}")
+                    raise ConfigError(f"{where}: expected type=quantity, got {quote(part)}")
                 limits_pairs.append(
                     (name.strip(), _quantity(qty.strip(), f"{where} {name.strip()}"))
                 )

@@ -16,7 +16,7 @@ import yaml
 from numamem.config.flags import YAML_KEYS, apply_value
 from numamem.config.kubelet_fields import API_GROUP, KIND, KUBELET_FIELDS
 from numamem.config.model import Config
-from numamem.errors import ConfigError
+from numamem.errors import PATH_QUOTE_BYTES, ConfigError, quote
 
 
 def apply_yaml(cfg: Config, path: str) -> Config:
@@ -26,18 +26,22 @@ def apply_yaml(cfg: Config, path: str) -> Config:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"--config {path!r}: cannot read: {err.strerror}") from err
+        raise ConfigError(
+            f"--config {quote(path, limit=PATH_QUOTE_BYTES)}: cannot read: {err.strerror}"
+        ) from err
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:
         line = getattr(getattr(err, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""
-        raise ConfigError(f"--config {path!r}: not valid YAML{where}") from err
+        raise ConfigError(
+            f"--config {quote(path, limit=PATH_QUOTE_BYTES)}: not valid YAML{where}"
+        ) from err
     if doc is None:
         return cfg
     if not isinstance(doc, dict):
         raise ConfigError(
-            f"--config {path!r}: expected a mapping of fields, got {type(doc).__name__}"
+            f"--config {quote(path, limit=PATH_QUOTE_BYTES)}: expected a mapping of fields, got {type(doc).__name__}"
         )
     kubelet = _is_kubelet_configuration(doc, path)
     lines = _key_lines(text)
@@ -76,7 +80,7 @@ def _is_kubelet_configuration(doc: dict[object, object], path: str) -> bool:
     kind, version = doc.get("kind"), doc.get("apiVersion")
     if kind != KIND or not isinstance(version, str) or not version.startswith(API_GROUP + "/"):
         raise ConfigError(
-            f"--config {path!r}: kind {kind!r}, apiVersion {version!r}: numamem reads its own "
+            f"--config {quote(path, limit=PATH_QUOTE_BYTES)}: kind {quote(kind)}, apiVersion {quote(version)}: numamem reads its own "
             f"fields, or a {KIND} of {API_GROUP}/v1beta1"
         )
     return True

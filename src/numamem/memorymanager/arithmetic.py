@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from numamem.errors import ReservedMemoryError, StateMismatchError
+from numamem.memorymanager.drift import container_owner
 from numamem.memorymanager.reserved import SystemReservedMemory
 from numamem.memtypes import MEMORY, Block, MachineState, MemoryTable, NUMANodeState
 from numamem.quantity import format_bytes_exact
@@ -74,7 +75,7 @@ def replay_assignments(
                     node = expected.get(node_id)
                     if node is None:
                         raise StateMismatchError(
-                            f"[memorymanager] (pod: {pod_uid}, container: {container_name}) the memory "
+                            f"[memorymanager] {container_owner(pod_uid, container_name)} the memory "
                             "assignment uses the NUMA that does not exist"
                         )
                     node.number_of_assignments += 1
@@ -82,7 +83,7 @@ def replay_assignments(
                     table = (node.memory_map or {}).get(block.type)
                     if table is None:
                         raise StateMismatchError(
-                            f"[memorymanager] (pod: {pod_uid}, container: {container_name}) the memory "
+                            f"[memorymanager] {container_owner(pod_uid, container_name)} the memory "
                             "assignment uses memory resource that does not exist"
                         )
                     remaining = reserve_on(table, remaining)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from numamem.errors import quote
 from numamem.memtypes import MEMORY, Block, ContainerRef, MachineState, NUMANodeState
 from numamem.quantity import format_bytes, format_bytes_exact
 
@@ -45,17 +46,19 @@ PodNames = Mapping[str, tuple[str, str]]
 
 def pod_label(uid: str, names: PodNames) -> str:
     """``namespace/name (uid)`` when the pod's names are known, else the uid."""
-    namespace, name = names.get(uid, ("", ""))
-    return f"{namespace}/{name} ({uid})" if namespace or name else uid
+    namespace, name = (quote(n, style="bare") for n in names.get(uid, ("", "")))
+    shown = quote(uid, style="bare")
+    return f"{namespace}/{name} ({shown})" if namespace or name else shown
 
 
 def container_label(uid: str, container: str, names: PodNames) -> str:
     """``namespace/name/container (pod uid)`` when the pod's names are known, else
     ``uid/container``."""
-    namespace, name = names.get(uid, ("", ""))
+    namespace, name = (quote(n, style="bare") for n in names.get(uid, ("", "")))
+    shown, ctr = quote(uid, style="bare"), quote(container, style="bare")
     if namespace or name:
-        return f"{namespace}/{name}/{container} (pod {uid})"
-    return f"{uid}/{container}"
+        return f"{namespace}/{name}/{ctr} (pod {shown})"
+    return f"{shown}/{ctr}"
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,7 @@ def replay_strict(
     misfits: list[str] = []
     for pod_uid in sorted(assignments):
         for container_name in sorted(assignments[pod_uid]):
-            who = f"(pod: {pod_label(pod_uid, names or {})}, container: {container_name})"
+            who = f"(pod: {pod_label(pod_uid, names or {})}, container: {quote(container_name, style='bare')})"
             for block in assignments[pod_uid][container_name]:
                 nodes = list(block.numa_affinity or ())
                 missing = [n for n in nodes if expected.get(n) is None]
@@ -406,3 +409,10 @@ def _delta(value: int) -> str:
 def _round_up_mib(value: int) -> int:
     mib = 1024 * 1024
     return max(-(-value // mib), 1) * mib
+
+
+def container_owner(pod_uid: str, container_name: str) -> str:
+    """The kubelet's ``(pod: %s, container: %s)`` of its state validation errors."""
+    return (
+        f"(pod: {quote(pod_uid, style='bare')}, container: {quote(container_name, style='bare')})"
+    )

@@ -18,8 +18,8 @@ Readers never wait for a writer's disk write. Committed states are never
 mutated; every reader takes the current one (the last acknowledged change)
 without the lock: GetState, GetMemory, GetMemoryNUMANodes and
 GetAllocatableMemory, and also hints and Explain, which compute on that state
-(the Static policy keeps no state of its own; its init-container reuse table
-is part of the state). Consistency: a reader sees every change acknowledged
+(the Static policy keeps no state of its own; its init-container reuse is
+derived from the stored blocks). Consistency: a reader sees every change acknowledged
 before it started, and no change not yet durable.
 
 Stale state (``removeStaleState``) is removed only after the sources are
@@ -46,6 +46,7 @@ from numamem.errors import (
     DurabilityUnknownError,
     LimitExceededError,
     NotFoundError,
+    quote,
 )
 from numamem.logging import get_logger
 from numamem.memorymanager.containermap import ContainerMap
@@ -318,7 +319,7 @@ class Manager:
         if not new:
             return  # only pods that already had state (a limit lowered since): not refused
         raise LimitExceededError(
-            f"pod.uid {new[0]!r}: the memory manager holds {self._state.pod_count()} pods, its "
+            f"pod.uid {quote(new[0])}: the memory manager holds {self._state.pod_count()} pods, its "
             f"limit (--max-pods {self._max_pods}); release pods (SyncActivePods, ReleasePod) first"
         )
 
@@ -362,7 +363,11 @@ class Manager:
         if self._active_pods_fn is None:
             self._stale_possible = False
         for pod_uid, ctr in removed:
-            _log.info("removed stale state", pod_uid=pod_uid, container=ctr)
+            _log.info(
+                "removed stale state",
+                pod_uid=quote(pod_uid, style="bare"),
+                container=quote(ctr, style="bare"),
+            )
         return removed
 
     def _remove_by_ref(
@@ -426,7 +431,10 @@ class Manager:
         with self._lock:
             ref = self._containers.get_container_ref(container_id)
             if ref is None:
-                _log.info("RemoveContainer of an unknown container id", container_id=container_id)
+                _log.info(
+                    "RemoveContainer of an unknown container id",
+                    container_id=quote(container_id, style="bare"),
+                )
                 return None
             with self._transaction() as (work, containers):
                 self._remove_by_ref(work, containers, *ref)
@@ -446,7 +454,11 @@ class Manager:
                     self._remove_by_ref(work, containers, pod_uid, name)
             released = [(pod_uid, name) for name in sorted(names)]
         for ref in released:
-            _log.info("released", pod_uid=ref[0], container=ref[1])
+            _log.info(
+                "released",
+                pod_uid=quote(ref[0], style="bare"),
+                container=quote(ref[1], style="bare"),
+            )
         return released
 
     def get_topology_hints(self, pod: Pod, container_name: str) -> ProviderHints:
@@ -574,12 +586,12 @@ def new_policy(
         reserved = get_system_reserved_memory(machine, node_allocatable, reserved_memory)
         return StaticPolicy(machine, reserved, numa_nodes, options)
     if name == "BestEffort":
-        raise ConfigError(f'policy "{name}" is not available for platform "linux"')
-    raise ConfigError(f'unknown policy: "{name}"')
+        raise ConfigError(f'policy {quote(name, style="go")} is not available for platform "linux"')
+    raise ConfigError(f"unknown policy: {quote(name, style='go')}")
 
 
 def _container(pod: Pod, name: str) -> Container:
     container = pod.container(name)
     if container is None:
-        raise NotFoundError(f"container {name!r} is not in pod {pod.uid!r}")
+        raise NotFoundError(f"container {quote(name)} is not in pod {quote(pod.uid)}")
     return container

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from numamem.errors import AllocationError, ConfigError, QuantityError
+from numamem.errors import AllocationError, ConfigError, QuantityError, quote
 from numamem.memorymanager import drift
 from numamem.memtypes import MEMORY
 from numamem.quantity import format_bytes, parse_quantity
@@ -68,10 +68,12 @@ def parse_options(options: Mapping[str, str]) -> ParsedOptions:
             try:
                 q = parse_quantity(value)
             except QuantityError as err:
-                raise ConfigError(f"bad value for option {_go_q(name)}: {err}{allowed}") from err
+                raise ConfigError(
+                    f"bad value for option {quote(name, style='go')}: {err}{allowed}"
+                ) from err
             if q.value < 0:
                 raise ConfigError(
-                    f"bad value for option {_go_q(name)}: {_go_q(value)} is negative{allowed}"
+                    f"bad value for option {quote(name, style='go')}: {quote(value, style='go')} is negative{allowed}"
                 )
             size = int(q.value) if q.value.denominator == 1 else int(q.value) + 1
             mode = str(size)
@@ -82,11 +84,11 @@ def parse_options(options: Mapping[str, str]) -> ParsedOptions:
                 verify = False
             else:
                 raise ConfigError(
-                    f"bad value for option {_go_q(name)}: strconv.ParseBool: parsing "
-                    f"{_go_q(value)}: invalid syntax"
+                    f"bad value for option {quote(name, style='go')}: strconv.ParseBool: parsing "
+                    f"{quote(value, style='go')}: invalid syntax"
                 )
         else:
-            raise ConfigError(f"unknown Memory Manager Policy option: {_go_q(name)}")
+            raise ConfigError(f"unknown Memory Manager Policy option: {quote(name, style='go')}")
     return ParsedOptions(mode, size, verify)
 
 
@@ -129,7 +131,3 @@ def verify_hugepages(
                 f"insufficient {name} on NUMA node(s) [{','.join(map(str, bits))}]: requested "
                 f"{format_bytes(need)}, available {format_bytes(available)}"
             )
-
-
-def _go_q(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -35,7 +35,12 @@ and states the kubelet itself handles):
   :class:`~numamem.errors.UnsupportedResourceError`;
 * negative requests are refused instead of wrapped to huge uint64 values;
 * quirk 2 is fixed: a single-node affinity on a node that belongs to a
-  multi-NUMA group is a violation, so groups stay disjoint.
+  multi-NUMA group is a violation, so groups stay disjoint;
+* the memory a container reuses from init containers is what their stored
+  blocks are charged (:func:`~numamem.memorymanager.reuse.reusable_memory`), not
+  a table of the last pod allocated kept in memory: the same in the kubelet's
+  order, and reserved memory equals the blocks in any order of Allocate calls
+  and across restarts (:mod:`~numamem.memorymanager.reuse`).
 
 Pod-scope hints regenerate from the first container that has blocks using the
 *pod's* request, as the released upstream code does (descriptions of the
@@ -53,6 +58,7 @@ from numamem.errors import (
     ReservedMemoryError,
     StateMismatchError,
     UnsupportedResourceError,
+    quote,
 )
 from numamem.logging import get_logger
 from numamem.memorymanager import drift
@@ -77,7 +83,7 @@ from numamem.memorymanager.requests import (
     pod_requested_resources,
 )
 from numamem.memorymanager.reserved import SystemReservedMemory
-from numamem.memorymanager.reuse import update_init_container_blocks, update_reusable
+from numamem.memorymanager.reuse import reusable_memory, update_init_container_blocks
 from numamem.memorymanager.state import State, StateReader
 from numamem.memtypes import MEMORY, Block, MachineState, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
@@ -210,7 +216,7 @@ class StaticPolicy:
         if blocks is not None:
             return regenerate_hints(blocks, requested)
         return self.calculate_hints(
-            state.machine_view(), requested, state.get_reusable_memory(pod.uid)
+            state.machine_view(), requested, reusable_memory(state, pod, container)
         )
 
     def calculate_hints(
@@ -263,7 +269,7 @@ class StaticPolicy:
             if regenerate_hints(blocks, requested) is None:
                 stored = ", ".join(f"{b.type} {format_bytes(b.size)}" for b in blocks)
                 note = (
-                    f"container {owner!r} already holds {stored}, which does not match the request; "
+                    f"container {quote(owner)} already holds {stored}, which does not match the request; "
                     "no preference"
                 )
                 if container is None:
@@ -271,9 +277,13 @@ class StaticPolicy:
                 elif pod.is_regular_init_container(owner):
                     note += " (later containers reuse an init container's memory)"
             else:
-                note = f"container {owner!r} is already allocated; the hints repeat its affinity"
+                note = (
+                    f"container {quote(owner)} is already allocated; the hints repeat its affinity"
+                )
             return HintExplanation(dict(requested), note=note)
-        space = self.hint_space(state.machine_view(), requested, state.get_reusable_memory(pod.uid))
+        space = self.hint_space(
+            state.machine_view(), requested, reusable_memory(state, pod, container)
+        )
         verdicts, omitted = mask_verdicts(space)
         minimum = space.min_affinity_size
         return HintExplanation(
@@ -297,15 +307,13 @@ class StaticPolicy:
     ) -> None:
         if pod_qos(pod) != GUARANTEED:
             return
-        existing = state.get_memory_blocks(pod.uid, container.name)
-        if existing is not None:
-            update_reusable(state, pod, container, existing)
+        if state.get_memory_blocks(pod.uid, container.name) is not None:
             return
         requested = container_requested_resources(container)
         if not requested:
             return
         machine_state = state.machine_view()
-        reuse_table = state.get_reusable_memory(pod.uid)
+        reuse_table = reusable_memory(state, pod, container)
         self._check_types_exist(machine_state, requested)
         space = self.hint_space(machine_state, requested, reuse_table)
         best = affinity
@@ -355,7 +363,6 @@ class StaticPolicy:
             blocks.append(Block(tuple(bits), name, size))
             to_reserve = max(size - reuse.get(name, 0), 0)
             update_machine_state(changed, bits, name, to_reserve)
-        update_reusable(state, pod, container, blocks)
         state.adopt_machine_state(changed)
         state.set_memory_blocks(pod.uid, container.name, blocks)
         update_init_container_blocks(state, pod, container, blocks)
@@ -369,7 +376,7 @@ class StaticPolicy:
         for name in sorted(requested):
             if name not in known:
                 raise UnsupportedResourceError(
-                    f"[memorymanager] resource {name!r} is not available on this machine"
+                    f"[memorymanager] resource {quote(name)} is not available on this machine"
                 )
 
     def _check_types_on_nodes(
@@ -384,11 +391,9 @@ class StaticPolicy:
             for name in requested:
                 if name not in memory_map:
                     raise AllocationError(
-                        f"[memorymanager] NUMA node {node_id} has no {name}; it cannot be part of an "
-                        f"allocation of {name}"
+                        f"[memorymanager] NUMA node {node_id} has no {quote(name, style='bare')}; "
+                        f"it cannot be part of an allocation of {quote(name, style='bare')}"
                     )
-
-    # --- init container reuse ---------------------------------------------
 
     # --- remove ------------------------------------------------------------
 

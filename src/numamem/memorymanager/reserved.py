@@ -19,7 +19,7 @@ import struct
 from collections.abc import Mapping, Sequence
 
 from numamem.config.model import EvictionThreshold, ReservedMemory
-from numamem.errors import QuantityError, ReservedMemoryError
+from numamem.errors import QuantityError, ReservedMemoryError, quote
 from numamem.memtypes import MEMORY, is_memory_resource
 from numamem.quantity import Format, Quantity, format_bytes_exact
 from numamem.topology import Machine, NUMANode
@@ -38,23 +38,23 @@ def validate_reserved_memory_config(reserved: Sequence[ReservedMemory]) -> None:
         for name, q in entry.limits:
             if not is_memory_resource(name):
                 errors.append(
-                    f"invalid configuration: the limit type {_go_q(name)} for NUMA node {node} is not "
+                    f"invalid configuration: the limit type {quote(name, style='go')} for NUMA node {node} is not "
                     "supported, only [memory hugepages-<HugePageSize>] is accepted"
                 )
             if q.is_zero():
                 errors.append(
                     f"invalid configuration: reserved memory may not be zero for NUMA node {node} and "
-                    f"resource {_go_q(name)}"
+                    f"resource {quote(name, style='go')}"
                 )
             elif q.value < 0:
                 errors.append(
                     f"invalid configuration: reserved memory may not be negative for NUMA node {node} and "
-                    f"resource {_go_q(name)}, got {q}"
+                    f"resource {quote(name, style='go')}, got {q}"
                 )
             if name in types:
                 errors.append(
                     "invalid configuration: the reserved memory has a duplicate value for NUMA node "
-                    f"{node} and resource {_go_q(name)}"
+                    f"{node} and resource {quote(name, style='go')}"
                 )
             types.add(name)
     if len(errors) == 1:
@@ -139,8 +139,8 @@ def validate_reserved_memory(
             total = total.add(totals[name])
         if allocatable.value != total.value:
             raise ReservedMemoryError(
-                f"the total amount {_go_q(str(total))} of type {_go_q(name)} is not equal to the value "
-                f"{_go_q(str(allocatable))} determined by Node Allocatable feature"
+                f"the total amount {quote(str(total), style='go')} of type {quote(name, style='go')} is not equal to the value "
+                f"{quote(str(allocatable), style='go')} determined by Node Allocatable feature"
                 + _what_passes(machine, node_allocatable)
             )
 
@@ -238,8 +238,3 @@ def _what_passes(machine: Machine, node_allocatable: Mapping[str, Quantity]) -> 
         f"\n  fix: this passes: --reserved-memory '{reserved_memory_flag(plan)}' "
         "(numamem plan-reservations prints it as YAML too, or spread over the nodes)"
     )
-
-
-def _go_q(text: str) -> str:
-    """Go's ``%q`` for the plain ASCII names and quantities used here."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

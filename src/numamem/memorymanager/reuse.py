@@ -3,37 +3,51 @@
 
 A regular init container's memory is reused by the pod's later containers on
 the same NUMA mask; sidecars (restartable init containers) are never reused.
-The reuse table lives in the state (:meth:`~numamem.memorymanager.state.State.set_reusable_memory`),
-so transactions and readers see the table that belongs to their state.
+
+Deliberate deviation (found by the fuzzer, issue 31): the kubelet keeps a
+reuse table in memory, for the last pod it allocated for only, while
+``updateInitContainersMemoryBlocks`` charges every later container against the
+*stored* init blocks. The two agree only when one pod's containers are
+allocated in spec order, once each, without a restart, which is all the
+kubelet does; numamem's API allows any order, so a container could reserve
+more (or less) than the blocks account for, and a restart then refused
+(``memory-drift-tolerance=off``) or re-baselined the state. Here the reusable
+memory is what :func:`update_init_container_blocks` will charge
+(:func:`reusable_memory`, derived from the stored blocks), so the reservation
+always equals the blocks; in the kubelet's order it equals the kubelet's table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from numamem.memorymanager.state import ReuseTable, State
+from numamem.memorymanager.state import State, StateReader
 from numamem.memtypes import Block
 from numamem.pod import Container, Pod
 from numamem.topologymanager import bitmask
 
+ReuseTable = dict[int, dict[str, int]]
+"""NUMA mask -> memory type -> bytes a container may take from the pod's init containers."""
 
-def update_reusable(state: State, pod: Pod, container: Container, blocks: Sequence[Block]) -> None:
-    """``updatePodReusableMemory``: track only this pod; init containers add, others consume."""
-    table: ReuseTable = {m: dict(t) for m, t in state.get_reusable_memory(pod.uid).items()}
-    if pod.is_regular_init_container(container.name):
-        for block in blocks:
-            per_type = table.setdefault(bitmask.new_mask(block.numa_affinity or ()), {})
-            if block.size > per_type.get(block.type, 0):
-                per_type[block.type] = block.size
-    else:
-        for block in blocks:
-            consumed = table.get(bitmask.new_mask(block.numa_affinity or ()))
-            if consumed is None:
-                continue
-            reusable = consumed.get(block.type, 0)
-            if reusable != 0:
-                consumed[block.type] = 0 if block.size >= reusable else reusable - block.size
-    state.set_reusable_memory(pod.uid, table)
+
+def reusable_memory(state: StateReader, pod: Pod, container: Container | None) -> ReuseTable:
+    """The stored memory of ``pod``'s regular init containers before ``container`` in spec
+    order (all of them for ``None``, the pod scope), per exact NUMA mask and type: what
+    :func:`update_init_container_blocks` charges a block of ``container`` against.
+
+    In the kubelet's order (each init container in spec order, then the others, each
+    once) it equals the kubelet's ``initContainersReusableMemory`` of the pod."""
+    table: ReuseTable = {}
+    for init in pod.init_containers:
+        if container is not None and init.name == container.name:
+            break
+        if init.restartable:
+            continue
+        for block in state.get_memory_blocks(pod.uid, init.name) or ():
+            if block.size:
+                per_type = table.setdefault(bitmask.new_mask(block.numa_affinity or ()), {})
+                per_type[block.type] = per_type.get(block.type, 0) + block.size
+    return table
 
 
 def update_init_container_blocks(

@@ -2,11 +2,9 @@
 
 The value types (tables, node states, blocks) are in :mod:`numamem.memtypes`.
 
-Besides the kubelet's machine state and assignments, a state carries the
-Static policy's init-container reuse table (the kubelet keeps it in the
-policy, ``initContainersReusableMemory``). It is not persisted, but living in
-the state makes it part of every transaction: a dropped fork drops it too,
-and a reader of a committed state sees the table that belongs to it.
+A state is the kubelet's machine state and assignments, nothing else: the
+Static policy's init-container reuse is derived from the stored blocks
+(:func:`numamem.memorymanager.reuse.reusable_memory`), so a restart restores it.
 
 Copy rules:
 
@@ -15,8 +13,8 @@ Copy rules:
   are never mutated in place, only replaced (a writer changes copies of the
   nodes it touches, :func:`~numamem.memorymanager.arithmetic.copy_for_write`,
   and hands the new mapping over with :meth:`MemoryState.adopt_machine_state`);
-  so a state is forked for a transaction by copying two dicts and the small
-  reuse table (:meth:`MemoryState.fork`), whatever the number of NUMA nodes.
+  so a state is forked for a transaction by copying two dicts
+  (:meth:`MemoryState.fork`), whatever the number of NUMA nodes.
 * Readers get copies: :meth:`MemoryState.get_machine_state` returns a deep
   clone, :meth:`MemoryState.get_memory_blocks` a new list.
 * A committed state is never mutated again; :class:`StateView` is the
@@ -37,9 +35,6 @@ from numamem.memtypes import (
     clone_machine_state,
 )
 
-ReuseTable = dict[int, dict[str, int]]
-"""NUMA mask -> memory type -> bytes one pod's later containers may reuse from its init containers."""
-
 
 class StateReader(Protocol):
     """Read-only view of the memory manager state (kubelet ``state.Reader``)."""
@@ -53,9 +48,6 @@ class StateReader(Protocol):
     def get_memory_blocks(self, pod_uid: str, container_name: str) -> list[Block] | None: ...
 
     def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]: ...
-
-    def get_reusable_memory(self, pod_uid: str) -> Mapping[int, Mapping[str, int]]:
-        """The reuse table of ``pod_uid`` ({} for any other pod). Callers must not mutate it."""
 
 
 class State(StateReader, Protocol):
@@ -71,14 +63,11 @@ class State(StateReader, Protocol):
 
     def delete(self, pod_uid: str, container_name: str) -> None: ...
 
-    def set_reusable_memory(self, pod_uid: str, table: ReuseTable) -> None:
-        """Make ``table`` the reuse table; the kubelet tracks one pod at a time."""
-
 
 class MemoryState:
     """In-memory :class:`State`. Not thread-safe: the manager serialises access."""
 
-    __slots__ = ("_machine", "_pods", "_reuse")
+    __slots__ = ("_machine", "_pods")
 
     def __init__(
         self,
@@ -90,7 +79,6 @@ class MemoryState:
             pod: {ctr: tuple(blocks) for ctr, blocks in ctrs.items()}
             for pod, ctrs in (assignments or {}).items()
         }
-        self._reuse: tuple[str, ReuseTable] | None = None
 
     # --- reader -------------------------------------------------------------
 
@@ -104,11 +92,6 @@ class MemoryState:
 
     def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]:
         return {pod: {ctr: list(b) for ctr, b in ctrs.items()} for pod, ctrs in self._pods.items()}
-
-    def get_reusable_memory(self, pod_uid: str) -> Mapping[int, Mapping[str, int]]:
-        if self._reuse is None or self._reuse[0] != pod_uid:
-            return {}
-        return self._reuse[1]
 
     # --- cheap, non-copying access for the manager and the codec ------------
 
@@ -157,13 +140,9 @@ class MemoryState:
         else:
             del self._pods[pod_uid]
 
-    def set_reusable_memory(self, pod_uid: str, table: ReuseTable) -> None:
-        self._reuse = (pod_uid, table)
-
     def clear_state(self) -> None:
         self._machine = {}
         self._pods = {}
-        self._reuse = None
 
     # --- transactions -------------------------------------------------------
 
@@ -172,11 +151,6 @@ class MemoryState:
         other = MemoryState.__new__(MemoryState)
         other._machine = dict(self._machine)  # node states are copied on write
         other._pods = dict(self._pods)
-        other._reuse = (
-            None
-            if self._reuse is None
-            else (self._reuse[0], {m: dict(t) for m, t in self._reuse[1].items()})
-        )
         return other
 
     def same_as(self, other: MemoryState) -> bool:
@@ -208,11 +182,6 @@ class StateView:
 
     def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]:
         return self._state.get_memory_assignments()
-
-    def get_reusable_memory(self, pod_uid: str) -> Mapping[int, Mapping[str, int]]:
-        return MappingProxyType(
-            {m: MappingProxyType(t) for m, t in self._state.get_reusable_memory(pod_uid).items()}
-        )
 
     def pods(self) -> Iterator[tuple[str, Mapping[str, ContainerBlocks]]]:
         """(pod uid, container name -> blocks) for every pod, without copying the blocks."""

@@ -58,6 +58,7 @@ from numamem.errors import (
     LimitExceededError,
     NotFoundError,
     PersistenceError,
+    quote,
 )
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo
 
@@ -319,7 +320,7 @@ class MetaCache:
                     # Not the persister's contract: what reached the disk is unknown, so the
                     # change is not applied and its pods are written again with the next one.
                     error = DurabilityUnknownError(
-                        f"the metacache persister failed unexpectedly: {err!r}; the outcome is "
+                        f"the metacache persister failed unexpectedly: {quote(repr(err), style='bare')}; the outcome is "
                         "unknown",
                         applied=False,
                     )
@@ -497,7 +498,7 @@ class MetaCache:
                 current = staged.get((pod_uid, name)) or w.pods.get(pod_uid, {}).get(name)
                 if current is None:
                     raise NotFoundError(
-                        f"container {name!r} of pod {pod_uid!r} is not in the metacache"
+                        f"container {quote(name)} of pod {quote(pod_uid)} is not in the metacache"
                     )
                 copy = current.clone()
                 apply(copy)

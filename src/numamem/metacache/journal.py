@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from numamem.checkpoint.filestore import atomic_write, read_file
-from numamem.errors import CheckpointError
+from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, quote
 from numamem.metacache.cache import State
 from numamem.metacache.persistence import STATE_FILE, decode_snapshot, encode, json_key
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo
@@ -308,7 +308,9 @@ def restore(
             record = _json(journal, span, where)
             seq = record.get("seq") if isinstance(record, dict) else None
             if seq != expected:
-                raise CheckpointError(f"{where}: journal record {seq!r} where {expected} was due")
+                raise CheckpointError(
+                    f"{where}: journal record {quote(seq)} where {expected} was due"
+                )
             expected += 1
             if seq > generation:  # the snapshot has the others
                 replay.apply(record)
@@ -354,7 +356,9 @@ def export(state_dir: str | Path) -> Restored:
     directory = Path(state_dir)
     restored = read(directory)
     if restored is None:
-        raise CheckpointError(f"{str(directory)!r}: no metacache state ({STATE_FILE}) here")
+        raise CheckpointError(
+            f"{quote(directory, limit=PATH_QUOTE_BYTES)}: no metacache state ({STATE_FILE}) here"
+        )
     if restored.journal_last == restored.seq == restored.generation and not restored.torn:
         return restored  # compacted already
     seq = restored.seq + 1

@@ -55,7 +55,13 @@ from numamem.checkpoint.filestore import (
     remove_stale_temps,
 )
 from numamem.checkpoint.fs import REAL, FileSystem
-from numamem.errors import CheckpointError, DurabilityUnknownError, PersistenceError
+from numamem.errors import (
+    PATH_QUOTE_BYTES,
+    CheckpointError,
+    DurabilityUnknownError,
+    PersistenceError,
+    quote,
+)
 from numamem.logging import get_logger
 from numamem.metacache.cache import State
 from numamem.metacache.journal import JOURNAL_FILE, change_payload, frame, header, restore
@@ -131,8 +137,8 @@ class JournalPersister:
         except CheckpointError as err:
             if not discard_corrupt:
                 raise CheckpointError(
-                    f"could not restore the metacache (snapshot {str(self.path)!r} and journal "
-                    f"{str(self.journal_path)!r}): {err}; move both files away, or start with "
+                    f"could not restore the metacache (snapshot {quote(self.path, limit=PATH_QUOTE_BYTES)} and journal "
+                    f"{quote(self.journal_path, limit=PATH_QUOTE_BYTES)}): {err}; move both files away, or start with "
                     "--metacache-discard-corrupt-state to set them aside and start empty"
                 ) from err
             for path in (self.path, self.journal_path):
@@ -193,7 +199,7 @@ class JournalPersister:
         except Exception as err:
             raise CheckpointError(
                 f"cannot cut the torn last record off the metacache journal "
-                f"{str(self.journal_path)!r}: {error_text(err)}; fix the file system and restart"
+                f"{quote(self.journal_path, limit=PATH_QUOTE_BYTES)}: {error_text(err)}; fix the file system and restart"
             ) from err
         _log.warning(
             "dropped a torn last journal record (a crash during its append; it was never "
@@ -210,7 +216,7 @@ class JournalPersister:
             return self.fs.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         except Exception as err:
             raise PersistenceError(
-                f"cannot open the metacache journal {str(self.journal_path)!r} to append: "
+                f"cannot open the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)} to append: "
                 f"{error_text(err)}; the change was not applied"
             ) from err
 
@@ -232,7 +238,7 @@ class JournalPersister:
         except Exception as err:
             self._poisoned = True
             message = (
-                f"writing the metacache journal {str(self.journal_path)!r} failed: "
+                f"writing the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)} failed: "
                 f"{error_text(err)}; the outcome is unknown, and the next write rewrites the "
                 "snapshot"
             )
@@ -279,7 +285,7 @@ class JournalPersister:
     def _require_open(self) -> None:
         if not self._open:
             raise PersistenceError(
-                f"the metacache journal {str(self.journal_path)!r} is not open; the change was "
+                f"the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)} is not open; the change was "
                 "not applied"
             )
 
@@ -310,9 +316,7 @@ class JournalPersister:
         """
         assert self._fd is not None
         hook = self.faults or _no_fault
-        failed = (
-            f"cannot append to the metacache journal {str(self.journal_path)!r}: {error_text(err)}"
-        )
+        failed = f"cannot append to the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)}: {error_text(err)}"
         try:
             hook("truncate", self.journal_path)
             self.fs.ftruncate(self._fd, self._size)
@@ -352,7 +356,7 @@ class JournalPersister:
                 self._directory_unknown = None
             except Exception as err:  # noqa: BLE001 - reported as unknown durability
                 self._directory_unknown = (
-                    f"cannot sync the directory of {str(self.journal_path)!r}: "
+                    f"cannot sync the directory of {quote(self.journal_path, limit=PATH_QUOTE_BYTES)}: "
                     f"{error_text(err)}; whether the journal survives a power loss is unknown"
                 )
         self._report(self._directory_unknown)

@@ -36,10 +36,12 @@ from numamem.checkpoint.filestore import (
 )
 from numamem.checkpoint.fnv import fnv1a_32
 from numamem.errors import (
+    PATH_QUOTE_BYTES,
     CheckpointError,
     CorruptCheckpointError,
     DurabilityUnknownError,
     InvalidArgumentError,
+    quote,
 )
 from numamem.logging import get_logger
 from numamem.metacache.cache import State
@@ -126,7 +128,7 @@ def decode_snapshot(data: bytes) -> tuple[State, int]:
         raise CorruptCheckpointError(stored, actual)
     generation = doc.get("generation", 0)
     if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
-        raise CheckpointError(f"bad generation {generation!r}")
+        raise CheckpointError(f"bad generation {quote(generation)}")
     try:
         state = State(
             {
@@ -179,7 +181,7 @@ class CheckpointPersister:
         except CheckpointError as err:
             if not discard_corrupt:
                 raise CheckpointError(
-                    f"could not restore the metacache from {str(self.path)!r}: {err}; move the file away, or "
+                    f"could not restore the metacache from {quote(self.path, limit=PATH_QUOTE_BYTES)}: {err}; move the file away, or "
                     "start with --metacache-discard-corrupt-state to set it aside and start empty"
                 ) from err
             aside = move_aside(self.path, "corrupt")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from numamem.cpuset import CPUSet
+from numamem.errors import quote
 
 TopologyAwareAssignment = dict[int, CPUSet]
 """NUMA id -> cpuset."""
@@ -46,7 +47,7 @@ def _assignments_from(value: Mapping[str, str] | None) -> TopologyAwareAssignmen
 def _finite(value: Any) -> float:
     number = float(value)
     if not math.isfinite(number):
-        raise ValueError(f"not a finite number: {value!r}")
+        raise ValueError(f"not a finite number: {quote(value)}")
     return number
 
 

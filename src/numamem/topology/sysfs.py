@@ -46,7 +46,7 @@ from pathlib import Path
 import psutil
 
 from numamem.cpuset import MAX_CPU_ID, format_cpulist, parse_cpulist
-from numamem.errors import InvalidArgumentError, TopologyError
+from numamem.errors import InvalidArgumentError, TopologyError, quote
 from numamem.quantity import format_bytes_exact
 from numamem.topology.machine import HugePagePool, Machine, NUMANode
 
@@ -180,7 +180,9 @@ def _distances(path: Path, warnings: list[str]) -> tuple[int, ...]:
     tokens = text.rstrip(_TRAILING).split()
     for token in tokens:
         if not (token.isascii() and token.isdigit()):
-            raise TopologyError(f"{path}: cannot convert {token} to int (content {_excerpt(text)})")
+            raise TopologyError(
+                f"{path}: cannot convert {quote(token, style='bare')} to int (content {_excerpt(text)})"
+            )
     return tuple(int(t) for t in tokens)
 
 
@@ -253,7 +255,7 @@ def _cpumap(path: Path) -> list[int]:
     for index, word in enumerate(reversed(words)):
         token = word.strip()
         if not token or len(token) > 8 or any(c not in "0123456789abcdefABCDEF" for c in token):
-            raise TopologyError(f"{path}: invalid cpumap {_excerpt(text)}: bad word {token!r}")
+            raise TopologyError(f"{path}: invalid cpumap {_excerpt(text)}: bad word {quote(token)}")
         value = int(token, 16)
         cpus.extend(index * 32 + bit for bit in range(32) if value >> bit & 1)
     if cpus and cpus[-1] > MAX_CPU_ID:
@@ -276,6 +278,5 @@ def _read_count(path: Path) -> int:
     return int(body)
 
 
-def _excerpt(text: str, limit: int = 80) -> str:
-    flat = text.strip().replace("\n", "\\n")
-    return repr(flat if len(flat) <= limit else flat[:limit] + "...")
+def _excerpt(text: str) -> str:
+    return quote(text.strip(), limit=80)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from numamem.errors import quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
 from numamem.metacache.metrics.store import MetricStore, MetricValue
@@ -151,13 +152,20 @@ class Collector:
             self.stats.gone += 1
             self._previous.pop(key, None)
             self.store.delete_container(*key)
-            _log.debug("cgroup disappeared; container stopped", pod_uid=key[0], container=key[1])
+            _log.debug(
+                "cgroup disappeared; container stopped",
+                pod_uid=quote(key[0], style="bare"),
+                container=quote(key[1], style="bare"),
+            )
             return True
         except (OSError, ValueError) as err:
             self._previous.pop(key, None)
             self.store.delete_container(*key)
             _log.warning(
-                "cannot read container cgroup", pod_uid=key[0], container=key[1], error=str(err)
+                "cannot read container cgroup",
+                pod_uid=quote(key[0], style="bare"),
+                container=quote(key[1], style="bare"),
+                error=str(err),
             )
             return False
         values = {name: MetricValue(value, now) for name, value in raw.gauges.items()}

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from numamem.errors import FailedPreconditionError, NotFoundError
+from numamem.errors import FailedPreconditionError, NotFoundError, quote
 
 MIN_INSURANCE_NS = 60 * 10**9
 
@@ -68,7 +68,10 @@ class MetricStore:
         with self._lock:
             values = self._containers.get((pod_uid, container_name))
             value = None if values is None else values.get(metric)
-        where = f"metric={metric}, podUID={pod_uid}, containerName={container_name}"
+        where = (
+            f"metric={quote(metric, style='bare')}, podUID={quote(pod_uid, style='bare')}, "
+            f"containerName={quote(container_name, style='bare')}"
+        )
         if values is None:
             raise NotFoundError(f"[MetricStore] empty map, {where}")
         if value is None:
@@ -84,7 +87,9 @@ class MetricStore:
         with self._lock:
             value = self._node.get(metric)
         if value is None:
-            raise NotFoundError(f"[MetricStore] load value failed, metric={metric}")
+            raise NotFoundError(
+                f"[MetricStore] load value failed, metric={quote(metric, style='bare')}"
+            )
         self._check_age(value, now_ns)
         return value
 

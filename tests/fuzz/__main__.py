@@ -1,0 +1,63 @@
+"""``python -m tests.fuzz``: a fuzz campaign against the real daemon; exit code 1 on a finding.
+
+    python -m tests.fuzz --requests 100000               # a new seed, printed
+    python -m tests.fuzz --seed 7 --requests 1234        # replay a run up to request 1233
+    python -m tests.fuzz --seed 7 --index 1233           # that one request on a fresh daemon
+
+Prints the seed first, then the histogram of status codes (per RPC and overall),
+the maximum RSS, and every finding with the command that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+
+from numamem.testing.daemon import short_tmpdir
+from tests.fuzz.run import Campaign
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=10000)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--index", type=int, default=None, help="send only this request")
+    parser.add_argument("--check-every", type=int, default=500)
+    parser.add_argument("--restart-every", type=int, default=25000)
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else time.time_ns() % 2**32
+    print(f"fuzz seed={seed} requests={args.requests}", flush=True)
+    root = short_tmpdir("fz")
+    campaign = Campaign(
+        root,
+        seed,
+        check_every=args.check_every,
+        restart_every=args.restart_every,
+        indices=None if args.index is None else range(args.index, args.index + 1),
+    )
+    started = time.monotonic()
+    try:
+        campaign.start()
+        campaign.run(args.requests)
+    finally:
+        campaign.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    seconds = time.monotonic() - started
+    print(campaign.histogram())
+    print(
+        f"fuzz seed={seed} sent={campaign.sent} seconds={seconds:.0f} "
+        f"kinds={dict(campaign.kinds)} restarts={campaign.restarts} "
+        f"max_rss={campaign.max_rss / 2**20:.0f}MiB slowest={campaign.slowest[0] * 1000:.0f}ms "
+        f"({campaign.slowest[1]}) findings={len(campaign.findings)}"
+    )
+    for finding in campaign.findings:
+        print(finding.report())
+    return 1 if campaign.findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,639 @@
+"""A fuzz campaign against the real daemon: generate, send, check every reply, restart.
+
+Request ``i`` of seed ``s`` is a function of ``(s, i)`` alone (:func:`generated`):
+25% a valid request from :mod:`tests.fuzz.seeds`, 50% such a request with one or
+two fields mutated, 25% a random message of the method's type
+(:mod:`tests.fuzz.generate`). Requests go one at a time to a 2-node fake machine
+with ``--podresources-socket``, over channels with gRPC's default settings.
+
+Each reply must be a real answer: never INTERNAL, UNKNOWN, UNAVAILABLE or
+DEADLINE_EXCEEDED; an error's message at most ``errors.MAX_MESSAGE_BYTES`` and
+never cut by the last line of defence, its trailers under :data:`TRAILER_BYTES`; a
+``numamem.v1`` error carries its
+``google.rpc.Status`` with a numamem ErrorInfo that agrees with the status (the
+client received the trailers intact). Every :attr:`Campaign.check_every`
+requests: the daemon runs, health is SERVING, RSS stays below :data:`RSS_LIMIT`,
+the memory manager's state keeps its invariants
+(:mod:`numamem.memorymanager.invariants`), and the state equals the
+:class:`Model` of the acknowledged writes. A restart
+(SIGKILL and SIGTERM in turn) must bring back exactly the state before it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2
+from grpc_status import rpc_status
+
+from numamem.api.convert import state_from_proto
+from numamem.api.podresources import TokenBucket
+from numamem.api.status import DOMAIN, REASONS
+from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
+from numamem.memorymanager.invariants import violations
+from numamem.testing.daemon import DaemonProcess
+from numamem.testing.sysfs import standard_nodes, write_sysfs
+from numamem.v1 import memorymanager_pb2 as mm
+from numamem.v1 import metacache_pb2 as mc
+from numamem.v1 import podresources_pb2 as pr
+from tests.daemon import STATIC_ARGS
+from tests.fuzz.catalogue import BY_PATH, MAIN, PODRESOURCES, RPCS, Rpc
+from tests.fuzz.generate import describe, mutate, random_message
+from tests.fuzz.seeds import SEEDS
+
+RSS_LIMIT = 200 * 2**20
+"""The daemon's resident memory stays below this however long the campaign (10^5 requests
+reach 93-100 MiB)."""
+MAX_MESSAGE = 4 * 2**20
+"""--max-message-bytes (the default): bigger requests are grpc's own RESOURCE_EXHAUSTED."""
+TIMEOUT_S = 30.0
+PODRESOURCES_QPS = 80.0
+"""The client keeps below the podresources socket's rate limit (the kubelet's 100/s, burst 10)."""
+RATE_LIMITED = "rejected by rate limit"
+TRAILER_BYTES = 5 * 1024
+"""An error's trailers stay below this (numamem.errors.MAX_MESSAGE_BYTES says why), well under
+the 8 KiB soft limit of a client with default settings."""
+BAD_CODES = frozenset(
+    {
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+KINDS = ("valid", "mutated", "random")
+
+
+@dataclass
+class Generated:
+    index: int
+    rpc: Rpc
+    request: Message
+    kind: str
+    mutations: list[str] = field(default_factory=list)
+
+
+WEIGHTS = {
+    "/numamem.v1.MemoryManager/SyncActivePods": 0.3,
+    "/numamem.v1.MetaWriter/DeleteContainers": 0.3,
+    "/numamem.v1.MetaWriter/GCPoolEntries": 0.3,
+    "/numamem.v1.MetaWriter/SetRegionEntries": 0.5,
+    "/numamem.v1.MetaWriter/AddContainer": 2.0,
+    "/numamem.v1.MetaWriter/SetContainerInfo": 2.0,
+    "/numamem.v1.MemoryManager/Admit": 3.0,
+    "/numamem.v1.MemoryManager/Allocate": 2.0,
+    "/numamem.v1.MetaWriter/SetPoolInfo": 2.0,
+    "/numamem.v1.MetaWriter/SetRegionInfo": 2.0,
+}
+"""How often an RPC is picked relative to the others (1 unless listed): the calls that replace
+or release everything are rarer, so that the state stays big enough to meet the other calls."""
+_WEIGHTS = [WEIGHTS.get(rpc.path, 1.0) for rpc in RPCS]
+
+
+def generated(seed: int, index: int) -> Generated:
+    """Request ``index`` of the campaign with ``seed``."""
+    rng = random.Random(f"{seed}/{index}")
+    (rpc,) = rng.choices(RPCS, _WEIGHTS)
+    roll = rng.random()
+    if roll < 0.25:
+        return Generated(index, rpc, SEEDS[rpc.path](rng), "valid")
+    if roll < 0.75:
+        request = SEEDS[rpc.path](rng)
+        done = mutate(request, rng, rng.choice((1, 2)))
+        return Generated(index, rpc, request, "mutated", done)
+    return Generated(index, rpc, random_message(rpc.request, rng), "random")
+
+
+@dataclass
+class Outcome:
+    code: grpc.StatusCode
+    details: str = ""
+    error: grpc.RpcError | None = None
+    responses: list[Message] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Client:
+    """Default-settings channels to both sockets; calls any RPC of the catalogue by path."""
+
+    def __init__(self, main_socket: str, podresources_socket: str) -> None:
+        self.channels = {
+            MAIN: grpc.insecure_channel(f"unix://{main_socket}"),
+            PODRESOURCES: grpc.insecure_channel(f"unix://{podresources_socket}"),
+        }
+        self.bucket = TokenBucket(PODRESOURCES_QPS, 5)  # the daemon's own bucket, client-side
+
+    def close(self) -> None:
+        for channel in self.channels.values():
+            channel.close()
+
+    def call(self, rpc: Rpc, request: Message) -> Outcome:
+        if rpc.socket == PODRESOURCES:
+            while not self.bucket.allow():
+                time.sleep(1 / PODRESOURCES_QPS)
+        channel = self.channels[rpc.socket]
+        start = time.perf_counter()
+        try:
+            if rpc.streaming:
+                stream = channel.unary_stream(
+                    rpc.path,
+                    request_serializer=type(request).SerializeToString,
+                    response_deserializer=rpc.response.FromString,
+                )(request, timeout=TIMEOUT_S)
+                if rpc.path == "/grpc.health.v1.Health/Watch":  # never ends: the first answer
+                    responses = [next(stream)]
+                    stream.cancel()
+                else:
+                    responses = list(stream)
+            else:
+                responses = [
+                    channel.unary_unary(
+                        rpc.path,
+                        request_serializer=type(request).SerializeToString,
+                        response_deserializer=rpc.response.FromString,
+                    )(request, timeout=TIMEOUT_S)
+                ]
+        except grpc.RpcError as err:
+            return Outcome(err.code(), err.details() or "", err, [], time.perf_counter() - start)
+        return Outcome(grpc.StatusCode.OK, "", None, responses, time.perf_counter() - start)
+
+    def ok(self, path: str, request: Message) -> list[Message]:
+        """The answer of a call that must succeed (checks and snapshots)."""
+        outcome = self.call(BY_PATH[path], request)
+        if outcome.code != grpc.StatusCode.OK:
+            raise AssertionError(f"{path} answered {outcome.code.name}: {outcome.details}")
+        return outcome.responses
+
+
+def trailer_bytes(outcome: Outcome) -> int:
+    """The size of an error's trailers on the wire: ``grpc-status``, the percent-encoded
+    ``grpc-message`` and the other trailers (``-bin`` ones base64-encoded)."""
+    message = sum(1 if 0x20 <= b <= 0x7E and b != 0x25 else 3 for b in outcome.details.encode())
+    size = len("grpc-status") + 2 + len("grpc-message") + message
+    trailers = outcome.error.trailing_metadata() if outcome.error is not None else None
+    for key, value in trailers or ():
+        size += len(key) + (-(-len(value) // 3) * 4 if key.endswith("-bin") else len(value))
+    return size
+
+
+def reply_problems(rpc: Rpc, request: Message, outcome: Outcome) -> list[str]:
+    """What is wrong with the reply to ``request`` (nothing for a real answer)."""
+    code, details = outcome.code, outcome.details
+    if code == grpc.StatusCode.OK:
+        return []
+    problems = []
+    if code in BAD_CODES:
+        problems.append(f"answered {code.name}: {details[:300]!r}")
+    size = len(details.encode())
+    if size > MAX_MESSAGE_BYTES:
+        problems.append(f"a message of {size} bytes (the bound is {MAX_MESSAGE_BYTES})")
+    if CUT_MARK in details:
+        problems.append("the message was cut by api/status: its source quotes without quote()")
+    if "metadata" in details and "exceeds" in details:
+        problems.append(f"the client rejected the trailers: {details[:300]!r}")
+    wire = trailer_bytes(outcome)
+    if wire > TRAILER_BYTES:
+        problems.append(f"trailers of {wire} bytes on the wire (the bound is {TRAILER_BYTES})")
+    oversized = (
+        code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        and request.ByteSize() > MAX_MESSAGE
+        and "larger than max" in details
+    )
+    if oversized or problems:
+        return problems
+    if rpc.socket == PODRESOURCES:
+        expected = (code == grpc.StatusCode.RESOURCE_EXHAUSTED and details == RATE_LIMITED) or (
+            code == grpc.StatusCode.NOT_FOUND and details.endswith(" not found")
+        )
+        if not expected:
+            problems.append(f"an unexpected podresources reply {code.name}: {details[:300]!r}")
+    elif rpc.path.startswith("/numamem.v1."):
+        problems += _error_info_problems(outcome)
+    return problems
+
+
+def _error_info_problems(outcome: Outcome) -> list[str]:
+    try:
+        status = rpc_status.from_call(outcome.error)
+    except ValueError as err:
+        return [f"the status details disagree with the status: {err}"]
+    if status is None:
+        return ["no google.rpc.Status in the trailers"]
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info) and info.domain == DOMAIN and info.reason in REASONS:
+            return []
+    return [f"no numamem ErrorInfo among the details: {list(status.details)}"]
+
+
+# --- the model of acknowledged writes ------------------------------------------------
+
+
+@dataclass
+class Model:
+    """What acknowledged writes left: metacache keys exactly, memory manager pods bounded
+    from both sides.
+
+    ``mm_may_hold``: pods an acknowledged Allocate or Admit gave memory and no
+    acknowledged ReleasePod or SyncActivePods took away; the daemon's state holds
+    no other pod. ``mm_must_hold``: containers an acknowledged Allocate or Admit
+    pinned (with those blocks) that no later request can have released: any
+    request naming the pod (its spec may drop the container: stale state), a
+    SyncActivePods, a RemoveContainer that found an id not known to belong to
+    another container forget them. ``pods``/``pools``/``regions``: the metacache's
+    keys exactly.
+    """
+
+    mm_may_hold: set[str] = field(default_factory=set)
+    mm_must_hold: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    """(pod uid, container) -> blocks (None for an init container: later containers reuse
+    its memory, so its blocks shrink)."""
+    mm_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
+    pods: dict[str, set[str]] = field(default_factory=dict)
+    pools: set[str] = field(default_factory=set)
+    regions: set[str] = field(default_factory=set)
+
+    def apply(self, rpc: Rpc, request: Any, outcome: Outcome) -> list[str]:
+        """Record a request and its answer; returns what the answer contradicts in the model."""
+        name = rpc.method.name
+        ok = outcome.code == grpc.StatusCode.OK
+        if rpc.method.containing_service.name == "MemoryManager":
+            self._forget_memory_manager(name, request, outcome)
+            if ok and rpc.writes:
+                self._apply_memory_manager(name, request, outcome.responses[0])
+            return []
+        if not ok or not rpc.writes:
+            return []
+        return self._apply_metacache(name, request, outcome.responses[0])
+
+    def _forget_memory_manager(self, name: str, request: Any, outcome: Outcome) -> None:
+        """Drop from ``mm_must_hold`` what this request may have released, whatever its answer."""
+        uids = set()
+        if name == "SyncActivePods":
+            self.mm_must_hold.clear()
+        elif name == "ReleasePod":
+            uids.add(request.pod_uid)
+        elif name == "RemoveContainer":
+            found = outcome.code == grpc.StatusCode.OK and outcome.responses[0].found
+            ref = self.mm_ids.get(request.container_id)
+            if found and ref is None:
+                self.mm_must_hold.clear()
+            elif ref is not None:
+                self.mm_must_hold.pop(ref, None)
+        elif request.DESCRIPTOR.fields_by_name.get("pod") is not None:
+            uids.add(request.pod.uid)
+        for key in [k for k in self.mm_must_hold if k[0] in uids]:
+            del self.mm_must_hold[key]
+
+    def _apply_memory_manager(self, name: str, request: Any, response: Any) -> None:
+        if name == "Allocate" or (name == "Admit" and response.admitted):
+            self.mm_may_hold.add(request.pod.uid)
+            inits = {c.name for c in request.pod.init_containers}
+            pinned = (
+                [(request.container_name, list(response.blocks))]
+                if name == "Allocate"
+                else [(c.container_name, list(c.blocks)) for c in response.containers]
+            )
+            for ctr, blocks in pinned:
+                if blocks:
+                    key = (request.pod.uid, ctr)
+                    self.mm_must_hold[key] = None if ctr in inits else blocks  # type: ignore[assignment]
+        elif name == "AddContainer":
+            self.mm_ids[request.container_id] = (request.pod.uid, request.container_name)
+        elif name == "ReleasePod":
+            self.mm_may_hold.discard(request.pod_uid)
+        elif name == "SyncActivePods":
+            self.mm_may_hold &= {p.uid for p in request.pods}
+
+    def _apply_metacache(self, name: str, request: Any, response: Any) -> list[str]:
+        problems = []
+        if name == "AddContainer":
+            names = self.pods.setdefault(request.pod_uid, set())
+            if request.HasField("info"):
+                names.add(request.container_name)
+        elif name == "SetContainerInfo":
+            self.pods.setdefault(request.pod_uid, set()).add(request.container_name)
+        elif name == "DeleteContainer":
+            self._delete(request.pod_uid, request.container_name)
+        elif name == "RemovePod":
+            self.pods.pop(request.pod_uid, None)
+        elif name == "DeleteContainers":
+            for ref in response.deleted:
+                if ref.container_name not in self.pods.get(ref.pod_uid, ()):
+                    problems.append(f"DeleteContainers deleted {ref} that was not there")
+                self._delete(ref.pod_uid, ref.container_name)
+        elif name == "SetPoolInfo":
+            self.pools.add(request.pool_name)
+        elif name == "DeletePool":
+            self.pools.discard(request.pool_name)
+        elif name == "GCPoolEntries":
+            dead = sorted(self.pools - set(request.living_pool_names))
+            if list(response.deleted) != dead:
+                problems.append(f"GCPoolEntries deleted {list(response.deleted)}, not {dead}")
+            self.pools -= set(dead)
+        elif name == "SetRegionEntries":
+            self.regions = set(request.entries)
+        elif name == "SetRegionInfo":
+            self.regions.add(request.region_name)
+        return problems
+
+    def _delete(self, pod_uid: str, name: str) -> None:
+        names = self.pods.get(pod_uid)
+        if names is not None and name in names:
+            names.discard(name)
+            if not names:
+                del self.pods[pod_uid]
+
+    def problems(self, client: Client) -> list[str]:
+        """Where the daemon's state differs from the model."""
+        out = []
+        (state,) = client.ok("/numamem.v1.MemoryManager/GetState", mm.GetStateRequest())
+        out += [f"memory manager state: {v}" for v in violations(*state_from_proto(state))[:5]]
+        extra = sorted(set(state.entries) - self.mm_may_hold)
+        if extra:
+            out.append(f"memory manager pods {extra[:5]} hold memory no acknowledged write left")
+        for (uid, ctr), blocks in sorted(self.mm_must_hold.items()):
+            held = state.entries[uid].containers[ctr].blocks if uid in state.entries else None
+            if uid not in state.entries or ctr not in state.entries[uid].containers:
+                out.append(f"memory manager lost {uid!r}/{ctr!r}, pinned by an acknowledged write")
+            elif blocks is not None and list(held or []) != blocks:
+                out.append(f"memory manager holds other blocks for {uid!r}/{ctr!r}: {held}")
+        listed: dict[str, set[str]] = {}
+        for info in client.ok("/numamem.v1.MetaReader/ListContainers", mc.ListContainersRequest()):
+            listed.setdefault(info.pod_uid, set()).add(info.container_name)
+        expected = {p: names for p, names in self.pods.items() if names}
+        if listed != expected:
+            out.append(f"metacache containers differ from the model: {_diff(listed, expected)}")
+        for uid in sorted(p for p, names in self.pods.items() if not names)[:50]:
+            (entries,) = client.ok(
+                "/numamem.v1.MetaReader/GetContainerEntries",
+                mc.GetContainerEntriesRequest(pod_uid=uid),
+            )
+            if entries.containers:
+                out.append(f"metacache pod {uid!r} has containers the model does not")
+        pools = {
+            p.pool_name
+            for p in client.ok("/numamem.v1.MetaReader/ListPools", mc.ListPoolsRequest())
+        }
+        if pools != self.pools:
+            out.append(f"metacache pools differ from the model: {_diff(pools, self.pools)}")
+        regions = {
+            r.region_name
+            for r in client.ok("/numamem.v1.MetaReader/ListRegions", mc.ListRegionsRequest())
+        }
+        if regions != self.regions:
+            out.append(f"metacache regions differ from the model: {_diff(regions, self.regions)}")
+        return out
+
+
+def _diff(actual: Any, expected: Any) -> str:
+    if isinstance(actual, dict):
+        keys = sorted(set(actual) ^ set(expected)) or sorted(
+            k for k in actual if actual[k] != expected.get(k)
+        )
+        return f"{len(keys)} pods differ, e.g. {[(k, actual.get(k), expected.get(k)) for k in keys[:3]]}"
+    return f"only in the daemon {sorted(actual - expected)[:5]}, only in the model {sorted(expected - actual)[:5]}"
+
+
+def snapshot(client: Client, model: Model) -> dict[str, Any]:
+    """Everything a restart must bring back, as comparable JSON values."""
+
+    def js(msg: Message) -> Any:
+        return json_format.MessageToDict(msg, preserving_proto_field_name=True)
+
+    (state,) = client.ok("/numamem.v1.MemoryManager/GetState", mm.GetStateRequest())
+    containers = client.ok("/numamem.v1.MetaReader/ListContainers", mc.ListContainersRequest())
+    empty = {}
+    for uid in sorted(p for p, names in model.pods.items() if not names)[:50]:
+        (entries,) = client.ok(
+            "/numamem.v1.MetaReader/GetContainerEntries", mc.GetContainerEntriesRequest(pod_uid=uid)
+        )
+        empty[uid] = js(entries)
+    (listed,) = client.ok("/v1.PodResourcesLister/List", pr.ListPodResourcesRequest())
+    return {
+        "memory manager state": js(state),
+        "metacache containers": [js(c) for c in containers],
+        "metacache empty pods": empty,
+        "metacache pools": [
+            js(p) for p in client.ok("/numamem.v1.MetaReader/ListPools", mc.ListPoolsRequest())
+        ],
+        "metacache regions": [
+            js(r) for r in client.ok("/numamem.v1.MetaReader/ListRegions", mc.ListRegionsRequest())
+        ],
+        "podresources": sorted(json.dumps(js(p), sort_keys=True) for p in listed.pod_resources),
+    }
+
+
+# --- the campaign ---------------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    seed: int
+    index: int
+    what: str
+    problem: str
+    request: str = ""
+
+    def report(self) -> str:
+        lines = [f"seed {self.seed} request {self.index} {self.what}: {self.problem}"]
+        if self.request:
+            lines.append(f"  request: {self.request}")
+        lines.append(
+            f"  replay: python -m tests.fuzz --seed {self.seed} --requests {self.index + 1}"
+            f"  (this request alone: --seed {self.seed} --index {self.index})"
+        )
+        return "\n".join(lines)
+
+
+@dataclass
+class Campaign:
+    """``requests`` requests of ``seed`` against one daemon under ``root``."""
+
+    root: Path
+    seed: int
+    check_every: int = 500
+    restart_every: int = 0
+    """0: restart only at the end."""
+    indices: range | None = None
+    max_findings: int = 20
+    codes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
+    findings: list[Finding] = field(default_factory=list)
+    model: Model = field(default_factory=Model)
+    max_rss: int = 0
+    restarts: int = 0
+    sent: int = 0
+    slowest: tuple[float, str] = (0.0, "")
+    daemon: DaemonProcess | None = None
+    client: Client | None = None
+
+    @property
+    def podresources_socket(self) -> str:
+        return str(self.root / "pr" / "podresources.sock")
+
+    def start(self) -> None:
+        sysfs = self.root / "sys"
+        if not sysfs.exists():
+            write_sysfs(sysfs, standard_nodes(2))
+        self.daemon = DaemonProcess(
+            self.root,
+            [
+                "--sysfs-root",
+                str(sysfs),
+                *STATIC_ARGS,
+                "--topology-manager-policy",
+                "restricted",
+                "--podresources-socket",
+                self.podresources_socket,
+                "--max-message-bytes",
+                str(MAX_MESSAGE),
+                "--log-level",
+                "warning",
+            ],
+        ).start()
+        self.client = Client(self.daemon.socket, self.podresources_socket)
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.daemon is not None:
+            self.daemon.kill()
+
+    def run(self, requests: int) -> None:
+        """Send requests ``0..requests-1`` (or :attr:`indices`), checking as described; stops
+        early when the daemon dies or after :attr:`max_findings` findings."""
+        indices = self.indices if self.indices is not None else range(requests)
+        last = 0
+        for n, index in enumerate(indices, 1):
+            last = index
+            if not self._send(generated(self.seed, index)) or self._enough():
+                return
+            if n % self.check_every == 0 and (not self.check(index) or self._enough()):
+                return
+            periodic = self.restart_every and n % self.restart_every == 0 and n < len(indices)
+            if periodic and not self.restart(index):
+                return
+        checked = len(indices) % self.check_every == 0  # the loop's last check was just now
+        if checked or self.check(last):
+            self.restart(last)
+
+    def _enough(self) -> bool:
+        return len(self.findings) >= self.max_findings
+
+    def _send(self, gen: Generated) -> bool:
+        assert self.client is not None
+        outcome = self.client.call(gen.rpc, gen.request)
+        self.sent += 1
+        self.codes[(gen.rpc.short, outcome.code.name)] += 1
+        self.kinds[gen.kind] += 1
+        if outcome.seconds > self.slowest[0]:
+            self.slowest = (outcome.seconds, f"{gen.rpc.short} request {gen.index}")
+        problems = reply_problems(gen.rpc, gen.request, outcome)
+        problems += self.model.apply(gen.rpc, gen.request, outcome)
+        what = f"({gen.kind}{': ' + '; '.join(gen.mutations) if gen.mutations else ''}) {gen.rpc.short}"
+        for problem in problems:
+            self._find(gen.index, what, problem, describe(gen.request))
+        return self._alive(gen.index)
+
+    def _alive(self, index: int) -> bool:
+        assert self.daemon is not None and self.daemon.proc is not None
+        if self.daemon.proc.poll() is None:
+            return True
+        self._find(
+            index,
+            "the daemon",
+            f"exited with {self.daemon.proc.returncode}: {self.daemon.stderr()[-2000:]}",
+        )
+        return False
+
+    def _find(self, index: int, what: str, problem: str, request: str = "") -> None:
+        if "INTERNAL" in problem and self.daemon is not None:
+            problem += f"\n  daemon log: {self.daemon.stderr()[-1500:]}"
+        self.findings.append(Finding(self.seed, index, what, problem, request))
+
+    def check(self, index: int) -> bool:
+        """Alive, SERVING, RSS bound, state equals the model."""
+        assert self.client is not None and self.daemon is not None and self.daemon.proc
+        if not self._alive(index):
+            return False
+        (health,) = self.client.ok("/grpc.health.v1.Health/Check", health_pb2.HealthCheckRequest())
+        if health.status != health_pb2.HealthCheckResponse.SERVING:
+            self._find(
+                index,
+                "health",
+                f"is {health_pb2.HealthCheckResponse.ServingStatus.Name(health.status)}",
+            )
+        rss = psutil.Process(self.daemon.proc.pid).memory_info().rss
+        self.max_rss = max(self.max_rss, rss)
+        if rss > RSS_LIMIT:
+            self._find(index, "RSS", f"{rss / 2**20:.0f} MiB, above {RSS_LIMIT / 2**20:.0f} MiB")
+        for problem in self.model.problems(self.client):
+            self._find(index, "the model", problem)
+        return True
+
+    def restart(self, index: int) -> bool:
+        """Stop (SIGKILL and SIGTERM in turn), start, and compare the state before and after;
+        False when the daemon does not come back."""
+        assert self.client is not None and self.daemon is not None
+        before = snapshot(self.client, self.model)
+        self.client.close()
+        self.daemon.stop(9 if self.restarts % 2 == 0 else 15)
+        self.restarts += 1
+        try:
+            self.daemon.start()
+        except AssertionError as err:
+            self._find(index, f"restart {self.restarts}", f"the daemon did not come back: {err}")
+            return False
+        self.client = Client(self.daemon.socket, self.podresources_socket)
+        after = snapshot(self.client, self.model)
+        for key in before:
+            if before[key] != after[key]:
+                self._find(
+                    index,
+                    f"restart {self.restarts}",
+                    f"{key} differs: {_first_difference(before[key], after[key])}",
+                )
+        return self.check(index)
+
+    def histogram(self) -> str:
+        return histogram(self.codes)
+
+
+def _first_difference(before: Any, after: Any) -> str:
+    a = json.dumps(before, sort_keys=True)
+    b = json.dumps(after, sort_keys=True)
+    at = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    return f"before ...{a[max(0, at - 80) : at + 80]}... after ...{b[max(0, at - 80) : at + 80]}..."
+
+
+def histogram(codes: Counter[tuple[str, str]]) -> str:
+    """A table of status codes per RPC, then overall (markdown)."""
+    names = sorted({code for _, code in codes}, key=lambda c: (c != "OK", c))
+    rpcs = sorted({rpc for rpc, _ in codes})
+    rows = [
+        "| RPC | " + " | ".join(names) + " | total |",
+        "|---|" + "---:|" * (len(names) + 1),
+    ]
+    for rpc in rpcs:
+        counts = [codes.get((rpc, n), 0) for n in names]
+        rows.append(f"| {rpc} | " + " | ".join(map(str, counts)) + f" | {sum(counts)} |")
+    totals = [sum(codes.get((r, n), 0) for r in rpcs) for n in names]
+    rows.append("| **all** | " + " | ".join(map(str, totals)) + f" | {sum(totals)} |")
+    return "\n".join(rows)
