@@ -23,6 +23,7 @@ import os
 import random
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,14 @@ class RecordingFileSystem(FileSystem):
         self._fds: dict[int, _Open] = {}
         self.log: list[Op] = []
         self._lock = threading.Lock()
+        self._short: Callable[[], Exception] | None = None
+        self._torn = False
+
+    def short_write(self, fault: Callable[[], Exception] | None) -> None:
+        """Arm (or, with None, disarm) a short write: the next write of more than one byte
+        writes half of it, and the write after that raises ``fault()`` (a torn prefix)."""
+        with self._lock:
+            self._short, self._torn = fault, False
 
     def _new_inode(self) -> int:
         self._next += 1
@@ -94,6 +103,12 @@ class RecordingFileSystem(FileSystem):
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
         with self._lock:
+            if self._short is not None and self._torn:
+                fault, self._short = self._short, None
+                raise fault()
+            if self._short is not None and len(data) > 1:
+                self._torn = True
+                data = data[: len(data) // 2]
             written = super().write(fd, data)
             opened = self._fds[fd]
             offset = self._sizes[opened.inode] if opened.append else opened.position
@@ -192,9 +207,10 @@ class Disk:
 
     def variant(self, kind: str, rng: random.Random | None = None) -> dict[str, bytes]:
         """The files one power cut could leave: ``synced`` (only what was made durable),
-        ``crash`` (everything, as a killed process leaves it) or ``random`` (a prefix of the
-        unsynced directory changes, and per file a prefix of its unsynced writes, the last
-        one torn)."""
+        ``crash`` (everything, as a killed process leaves it) or ``random``: a prefix of the
+        unsynced directory changes, and per file a prefix of its unsynced writes, each kept
+        whole (half the time), torn (a prefix of its bytes) or as zeros (the file grew but
+        its data never reached the disk)."""
         if kind == "crash":
             return {name: bytes(self.content[i]) for name, i in self.names.items()}
         names = dict(self.synced_names)
@@ -210,13 +226,22 @@ class Disk:
         files = {}
         for name, inode in names.items():
             data = bytearray(self.synced.get(inode, b""))
-            ops = self.pending.get(inode, [])[: keep.get(inode, 0)]
-            for n, op in enumerate(ops):
-                last = n == len(ops) - 1 and op.kind == "write" and rng is not None
-                torn = op.data[: rng.randint(0, len(op.data))] if last and rng else op.data
-                _change(data, Op("write", op.inode, offset=op.offset, data=torn) if last else op)
+            for op in self.pending.get(inode, [])[: keep.get(inode, 0)]:
+                _change(data, _lost_in_part(op, rng))
             files[name] = bytes(data)
         return files
+
+
+def _lost_in_part(op: Op, rng: random.Random | None) -> Op:
+    """An unsynced write as a power cut may leave it: whole, torn or zeroed."""
+    if op.kind != "write" or rng is None:
+        return op
+    draw = rng.random()
+    if draw < 0.5:
+        return op
+    if draw < 0.75:
+        return Op("write", op.inode, offset=op.offset, data=op.data[: rng.randint(0, len(op.data))])
+    return Op("write", op.inode, offset=op.offset, data=b"\0" * len(op.data))
 
 
 def _change(data: bytearray, op: Op) -> None:

@@ -711,3 +711,80 @@ def test_a_damaged_journal_refusal_names_the_journal_and_a_damaged_snapshot_the_
     with pytest.raises(CheckpointError) as refused:
         JournalPersister(tmp_path).load()
     assert f"{tmp_path / STATE_FILE}: " in str(refused.value)
+
+
+def test_an_interrupt_inside_an_append_never_lets_the_next_append_follow_it(
+    tmp_path: Path,
+) -> None:
+    """A BaseException after the record reached the file: the writer learns nothing (the
+    interrupt propagates), the journal is poisoned, and the next commit rewrites both files
+    instead of appending after the stray record (which made the next start refuse)."""
+
+    class Interrupt(BaseException):
+        pass
+
+    cache, persister = open_cache(tmp_path, min_compact_bytes=BIG)
+    reports: list[str | None] = []
+    persister.durability_observers.append(reports.append)
+    cache.set_container_info("pod0", "c0", info("pod0", "c0", 1))
+
+    def interrupt(at: str, target: Path) -> None:
+        if at == "append-fsync":
+            raise Interrupt
+
+    persister.faults = interrupt
+    with pytest.raises(Interrupt):
+        cache.set_container_info("pod1", "c0", info("pod1", "c0", 2))
+    assert reports[-1] is not None and "interrupted" in reports[-1]
+    persister.faults = None
+    cache.set_container_info("pod2", "c0", info("pod2", "c0", 3))
+    assert reports[-1] is None
+    assert set(cache.state().pods) == {"pod0", "pod2"}
+    assert canon(on_disk(tmp_path)) == canon(cache.state())
+
+
+def test_each_writer_learns_its_own_failed_rounds_outcome() -> None:
+    """Two rounds fail one after the other, the first with an unknown outcome and the second
+    "not applied": a writer of the first round that looks only after the second failed is
+    still told its own round's outcome (before, the second round's text overwrote it)."""
+    import threading
+
+    class TwoFailures:
+        calls = 0
+
+        def save(self, state: State, pods: object = None) -> None:
+            TwoFailures.calls += 1
+            if TwoFailures.calls == 1:
+                raise DurabilityUnknownError("cut-off not synced", applied=False)
+            raise PersistenceError("ENOSPC; the change was not applied")
+
+    cache = MetaCache(TwoFailures())
+    real_finish = cache._finish_round
+    first_done, second_done = threading.Event(), threading.Event()
+
+    def finish(*args: object, **kwargs: object) -> None:
+        real_finish(*args, **kwargs)  # type: ignore[arg-type]
+        if not first_done.is_set():
+            first_done.set()
+            second_done.wait(5)  # the first round's committer is preempted right here
+        else:
+            second_done.set()
+
+    cache._finish_round = finish  # type: ignore[method-assign]
+    told: dict[str, BaseException] = {}
+
+    def write(uid: str) -> None:
+        try:
+            cache.set_container_info(uid, "c", info(uid, "c", 1))
+        except PersistenceError as err:
+            told[uid] = err
+
+    first = threading.Thread(target=write, args=("a",))
+    first.start()
+    assert first_done.wait(5)
+    second = threading.Thread(target=write, args=("b",))
+    second.start()
+    first.join(5)
+    second.join(5)
+    assert isinstance(told["a"], DurabilityUnknownError) and not told["a"].applied
+    assert type(told["b"]) is PersistenceError and "not applied" in str(told["b"])

@@ -209,8 +209,10 @@ def test_a_recreated_pod_is_its_own_pod_and_get_answers_the_newest(tmp_path: Pat
         ]
         assert sizes(get_pod(servicer, "shop", "web-0")) == [1 * GI]
         merged = merge_lists([kubelet_pod("web-0", "shop", "a")], servicer.own_pods())
-        assert [(p.name, sizes(p)) for p in merged] == [("web-0", [1 * GI]), ("web-0", [2 * GI])]
-        assert list(merged[0].containers[0].cpu_ids) == [1, 2]  # the kubelet's pod, our memory
+        # The older uid just before the newest, as standalone: keyed by name, the newest wins.
+        assert [(p.name, sizes(p)) for p in merged] == [("web-0", [2 * GI]), ("web-0", [1 * GI])]
+        assert list(merged[1].containers[0].cpu_ids) == [1, 2]  # the kubelet's pod, our memory
+        assert {(p.namespace, p.name): sizes(p) for p in merged} == {("shop", "web-0"): [GI]}
     doc = json.loads((tmp_path / CONTAINERS_FILE).read_bytes())
     assert doc["order"] == ["u9", "u0"]
     # The old uid goes: the name is the new pod's alone.

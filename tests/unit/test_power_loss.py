@@ -17,28 +17,38 @@ set the workloads; ``make soak`` runs more of them. A failure names its seed and
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import random
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import grpc
 import pytest
 
 from numamem.api.app import build_components
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.api.server import Daemon
-from numamem.client import NumamemClient
+from numamem.client import NumamemClient, error_reason
 from numamem.config.model import Config
-from numamem.metacache.persistence import encode
+from numamem.errors import PersistenceError
+from numamem.metacache.cache import State
+from numamem.metacache.journal import JOURNAL_FILE
+from numamem.metacache.persistence import decode, encode
+from numamem.metacache.types import ContainerInfo
+from numamem.pod import Pod
 from numamem.testing.server import default_config
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.topology.sysfs import discover
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 from tests.powerloss import Op, RecordingFileSystem, cut, materialize
+from tests.unit.test_memorymanager import GI
+from tests.unit.test_memorymanager import ctr as container
 
 SEEDS = [int(s) for s in os.environ.get("NUMAMEM_POWERLOSS_SEEDS", "1").split(",")]
 OPS = int(os.environ.get("NUMAMEM_POWERLOSS_OPS", "40"))
@@ -63,12 +73,19 @@ def pod(uid: str, sizes: list[str]) -> mm.Pod:
     )
 
 
-def workload(rng: random.Random, client: NumamemClient, count: int) -> list[Callable[[], object]]:
-    """``count`` operations on both components, chosen as they run (they see what exists)."""
+MM, MC, COMPACT = "memory manager", "metacache", "compaction"
+
+
+def workload(
+    rng: random.Random, client: NumamemClient, count: int, touched: list[tuple[str, str]]
+) -> list[tuple[str, Callable[[], object]]]:
+    """``count`` operations on both components (and which one each writes), chosen as they
+    run (they see what exists). A metacache operation leaves the entries it may change in
+    ``touched`` (("pod", uid), ("pool", name) or ("regions", ""))."""
     pods: dict[str, mm.Pod] = {}
     ids: dict[str, str] = {}
     entries: set[tuple[str, str]] = set()
-    calls: list[Callable[[], object]] = []
+    calls: list[tuple[str, Callable[[], object]]] = []
 
     def admit() -> object:
         uid = f"p{rng.randint(0, 9)}"
@@ -99,6 +116,7 @@ def workload(rng: random.Random, client: NumamemClient, count: int) -> list[Call
     def set_info() -> object:
         key = (f"m{rng.randint(0, 5)}", f"c{rng.randint(0, 2)}")
         entries.add(key)
+        touched[:] = [("pod", key[0])]
         return client.set_container_info(
             mc.ContainerInfo(
                 pod_uid=key[0],
@@ -113,27 +131,31 @@ def workload(rng: random.Random, client: NumamemClient, count: int) -> list[Call
             return set_info()
         key = rng.choice(sorted(entries))
         entries.discard(key)
+        touched[:] = [("pod", key[0])]
         return client.delete_container(*key)
 
     def remove_cache_pod() -> object:
         uid = f"m{rng.randint(0, 5)}"
         entries.difference_update({k for k in entries if k[0] == uid})
+        touched[:] = [("pod", uid)]
         return client.remove_pod(uid)
 
     def pool() -> object:
+        name = f"pool{rng.randint(0, 3)}"
+        touched[:] = [("pool", name)]
         return client.set_pool_info(
-            mc.PoolInfo(
-                pool_name=f"pool{rng.randint(0, 3)}", region_names=[f"r{rng.randint(0, 9)}"]
-            )
+            mc.PoolInfo(pool_name=name, region_names=[f"r{rng.randint(0, 9)}"])
         )
 
     def regions() -> object:
+        touched[:] = [("regions", "")]
         return client.set_region_entries(
             {f"r{i}": mc.RegionInfo(region_name=f"r{i}") for i in range(rng.randint(0, 3))}
         )
 
-    choices = [admit, admit, add_id, remove_id, release] + [set_info] * 4
-    choices += [delete_info, remove_cache_pod, pool, regions]
+    choices = [(MM, admit), (MM, admit), (MM, add_id), (MM, remove_id), (MM, release)]
+    choices += [(MC, set_info)] * 4
+    choices += [(MC, delete_info), (MC, remove_cache_pod), (MC, pool), (MC, regions)]
     for _ in range(count):
         calls.append(rng.choice(choices))
     return calls
@@ -167,13 +189,102 @@ class Run:
     log: list[Op]
     acks: list[int]
     """Per operation, the log length when it returned (acknowledged or refused)."""
+    components: list[str]
+    outcomes: list[str]
+    """Per operation: acknowledged, failed (not applied), unknown (DURABILITY_UNKNOWN) or
+    refused (answered without a write)."""
     manager: list[tuple[object, ...]]
     cache: list[bytes]
     """Per operation i, the states after it; index 0 is the state before the first."""
     config: Config
+    faults: int = 0
+    started: int = 0
+    """The log length when the first operation was sent (the start's own writes before)."""
+    touched: list[list[tuple[str, str]]] = field(default_factory=list)
+    """Per metacache operation, the entries it may change (for an interrupted one)."""
+
+    def allowed(self, component: str, done: int) -> range:
+        """The state indices a restore of ``component`` may show once ``done`` operations
+        were answered: after the last of them or the one in flight; since an unknown outcome
+        of that component not yet followed by one of its acknowledged writes (which makes
+        everything before it durable; an acknowledged operation that wrote nothing does not),
+        anything from before that operation on."""
+        low = done
+        for i in range(done, 0, -1):
+            if self.components[i - 1] != component:
+                continue
+            wrote = self.acks[i - 1] > (self.acks[i - 2] if i > 1 else self.started)
+            if self.outcomes[i - 1] == "acknowledged" and wrote:
+                break
+            if self.outcomes[i - 1] == "unknown":
+                low = i - 1
+        return range(low, min(done + 1, len(self.acks)) + 1)
 
 
-def record(root: Path, seed: int, count: int) -> Run:
+FAULT_KINDS: dict[str, Callable[[], Exception]] = {
+    "EIO": lambda: OSError(errno.EIO, "injected"),
+    "ENOSPC": lambda: OSError(errno.ENOSPC, "injected"),
+    "EMFILE": lambda: OSError(errno.EMFILE, "injected"),
+    "EBADF": lambda: OSError(errno.EBADF, "injected"),
+    "not-OSError": lambda: RuntimeError("injected defect"),
+}
+
+
+STAGES = (
+    "open", "write", "fsync", "close", "rename", "dirsync",
+    "append", "append-fsync", "truncate", "reopen", "dirsync-retry",
+)  # fmt: skip
+"""Every stage a fault hook sees, but the cut-off's fsync (its failure leaves an outcome the
+state list cannot name: "not applied" in memory, the record maybe back after a power cut;
+the fault matrix covers it)."""
+
+
+SHORT = "short-write"
+SCHEDULED: tuple[tuple[str, str], ...] = (
+    (MC, "append-fsync"), (MM, "dirsync"), (COMPACT, f"dirsync@{JOURNAL_FILE}"),
+    (MC, "append-fsync+truncate"), (COMPACT, "dirsync"),
+    (MM, "rename"), (MC, SHORT), (COMPACT, "rename"), (MC, "append"), (MM, "fsync"),
+    (MC, "append+truncate"), (COMPACT, "reopen"), (MM, SHORT), (MC, "append-fsync"),
+    (COMPACT, "fsync"), (MM, "write"),
+)  # fmt: skip
+"""The faults each faulty workload meets, in order, at the next operation of that component
+(``+``: both stages fail; a compaction is an extra operation): every kind of failure at
+least once whatever the seed."""
+
+
+def stages_fail(stages: set[str], fault: Callable[[], Exception]) -> Callable[[str, Path], None]:
+    """A fault hook that fails the first occurrence of each of ``stages`` (``stage@file``:
+    that stage of that file only)."""
+    left = set(stages)
+
+    def hook(stage: str, target: Path) -> None:
+        for key in (f"{stage}@{target.name}", stage):
+            if key in left:
+                left.discard(key)
+                raise fault()
+
+    return hook
+
+
+def outcome_of(call: Callable[[], object]) -> str:
+    try:
+        call()
+    except grpc.RpcError as err:
+        reason = error_reason(err)
+        if reason == "DURABILITY_UNKNOWN":
+            return "unknown"
+        if reason == "CHECKPOINT_WRITE_FAILED":
+            return "failed"
+        return "refused"
+    return "acknowledged"
+
+
+def record(
+    root: Path, seed: int, count: int, *, faults: bool = False, background: bool = False
+) -> Run:
+    """Run the workload of ``seed`` on a recording daemon. With ``faults``, a fifth of the
+    operations meet a fault (an errno, a short write, or an exception that is not an OSError)
+    at a random stage; with ``background``, compactions run on the compactor thread."""
     sysfs = write_sysfs(root / "sys", standard_nodes(2))
     config = default_config(root, sysfs, podresources_socket=str(root / "pr.sock"))
     config = replace(config, metacache_compact_bytes=2048)
@@ -185,7 +296,7 @@ def record(root: Path, seed: int, count: int) -> Run:
         built = list(build_components(cfg, fs=fs))
         for component in built:
             if isinstance(component, MetaCacheComponent) and component.persister is not None:
-                component.persister.background = False  # compactions in order, replayable
+                component.persister.background = background  # inline: in order, replayable
         return built
 
     daemon = Daemon(config, components, set_umask=False)  # type: ignore[arg-type]
@@ -193,23 +304,70 @@ def record(root: Path, seed: int, count: int) -> Run:
     try:
         memory = next(c for c in daemon._components if isinstance(c, MemoryManagerComponent))
         meta = next(c for c in daemon._components if isinstance(c, MetaCacheComponent))
-        run = Run(seed, fs.initial, fs.log, [], [], [], config)
+        assert meta.persister is not None
+        run = Run(seed, fs.initial, fs.log, [], [], [], [], [], config, started=len(fs.log))
         run.manager.append(manager_state(memory))
         run.cache.append(cache_state(meta))
         rng = random.Random(seed)
+        scheduled = list(SCHEDULED)
+        touched: list[tuple[str, str]] = []
+
+        def arm(stages: str) -> None:
+            fault = FAULT_KINDS[rng.choice(sorted(FAULT_KINDS))]
+            if stages == SHORT:
+                fs.short_write(fault)
+            else:
+                chosen = set(stages.split("+"))
+                memory.store.faults = meta.persister.faults = stages_fail(chosen, fault)
+            run.faults += 1
+
+        def disarm() -> None:
+            memory.store.faults = meta.persister.faults = None
+            fs.short_write(None)
+
+        def compact() -> object:
+            with contextlib.suppress(PersistenceError):  # the compactor logs its failures
+                meta.persister.compact()  # type: ignore[union-attr]
+            return None
+
+        def answered(component: str, outcome: str) -> None:
+            disarm()
+            run.outcomes.append(outcome)
+            run.acks.append(len(fs.log))
+            run.components.append(component)
+            run.touched.append(list(touched))
+            run.manager.append(manager_state(memory))
+            run.cache.append(cache_state(meta))
+
         with NumamemClient(config.socket, timeout=10) as client:
-            for call in workload(rng, client, count):
-                call()  # every call is answered: acknowledged or refused (nothing fails here)
-                run.acks.append(len(fs.log))
-                run.manager.append(manager_state(memory))
-                run.cache.append(cache_state(meta))
+            for component, call in workload(rng, client, count, touched):
+                touched.clear()
+                if faults and scheduled and scheduled[0][0] == COMPACT:
+                    arm(scheduled.pop(0)[1])
+                    compact()
+                    answered(MC, "refused")  # a compaction changes no entry
+                    # A metacache write right after it, before any other directory sync: it
+                    # stands on the new journal alone.
+                    touched[:] = [("pod", "after-compaction")]
+                    info = mc.ContainerInfo(pod_uid="after-compaction", container_name="c")
+                    info.cpu_request = len(run.acks)
+                    answered(MC, outcome_of(lambda info=info: client.set_container_info(info)))
+                    touched.clear()
+                if faults and scheduled and scheduled[0][0] == component:
+                    arm(scheduled.pop(0)[1])
+                elif faults and rng.random() < 0.1:
+                    arm(rng.choice([SHORT, *STAGES]))
+                answered(component, outcome_of(call))
     finally:
         daemon.shutdown()
     return run
 
 
-def restore(run: Run, directory: Path) -> tuple[tuple[object, ...], bytes]:
-    """Start both components on ``directory`` as the daemon does (load, then start)."""
+def restore(
+    run: Run, directory: Path, *, then_write: bool = False
+) -> tuple[tuple[object, ...], bytes]:
+    """Start both components on ``directory`` as the daemon does (load, then start). With
+    ``then_write``, write to each afterwards and check that a second restore reads it."""
     config = replace(run.config, state_dir=str(directory))
     machine = discover(config.sysfs_root)
     memory = MemoryManagerComponent(config, machine)
@@ -222,9 +380,82 @@ def restore(run: Run, directory: Path) -> tuple[tuple[object, ...], bytes]:
     for component in (memory, meta):
         component.start()
     try:
-        return manager_state(memory), cache_state(meta)
+        restored = manager_state(memory), cache_state(meta)
+        if then_write:
+            meta.cache.set_container_info(
+                "after", "c", ContainerInfo(pod_uid="after", container_name="c")
+            )
+            memory.manager.admit(
+                Pod("after", "ns", "after", containers=(container("c", GI // 16),))
+            )
+            written = manager_state(memory), cache_state(meta)
+            meta.persister.close()
+            assert restore(run, directory) == written, "a write after the restore was not kept"
+        return restored
     finally:
         meta.persister.close()
+
+
+def interrupted_change(run: Run, done: int, cache: bytes) -> bool:
+    """Whether ``cache`` is the state before the metacache operation in flight (which later
+    failed or ended unknown: its change reached the file before the failure, and the cut
+    came before it was answered) with only that operation's entries changed."""
+    if done >= len(run.acks) or run.components[done] != MC:
+        return False
+    if run.outcomes[done] not in ("failed", "unknown"):
+        return False
+    before, after = decode(run.cache[done]), decode(cache)
+    keys = run.touched[done]
+    pods = {uid for kind, uid in keys if kind == "pod"}
+    pools = {name for kind, name in keys if kind == "pool"}
+    regions = ("regions", "") in keys
+
+    def rest(state: State) -> tuple[object, ...]:
+        return (
+            {u: encode_pod(c) for u, c in state.pods.items() if u not in pods},
+            {n: p.fragment() for n, p in state.pools.items() if n not in pools},
+            None if regions else {n: r.fragment() for n, r in state.regions.items()},
+        )
+
+    return rest(before) == rest(after)
+
+
+def encode_pod(containers: dict[str, ContainerInfo]) -> dict[str, str]:
+    return {name: info.fragment() for name, info in containers.items()}
+
+
+def check_every_cut(run: Run, tmp_path: Path, report: list[str], label: str) -> None:
+    rng = random.Random(run.seed)
+    restores = 0
+    kinds = ["synced", "crash"] + ["random"] * RANDOM_VARIANTS
+    for at in range(len(run.log) + 1):
+        done = sum(1 for ack in run.acks if ack <= at)  # operations answered before the cut
+        disk = cut(run.initial, run.log, at)
+        # Right after a failed or unknown write, until its component's next acknowledged one,
+        # what was not synced is what matters: more random cuts there.
+        after_failure = any(
+            len(run.allowed(c, done)) > 2 or run.outcomes[done - 1 : done] == ["failed"]
+            for c in (MM, MC)
+        )
+        for n, kind in enumerate(kinds + ["random"] * (4 if after_failure else 0)):
+            directory = materialize(disk.variant(kind, rng), tmp_path / f"cut{at}-{n}")
+            where = f"{label} seed {run.seed}, cut after file operation {at} of {len(run.log)}, {kind} variant"
+            try:
+                manager, cache = restore(run, directory, then_write=(at + n) % 7 == 0)
+            except Exception as err:  # the daemon must start on every cut
+                pytest.fail(f"{where}: the start was refused: {err}")
+            assert any(manager == run.manager[i] for i in run.allowed(MM, done)), where
+            assert any(cache == run.cache[i] for i in run.allowed(MC, done)) or (
+                interrupted_change(run, done, cache)
+            ), where
+            restores += 1
+            shutil.rmtree(directory)
+    outcomes = {o: run.outcomes.count(o) for o in sorted(set(run.outcomes))}
+    report.append(
+        f"power-loss simulation ({label}): seed {run.seed}, {len(run.acks)} operations "
+        f"{outcomes}, {run.faults} faults, {len(run.log)} file operations, "
+        f"{len(run.log) + 1} cut points, {restores} restores"
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -233,25 +464,26 @@ def test_a_power_cut_at_any_operation_keeps_everything_acknowledged(
 ) -> None:
     run = record(tmp_path / "live", seed, OPS)
     assert 0 < run.acks[-1] <= len(run.log)  # the graceful stop writes after the last answer
-    rng = random.Random(seed)
-    restores = 0
-    kinds = ["synced", "crash"] + ["random"] * RANDOM_VARIANTS
-    for at in range(len(run.log) + 1):
-        done = sum(1 for ack in run.acks if ack <= at)  # operations answered before the cut
-        disk = cut(run.initial, run.log, at)
-        for n, kind in enumerate(kinds):
-            directory = materialize(disk.variant(kind, rng), tmp_path / f"cut{at}-{n}")
-            where = f"seed {seed}, cut after operation {at} of {len(run.log)}, {kind} variant"
-            try:
-                manager, cache = restore(run, directory)
-            except Exception as err:  # the daemon must start on every cut
-                pytest.fail(f"{where}: the start was refused: {err}")
-            allowed = {done, min(done + 1, len(run.acks))}
-            assert any(manager == run.manager[i] for i in allowed), where
-            assert any(cache == run.cache[i] for i in allowed), where
-            restores += 1
-            shutil.rmtree(directory)
-    report.append(
-        f"power-loss simulation: seed {seed}, {len(run.acks)} operations, {len(run.log)} file "
-        f"operations, {len(run.log) + 1} cut points, {restores} restores"
-    )
+    assert set(run.outcomes) <= {"acknowledged", "refused"}
+    check_every_cut(run, tmp_path, report, "no faults")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_power_cut_after_faults_never_resurrects_a_failed_change(
+    tmp_path: Path, seed: int, report: list[str]
+) -> None:
+    """Faults and power cuts together: a change reported not applied never comes back, an
+    acknowledged one is never lost, and an unknown one is either there or not."""
+    run = record(tmp_path / "live", seed, max(OPS * 3 // 4, len(SCHEDULED) * 3), faults=True)
+    assert run.faults >= len(SCHEDULED) and "failed" in run.outcomes
+    check_every_cut(run, tmp_path, report, "with faults")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_power_cut_during_background_compactions(
+    tmp_path: Path, seed: int, report: list[str]
+) -> None:
+    """The compactor thread copies the journal's tail while commits land; the log is one real
+    order of both (the seed replays the workload, not the interleaving)."""
+    run = record(tmp_path / "live", seed, max(OPS * 3 // 4, 1), background=True)
+    check_every_cut(run, tmp_path, report, "background compaction")

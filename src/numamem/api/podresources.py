@@ -189,20 +189,25 @@ def merge_lists(
     then numamem's pods the kubelet does not list.
 
     The kubelet knows one pod per name (the live one), so it merges with numamem's newest
-    pod of that name; an older uid of the same name that still holds memory in numamem is
-    listed after the kubelet's pods, like any pod the kubelet does not list.
+    pod of that name. An older uid of the same name that still holds memory in numamem is
+    listed just before it: in both modes the newest pod of a name comes last, so a client
+    that keys the list by name keeps the newest.
     """
-    newest = newest_by_name(ours)
-    merged: set[int] = set()
+    named: dict[tuple[str, str], list[pr.PodResources]] = {}
+    for p in ours:
+        named.setdefault((p.namespace, p.name), []).append(p)  # the newest last
+    emitted: set[int] = set()
     out = []
     for pod in kubelet:
-        own = newest.get((pod.namespace, pod.name))
-        if own is not None and id(own) not in merged:
-            merged.add(id(own))
-            out.append(merge_pod(pod, own))
-        else:
+        group = named.pop((pod.namespace, pod.name), None)
+        if group is None:
             out.append(pod)
-    return out + [p for p in ours if id(p) not in merged]
+            continue
+        *older, own = group
+        out.extend(older)
+        out.append(merge_pod(pod, own))
+        emitted.update(id(p) for p in group)
+    return out + [p for p in ours if id(p) not in emitted]
 
 
 class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):

@@ -195,6 +195,11 @@ class MetaCache:
             maxlen=1024
         )
         """(first seq - 1, last seq, message) of recent rounds whose durability is unknown."""
+        self._failed_rounds: collections.deque[tuple[int, int, str, bool]] = collections.deque(
+            maxlen=1024
+        )
+        """(first seq - 1, last seq, message, outcome unknown) of recent failed rounds: each
+        writer learns its own round's outcome, however many rounds failed since."""
         self._walking = threading.local()
         self.commits = 0
 
@@ -301,9 +306,7 @@ class MetaCache:
                             raise DurabilityUnknownError(message)
                     return
                 if self._failed_upto >= target:
-                    if self._failure_unknown:
-                        raise DurabilityUnknownError(self._failure, applied=False)
-                    raise PersistenceError(self._failure)
+                    raise self._failure_of(target)
                 self._committing = True
             # This thread writes everything pending so far: one fsync for every queued writer.
             with self._mutation:
@@ -354,17 +357,31 @@ class MetaCache:
                 # Memory goes back to the last durable state: every pending change is dropped,
                 # including those queued after this snapshot (they were built on top of it).
                 if error is None:
-                    error = PersistenceError("the metacache commit was interrupted")
-                self._failure = f"{error}; pending metacache changes were dropped"
-                self._failure_unknown = isinstance(error, DurabilityUnknownError)
+                    error = DurabilityUnknownError(
+                        "the metacache commit was interrupted; what reached the disk is unknown",
+                        applied=False,
+                    )
+                unknown = isinstance(error, DurabilityUnknownError)
+                message = f"{error}; pending metacache changes were dropped"
+                low = max(self._durable, self._failed_upto)
+                self._failed_rounds.append((low, self._seq, message, unknown))
                 self._failed_upto = self._seq
                 self._pending = self._committed
-                self._dirty = dirty | self._dirty if self._failure_unknown else set()
+                self._dirty = dirty | self._dirty if unknown else set()
             self._committing = False
             self._commit.notify_all()
 
-    _failure = "checkpoint write failed"
-    _failure_unknown = False
+    def _failure_of(self, target: int) -> PersistenceError:
+        """What the writer of change ``target`` learns of the failed round that dropped it."""
+        for low, high, message, unknown in reversed(self._failed_rounds):
+            if low < target <= high:
+                if unknown:
+                    return DurabilityUnknownError(message, applied=False)
+                return PersistenceError(message)
+        return DurabilityUnknownError(
+            "the metacache commit of this change failed; its outcome is no longer known",
+            applied=False,
+        )
 
     # containers
 

@@ -30,7 +30,8 @@ compacted snapshot and an empty journal.
 
 Fault hooks (tests) see the stages of
 :func:`~numamem.checkpoint.filestore.atomic_write` for the snapshot and the
-journal swap, ``"reopen"`` for opening the journal to append to it, and
+journal swap, ``"reopen"`` for opening the journal to append to it,
+``"dirsync-retry"`` for a commit's retry of a swap's failed directory sync, and
 ``"append"``, ``"append-fsync"``, ``"truncate"`` and ``"truncate-fsync"`` for
 a commit. Every file operation goes through ``fs``
 (:mod:`numamem.checkpoint.fs`).
@@ -235,7 +236,16 @@ class JournalPersister:
             self._save(state, pods)
         except PersistenceError:
             raise
-        except Exception as err:
+        except BaseException as err:
+            if not isinstance(err, Exception):
+                # An interrupt (or a simulated crash) in the middle of a write: what reached
+                # the journal is unknown, so nothing may be appended after it.
+                self._poisoned = True
+                self._report(
+                    f"writing the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)} "
+                    "was interrupted; the next write rewrites the snapshot"
+                )
+                raise
             self._poisoned = True
             message = (
                 f"writing the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)} failed: "
@@ -352,6 +362,7 @@ class JournalPersister:
         while it still fails (reported to the durability observers), None once durable."""
         if self._directory_unknown is not None:
             try:
+                (self.faults or _no_fault)("dirsync-retry", self.journal_path)
                 fsync_dir(self.journal_path.parent, self.fs)
                 self._directory_unknown = None
             except Exception as err:  # noqa: BLE001 - reported as unknown durability
