@@ -96,6 +96,9 @@ def atomic_write_all(
     the order they were made (a power cut keeps a prefix of them: the power-loss simulation,
     ``tests/powerloss.py``, checks every cut point), so a file is never durable before the
     files ahead of it: that order is what a caller relies on, at the cost of one atomic write.
+    (POSIX does not promise the order; ext4, XFS and btrfs keep it. Where it were lost, only
+    a call still in flight at the power cut could show part of its change, never an
+    acknowledged one: the directory sync before the answer makes every rename durable.)
 
     Failures as :func:`atomic_write`: PersistenceError before the first rename (nothing
     changed), :class:`PartialWriteError` when a rename fails after others succeeded,
