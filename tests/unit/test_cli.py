@@ -22,6 +22,7 @@ CLIENT_COMMANDS = [
     "release",
     "sync",
     "cache",
+    "residency",
 ]
 
 

@@ -17,6 +17,13 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 | ``numamem_checkpoint_write_duration_seconds`` (histogram), ``numamem_checkpoint_write_failures_total`` | file (``memory_manager_state``; ``sys_advisor_state.journal`` per commit, ``sys_advisor_state`` per snapshot) |
 | ``numamem_metacache_entries`` | kind (containers, pods, pools, regions) |
 | ``numamem_collector_sample_duration_seconds`` (histogram), ``numamem_collector_errors_total`` | |
+| ``numamem_container_numa_memory_bytes`` | namespace, pod, uid, container, node, type |
+| ``numamem_container_memory_outside_affinity_bytes``, ``numamem_container_cpuset_mems_mismatch`` | namespace, pod, uid, container |
+| ``numamem_cpuset_mems_writes_total`` | result (ok, failed) |
+
+The ``numamem_container_*`` gauges cover only pinned containers that the last
+collector round measured (bounded by the memory manager's pods), with the types
+of :data:`RESIDENCY_TYPES` the kernel reports.
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
+from numamem.api.residency import ResidencyView, measured
 from numamem.api.server import prepare_socket_path
 from numamem.errors import StartupError
 from numamem.memorymanager.manager import Manager
@@ -127,6 +135,78 @@ class Metrics:
         self, manager: Callable[[], Manager | None], cache: Callable[[], MetaCache | None]
     ) -> None:
         self.registry.register(_StateCollector(manager, cache))
+
+    def add_residency(self, residency: ResidencyView) -> None:
+        self.registry.register(_ResidencyCollector(residency))
+
+
+RESIDENCY_TYPES = (
+    "total",
+    "anon",
+    "file",
+    "shmem",
+    "unevictable",
+    "kernel_stack",
+    "pagetables",
+    "slab_reclaimable",
+    "slab_unreclaimable",
+)
+"""The memory types ``numamem_container_numa_memory_bytes`` exports (GetResidency has all)."""
+
+
+class _ResidencyCollector(Collector):
+    """Per pinned container, from the last placement round (computed at scrape time)."""
+
+    def __init__(self, residency: ResidencyView) -> None:
+        self._residency = residency
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["namespace", "pod", "uid", "container"]
+        memory = GaugeMetricFamily(
+            "numamem_container_numa_memory_bytes",
+            "A pinned container's memory per NUMA node and type (memory.numa_stat)",
+            labels=[*labels, "node", "type"],
+        )
+        outside = GaugeMetricFamily(
+            "numamem_container_memory_outside_affinity_bytes",
+            "A pinned container's memory (total) on NUMA nodes the memory manager did not assign",
+            labels=labels,
+        )
+        mismatch = GaugeMetricFamily(
+            "numamem_container_cpuset_mems_mismatch",
+            "1 when the cpuset.mems the kernel enforces differs from the assigned nodes",
+            labels=labels,
+        )
+        for entry, res in measured(self._residency.entries()):
+            target = entry.target
+            values = [
+                entry.namespace,
+                entry.pod_name or target.pod_uid,
+                target.pod_uid,
+                target.container_name,
+            ]
+            for node, per_type in res.nodes.items():
+                for kind in RESIDENCY_TYPES:
+                    if kind in per_type:
+                        memory.add_metric([*values, str(node), kind], per_type[kind])
+            outside.add_metric(values, res.outside_bytes)
+            if res.cpuset_matches is not None:
+                mismatch.add_metric(values, 0 if res.cpuset_matches else 1)
+        stats = self._residency.sampler.stats
+        writes = CounterMetricFamily(
+            "numamem_cpuset_mems_writes",
+            "cpuset.mems writes by --enforce-cpuset-mems",
+            labels=["result"],
+        )
+        writes.add_metric(["ok"], stats.writes_ok)
+        writes.add_metric(["failed"], stats.writes_failed)
+        yield memory
+        yield outside
+        yield mismatch
+        yield writes
 
 
 class _StateCollector(Collector):
@@ -228,12 +308,15 @@ class MetricsComponent:
         socket_path: str | None,
         memory: Any,
         metacache: Any,
+        residency: ResidencyView | None = None,
     ) -> None:
         self.metrics = Metrics()
         self._address, self._port, self._socket = address, port, socket_path
         self._memory, self._metacache = memory, metacache
         self._server: MetricsServer | None = None
         self.metrics.add_state(lambda: memory.manager, lambda: metacache.cache)
+        if residency is not None:
+            self.metrics.add_residency(residency)
 
     def observe_rpc(self, method: str, code: str, seconds: float) -> None:
         self.metrics.observe_rpc(method, code, seconds)
