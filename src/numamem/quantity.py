@@ -256,3 +256,11 @@ def format_bytes(n: int) -> str:
         if abs(n) >= size:
             return f"{n // size}{unit}" if n % size == 0 else f"{n / size:.2f}{unit}"
     return str(n)
+
+
+def format_bytes_exact(n: int) -> str:
+    """:func:`format_bytes` with the exact count beside it, the one form of every message that
+    names a size an operator may compare or copy: ``40Gi (42949672960)``; ``0``; a size
+    below 1Ki is its number alone."""
+    text = format_bytes(n)
+    return text if text == str(n) else f"{text} ({n})"

@@ -227,6 +227,24 @@ def test_a_refused_restore_leaves_the_state_dir_as_it_was(short_root: Path) -> N
     assert tree(short_root) == before
 
 
+def test_a_start_refused_after_the_lock_leaves_the_lock_file_as_it_was(
+    daemon: DaemonProcess,
+) -> None:
+    """Issue 24: a refused start rewrote numamem.lock with its own (dead) pid. The lock is
+    taken before the checkpoints are read, so a corrupt checkpoint refuses with the lock
+    held: the lock file keeps its bytes (the last good daemon's pid) and its mtime."""
+    lock = Path(daemon.state_dir) / "numamem.lock"
+    assert lock.read_text() == f"{daemon.proc.pid}\n"  # type: ignore[union-attr]
+    assert daemon.stop() == 0
+    os.utime(lock, ns=(1_000_000_000, 1_000_000_000))  # an mtime no write could keep
+    before = (lock.read_bytes(), lock.stat().st_mtime_ns)
+    (Path(daemon.state_dir) / "memory_manager_state").write_text('{"checksum":1}')
+    out = daemon.run_to_exit()
+    assert out.returncode == 1
+    assert "could not restore state from checkpoint" in out.stderr
+    assert (lock.read_bytes(), lock.stat().st_mtime_ns) == before
+
+
 def test_socket_path_too_long_is_refused(short_root: Path) -> None:
     long_dir = short_root / ("d" * 100)
     out = run_once(
@@ -288,3 +306,30 @@ def test_health_port_serves_only_health(
     )
     assert check.returncode == 0 and '"status": "SERVING"' in check.stdout, check.stderr
     assert d.stop() == 0
+
+
+def test_an_unwritable_socket_directory_says_permission_denied_and_who(short_root: Path) -> None:
+    """grpcio said only `Failed to bind to address ...; set GRPC_VERBOSITY=debug` (issue 26).
+    As root (CI), the daemon runs without CAP_DAC_OVERRIDE so that modes bind it too."""
+    import pwd
+    import shutil
+
+    sock_dir = short_root / "run"
+    sock_dir.mkdir()
+    sock_dir.chmod(0o555)
+    argv = ["serve", "--socket", str(sock_dir / "n.sock"), "--state-dir", str(short_root / "s")]
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv (util-linux) drops CAP_DAC_OVERRIDE for this test"
+        caps = "-dac_override,-dac_read_search"
+        prefix = [setpriv, "--bounding-set", caps, "--inh-caps", caps, "--"]
+    out = run_once(argv, prefix=prefix)
+    assert out.returncode == 1
+    [line] = out.stderr.splitlines()
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    assert (
+        f"cannot bind the unix socket: permission denied: user {user} (uid {os.geteuid()})" in line
+    )
+    assert f"cannot create files in {sock_dir} (owner uid {os.geteuid()}, mode 0555)" in line
+    assert "GRPC_VERBOSITY" not in line

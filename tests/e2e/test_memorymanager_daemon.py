@@ -237,7 +237,7 @@ def test_changed_machine_refuses_start_only_with_the_kubelets_rule(
     assert out.returncode == 1
     assert "[memorymanager] the expected machine state is different from the real one" in out.stderr
     assert (
-        "node 0 memory TotalMemSize: stored 17179869184 (16Gi), now 16106127360 (15Gi)"
+        "node 0 memory TotalMemSize: stored 16Gi (17179869184), now 15Gi (16106127360)"
         in out.stderr
     )
 

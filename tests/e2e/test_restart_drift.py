@@ -78,7 +78,7 @@ CHANGES = {
         {"memory_kb0": 16 * GI_KB + 640 * MI_KB},
         accepted_by=("fit",),
         refusal=(
-            "node 0 memory TotalMemSize: stored 17179869184 (16Gi), now 17850957824",
+            "node 0 memory TotalMemSize: stored 16Gi (17179869184), now 16.62Gi (17850957824)",
             "p0/app",
         ),
     ),
@@ -123,7 +123,7 @@ CHANGES = {
         {},
         flags=("--reserved-memory=0:memory=2Gi", "--system-reserved=memory=1948Mi"),
         accepted_by=("fit",),
-        refusal=("node 0 memory SystemReserved: stored 1073741824 (1Gi), now 2147483648 (2Gi)",),
+        refusal=("node 0 memory SystemReserved: stored 1Gi (1073741824), now 2Gi (2147483648)",),
     ),
 }
 

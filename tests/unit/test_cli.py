@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -53,10 +54,45 @@ def test_help_lists_every_command_with_a_one_line_description(
     assert set(_subparsers()) == {"serve", "health", "plan-reservations", *CLIENT_COMMANDS}
 
 
-@pytest.mark.parametrize("name", CLIENT_COMMANDS)
+@pytest.mark.parametrize("name", [*CLIENT_COMMANDS, "health"])
 def test_every_client_command_has_socket_timeout_and_json(name: str) -> None:
     options = {opt for a in _subparsers()[name]._actions for opt in a.option_strings}
     assert {"--socket", "--timeout", "--json"} <= options
+
+
+def test_health_json(numamem_server: InProcessServer, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["health", "--json", "--socket", numamem_server.socket]) == 0
+    assert json.loads(capsys.readouterr().out) == {"service": "", "status": "SERVING"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["health", "--address", "localhost"], "expected HOST:PORT with a port from 1 to 65535"),
+        (["health", "--address", "::1"], "expected HOST:PORT"),
+        (["health", "--address", "127.0.0.1:0"], "expected HOST:PORT"),
+        (["health", "--timeout", "0"], "'0': expected seconds, more than 0"),
+        (["topology", "--timeout", "-1"], "'-1': expected seconds, more than 0"),
+        (["state", "--timeout", "nan"], "'nan': expected seconds, more than 0"),
+    ],
+)
+def test_addresses_without_a_port_and_zero_timeouts_are_usage_errors(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`health --address localhost` dialled 127.0.0.1:443 and `--timeout 0` answered
+    DEADLINE_EXCEEDED: both are usage errors now, exit 2 naming the flag."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argv[1]}: " in err and fragment in err
+
+
+def test_health_accepts_bracketed_ipv6_addresses() -> None:
+    from numamem.cli.health import host_port
+
+    assert host_port("[::1]:9440") == "[::1]:9440"
+    assert host_port("localhost:9440") == "localhost:9440"
 
 
 def test_usage_error_is_exit_code_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,9 +178,11 @@ def test_release_sync_and_unknown_ids(
     capsys.readouterr()
     assert main(["sync", "-f", str(manifest), *sock]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines() == ["1 live pods; released 1 containers", "released u-2/app"]
+    assert out.splitlines() == ["1 live pod; released 1 container", "released u-2/app"]
     assert set(numamem_server.client.get_state().entries) == {"u-1"}
-    assert main(["sync", *sock]) == 1  # releasing everything needs --none
+    with pytest.raises(SystemExit) as exit_info:  # releasing everything needs --none
+        main(["sync", *sock])
+    assert exit_info.value.code == 2
     assert "--none" in capsys.readouterr().err
     assert main(["sync", "--none", *sock]) == 0
     assert numamem_server.client.get_state().entries == {}
@@ -179,6 +217,64 @@ def test_sync_reads_pod_lists_and_several_documents(
     )
     assert capsys.readouterr().out.startswith("3 live pods; released 0 containers")
     assert set(numamem_server.client.get_state().entries) == {"u-0", "u-1", "u-2"}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "\n---\n",
+        "apiVersion: v1\nkind: List\nitems: []\nmetadata:\n  resourceVersion: ''\n",
+    ],
+    ids=["empty-file", "empty-documents", "empty-list"],
+)
+def test_sync_of_input_without_pods_needs_none(
+    numamem_server: InProcessServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str,
+) -> None:
+    """Issue 24: `sync -f empty.yaml` released every container. An empty `kind: List` is what
+    `kubectl get pods -o yaml` prints for a wrong namespace or context: input without pods
+    releases nothing unless --none says so, as plain `sync` does."""
+    sock = ["--socket", numamem_server.socket]
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(GUARANTEED_POD)
+    assert main(["admit", "-f", str(manifest), *sock]) == 0
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(content)
+    capsys.readouterr()
+    assert main(["sync", "-f", str(empty), *sock]) == 1
+    err = capsys.readouterr().err
+    assert f"{empty}: no pods" in err and "nothing released" in err and "--none" in err
+    assert set(numamem_server.client.get_state().entries) == {"u-1"}
+    # --none beside input that lists pods contradicts it: a usage error, nothing released.
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sync", "-f", str(manifest), "--none", *sock])
+    assert exit_info.value.code == 2
+    assert "--none, but 1 live pod in" in capsys.readouterr().err
+    assert set(numamem_server.client.get_state().entries) == {"u-1"}
+    # With --none, the empty input releases everything.
+    assert main(["sync", "-f", str(empty), "--none", *sock]) == 0
+    assert capsys.readouterr().out.startswith("0 live pods; released 1 container\n")
+    assert numamem_server.client.get_state().entries == {}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["release"], ["release", "a/b", "--pod", "u"], ["sync"]],
+    ids=["release-nothing", "release-both", "sync-nothing"],
+)
+def test_usage_errors_of_client_commands_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checks argparse cannot express are usage errors too: exit 2 and the command's usage."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--socket", "/nonexistent/n.sock"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: numamem {argv[0]} ")
+    assert f"numamem {argv[0]}: error: " in err
 
 
 def test_explain_and_state_print_bytes_alike() -> None:

@@ -66,7 +66,7 @@ def test_cache_export_folds_the_journal_into_the_snapshot(
     # As after SIGKILL: the changes are in the journal only.
     assert b'"p"' not in (tmp_path / STATE_FILE).read_bytes()
     assert main(["cache", "export", "--state-dir", str(tmp_path)]) == 0
-    assert "1 containers, 1 pools, 0 regions" in capsys.readouterr().out
+    assert "1 container, 1 pool, 0 regions" in capsys.readouterr().out
     state, generation = decode_snapshot((tmp_path / STATE_FILE).read_bytes())
     assert encode(state) == encode(cache.state())
     assert (tmp_path / JOURNAL_FILE).read_bytes() == header(generation)

@@ -118,10 +118,16 @@ def test_zero_and_hundred_percent_disable_a_threshold(tmp_path: Path, value: str
             "eviction threshold memory.available must be positive: 0",
         ),
         (["--eviction-hard", "memory.available<1%,memory.available<0%"], "duplicate eviction"),
-        (["--health-port", "70000"], "port 70000 is out of range"),
-        (["--health-port", "abc"], "expected a positive integer, got 'abc'"),
-        (["--max-topology-hints", "100"], "must be at least 255, got 100"),
-        (["--shutdown-grace", "-1"], "expected a non-negative number of seconds"),
+        (["--health-port", "70000"], "got '70000'; allowed: an integer from 1 to 65535"),
+        (["--health-port", "abc"], "got 'abc'; allowed: an integer from 1 to 65535"),
+        (["--max-topology-hints", "100"], "got '100'; allowed: an integer from 255 to 65536"),
+        (["--shutdown-grace", "-1"], "got '-1'; allowed: a number from 0 to 3600 seconds"),
+        (["--metric-interval", "0"], "got '0'; allowed: a number from 0.1 to 86400 seconds"),
+        (["--metric-interval", "nan"], "allowed: a number from 0.1 to 86400 seconds"),
+        (["--metric-interval", "inf"], "allowed: a number from 0.1 to 86400 seconds"),
+        (["--workers", "0"], "got '0'; allowed: an integer from 1 to 1024"),
+        (["--metacache-compact-bytes", "10"], "allowed: an integer from 4096 to 1073741824 bytes"),
+        (["--max-message-bytes", "1e6"], "allowed: an integer from 65536 to 2147483647 bytes"),
         (["--topology-manager-policy-options", "a=1,a=2"], "duplicate key 'a'"),
     ],
 )
@@ -170,3 +176,23 @@ def test_flag_reference_lists_every_flag() -> None:
     assert "--socket" in names
     assert "--reserved-memory" in names
     assert len(names) == len(set(names))
+
+
+def test_every_numeric_flag_has_a_range_and_its_edges_are_accepted() -> None:
+    """Every interval, timeout, count and size flag is bounded (issue 24: --metric-interval 0
+    was accepted and busy-looped); the bounds themselves are allowed, one step past is not."""
+    from numamem.config.flags import FLAGS
+
+    numeric = [f for f in FLAGS if f.kind in ("int", "float")]
+    assert len(numeric) >= 13
+    for f in numeric:
+        assert f.allowed is not None, f.name
+        low, high = f.allowed
+        for edge in (low, high):
+            text = str(int(edge)) if f.kind == "int" else repr(float(edge))
+            parse([f.name, text])
+        step = 1 if f.kind == "int" else 0.01
+        for outside in (low - step, high + step):
+            text = str(int(outside)) if f.kind == "int" else repr(float(outside))
+            with pytest.raises(ConfigError, match=r"allowed: an? (integer|number) from"):
+                parse([f.name, text])

@@ -152,6 +152,10 @@ def test_systemd_unit_is_hardened_and_matches_the_daemon_paths() -> None:
     assert service["ProtectSystem"] == "strict"
     assert set(service["ReadWritePaths"].split()) == {cfg.state_dir, "/run/numamem"}
     assert service["Restart"] == "on-failure"
+    # Readiness: the daemon notifies (api/sdnotify.py), so Before=kubelet.service waits for it.
+    assert (service["Type"], service["NotifyAccess"]) == ("notify", "main")
+    assert unit["Unit"]["Before"] == "kubelet.service"
+    assert service["WatchdogSec"].endswith("s")
     assert service["NoNewPrivileges"] == "yes"
     assert service["CapabilityBoundingSet"] == ""
     assert unit["Install"]["WantedBy"] == "multi-user.target"

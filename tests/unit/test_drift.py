@@ -53,6 +53,7 @@ def test_options_parse(options: dict[str, str], expected: ParsedOptions) -> None
             'bad value for option "memory-drift-tolerance": "-1Mi" is negative',
         ),
         ({"memory-drift-tolerance": "lots"}, 'bad value for option "memory-drift-tolerance": '),
+        ({"memory-drift-tolerance": "fitt"}, 'bad value for option "memory-drift-tolerance": '),
         (
             {"hugepages-availability-verification": "yes"},
             'bad value for option "hugepages-availability-verification": strconv.ParseBool',
@@ -141,6 +142,64 @@ def test_bound_is_inclusive_on_memory_total_and_allocatable(
     else:
         with pytest.raises(StateMismatchError):
             restart(manager, changed, tol)
+
+
+@pytest.mark.parametrize("value", ["fitt", "-1Mi", "lots"])
+def test_a_bad_tolerance_lists_the_allowed_values(value: str) -> None:
+    """`fitt` said only `quantities must match the regular expression ...` (issue 26)."""
+    with pytest.raises(ConfigError) as info:
+        parse_options({"memory-drift-tolerance": value})
+    assert str(info.value).endswith("; allowed: fit|off|auto|<quantity> (e.g. 128Mi)")
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "line"),
+    [
+        (drift.EXACT, "memory-drift-tolerance=off is in force: the state must match exactly"),
+        (
+            drift.Tolerance("bound", 600 * MI, "600Mi"),
+            "memory-drift-tolerance=600Mi is in force (a bound of 600Mi (629145600)): the memory "
+            "moved by up to 640Mi (671088640)",
+        ),
+        (
+            drift.Tolerance("bound", 72 * MI, "auto"),
+            "memory-drift-tolerance=auto is in force (auto's bound on this machine: the kernel "
+            "image span + 64Mi = 72Mi (75497472)): the memory moved by up to 640Mi",
+        ),
+        (
+            drift.Tolerance(drift.OFF, 0, "auto"),
+            "memory-drift-tolerance=auto is in force but has no bound on this machine",
+        ),
+    ],
+)
+def test_drift_refusals_name_the_tolerance_in_force(tolerance: drift.Tolerance, line: str) -> None:
+    """Refusals under a bound or auto read exactly as under off (issue 26): the second line
+    now says which tolerance refused, its bound (auto's computed one) and the drift."""
+    manager = pinned(machine())
+    with pytest.raises(StateMismatchError) as info:
+        restart(manager, machine(16 * GI + 640 * MI), tolerance)
+    assert str(info.value).splitlines()[2].startswith("  " + line)
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_refusals_name_pods_by_namespace_and_name_where_recorded(record: bool) -> None:
+    """Issue 26: refusals named containers by pod uid although namespace and name were
+    recorded (the manager records them with --podresources-socket)."""
+    store = InMemoryStore()
+    first = Manager(StaticPolicy(machine(), {0: {"memory": GI}}), store, record_pod_names=record)
+    first.start()
+    res = {"cpu": parse_quantity("1"), "memory": parse_quantity("10Gi")}
+    first.allocate(Pod("u-7", "shop", "web", (), (Container("app", res, dict(res)),)), "app")
+    again = Manager(StaticPolicy(machine(8 * GI), {0: {"memory": GI}}), store)
+    with pytest.raises(StateMismatchError) as info:
+        again.start()
+    text = str(info.value)
+    if record:
+        assert "containers with blocks there: shop/web/app (pod u-7)" in text
+        assert "(pod: shop/web (u-7), container: app) the memory assignment does not fit" in text
+    else:
+        assert "containers with blocks there: u-7/app" in text
+        assert "(pod: u-7, container: app)" in text
 
 
 def test_off_is_the_kubelets_exact_comparison() -> None:

@@ -129,9 +129,10 @@ def test_the_daemon_starts_from_a_kubelet_config(tmp_path: Path) -> None:
     [
         (
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnotAKubeletField: 1\n",
-            "notAKubeletField (in {path}): unknown field; known fields: ",
+            "notAKubeletField (in {path}, line 3): unknown field; known fields: ",
         ),
-        ("clusterDNS: [10.0.0.1]\n", "clusterDNS (in {path}): unknown field"),
+        ("clusterDNS: [10.0.0.1]\n", "clusterDNS (in {path}, line 1): unknown field"),
+        ("\n# c\nmemoryManagerPolicy: Stati\n", "memoryManagerPolicy (in {path}, line 3): unknown"),
         (
             "apiVersion: v1\nkind: Pod\n",
             "--config '{path}': kind 'Pod', apiVersion 'v1': numamem reads its own fields, or a "
@@ -145,3 +146,17 @@ def test_fields_in_neither_schema_are_errors(tmp_path: Path, text: str, message:
     with pytest.raises(ConfigError) as info:
         load(path)
     assert message.format(path=path) in str(info.value)
+
+
+def test_ignored_kubelet_fields_are_kept_for_the_log_not_logged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Loading the configuration runs before logging is configured: it prints nothing (issue
+    26: a console-format debug line ignored --log-level/--log-format) and hands the ignored
+    fields to `serve`, which lists them at debug level."""
+    path = tmp_path / "config.yaml"
+    path.write_text(KUBELET_CONFIG)
+    cfg = load(path)
+    assert {"authentication", "cgroupDriver", "staticPodPath"} <= set(cfg.ignored_kubelet_fields)
+    assert "memoryManagerPolicy" not in cfg.ignored_kubelet_fields
+    assert capsys.readouterr() == ("", "")

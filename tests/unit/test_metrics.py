@@ -133,6 +133,36 @@ def test_metrics_on_a_tcp_port() -> None:
     assert "numamem_numa_memory_bytes" in text
 
 
+def test_only_metrics_is_served_everything_else_is_404() -> None:
+    """prometheus_client answered `/` and `/healthz` with the metrics (issue 26), which looks
+    like a health endpoint and is not one."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = short_tmpdir()
+    metrics_socket = str(root / "metrics.sock")
+    with serve_in_process(root=root, metrics_port=port, metrics_socket=metrics_socket) as server:
+        server.client.get_state()
+        for path in ("/", "/healthz", "/metrics/", "/favicon.ico", "/metricsx"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            assert (resp.status, resp.read()) == (404, b"numamem serves /metrics only\n"), path
+            conn.close()
+            unix = UnixHTTPConnection(metrics_socket)
+            unix.request("GET", path)
+            unix_resp = unix.getresponse()
+            assert (unix_resp.status, unix_resp.read()) == (404, b"numamem serves /metrics only\n")
+            unix.close()
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/metrics?name[]=numamem_rpc_requests_total", timeout=5
+        ) as resp:
+            text = resp.read().decode()
+        assert "# TYPE numamem_rpc_requests_total counter" in text
+        assert "numamem_rpc_duration_seconds" not in text  # the query filter still works
+        assert "numamem_numa_memory_bytes" in scrape_unix(metrics_socket)
+
+
 def test_no_metrics_listener_unless_asked() -> None:
     with serve_in_process() as server:
         assert not any(type(c).__name__ == "MetricsComponent" for c in server.daemon._components)

@@ -88,5 +88,39 @@ def test_spread_is_exact_and_proportional() -> None:
     total = sum(q.as_int64() for r in (a, b) for _, q in r.limits)
     assert total == 1000 * 1024**2
     assert dict(b.limits)["memory"].as_int64() == 750 * 1024**2
-    with pytest.raises(ReservedMemoryError, match="use --spread or reserve less"):
+    with pytest.raises(ReservedMemoryError) as info:
         plan_reserved_memory(Machine((NUMANode(0, GI),)), {"memory": parse_quantity("2Gi")})
+    assert str(info.value) == (
+        "NUMA node 0 has 1Gi (1073741824) of memory, fewer than the 2Gi (2147483648) to reserve "
+        "there; use --spread or reserve less"
+    )
+    # With --spread given, the fix is not "use --spread" (issue 26).
+    with pytest.raises(ReservedMemoryError) as info:
+        plan_reserved_memory(
+            Machine((NUMANode(0, GI), NUMANode(1, GI))),
+            {"memory": parse_quantity("3Gi")},
+            spread=True,
+        )
+    assert str(info.value).endswith(
+        "to reserve there; reserve less (--spread already divides it over the nodes)"
+    )
+
+
+def test_reservations_larger_than_a_node_name_sizes_in_one_form() -> None:
+    """Units: every size in a message reads `40Gi (42949672960)` (was raw bytes)."""
+    from numamem.memorymanager.arithmetic import default_machine_state
+    from numamem.topology import HugePagePool
+
+    machine = Machine((NUMANode(0, 16 * GI, (HugePagePool(1048576, 2, 2),)),))
+    with pytest.raises(ReservedMemoryError) as info:
+        default_machine_state(machine, {0: {"memory": 40 * GI}})
+    assert (
+        "reserved memory 40Gi (42949672960) plus hugepages 2Gi (2147483648) exceed the "
+        "node's MemTotal 16Gi (17179869184)"
+    ) in str(info.value)
+    with pytest.raises(ReservedMemoryError) as info:
+        default_machine_state(machine, {0: {"hugepages-1Gi": 3 * GI}})
+    assert (
+        "reserved hugepages-1Gi 3Gi (3221225472) exceeds the node's hugepages-1Gi total 2Gi (2147483648)"
+        in str(info.value)
+    )

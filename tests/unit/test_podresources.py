@@ -96,10 +96,11 @@ def test_merge_keeps_the_kubelets_pods_and_resources_with_numamems_memory() -> N
     ]
     assert merged[0] == theirs[0]  # a pod numamem does not manage: the kubelet's, untouched
     web = {c.name: c for c in merged[1].containers}
-    assert list(web) == ["app", "log", "extra"]
+    # The kubelet's containers are the pod's; numamem's "extra" (a regular init container
+    # still holding memory) is not one the kubelet would list.
+    assert list(web) == ["app", "log"]
     assert [m.size for m in web["app"].memory] == [GI] and list(web["app"].cpu_ids) == [1, 2]
     assert list(web["log"].memory) == [] and list(web["log"].cpu_ids) == [1, 2]
-    assert [m.size for m in web["extra"].memory] == [MI]
     assert [m.size for m in theirs[1].containers[0].memory] == [7]  # inputs are not changed
     assert merge_pod(theirs[1], ours[0]) == merged[1]
 
@@ -247,3 +248,30 @@ def test_list_never_pairs_a_state_with_another_commits_names(
     m.release_pod("u1")
     assert seen == [[("shop", "web-0")]]
     assert servicer.own_pods() == []
+
+
+def test_regular_init_containers_are_not_listed_sidecars_are(tmp_path: Path) -> None:
+    """Issue 26: List showed a regular init container with no memory. The kubelet lists app
+    containers and restartable init containers only (podresources server_v1.go)."""
+    m = named_manager(KubeletStateStore(tmp_path))
+    pod = Pod(
+        "u-1",
+        "shop",
+        "web",
+        (ctr("init", GI), ctr("proxy", 256 * MI, sidecar=True), ctr("big-init", 3 * GI)),
+        (ctr("app", 2 * GI),),
+    )
+    assert m.admit(pod).result.admitted
+    servicer = PodResourcesServicer(lambda: m)
+
+    def listed() -> dict[str, list[int]]:
+        [web] = servicer.own_pods()
+        return {c.name: [b.size for b in c.memory] for c in web.containers}
+
+    # "init" is reused whole by "big-init" and "app"; "big-init" keeps 1Gi until the app starts.
+    assert m.get_memory("u-1", "init")[0].size == 0
+    assert listed() == {"app": [2 * GI], "big-init": [GI], "proxy": [256 * MI]}
+    m.add_container(pod, "app", "cid-app")  # frees the earlier regular init containers
+    assert listed() == {"app": [2 * GI], "proxy": [256 * MI]}
+    merged = merge_pod(kubelet_pod("web", "shop", "proxy", "app"), servicer.own_pods()[0])
+    assert [c.name for c in merged.containers] == ["proxy", "app"]

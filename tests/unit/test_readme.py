@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from numamem.v1 import memorymanager_pb2, metacache_pb2, topology_pb2
@@ -64,3 +65,52 @@ def test_troubleshooting_quotes_messages_the_daemon_really_prints() -> None:
     for row in rows:
         for fragment in re.findall(r"`([^`]+)`", row.split(" | ")[0]):
             assert fragment in source, f"Troubleshooting quotes {fragment!r}, which no code prints"
+
+
+def _metric_names_of_the_daemon() -> set[str]:
+    """Every metric family the daemon registers, as scraped names (counters with _total)."""
+    from numamem.api.metrics import MetricsComponent
+    from numamem.testing.daemon import short_tmpdir
+    from numamem.testing.server import serve_in_process
+
+    root = short_tmpdir()
+    try:
+        with serve_in_process(root=root, metrics_socket=str(root / "m.sock")) as server:
+            [component] = [c for c in server.daemon._components if isinstance(c, MetricsComponent)]
+            families = list(component.metrics.registry.collect())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {f.name + ("_total" if f.type == "counter" else "") for f in families}
+
+
+def _table_names(text: str) -> set[str]:
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("| `numamem_") or line.startswith("| ``numamem_"):
+            names |= set(re.findall(r"`+(numamem_[a-z_]+)`+", line.split(" | ")[0]))
+    return names
+
+
+def test_the_metric_tables_are_the_metrics_the_daemon_serves() -> None:
+    """The README's and metrics.py's tables list exactly the registered metrics (issue 26:
+    numamem_memory_drift_bytes was missing)."""
+    served = _metric_names_of_the_daemon()
+    assert "numamem_memory_drift_bytes" in served
+    assert _table_names(section(readme(), "Prometheus metrics")) == served
+    from numamem.api import metrics
+
+    assert _table_names(metrics.__doc__ or "") == served
+
+
+def test_the_flag_table_is_the_flags_serve_takes() -> None:
+    """Beside the generated reference being current: its rows are exactly serve's flags."""
+    import argparse
+
+    from numamem.config.flags import add_serve_arguments
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    rows = current_flag_reference(readme()).splitlines()[2:]
+    documented = {row.split("`")[1].split()[0] for row in rows}
+    assert documented == flags - {"--help"}

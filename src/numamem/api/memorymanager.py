@@ -234,13 +234,17 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     def GetState(
         self, request: memorymanager_pb2.GetStateRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.GetStateResponse:
-        state = self.manager.reader()  # the last committed state; no lock, no wait on the disk
+        # The last committed version (state and pod names of one commit); no lock, no wait on
+        # the disk.
+        committed = self.manager.committed()
+        state = committed.view
         resp = memorymanager_pb2.GetStateResponse(policy_name=self.manager.policy.name)
         for node_id, node in state.machine_view().items():
             if node is not None:
                 resp.machine_state[node_id].CopyFrom(node_state_to_proto(node))
         for pod_uid, containers in state.pods():
             entry = resp.entries[pod_uid]
+            entry.namespace, entry.name = committed.names.get(pod_uid, ("", ""))
             for name, blocks in containers.items():
                 entry.containers[name].blocks.extend(blocks_to_proto(blocks))
                 entry.containers[name].SetInParent()

@@ -1,5 +1,7 @@
 """Prometheus metrics on ``--metrics-port`` (TCP) or ``--metrics-socket`` (HTTP on a unix socket).
 
+Only ``/metrics`` is served; every other path is 404.
+
 State gauges are computed at scrape time from the committed (immutable) states,
 so operations pay nothing for them. Events are counted where they happen:
 RPCs (the interceptor's observer), admissions, checkpoint writes, collector
@@ -15,6 +17,7 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 | ``numamem_rpc_requests_total`` | method, code |
 | ``numamem_rpc_duration_seconds`` (histogram) | method, code |
 | ``numamem_checkpoint_write_duration_seconds`` (histogram), ``numamem_checkpoint_write_failures_total`` | file (``memory_manager_state``; ``sys_advisor_state.journal`` per commit, ``sys_advisor_state`` per snapshot) |
+| ``numamem_memory_drift_bytes`` | node, resource (at the last start: memory now minus stored) |
 | ``numamem_metacache_entries`` | kind (containers, pods, pools, regions) |
 | ``numamem_collector_sample_duration_seconds`` (histogram), ``numamem_collector_errors_total`` | |
 | ``numamem_container_numa_memory_bytes`` | namespace, pod, uid, container, node, type |
@@ -23,24 +26,27 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 
 The ``numamem_container_*`` gauges cover only pinned containers that the last
 collector round measured (bounded by the memory manager's pods), with the types
-of :data:`RESIDENCY_TYPES` the kernel reports.
+of :data:`numamem.api.residency.RESIDENCY_TYPES` the kernel reports.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import socketserver
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlparse
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
-from numamem.api.residency import ResidencyView, measured
+from numamem.api.residency import ResidencyMetrics, ResidencyView
 from numamem.api.server import prepare_socket_path
 from numamem.errors import StartupError
 from numamem.memorymanager.manager import Manager
@@ -137,76 +143,7 @@ class Metrics:
         self.registry.register(_StateCollector(manager, cache))
 
     def add_residency(self, residency: ResidencyView) -> None:
-        self.registry.register(_ResidencyCollector(residency))
-
-
-RESIDENCY_TYPES = (
-    "total",
-    "anon",
-    "file",
-    "shmem",
-    "unevictable",
-    "kernel_stack",
-    "pagetables",
-    "slab_reclaimable",
-    "slab_unreclaimable",
-)
-"""The memory types ``numamem_container_numa_memory_bytes`` exports (GetResidency has all)."""
-
-
-class _ResidencyCollector(Collector):
-    """Per pinned container, from the last placement round (computed at scrape time)."""
-
-    def __init__(self, residency: ResidencyView) -> None:
-        self._residency = residency
-
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        labels = ["namespace", "pod", "uid", "container"]
-        memory = GaugeMetricFamily(
-            "numamem_container_numa_memory_bytes",
-            "A pinned container's memory per NUMA node and type (memory.numa_stat)",
-            labels=[*labels, "node", "type"],
-        )
-        outside = GaugeMetricFamily(
-            "numamem_container_memory_outside_affinity_bytes",
-            "A pinned container's memory (total) on NUMA nodes the memory manager did not assign",
-            labels=labels,
-        )
-        mismatch = GaugeMetricFamily(
-            "numamem_container_cpuset_mems_mismatch",
-            "1 when the cpuset.mems the kernel enforces differs from the assigned nodes",
-            labels=labels,
-        )
-        for entry, res in measured(self._residency.entries()):
-            target = entry.target
-            values = [
-                entry.namespace,
-                entry.pod_name or target.pod_uid,
-                target.pod_uid,
-                target.container_name,
-            ]
-            for node, per_type in res.nodes.items():
-                for kind in RESIDENCY_TYPES:
-                    if kind in per_type:
-                        memory.add_metric([*values, str(node), kind], per_type[kind])
-            outside.add_metric(values, res.outside_bytes)
-            if res.cpuset_matches is not None:
-                mismatch.add_metric(values, 0 if res.cpuset_matches else 1)
-        stats = self._residency.sampler.stats
-        writes = CounterMetricFamily(
-            "numamem_cpuset_mems_writes",
-            "cpuset.mems writes by --enforce-cpuset-mems",
-            labels=["result"],
-        )
-        writes.add_metric(["ok"], stats.writes_ok)
-        writes.add_metric(["failed"], stats.writes_failed)
-        yield memory
-        yield outside
-        yield mismatch
-        yield writes
+        self.registry.register(ResidencyMetrics(residency))
 
 
 class _StateCollector(Collector):
@@ -284,6 +221,38 @@ class _StateCollector(Collector):
             yield entries
 
 
+METRICS_PATH = "/metrics"
+
+
+def metrics_handler(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
+    """prometheus_client's handler for ``/metrics`` (query filters and gzip included); every
+    other path is 404. (prometheus_client answers every path with the metrics, so ``/`` and
+    ``/healthz`` looked like working health endpoints while saying nothing about health.)"""
+    base: type[BaseHTTPRequestHandler] = MetricsHandler.factory(registry)
+
+    class Handler(base):  # type: ignore[misc,valid-type]
+        def do_GET(self) -> None:
+            if urlparse(self.path).path != METRICS_PATH:
+                body = f"numamem serves {METRICS_PATH} only\n".encode()
+                self.send_response(404)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            super().do_GET()
+
+    return Handler
+
+
+class _TCPHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _TCP6HTTPServer(_TCPHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
@@ -354,26 +323,32 @@ class MetricsServer:
         self, metrics: Metrics, address: str, port: int | None, socket_path: str | None
     ) -> None:
         self._stops: list[Callable[[], None]] = []
+        handler = metrics_handler(metrics.registry)
         if port is not None:
+            server_class = _TCP6HTTPServer if ":" in address else _TCPHTTPServer
             try:
-                server, thread = start_http_server(port, addr=address, registry=metrics.registry)
+                server = server_class((address, port), handler)
             except OSError as err:
                 raise StartupError(
                     f"--metrics-address {address} --metrics-port {port}: cannot listen: "
                     f"{err.strerror}"
                 ) from err
+            tcp_thread = threading.Thread(
+                target=server.serve_forever, name="metrics-tcp", daemon=True
+            )
+            tcp_thread.start()
 
             def stop_tcp() -> None:
                 server.shutdown()
                 server.server_close()
-                thread.join(5)
+                tcp_thread.join(5)
 
             self._stops.append(stop_tcp)
         if socket_path is not None:
             prepare_socket_path(socket_path, "--metrics-socket")
             old = os.umask(0o117)
             try:
-                unix = _UnixHTTPServer(socket_path, MetricsHandler.factory(metrics.registry))
+                unix = _UnixHTTPServer(socket_path, handler)
             except OSError as err:
                 raise StartupError(
                     f"--metrics-socket {socket_path!r}: cannot listen: {err.strerror}"

@@ -10,7 +10,15 @@ committed state (no lock, no wait on a disk write):
   map). A pod restored from a kubelet checkpoint, or admitted without them, is
   listed with its uid as name and an empty namespace. Each container's memory
   blocks are those GetMemory returns; zero-size blocks are left out, as the
-  kubelet does.
+  kubelet does. The kubelet lists a pod's app containers and restartable init
+  containers (sidecars, before the app containers), never a regular init
+  container (``server_v1.go``). The state does not say which containers are
+  init containers, so numamem's own answer leaves out the containers that hold
+  no memory: in a pod with state those are exactly the regular init containers
+  whose memory the app containers reuse. Deviation: a regular init container
+  larger than what reuses it keeps the rest until the app's AddContainer
+  releases it, and is listed until then; with the kubelet's answer merged in,
+  the kubelet's container list is the pod's and it is never listed.
 * ``GetAllocatableResources``: one memory entry per NUMA node and memory type,
   as GetAllocatableMemory returns.
 * ``Get``: that pod, or NOT_FOUND with the kubelet's text. (Deviation: the
@@ -140,13 +148,14 @@ def own_pods(state: StateView, names: Mapping[str, tuple[str, str]]) -> list[pr.
     keyed = []
     for uid, containers in state.pods():
         namespace, name = names.get(uid, ("", uid))
+        listed = ((ctr, memory_to_proto(blocks)) for ctr, blocks in sorted(containers.items()))
         pod = pr.PodResources(
             name=name,
             namespace=namespace,
-            containers=[
-                pr.ContainerResources(name=ctr, memory=memory_to_proto(blocks))
-                for ctr, blocks in sorted(containers.items())
-            ],
+            # A container without memory is a regular init container whose memory the app
+            # containers reuse (every other container of a pod with state holds its request):
+            # the kubelet never lists those.
+            containers=[pr.ContainerResources(name=c, memory=m) for c, m in listed if m],
         )
         keyed.append(((namespace, name, recorded.get(uid, -1), uid), pod))
     keyed.sort(key=lambda item: item[0])
@@ -160,15 +169,15 @@ def newest_by_name(pods: Sequence[pr.PodResources]) -> dict[tuple[str, str], pr.
 
 def merge_pod(kubelet: pr.PodResources, ours: pr.PodResources) -> pr.PodResources:
     """The kubelet's pod with numamem's memory for every container (numamem manages the pod's
-    memory); numamem's containers the kubelet does not list are added."""
+    memory). The kubelet's containers are the pod's: its app containers and restartable init
+    containers (sidecars), never a regular init container, so numamem's containers it does
+    not list (regular init containers still holding memory) are left out, as it does."""
     merged = pr.PodResources()
     merged.CopyFrom(kubelet)
     memory = {c.name: c.memory for c in ours.containers}
     for container in merged.containers:
         del container.memory[:]
-        container.memory.extend(memory.pop(container.name, []))
-    for name, blocks in memory.items():
-        merged.containers.add(name=name).memory.extend(blocks)
+        container.memory.extend(memory.get(container.name, []))
     return merged
 
 

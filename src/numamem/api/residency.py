@@ -9,7 +9,7 @@ wires them. :class:`ResidencyView`
   (:meth:`ResidencyView.sample`, added to ``Collector.rounds``): nothing here
   runs on the admission path;
 * answers ``MemoryManager.GetResidency``, the residency part of ``Explain``
-  and the Prometheus gauges from the last round, joined with the manager's
+  and the Prometheus gauges (:class:`ResidencyMetrics`) from the last round, joined with the manager's
   current committed version: a container pinned, re-pinned or given a new id
   since that round is ``RESIDENCY_PENDING``, one released since is left out,
   one without a runtime id is ``RESIDENCY_NO_CONTAINER_ID``.
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from numamem.api.validation import check_string
 from numamem.errors import InvalidArgumentError, NotFoundError
@@ -231,3 +233,72 @@ def measured(entries: Sequence[ResidencyEntry]) -> Iterator[tuple[ResidencyEntry
     for entry in entries:
         if entry.placement is not None and entry.placement.residency is not None:
             yield entry, entry.placement.residency
+
+
+RESIDENCY_TYPES = (
+    "total",
+    "anon",
+    "file",
+    "shmem",
+    "unevictable",
+    "kernel_stack",
+    "pagetables",
+    "slab_reclaimable",
+    "slab_unreclaimable",
+)
+"""The memory types ``numamem_container_numa_memory_bytes`` exports (GetResidency has all)."""
+
+
+class ResidencyMetrics(Collector):
+    """Per pinned container, from the last placement round (computed at scrape time)."""
+
+    def __init__(self, residency: ResidencyView) -> None:
+        self._residency = residency
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["namespace", "pod", "uid", "container"]
+        memory = GaugeMetricFamily(
+            "numamem_container_numa_memory_bytes",
+            "A pinned container's memory per NUMA node and type (memory.numa_stat)",
+            labels=[*labels, "node", "type"],
+        )
+        outside = GaugeMetricFamily(
+            "numamem_container_memory_outside_affinity_bytes",
+            "A pinned container's memory (total) on NUMA nodes the memory manager did not assign",
+            labels=labels,
+        )
+        mismatch = GaugeMetricFamily(
+            "numamem_container_cpuset_mems_mismatch",
+            "1 when the cpuset.mems the kernel enforces differs from the assigned nodes",
+            labels=labels,
+        )
+        for entry, res in measured(self._residency.entries()):
+            target = entry.target
+            values = [
+                entry.namespace,
+                entry.pod_name or target.pod_uid,
+                target.pod_uid,
+                target.container_name,
+            ]
+            for node, per_type in res.nodes.items():
+                for kind in RESIDENCY_TYPES:
+                    if kind in per_type:
+                        memory.add_metric([*values, str(node), kind], per_type[kind])
+            outside.add_metric(values, res.outside_bytes)
+            if res.cpuset_matches is not None:
+                mismatch.add_metric(values, 0 if res.cpuset_matches else 1)
+        stats = self._residency.sampler.stats
+        writes = CounterMetricFamily(
+            "numamem_cpuset_mems_writes",
+            "cpuset.mems writes by --enforce-cpuset-mems",
+            labels=["result"],
+        )
+        writes.add_metric(["ok"], stats.writes_ok)
+        writes.add_metric(["failed"], stats.writes_failed)
+        yield memory
+        yield outside
+        yield mismatch
+        yield writes

@@ -9,8 +9,8 @@ refuses with one clear line on failure):
    beyond reading;
 3. missing directories are created (state dir 0700, socket dir 0750) and the
    single-instance lock ``<state-dir>/numamem.lock`` is taken (``flock``,
-   non-blocking): grpcio silently replaces a live socket file, so the lock is
-   what protects a running daemon;
+   non-blocking; nothing is written to it yet): grpcio silently replaces a live
+   socket file, so the lock is what protects a running daemon;
 4. components **load**: checkpoints are read and validated, TCP listeners are
    bound; nothing is written;
 5. the socket path is made free (a stale socket from a crash is removed; a
@@ -18,7 +18,7 @@ refuses with one clear line on failure):
    it with umask 0117 (mode 0660 from the first instant) and starts; health
    reports NOT_SERVING and numamem services answer UNAVAILABLE;
 6. components **start**: initial checkpoints are written, background work
-   begins; then health reports SERVING.
+   begins; the lock file gets this pid; then health reports SERVING.
 
 A refusal at any step undoes what the start did: the socket goes, a lock file
 and directories that this start created are removed. While any checkpoint's
@@ -32,6 +32,10 @@ pool of their own, so they answer under any load.
 
 Shutdown (SIGTERM/SIGINT): health NOT_SERVING, stop accepting, in-flight RPCs
 get ``--shutdown-grace`` seconds, components close, the socket is removed.
+
+Under systemd (``Type=notify``), :class:`~numamem.api.sdnotify.Notifier` reports each step
+as ``STATUS=``, ``READY=1`` once SERVING, ``STOPPING=1`` at shutdown, and pings the
+watchdog from the serving loop.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import pwd
 import signal
 import socket
 import stat
@@ -57,6 +62,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from numamem.api.interceptors import Readiness, ServerInterceptor
+from numamem.api.sdnotify import Notifier
 from numamem.config.model import Config
 from numamem.errors import StartupError
 from numamem.logging import get_logger
@@ -156,6 +162,9 @@ class Daemon:
     health: HealthService = field(default_factory=HealthService)
     on_serving: Callable[[], None] | None = None
     """Called once the daemon is SERVING (``numamem serve`` then releases its held log lines)."""
+    notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    """systemd notifications (``numamem serve`` passes its environment's ``NOTIFY_SOCKET``)."""
+    _stopping_sent: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock_fd: int | None = None
     _server: grpc.Server | None = None
@@ -182,17 +191,37 @@ class Daemon:
             self.start()
             if self.on_serving is not None:
                 self.on_serving()
-            self._stop.wait()
+            self._serve_until_stopped()
         finally:
             self.shutdown()
+            self.notifier.close()
         return 0
+
+    def _serve_until_stopped(self) -> None:
+        """The serving loop of the main thread: waits for SIGTERM/SIGINT, and pings the
+        service manager's watchdog (``WatchdogSec=``) every half period meanwhile."""
+        interval = self.notifier.watchdog_interval
+        if interval is None:
+            self._stop.wait()
+            return
+        while not self._stop.wait(interval):
+            self.notifier.watchdog()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         _log.info("signal received, shutting down", signal=signal.Signals(signum).name)
         self._stop.set()
 
     def start(self) -> None:
-        """Steps 1-6 of the module docstring. On error, everything this start did is undone."""
+        """Steps 1-6 of the module docstring. On error, everything this start did is undone
+        (and the service manager is told why)."""
+        try:
+            self._start()
+        except BaseException as err:
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+            self.notifier.status(f"start refused: {why}")
+            raise
+
+    def _start(self) -> None:
         cfg = self.config
         if self.set_umask:
             os.umask(DAEMON_UMASK)
@@ -200,6 +229,8 @@ class Daemon:
         check_dir(state_dir, "--state-dir", cfg.allow_shared_dirs)
         check_dir(socket_dir, "--socket directory", cfg.allow_shared_dirs)
         check_socket_path(cfg.socket)
+        notify = self.notifier.status
+        notify("discovering the topology and checking the configuration")
         self._components = self.component_factory(cfg)
         names = [n for c in self._components for n in c.service_names]
         if len(set(names)) != len(names):
@@ -212,11 +243,15 @@ class Daemon:
             if lock_created:
                 self._created.append(state_dir / LOCK_FILE)
             for component in self._components:
+                notify(f"restoring: {component_label(component)}")
                 component.load()
                 component.watch_durability(self._report_durability)
+            notify(f"binding {cfg.socket}")
             self._serve(cfg, names)
             for component in self._components:
+                notify(f"starting: {component_label(component)}")
                 component.start()
+            record_pid(self._lock_fd)
         except BaseException:
             self.shutdown()
             self._undo()
@@ -225,6 +260,7 @@ class Daemon:
             self.health.set(name, self._serving_status())
         self.readiness.set_ready()
         _log.info("serving", services=names)
+        self.notifier.ready(f"serving on {cfg.socket}")
 
     def _serve(self, cfg: Config, names: Sequence[str]) -> None:
         """Step 5: bind the socket and serve (health NOT_SERVING, numamem RPCs UNAVAILABLE)."""
@@ -301,6 +337,9 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Graceful stop. Idempotent; safe after a failed :meth:`start`."""
+        if self.readiness.is_ready() and not self._stopping_sent:
+            self._stopping_sent = True
+            self.notifier.stopping()
         self.readiness.set_stopping()
         self.health.enter_graceful_shutdown()
         grace = self.config.shutdown_grace_seconds
@@ -335,6 +374,13 @@ class Daemon:
                 else:
                     path.unlink()
         self._created = []
+
+
+def component_label(component: object) -> str:
+    """``MemoryManagerComponent`` -> ``memory manager``, for status lines."""
+    name = type(component).__name__.removesuffix("Component")
+    words = "".join(f" {c}" if c.isupper() else c for c in name).split()
+    return " ".join(w.lower() for w in words).replace("meta cache", "metacache") or name
 
 
 def _start_health_server(
@@ -408,7 +454,10 @@ def make_dirs(path: Path, mode: int, what: str) -> list[Path]:
 
 
 def acquire_lock(path: Path) -> tuple[int, bool]:
-    """Take the single-instance lock: (the fd that holds it until closed, whether the file is new)."""
+    """Take the single-instance lock: (the fd that holds it until closed, whether the file is new).
+
+    Writes nothing: the file keeps the pid of the last daemon that started on this state dir
+    (:func:`record_pid`), so a refusal names the holder when it is that process."""
     created = not path.exists()
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -419,7 +468,10 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
     except OSError as err:
         holder = ""
         with contextlib.suppress(OSError, ValueError):
-            holder = f" (pid {int(os.pread(fd, 32, 0).decode().strip())})"
+            pid = int(os.pread(fd, 32, 0).decode().strip())
+            with contextlib.suppress(PermissionError):  # alive, another user's
+                os.kill(pid, 0)  # a holder still starting has not written its pid yet
+            holder = f" (pid {pid})"
         os.close(fd)
         if created:
             with contextlib.suppress(OSError):
@@ -430,9 +482,14 @@ def acquire_lock(path: Path) -> tuple[int, bool]:
                 f"(lock {str(path)!r} is held); stop it or choose another --state-dir"
             ) from err
         raise StartupError(f"lock file {str(path)!r}: cannot lock: {err.strerror}") from err
+    return fd, created
+
+
+def record_pid(fd: int) -> None:
+    """Write this process's pid into the lock file held by ``fd`` (only once a start has
+    succeeded: a refused start leaves the file's bytes and mtime as they were)."""
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd, created
 
 
 def bind_unix_socket(server: grpc.Server, path: str, flag: str) -> None:
@@ -441,10 +498,49 @@ def bind_unix_socket(server: grpc.Server, path: str, flag: str) -> None:
     try:
         server.add_insecure_port(f"unix://{path}")
     except RuntimeError as err:
-        raise StartupError(f"{flag} {path!r}: cannot bind the unix socket: {err}") from err
+        raise StartupError(bind_failure(path, flag, str(err), _probe_bind(path))) from err
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o660)
+
+
+def _probe_bind(path: str) -> OSError | None:
+    """Why the kernel refuses to bind ``path`` (grpcio's error does not say), or None."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.bind(path)
+    except OSError as err:
+        return err
+    finally:
+        probe.close()
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return None
+
+
+def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -> str:
+    """The refusal for a socket that cannot be bound: the kernel's reason, the directory and
+    who this process is when the directory is not writable; grpcio's text otherwise."""
+    if probe is None or probe.errno is None:
+        return f"{flag} {path!r}: cannot bind the unix socket: {grpc_error}"
+    directory = os.path.dirname(path) or "."
+    reason = (probe.strerror or str(probe)).lower()
+    if probe.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        uid = os.geteuid()
+        try:
+            user = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+        except KeyError:
+            user = f"uid {uid}"
+        owner = ""
+        with contextlib.suppress(OSError):
+            st = os.stat(directory)
+            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+        return (
+            f"{flag} {path!r}: cannot bind the unix socket: {reason}: {user} cannot create "
+            f"files in {directory}{owner}; run numamem as a user who can, give that user write "
+            f"access to the directory, or choose another {flag}"
+        )
+    return f"{flag} {path!r}: cannot bind the unix socket: {reason}"
 
 
 def check_socket_path(path: str, flag: str = "--socket") -> None:

@@ -13,6 +13,7 @@ from numamem.cli.common import (
     client_command,
     fail,
     message_to_dict,
+    plural,
     print_json,
     print_table,
 )
@@ -72,9 +73,10 @@ def export(state_dir: Path) -> int:
         if created:
             (state_dir / LOCK_FILE).unlink(missing_ok=True)
     state = restored.state
+    containers = sum(len(c) for c in state.pods.values())
     print(
-        f"{state_dir / STATE_FILE}: {sum(len(c) for c in state.pods.values())} "
-        f"containers, {len(state.pools)} pools, {len(state.regions)} regions "
+        f"{state_dir / STATE_FILE}: {plural(containers, 'container')}, "
+        f"{plural(len(state.pools), 'pool')}, {plural(len(state.regions), 'region')} "
         f"(generation {restored.generation}); {journal.JOURNAL_FILE} is empty"
     )
     return EXIT_OK

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from numamem.cli import UsageError
 from numamem.client import NumamemClient
 from numamem.config.model import DEFAULT_SOCKET
 from numamem.quantity import format_bytes
@@ -19,9 +20,14 @@ from numamem.quantity import format_bytes
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_REJECTED = 3  # `admit`: the pod was not admitted (a normal answer, not an error)
+__all__ = ["UsageError"]
 
 
-def add_client_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+MAX_TIMEOUT_S = 3600.0
+
+
+def add_client_args(parser: argparse.ArgumentParser) -> None:
+    """``--socket``, ``--timeout`` and ``--json``, the flags of every client command."""
     parser.add_argument(
         "--socket",
         default=os.environ.get("NUMAMEM_SOCKET", DEFAULT_SOCKET),
@@ -29,10 +35,42 @@ def add_client_args(parser: argparse.ArgumentParser, *, json_flag: bool = True) 
         help="daemon socket (default: $NUMAMEM_SOCKET or %(default)s)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="RPC deadline"
+        "--timeout",
+        type=timeout_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help=f"RPC deadline, more than 0 and at most {MAX_TIMEOUT_S:g} (default: %(default)s)",
     )
-    if json_flag:
-        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json_flag(parser)
+
+
+def add_json_flag(
+    parser: argparse.ArgumentParser,
+    help_text: str = "print JSON (snake_case keys) instead of a table",
+    *,
+    inherit: bool = False,
+) -> None:
+    """``--json``. ``inherit``: a sub-action's flag that keeps its parent's value when not
+    given, so ``state --json diff`` and ``state diff --json`` say the same."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if inherit else False,
+        help=help_text,
+    )
+
+
+def timeout_seconds(text: str) -> float:
+    """``--timeout``: seconds, more than 0 (a zero deadline expires before the call)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected seconds, more than 0 and at most {MAX_TIMEOUT_S:g}"
+        )
+    return value
 
 
 def client_command(
@@ -59,6 +97,11 @@ def report_rpc_error(err: grpc.RpcError, socket: str | None) -> int:
     name = code.name if code is not None else "ERROR"
     print(f"numamem: {name}: {details}", file=sys.stderr)
     return EXIT_FAILED
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 pod``, ``2 pods``: a count and its noun (nouns here take an ``s``)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def fail(message: str) -> int:

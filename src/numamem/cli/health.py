@@ -20,6 +20,7 @@ from numamem.cli.common import (
     add_client_args,
     client_command,
     fail,
+    print_json,
     report_rpc_error,
 )
 from numamem.client import NumamemClient
@@ -43,10 +44,26 @@ def add_parser(sub: Any) -> None:
     parser.add_argument(
         "--address",
         metavar="HOST:PORT",
+        type=host_port,
         help="check --health-port at HOST:PORT (e.g. 127.0.0.1:9440, [::1]:9440) instead of the socket",
     )
-    add_client_args(parser, json_flag=False)
+    add_client_args(parser)
     parser.set_defaults(run=run)
+
+
+def host_port(text: str) -> str:
+    """``--address``: ``HOST:PORT`` with a port (gRPC would dial port 443 without one),
+    ``[v6]:PORT`` for IPv6 literals."""
+    host, sep, port = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if not sep or not host or (":" in host and not bracketed):
+        host, port = "", ""
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected HOST:PORT with a port from 1 to 65535 (e.g. 127.0.0.1:9440, "
+            "[::1]:9440): the --health-port of the daemon"
+        )
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,5 +84,8 @@ def _check(args: argparse.Namespace, client: NumamemClient) -> int:
             return fail(f"service {args.service!r} is not known to the daemon")
         raise
     name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
-    print(name)
+    if args.json:
+        print_json({"service": args.service, "status": name})
+    else:
+        print(name)
     return EXIT_OK if status == health_pb2.HealthCheckResponse.SERVING else EXIT_FAILED

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from numamem import __version__
+from numamem.cli import UsageError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -46,13 +47,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The command's own usage, not the top-level one: a mistyped `serve` flag shows `serve`'s.
         command_parser: argparse.ArgumentParser = _subcommands(parser)[args.command]
         command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    _quiet_logging()
     run: Command = args.run
     try:
         return run(args)
+    except UsageError as err:
+        _command_parser(parser, args).error(str(err))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 1
+
+
+def _quiet_logging() -> None:
+    """Until a command configures logging (``serve`` does, from its flags), only warnings and
+    errors are logged, to stderr: structlog's unconfigured default would print every level
+    to stdout, into the output of ``state verify`` and ``plan-reservations``."""
+    import structlog
+
+    from numamem import logging as nlog
+
+    if not structlog.is_configured():
+        nlog.configure("warning", "console", stream=sys.stderr, cache=False)
+
+
+def _command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the command that ran (``state diff``'s, not ``state``'s)."""
+    command = _subcommands(parser)[args.command]
+    action = getattr(args, "action", None)
+    return _subcommands(command).get(action, command) if action else command
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

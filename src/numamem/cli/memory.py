@@ -11,11 +11,13 @@ from numamem.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REJECTED,
+    UsageError,
     add_client_args,
     client_command,
     fail,
     human_bytes,
     message_to_dict,
+    plural,
     print_json,
     print_table,
 )
@@ -195,7 +197,7 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
 
 def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
     if bool(args.pod) == bool(args.container_ids):
-        return fail("release: give container ids, or --pod UID")
+        raise UsageError("give container ids, or --pod UID (not both)")
     released: list[str] = []
     unknown: list[str] = []
     if args.pod:
@@ -222,8 +224,11 @@ def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
 
 
 def run_sync(args: argparse.Namespace, client: NumamemClient) -> int:
-    if bool(args.file) == bool(args.none):
-        return fail("sync: give the live pods with -f FILE, or --none to release everything")
+    """SyncActivePods. Releasing everything always takes ``--none``: input without pods (an
+    empty file, the empty ``kind: List`` kubectl prints for a wrong namespace or context) is
+    refused without it, and ``--none`` is refused beside input that lists pods."""
+    if not args.file and not args.none:
+        raise UsageError("give the live pods with -f FILE, or --none to release everything")
     by_uid: dict[str, memorymanager_pb2.Pod] = {}  # a pod in several files counts once
     for path in args.file:
         try:
@@ -231,13 +236,21 @@ def run_sync(args: argparse.Namespace, client: NumamemClient) -> int:
         except PodFileError as err:
             return fail(str(err))
     pods = list(by_uid.values())
+    if pods and args.none:
+        raise UsageError(f"--none, but {plural(len(pods), 'live pod')} in {', '.join(args.file)}")
+    if not pods and not args.none:
+        return fail(
+            f"sync: {', '.join(args.file)}: no pods (an empty file, or an empty 'kind: List' as "
+            "kubectl prints for a wrong namespace or context); nothing released. If no pod is "
+            "live, release everything with --none"
+        )
     removed = client.sync_active_pods(pods)
     if args.json:
         print_json(
             {"live_pods": [p.uid for p in pods], "released": [message_to_dict(r) for r in removed]}
         )
         return EXIT_OK
-    print(f"{len(pods)} live pods; released {len(removed)} containers")
+    print(f"{plural(len(pods), 'live pod')}; released {plural(len(removed), 'container')}")
     for ref in removed:
         print(f"released {ref.pod_uid}/{ref.container_name}")
     return EXIT_OK

@@ -20,6 +20,8 @@ from numamem.cli.common import EXIT_OK, fail
 from numamem.config.flags import add_serve_arguments
 
 FORMATS = ("all", "kubelet", "numamem", "flag")
+RESERVATION_FLAGS = ("--sysfs-root", "--system-reserved", "--kube-reserved", "--eviction-hard")
+"""The ``numamem serve`` flags this command reads (with ``--config``)."""
 
 
 def add_parser(sub: Any) -> None:
@@ -33,7 +35,7 @@ def add_parser(sub: Any) -> None:
             "numamem YAML and the --reserved-memory flag."
         ),
     )
-    add_serve_arguments(parser)
+    add_serve_arguments(parser, only=RESERVATION_FLAGS)
     parser.add_argument(
         "--spread",
         action="store_true",

@@ -8,6 +8,7 @@ from typing import Any
 
 from numamem.cli.common import (
     EXIT_OK,
+    UsageError,
     add_client_args,
     client_command,
     human_bytes,
@@ -51,7 +52,7 @@ def add_parser(sub: Any) -> None:
         "--container", metavar="NAME", default="", help="only this container (needs --pod)"
     )
     add_client_args(parser)
-    parser.set_defaults(run=client_command(run), parser=parser)
+    parser.set_defaults(run=client_command(run))
 
 
 def pod_text(r: mm.ContainerResidency) -> str:
@@ -134,7 +135,7 @@ def _as_json(r: mm.ContainerResidency) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, client: NumamemClient) -> int:
     if args.container and not args.pod:
-        args.parser.error("--container needs --pod")
+        raise UsageError("--container needs --pod")
     rows = client.get_residency(args.pod, args.container)
     if args.json:
         print_json({"containers": [_as_json(r) for r in rows]})

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from numamem import logging as nlog
     from numamem.api.app import build_components
+    from numamem.api.sdnotify import Notifier
     from numamem.api.server import Daemon
 
     try:
@@ -41,8 +42,17 @@ def run(args: argparse.Namespace) -> int:
         return 1
     held = None if cfg.log_level == "debug" else nlog.HeldStream(sys.stderr)
     nlog.configure(cfg.log_level, cfg.log_format, stream=held)
-    nlog.get_logger("serve").info("starting", **describe(cfg))
-    daemon = Daemon(cfg, build_components, on_serving=held.release if held else None)
+    log = nlog.get_logger("serve")
+    log.info("starting", **describe(cfg))
+    if cfg.ignored_kubelet_fields:
+        log.debug(
+            "kubelet configuration fields numamem does not use",
+            path=args.config,
+            fields=list(cfg.ignored_kubelet_fields),
+        )
+    daemon = Daemon(
+        cfg, build_components, on_serving=held.release if held else None, notifier=Notifier()
+    )
     try:
         return daemon.run()
     except NumamemError as err:

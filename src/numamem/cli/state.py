@@ -27,10 +27,12 @@ from numamem.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     add_client_args,
+    add_json_flag,
     client_command,
     fail,
     human_bytes,
     message_to_dict,
+    plural,
     print_json,
     print_table,
 )
@@ -38,6 +40,23 @@ from numamem.client import NumamemClient, state_from_proto
 from numamem.config.flags import add_serve_arguments
 from numamem.config.model import DEFAULT_STATE_DIR
 from numamem.memtypes import Block, NUMANodeState
+
+MACHINE_FLAGS = (
+    "--state-dir",
+    "--sysfs-root",
+    "--proc-root",
+    "--memory-manager-policy",
+    "--memory-manager-policy-options",
+    "--reserved-memory",
+    "--system-reserved",
+    "--kube-reserved",
+    "--eviction-hard",
+    "--topology-manager-policy",
+    "--topology-manager-scope",
+    "--topology-manager-policy-options",
+)
+"""The ``numamem serve`` flags ``state verify`` and ``state diff`` read (with ``--config``):
+what the memory manager's start-up check depends on."""
 
 
 def add_parser(sub: Any) -> None:
@@ -67,24 +86,28 @@ def add_parser(sub: Any) -> None:
         metavar="DIR",
         help="state dir (default: %(default)s)",
     )
-    show_parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_flag(
+        show_parser, "print the file's JSON (the kubelet's own field names)", inherit=True
+    )
     show_parser.set_defaults(run=lambda a: show(Path(a.state_dir), as_json=a.json))
     for name, helptext, runner in (
         (
             "verify",
             "check the state file, and the state against this machine and configuration "
-            "(the flags of numamem serve, or --config)",
+            "(the machine and memory manager flags of numamem serve, or --config); exit code 1 "
+            "if numamem serve would refuse to start",
             run_verify,
         ),
         (
             "diff",
             "the stored machine state beside the one recomputed from this machine and "
-            "configuration, node by node",
+            "configuration, node by node; exit code 1 when they differ (as diff(1))",
             run_diff,
         ),
     ):
         action = actions.add_parser(name, help=helptext, description=helptext)
-        add_serve_arguments(action)
+        add_serve_arguments(action, only=MACHINE_FLAGS)
+        add_json_flag(action, inherit=True)
         action.set_defaults(run=runner)
 
 
@@ -98,7 +121,12 @@ def live(args: argparse.Namespace, client: NumamemClient) -> int:
         print_json(message_to_dict(resp))
         return EXIT_OK
     machine, assignments = state_from_proto(resp)
-    render(resp.policy_name, machine, assignments)
+    names = {
+        uid: (entry.namespace, entry.name)
+        for uid, entry in resp.entries.items()
+        if entry.namespace or entry.name
+    }
+    render(resp.policy_name, machine, assignments, names)
     return EXIT_OK
 
 
@@ -106,8 +134,12 @@ def render(
     policy: str,
     machine: Mapping[int, NUMANodeState | None],
     assignments: Mapping[str, Mapping[str, Sequence[Block]]],
+    names: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
-    """The per-NUMA table, then one line per block."""
+    """The per-NUMA table, then one line per block; pods as ``namespace/name (uid)`` where
+    their names were recorded."""
+    from numamem.memorymanager.drift import pod_label
+
     print(f"policy: {policy}")
     rows = []
     for node_id in sorted(machine):
@@ -147,7 +179,13 @@ def render(
         rows,
     )
     blocks = [
-        [pod, ctr, b.type, ",".join(map(str, b.numa_affinity or ())), human_bytes(b.size)]
+        [
+            pod_label(pod, names or {}),
+            ctr,
+            b.type,
+            ",".join(map(str, b.numa_affinity or ())),
+            human_bytes(b.size),
+        ]
         for pod in sorted(assignments)
         for ctr in sorted(assignments[pod])
         for b in assignments[pod][ctr]
@@ -158,15 +196,21 @@ def render(
 
 
 def _load(state_dir: Path) -> Any:
+    """The decoded ``memory_manager_state`` of ``state_dir``; an exit code (1) when it cannot
+    be read; raises CheckpointError naming the file when it does not decode."""
     from numamem.checkpoint import kubelet
     from numamem.checkpoint.mmstore import STATE_FILE
+    from numamem.errors import CheckpointError
 
     path = state_dir / STATE_FILE
     try:
         data = path.read_bytes()
     except OSError as err:
         return fail(f"cannot read {path}: {err.strerror}")
-    return kubelet.load(data)
+    try:
+        return kubelet.load(data)
+    except CheckpointError as err:
+        raise CheckpointError(f"{path}: {err}") from err
 
 
 def show(state_dir: Path, *, as_json: bool) -> int:
@@ -175,7 +219,7 @@ def show(state_dir: Path, *, as_json: bool) -> int:
     try:
         loaded = _load(state_dir)
     except CheckpointError as err:
-        return fail(f"{state_dir}: {err}")
+        return fail(str(err))
     if isinstance(loaded, int):
         return loaded
     if as_json:
@@ -185,47 +229,76 @@ def show(state_dir: Path, *, as_json: bool) -> int:
             json.loads(encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments))
         )
         return EXIT_OK
-    render(loaded.policy_name, loaded.machine_state, loaded.assignments)
+    render(loaded.policy_name, loaded.machine_state, loaded.assignments, _names(state_dir))
     return EXIT_OK
 
 
-def verify(state_dir: Path) -> int:
+def _names(state_dir: Path) -> dict[str, tuple[str, str]]:
+    """The pod names recorded beside the container map (none when the file is missing or
+    does not decode: ``state verify`` reports that)."""
+    from numamem.checkpoint.mmstore import CONTAINERS_FILE, decode_container_file
+    from numamem.errors import CheckpointError
+
+    try:
+        return dict(decode_container_file((state_dir / CONTAINERS_FILE).read_bytes())[1])
+    except (OSError, CheckpointError):
+        return {}
+
+
+def check_files(state_dir: Path) -> dict[str, Any] | int:
+    """The offline checks of the state files: a report (``problems`` empty when they pass),
+    or an exit code when the state file cannot be read."""
     from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, decode_containers
     from numamem.errors import CheckpointError
     from numamem.memorymanager.invariants import violations
 
-    problems: list[str] = []
+    report: dict[str, Any] = {"file": str(state_dir / STATE_FILE), "problems": []}
     try:
         loaded = _load(state_dir)
     except CheckpointError as err:
-        print(f"{state_dir / STATE_FILE}: {err}")
-        print("fix: drain the node, remove the file, restart numamem")
-        return EXIT_FAILED
+        report["problems"].append(str(err))
+        return report
     if isinstance(loaded, int):
         return loaded
-    print(
-        f"{state_dir / STATE_FILE}: {loaded.format.upper()} checkpoint, checksum valid, "
-        f"policy {loaded.policy_name!r}, {len(loaded.machine_state)} NUMA nodes, "
-        f"{sum(len(c) for c in loaded.assignments.values())} containers in {len(loaded.assignments)} pods"
+    containers = sum(len(c) for c in loaded.assignments.values())
+    report.update(
+        format=loaded.format,
+        checksum_valid=True,
+        policy=loaded.policy_name,
+        numa_nodes=len(loaded.machine_state),
+        pods=len(loaded.assignments),
+        containers=containers,
+        summary=(
+            f"{loaded.format.upper()} checkpoint, checksum valid, policy "
+            f"{loaded.policy_name!r}, {plural(len(loaded.machine_state), 'NUMA node')}, "
+            f"{plural(containers, 'container')} in {plural(len(loaded.assignments), 'pod')}"
+        ),
     )
     if loaded.machine_state:
-        problems += violations(loaded.machine_state, loaded.assignments)
+        report["problems"] += violations(loaded.machine_state, loaded.assignments)
     elif loaded.assignments:
-        problems.append("machine state is empty but there are memory assignments")
-    containers = state_dir / CONTAINERS_FILE
-    if containers.exists():
+        report["problems"].append("machine state is empty but there are memory assignments")
+    path = state_dir / CONTAINERS_FILE
+    if path.exists():
         try:
-            ids = decode_containers(containers.read_bytes())
-            print(f"{containers}: {len(ids)} container ids, checksum valid")
+            ids = decode_containers(path.read_bytes())
+            report["container_map"] = {"file": str(path), "container_ids": len(ids)}
         except CheckpointError as err:
-            problems.append(f"{containers}: {err}")
-    for problem in problems:
-        print(f"problem: {problem}")
-    if problems:
-        print("fix: drain the node, remove the files, restart numamem")
-        return EXIT_FAILED
-    print("OK")
-    return EXIT_OK
+            report["problems"].append(f"{path}: {err}")
+    return report
+
+
+def _print_files_report(report: Mapping[str, Any]) -> None:
+    if "summary" in report:
+        print(f"{report['file']}: {report['summary']}")
+    container_map = report.get("container_map")
+    if container_map:
+        print(
+            f"{container_map['file']}: {plural(container_map['container_ids'], 'container id')}, "
+            "checksum valid"
+        )
+    for problem in report["problems"]:
+        print(problem if "summary" not in report else f"problem: {problem}")
 
 
 # --- against this machine and configuration ---------------------------------------------
@@ -245,14 +318,32 @@ def run_verify(args: argparse.Namespace) -> int:
         cfg = _configured(args)
     except NumamemError as err:
         return fail(str(err))
-    state_dir = Path(cfg.state_dir)
-    status = verify(state_dir)
-    if status != EXIT_OK:
-        return status
-    return _against_machine(cfg)
+    report = check_files(Path(cfg.state_dir))
+    if isinstance(report, int):
+        return report
+    if not report["problems"]:
+        report["machine"] = _against_machine(cfg)
+    ok = not report["problems"] and report["machine"]["result"] != "refused"
+    report["ok"] = ok
+    if args.json:
+        print_json(report)
+        return EXIT_OK if ok else EXIT_FAILED
+    _print_files_report(report)
+    if report["problems"]:
+        print("fix: drain the node, remove the files, restart numamem")
+        return EXIT_FAILED
+    machine = report["machine"]
+    print(machine["message"])
+    for line in machine.get("differences", []):
+        print(f"  {line}")
+    if ok:
+        print("OK")
+    return EXIT_OK if ok else EXIT_FAILED
 
 
-def _against_machine(cfg: Any) -> int:
+def _against_machine(cfg: Any) -> dict[str, Any]:
+    """What numamem serve with ``cfg`` would do with the state at start: ``result`` matches,
+    rebaselined or refused, with the message it would print."""
     from numamem.api.memorymanager import build_manager
     from numamem.checkpoint.mmstore import KubeletStateStore
     from numamem.errors import NumamemError, StateMismatchError
@@ -263,33 +354,39 @@ def _against_machine(cfg: Any) -> int:
         manager = build_manager(cfg, machine, KubeletStateStore(cfg.state_dir))
         manager.load()
     except StateMismatchError as err:
-        print(err)
-        return EXIT_FAILED
+        return {"result": "refused", "message": str(err)}
     except NumamemError as err:
-        print(f"numamem serve with this configuration would refuse to start: {err}")
-        return EXIT_FAILED
+        return {
+            "result": "refused",
+            "message": f"numamem serve with this configuration would refuse to start: {err}",
+        }
     verdict = getattr(manager.policy, "last_verdict", None)
     if verdict is not None and verdict.rebaseline is not None:
         tolerance = manager.policy.options.tolerance.text  # type: ignore[attr-defined]
-        print(
-            f"accepted with memory-drift-tolerance={tolerance}: this machine differs from the "
-            "stored state, every stored block still fits and keeps its nodes; numamem serve "
-            "re-baselines the state at start:"
-        )
-        for diff in verdict.differences:
-            print(f"  {diff.line()}")
-    else:
-        print(
-            f"matches this machine and configuration ({cfg.sysfs_root}, policy {cfg.memory_manager_policy})"
-        )
-    print("OK")
-    return EXIT_OK
+        return {
+            "result": "rebaselined",
+            "tolerance": tolerance,
+            "message": (
+                f"accepted with memory-drift-tolerance={tolerance}: this machine differs from "
+                "the stored state, every stored block still fits and keeps its nodes; numamem "
+                "serve re-baselines the state at start:"
+            ),
+            "differences": [diff.line() for diff in verdict.differences],
+        }
+    return {
+        "result": "matches",
+        "message": (
+            f"matches this machine and configuration ({cfg.sysfs_root}, policy "
+            f"{cfg.memory_manager_policy})"
+        ),
+    }
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    """Stored vs recomputed (this machine, this configuration, the stored blocks)."""
+    """Stored vs recomputed (this machine, this configuration, the stored blocks): exit 0 when
+    they are equal, 1 when they differ (as diff(1)), with a one-line verdict either way."""
     from numamem.api.memorymanager import build_manager
-    from numamem.checkpoint.mmstore import KubeletStateStore
+    from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
     from numamem.errors import CheckpointError, NumamemError
     from numamem.memorymanager.drift import diff_states, replay_strict
     from numamem.topology.sysfs import discover
@@ -306,30 +403,43 @@ def run_diff(args: argparse.Namespace) -> int:
     try:
         loaded = _load(Path(cfg.state_dir))
     except CheckpointError as err:
-        return fail(f"{cfg.state_dir}: {err}")
+        return fail(str(err))
     if isinstance(loaded, int):
         return loaded
     recomputed = policy.default_machine_state()
-    misfits = replay_strict(recomputed, loaded.assignments)
+    misfits = replay_strict(recomputed, loaded.assignments, _names(Path(cfg.state_dir)))
     differing = {
         (d.node, d.resource, d.field) for d in diff_states(loaded.machine_state, recomputed)
     }
-    rows = []
+    rows: list[dict[str, Any]] = []
+
+    def row(node: int, resource: str, label: str, stored: Any, now: Any, differs: bool) -> None:
+        rows.append(
+            {
+                "node": node,
+                "resource": resource,
+                "field": label,
+                "stored": stored,
+                "now": now,
+                "differs": differs,
+            }
+        )
+
     for node_id in sorted(set(loaded.machine_state) | set(recomputed)):
         a, e = loaded.machine_state.get(node_id), recomputed.get(node_id)
         if a is None or e is None:
-            rows.append([node_id, "-", "node", _present(a), _present(e), "*"])
+            row(node_id, "", "node", _present(a), _present(e), True)
             continue
         for label, x, y in (
             ("NumberOfAssignments", a.number_of_assignments, e.number_of_assignments),
             ("Cells", sorted(a.cells or []), sorted(e.cells or [])),
         ):
-            rows.append([node_id, "-", label, str(x), str(y), "*" if x != y else ""])
+            row(node_id, "", label, x, y, x != y)
         a_map, e_map = a.memory_map or {}, e.memory_map or {}
         for name in sorted(set(a_map) | set(e_map), key=lambda n: (n != "memory", n)):
             at, et = a_map.get(name), e_map.get(name)
             if at is None or et is None:
-                rows.append([node_id, name, "type", _present(at), _present(et), "*"])
+                row(node_id, name, "type", _present(at), _present(et), True)
                 continue
             for label, attr in (
                 ("TotalMemSize", "total"),
@@ -338,24 +448,63 @@ def run_diff(args: argparse.Namespace) -> int:
                 ("Reserved", "reserved"),
                 ("Free", "free"),
             ):
-                x, y = getattr(at, attr), getattr(et, attr)
-                mark = (
-                    "*"
-                    if (node_id, name, label) in differing
-                    or (
-                        label in ("Reserved", "Free")
-                        and (node_id, name, f"{label} (group sum)") in differing
-                    )
-                    else ""
+                differs = (node_id, name, label) in differing or (
+                    label in ("Reserved", "Free")
+                    and (node_id, name, f"{label} (group sum)") in differing
                 )
-                rows.append([node_id, name, label, human_bytes(x), human_bytes(y), mark])
-    print(
-        f"stored: {Path(cfg.state_dir) / 'memory_manager_state'}; now: {cfg.sysfs_root} and the configuration"
+                row(node_id, name, label, getattr(at, attr), getattr(et, attr), differs)
+    changed = [r for r in rows if r["differs"]]
+    nodes = sorted({r["node"] for r in changed})
+    if changed or misfits:
+        parts = []
+        if changed:
+            parts.append(
+                f"{plural(len(changed), 'field')} differ{'s' if len(changed) == 1 else ''} on "
+                f"{plural(len(nodes), 'node')} ({', '.join(map(str, nodes))})"
+            )
+        if misfits:
+            parts.append(f"{plural(len(misfits), 'stored block')} would not fit")
+        verdict = "; ".join(parts) + ": `numamem state verify` says whether serve would accept it"
+    else:
+        verdict = "no differences: the stored state is what this machine and configuration give"
+    stored_file = str(Path(cfg.state_dir) / STATE_FILE)
+    if args.json:
+        print_json(
+            {
+                "stored": stored_file,
+                "now": cfg.sysfs_root,
+                "rows": rows,
+                "misfits": misfits,
+                "differs": bool(changed or misfits),
+                "verdict": verdict,
+            }
+        )
+        return EXIT_FAILED if changed or misfits else EXIT_OK
+    print(f"stored: {stored_file}; now: {cfg.sysfs_root} and the configuration")
+    print_table(
+        ["NODE", "RESOURCE", "FIELD", "STORED", "NOW", "DIFFERS"],
+        [
+            [
+                r["node"],
+                r["resource"] or "-",
+                r["field"],
+                _cell(r["field"], r["stored"]),
+                _cell(r["field"], r["now"]),
+                "*" if r["differs"] else "",
+            ]
+            for r in rows
+        ],
     )
-    print_table(["NODE", "RESOURCE", "FIELD", "STORED", "NOW", "DIFFERS"], rows)
     for misfit in misfits:
         print(misfit)
-    return EXIT_OK
+    print(verdict)
+    return EXIT_FAILED if changed or misfits else EXIT_OK
+
+
+def _cell(label: str, value: Any) -> str:
+    if isinstance(value, int) and label not in ("NumberOfAssignments",):
+        return human_bytes(value)
+    return str(value)
 
 
 def _present(value: object) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,8 +46,11 @@ class Flag:
     kind: str = "str"  # str | int | float | bool | list | address
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
-    minimum: int = 1
-    """For ``int`` flags: the smallest value accepted."""
+    allowed: tuple[float, float] | None = None
+    """For ``int`` and ``float`` flags: the smallest and the largest value accepted (the
+    error names both). Every interval, timeout, count and size has one."""
+    unit: str = ""
+    """What the number counts, for the error (``seconds``, ``bytes``)."""
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -181,6 +184,7 @@ FLAGS: tuple[Flag, ...] = (
         "off",
         kind="int",
         metavar="N",
+        allowed=(1, 65535),
     ),
     Flag(
         "--health-address",
@@ -198,6 +202,7 @@ FLAGS: tuple[Flag, ...] = (
         "off",
         kind="int",
         metavar="N",
+        allowed=(1, 65535),
     ),
     Flag(
         "--metrics-address",
@@ -252,8 +257,18 @@ FLAGS: tuple[Flag, ...] = (
         "5",
         kind="float",
         metavar="SECONDS",
+        allowed=(0, 3600),
+        unit="seconds",
     ),
-    Flag("--workers", "workers", "gRPC handler threads", "16", kind="int", metavar="N"),
+    Flag(
+        "--workers",
+        "workers",
+        "gRPC handler threads",
+        "16",
+        kind="int",
+        metavar="N",
+        allowed=(1, 1024),
+    ),
     Flag(
         "--metric-interval",
         "metric_interval_seconds",
@@ -261,6 +276,8 @@ FLAGS: tuple[Flag, ...] = (
         "10",
         kind="float",
         metavar="SECONDS",
+        allowed=(0.1, 86400),
+        unit="seconds",
     ),
     Flag(
         "--metric-insurance-period",
@@ -269,6 +286,8 @@ FLAGS: tuple[Flag, ...] = (
         "0",
         kind="float",
         metavar="SECONDS",
+        allowed=(0, 604800),
+        unit="seconds",
     ),
     Flag(
         "--metacache-discard-corrupt-state",
@@ -292,6 +311,8 @@ FLAGS: tuple[Flag, ...] = (
         "262144",
         kind="int",
         metavar="BYTES",
+        allowed=(4096, 1073741824),
+        unit="bytes",
     ),
     Flag(
         "--allow-shared-dirs",
@@ -307,6 +328,7 @@ FLAGS: tuple[Flag, ...] = (
         "10000",
         kind="int",
         metavar="N",
+        allowed=(1, 1000000),
     ),
     Flag(
         "--max-containers-per-pod",
@@ -315,6 +337,7 @@ FLAGS: tuple[Flag, ...] = (
         "256",
         kind="int",
         metavar="N",
+        allowed=(1, 10000),
     ),
     Flag(
         "--max-metacache-entries",
@@ -323,6 +346,7 @@ FLAGS: tuple[Flag, ...] = (
         "100000",
         kind="int",
         metavar="N",
+        allowed=(1, 10000000),
     ),
     Flag(
         "--max-concurrent-rpcs",
@@ -332,6 +356,7 @@ FLAGS: tuple[Flag, ...] = (
         "128",
         kind="int",
         metavar="N",
+        allowed=(1, 100000),
     ),
     Flag(
         "--max-topology-hints",
@@ -342,7 +367,7 @@ FLAGS: tuple[Flag, ...] = (
         "4096",
         kind="int",
         metavar="N",
-        minimum=255,
+        allowed=(255, 65536),
     ),
     Flag(
         "--max-message-bytes",
@@ -351,16 +376,29 @@ FLAGS: tuple[Flag, ...] = (
         str(4 * 1024 * 1024),
         kind="int",
         metavar="N",
+        allowed=(65536, 2147483647),
+        unit="bytes",
     ),
 )
 YAML_KEYS = {f.yaml_key: f for f in FLAGS if f.yaml_key}
 
 
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every flag of :data:`FLAGS` (plus ``--config``); unset flags parse to ``None``."""
+def add_serve_arguments(
+    parser: argparse.ArgumentParser, only: Collection[str] | None = None
+) -> None:
+    """Add the flags of :data:`FLAGS` (every one, or those named in ``only``) plus
+    ``--config``; unset flags parse to ``None``. Commands that read a few settings list only
+    those in their ``--help``; ``--config`` may still set any field."""
     parser.add_argument("--config", metavar="FILE", help="YAML file with kubelet-style field names")
+    unknown = set(only or ()) - {f.name for f in FLAGS}
+    if unknown:
+        raise ValueError(f"not numamem serve flags: {sorted(unknown)}")
     for f in FLAGS:
+        if only is not None and f.name not in only:
+            continue
         meaning = f.help + (f"; one of {', '.join(f.choices)}" if f.choices else "")
+        if f.allowed is not None:
+            meaning += f"; {allowed_range(f)}"
         yaml_key = f" (YAML: {f.yaml_key})" if f.yaml_key else ""
         # argparse %-formats help texts: a literal % must be doubled.
         help_text = f"{meaning} (default: {f.default}){yaml_key}".replace("%", "%%")
@@ -405,15 +443,10 @@ def _convert(f: Flag, raw: Any, where: str) -> Any:
         return parse_eviction_hard(raw, where)
     if f.attr in ("topology_manager_policy_options", "memory_manager_policy_options"):
         return parse_key_values(raw, where)
-    if f.kind == "int":
-        value = _positive_int(raw, where, port=f.attr.endswith("_port"))
-        if value < f.minimum:
-            raise ConfigError(f"{where}: must be at least {f.minimum}, got {value}")
-        return value
+    if f.kind in ("int", "float"):
+        return _number_in_range(f, raw, where)
     if f.kind == "address":
         return _ip_address(raw, where)
-    if f.kind == "float":
-        return _non_negative_float(raw, where)
     if not isinstance(raw, str):
         raise ConfigError(f"{where}: expected a string, got {raw!r}")
     if f.choices is not None and raw not in f.choices:
@@ -461,25 +494,32 @@ def _ip_address(raw: Any, where: str) -> str:
         ) from None
 
 
-def _positive_int(raw: Any, where: str, *, port: bool) -> int:
-    try:
-        value = int(raw) if isinstance(raw, (int, str)) and not isinstance(raw, bool) else None
-    except ValueError:
-        value = None
-    if value is None or value <= 0:
-        raise ConfigError(f"{where}: expected a positive integer, got {raw!r}")
-    if port and value > 65535:
-        raise ConfigError(f"{where}: port {value} is out of range 1-65535")
-    return value
+def allowed_range(f: Flag) -> str:
+    """``from LOW to HIGH [unit]`` of a numeric flag ("" for the others)."""
+    if f.allowed is None:
+        return ""
+    low, high = (str(int(x)) if float(x).is_integer() else f"{x:g}" for x in f.allowed)
+    return f"from {low} to {high}" + (f" {f.unit}" if f.unit else "")
 
 
-def _non_negative_float(raw: Any, where: str) -> float:
-    try:
-        value = float(raw) if not isinstance(raw, bool) else -1.0
-    except (TypeError, ValueError):
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"{where}: expected a non-negative number of seconds, got {raw!r}")
+def _number_in_range(f: Flag, raw: Any, where: str) -> int | float:
+    """``raw`` as the flag's number, within :attr:`Flag.allowed`; the error names the range."""
+    low, high = f.allowed or (0, float("inf"))
+    if f.kind == "int":
+        allowed = f"an integer {allowed_range(f)}"
+        try:
+            ok = isinstance(raw, (int, str)) and not isinstance(raw, bool)
+            value: int | float = int(raw) if ok else float("nan")
+        except ValueError:
+            value = float("nan")
+    else:
+        allowed = f"a number {allowed_range(f)}"
+        try:
+            value = float(raw) if not isinstance(raw, bool) else float("nan")
+        except (TypeError, ValueError):
+            value = float("nan")
+    if not low <= value <= high:  # NaN fails too
+        raise ConfigError(f"{where}: got {raw!r}; allowed: {allowed}")
     return value
 
 
@@ -524,5 +564,7 @@ def flag_reference() -> Sequence[tuple[str, str, str]]:
         meaning = f.help + (f" (YAML: `{f.yaml_key}`)" if f.yaml_key else "")
         if f.choices:
             meaning += "; one of " + ", ".join(f"`{c}`" for c in f.choices)
+        if f.allowed is not None:
+            meaning += f"; {allowed_range(f)}"
         rows.append((name, f.default, meaning))
     return rows

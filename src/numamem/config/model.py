@@ -102,3 +102,6 @@ class Config:
     metacache_compact_bytes: int = 256 * 1024
     allow_shared_dirs: bool = False
     limits: Limits = field(default_factory=Limits)
+    ignored_kubelet_fields: tuple[str, ...] = ()
+    """The fields of a ``--config`` KubeletConfiguration numamem does not use (``numamem
+    serve`` lists them at debug level once logging is configured)."""

@@ -8,6 +8,7 @@ an error.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -16,13 +17,12 @@ from numamem.config.flags import YAML_KEYS, apply_value
 from numamem.config.kubelet_fields import API_GROUP, KIND, KUBELET_FIELDS
 from numamem.config.model import Config
 from numamem.errors import ConfigError
-from numamem.logging import get_logger
-
-_log = get_logger("config")
 
 
 def apply_yaml(cfg: Config, path: str) -> Config:
-    """Apply the kubelet-style fields of a YAML file; unknown fields are errors."""
+    """Apply the kubelet-style fields of a YAML file; unknown fields are errors, each naming
+    the field, the file and its line. Logs nothing (it runs before logging is configured):
+    the kubelet fields numamem ignores are in ``Config.ignored_kubelet_fields``."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
@@ -40,8 +40,10 @@ def apply_yaml(cfg: Config, path: str) -> Config:
             f"--config {path!r}: expected a mapping of fields, got {type(doc).__name__}"
         )
     kubelet = _is_kubelet_configuration(doc, path)
+    lines = _key_lines(text)
     ignored = []
     for key, value in doc.items():
+        where = f"{key} (in {path}" + (f", line {lines[key]})" if key in lines else ")")
         f = YAML_KEYS.get(str(key))
         if f is None:
             if kubelet and str(key) in KUBELET_FIELDS:
@@ -49,11 +51,22 @@ def apply_yaml(cfg: Config, path: str) -> Config:
                 continue
             known = ", ".join(sorted(YAML_KEYS))
             also = " (and the other fields of a KubeletConfiguration)" if kubelet else ""
-            raise ConfigError(f"{key} (in {path}): unknown field; known fields: {known}{also}")
-        cfg = apply_value(cfg, f, value, f"{key} (in {path})")
-    if ignored:
-        _log.debug("kubelet configuration fields numamem does not use", path=path, fields=ignored)
-    return cfg
+            raise ConfigError(f"{where}: unknown field; known fields: {known}{also}")
+        cfg = apply_value(cfg, f, value, where)
+    return replace(cfg, ignored_kubelet_fields=tuple(ignored)) if ignored else cfg
+
+
+def _key_lines(text: str) -> dict[object, int]:
+    """Top-level key -> its 1-based line, for the messages."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    loader = yaml.SafeLoader("")
+    out: dict[object, int] = {}
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode):
+            out.setdefault(loader.construct_object(key_node), key_node.start_mark.line + 1)
+    return out
 
 
 def _is_kubelet_configuration(doc: dict[object, object], path: str) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from numamem.errors import ReservedMemoryError, StateMismatchError
 from numamem.memorymanager.reserved import SystemReservedMemory
 from numamem.memtypes import MEMORY, Block, MachineState, MemoryTable, NUMANodeState
+from numamem.quantity import format_bytes_exact
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
 
@@ -42,8 +43,9 @@ def default_machine_state(machine: Machine, system_reserved: SystemReservedMemor
             total = pool.total_bytes
             if sr > total:
                 raise ReservedMemoryError(
-                    f"[memorymanager] NUMA node {node.id}: reserved {name} ({sr} bytes) exceeds the "
-                    f"node's {name} total ({total} bytes); fix reservedMemory or the hugepage count"
+                    f"[memorymanager] NUMA node {node.id}: reserved {name} {format_bytes_exact(sr)} "
+                    f"exceeds the node's {name} total {format_bytes_exact(total)}; fix "
+                    "reservedMemory or the hugepage count"
                 )
             memory_map[name] = MemoryTable(total, sr, total - sr, 0, total - sr)
             hugepages_total += total
@@ -51,9 +53,9 @@ def default_machine_state(machine: Machine, system_reserved: SystemReservedMemor
         allocatable = node.memory_bytes - sr - hugepages_total
         if allocatable < 0:
             raise ReservedMemoryError(
-                f"[memorymanager] NUMA node {node.id}: reserved memory ({sr} bytes) plus hugepages "
-                f"({hugepages_total} bytes) exceed the node's MemTotal ({node.memory_bytes} bytes); "
-                "fix reservedMemory or the hugepage count"
+                f"[memorymanager] NUMA node {node.id}: reserved memory {format_bytes_exact(sr)} "
+                f"plus hugepages {format_bytes_exact(hugepages_total)} exceed the node's MemTotal "
+                f"{format_bytes_exact(node.memory_bytes)}; fix reservedMemory or the hugepage count"
             )
         memory_map[MEMORY] = MemoryTable(node.memory_bytes, sr, allocatable, 0, allocatable)
         state[node.id] = NUMANodeState(0, memory_map, [node.id])

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from numamem.memtypes import MEMORY, Block, ContainerRef, MachineState, NUMANodeState
-from numamem.quantity import format_bytes
+from numamem.quantity import format_bytes, format_bytes_exact
 
 OFF = "off"
 AUTO = "auto"
@@ -39,6 +39,23 @@ DRIFT_OPTION = "memory-drift-tolerance"
 KUBELET_MISMATCH = "[memorymanager] the expected machine state is different from the real one"
 
 Assignments = Mapping[str, Mapping[str, Sequence[Block]]]
+PodNames = Mapping[str, tuple[str, str]]
+"""Pod uid -> (namespace, name), where the manager recorded them."""
+
+
+def pod_label(uid: str, names: PodNames) -> str:
+    """``namespace/name (uid)`` when the pod's names are known, else the uid."""
+    namespace, name = names.get(uid, ("", ""))
+    return f"{namespace}/{name} ({uid})" if namespace or name else uid
+
+
+def container_label(uid: str, container: str, names: PodNames) -> str:
+    """``namespace/name/container (pod uid)`` when the pod's names are known, else
+    ``uid/container``."""
+    namespace, name = names.get(uid, ("", ""))
+    if namespace or name:
+        return f"{namespace}/{name}/{container} (pod {uid})"
+    return f"{uid}/{container}"
 
 
 @dataclass(frozen=True)
@@ -90,13 +107,52 @@ class Verdict:
     """Option values that would accept this change (empty: none would)."""
     drift: dict[tuple[int, str], int] = field(default_factory=dict)
     """(node, type) -> TotalMemSize now minus stored (the drift gauge)."""
+    tolerance: Tolerance = DEFAULT
+    """The tolerance the verdict was reached under."""
+    needed: int | None = None
+    """The smallest bound KEP-6232's rule would accept (None: no bound would)."""
+    names: PodNames = field(default_factory=dict)
+    """How the report names pods (namespace and name where recorded)."""
+
+    def tolerance_line(self) -> str:
+        """Which tolerance is in force, its bound (computed, for ``auto``), and why it refuses."""
+        t = self.tolerance
+        head = f"{DRIFT_OPTION}={t.text} is in force"
+        if t.mode == FIT:
+            return f"{head}: it accepts any change as long as every stored block still fits"
+        if t.mode == OFF:
+            if t.text == AUTO:
+                return (
+                    f"{head} but has no bound on this machine (the kernel image span cannot be "
+                    "read), so it works as off: the state must match exactly"
+                )
+            return f"{head}: the state must match exactly (the kubelet's rule)"
+        how = (
+            "auto's bound on this machine: the kernel image span + 64Mi = "
+            f"{format_bytes_exact(t.bound)}"
+            if t.text == AUTO
+            else f"a bound of {format_bytes_exact(t.bound)}"
+        )
+        if self.needed is None:
+            why = "a bound accepts only memory totals that moved, on the same nodes and groups"
+        else:
+            why = f"the memory moved by up to {format_bytes_exact(self.needed)}"
+        return f"{head} ({how}): {why}"
 
     def report(self, path: str) -> str:
         """The refusal (or acceptance) text: kubelet's sentence first, then one line each."""
-        lines = [KUBELET_MISMATCH, f"  {path} does not match this machine and configuration:"]
+        lines = [
+            KUBELET_MISMATCH,
+            f"  {path} does not match this machine and configuration:",
+            f"  {self.tolerance_line()}",
+        ]
         for diff in self.differences:
             refs = self.affected.get(diff.node, [])
-            holders = ", ".join(f"{p}/{c}" for p, c in refs[:5]) if refs else "none"
+            holders = (
+                ", ".join(container_label(p, c, self.names) for p, c in refs[:5])
+                if refs
+                else "none"
+            )
             more = f" and {len(refs) - 5} more" if len(refs) > 5 else ""
             lines.append(f"  {diff.line()}; containers with blocks there: {holders}{more}")
         lines += [f"  {m}" for m in self.misfits]
@@ -121,14 +177,16 @@ def check_restore(
     default: MachineState,
     tolerance: Tolerance,
     auto_bound: int | None = None,
+    names: PodNames | None = None,
 ) -> Verdict:
     """Compare ``stored`` with ``default`` (the machine now) plus every block of ``assignments``.
 
     ``default`` is consumed (blocks are replayed onto it). ``auto_bound`` is the
     bound ``auto`` has on this machine (None: auto cannot derive one), used only to
-    say whether ``auto`` would accept.
+    say whether ``auto`` would accept. ``names`` name the pods in the report.
     """
-    misfits = replay_strict(default, assignments)
+    names = names or {}
+    misfits = replay_strict(default, assignments, names)
     expected = default
     differences = diff_states(stored, expected)
     affected = containers_by_node(assignments)
@@ -139,7 +197,7 @@ def check_restore(
         for name, table in (node.memory_map or {}).items()
     }
     if not differences and not misfits:
-        return Verdict(True, None, affected=affected, drift=drift)
+        return Verdict(True, None, affected=affected, drift=drift, names=names)
     needed = _bound_needed(stored, expected, differences) if not misfits else None
     fits = not misfits and _same_blocks(differences)
     accepting = []
@@ -163,19 +221,25 @@ def check_restore(
         affected,
         accepting,
         drift,
+        tolerance,
+        needed,
+        names,
     )
 
 
-def replay_strict(expected: MachineState, assignments: Assignments) -> list[str]:
+def replay_strict(
+    expected: MachineState, assignments: Assignments, names: PodNames | None = None
+) -> list[str]:
     """Reserve every stored block on ``expected``; what cannot be placed is returned, in order.
 
     The kubelet's GA replay drops a remainder it cannot place; here it is a misfit
-    (the drift PR's ``the memory assignment does not fit the machine state``).
+    (the drift PR's ``the memory assignment does not fit the machine state``). ``names``
+    name the pods (``namespace/name (uid)``) where they are known.
     """
     misfits: list[str] = []
     for pod_uid in sorted(assignments):
         for container_name in sorted(assignments[pod_uid]):
-            who = f"(pod: {pod_uid}, container: {container_name})"
+            who = f"(pod: {pod_label(pod_uid, names or {})}, container: {container_name})"
             for block in assignments[pod_uid][container_name]:
                 nodes = list(block.numa_affinity or ())
                 missing = [n for n in nodes if expected.get(n) is None]
@@ -331,7 +395,7 @@ def _stored_total(stored: Mapping[int, NUMANodeState | None], n: int, name: str)
 
 
 def _bytes(value: int) -> str:
-    return "0" if value == 0 else f"{value} ({format_bytes(value)})"
+    return format_bytes_exact(value)
 
 
 def _delta(value: int) -> str:

@@ -220,10 +220,10 @@ class Manager:
                 {p: dict(c) for p, c in snapshot.assignments.items()} if snapshot else None,
             )
             work = restored.fork()
-            if validate:
-                self.policy.start(work)
-            containers = ContainerMap(snapshot.container_map if snapshot else None)
             names = dict(snapshot.pod_names) if snapshot else {}
+            if validate:
+                self.policy.start(work, names)
+            containers = ContainerMap(snapshot.container_map if snapshot else None)
             needs_write = validate and (snapshot is None or not work.same_as(restored))
             self._loaded = (work, containers, names, needs_write)
 

@@ -24,6 +24,8 @@ from numamem.quantity import format_bytes, parse_quantity
 from numamem.topology import Machine
 
 HUGEPAGES_VERIFICATION = "hugepages-availability-verification"
+DRIFT_VALUES = (drift.FIT, drift.OFF, drift.AUTO, "<quantity>")
+"""What ``memory-drift-tolerance`` takes, in the order the errors list it."""
 OPTIONS = (drift.DRIFT_OPTION, HUGEPAGES_VERIFICATION)
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
@@ -62,12 +64,15 @@ def parse_options(options: Mapping[str, str]) -> ParsedOptions:
             if value in (drift.OFF, drift.AUTO, drift.FIT):
                 mode = value
                 continue
+            allowed = f"; allowed: {'|'.join(DRIFT_VALUES)} (e.g. 128Mi)"
             try:
                 q = parse_quantity(value)
             except QuantityError as err:
-                raise ConfigError(f"bad value for option {_go_q(name)}: {err}") from err
+                raise ConfigError(f"bad value for option {_go_q(name)}: {err}{allowed}") from err
             if q.value < 0:
-                raise ConfigError(f"bad value for option {_go_q(name)}: {_go_q(value)} is negative")
+                raise ConfigError(
+                    f"bad value for option {_go_q(name)}: {_go_q(value)} is negative{allowed}"
+                )
             size = int(q.value) if q.value.denominator == 1 else int(q.value) + 1
             mode = str(size)
         elif name == HUGEPAGES_VERIFICATION:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,8 +45,9 @@ class Policy(Protocol):
 
     name: str
 
-    def start(self, state: State) -> None:
-        """Validate (and for Static, initialise) the restored state."""
+    def start(self, state: State, pod_names: Mapping[str, tuple[str, str]] | None = None) -> None:
+        """Validate (and for Static, initialise) the restored state. ``pod_names`` (uid ->
+        namespace, name, where recorded) name the pods in a refusal."""
 
     def allocate(
         self, state: State, pod: Pod, container: Container, affinity: TopologyHint
@@ -74,7 +76,7 @@ class NonePolicy:
 
     name = "None"
 
-    def start(self, state: State) -> None:
+    def start(self, state: State, pod_names: Mapping[str, tuple[str, str]] | None = None) -> None:
         return None
 
     def allocate(

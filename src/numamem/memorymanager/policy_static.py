@@ -132,7 +132,7 @@ class StaticPolicy:
     def default_machine_state(self) -> MachineState:
         return default_machine_state(self.machine, self.system_reserved)
 
-    def start(self, state: State) -> None:
+    def start(self, state: State, pod_names: Mapping[str, tuple[str, str]] | None = None) -> None:
         """``validateState``: default state for an empty one; else replay and compare, and
         accept a changed machine as ``memory-drift-tolerance`` says (:mod:`.drift`).
 
@@ -168,6 +168,7 @@ class StaticPolicy:
             self.default_machine_state(),
             opts.tolerance,
             opts.auto_bound,
+            pod_names,
         )
         if not verdict.accepted:
             raise StateMismatchError(verdict.report(opts.state_file))

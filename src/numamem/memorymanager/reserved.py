@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from numamem.config.model import EvictionThreshold, ReservedMemory
 from numamem.errors import QuantityError, ReservedMemoryError
 from numamem.memtypes import MEMORY, is_memory_resource
-from numamem.quantity import Format, Quantity
+from numamem.quantity import Format, Quantity, format_bytes_exact
 from numamem.topology import Machine, NUMANode
 
 SystemReservedMemory = dict[int, dict[str, int]]
@@ -180,9 +180,14 @@ def plan_reserved_memory(
             if share == 0:
                 continue
             if share > weights[node_id]:
+                fix = (
+                    "reserve less (--spread already divides it over the nodes)"
+                    if spread
+                    else "use --spread or reserve less"
+                )
                 raise ReservedMemoryError(
-                    f"NUMA node {node_id} has {weights[node_id]} bytes of {name}, fewer than the "
-                    f"{share} bytes to reserve there; use --spread or reserve less"
+                    f"NUMA node {node_id} has {format_bytes_exact(weights[node_id])} of {name}, "
+                    f"fewer than the {format_bytes_exact(share)} to reserve there; {fix}"
                 )
             per_node[node_id].append((name, Quantity.from_int(share, Format.BINARY_SI)))
     return tuple(ReservedMemory(n, tuple(limits)) for n, limits in per_node.items() if limits)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,10 @@ class DaemonProcess:
     root: Path
     args: list[str] = field(default_factory=list)
     cwd: Path | None = None
+    program: Sequence[str] = (sys.executable, "-m", "numamem")
+    """How to run ``numamem``: this interpreter's, or e.g. the console script of another venv."""
+    env: Mapping[str, str] | None = None
+    """Variables added to this process's environment (e.g. ``NOTIFY_SOCKET``)."""
     proc: subprocess.Popen[bytes] | None = None
     stderr_path: Path | None = None
     startup_seconds: float = 0.0
@@ -87,9 +92,7 @@ class DaemonProcess:
     def _serve(self, args: list[str]) -> list[str]:
         """``numamem serve`` on this daemon's socket and state dir, on its fake machine."""
         return [
-            sys.executable,
-            "-m",
-            "numamem",
+            *self.program,
             "serve",
             "--socket",
             self.socket,
@@ -100,7 +103,7 @@ class DaemonProcess:
 
     def start(self, wait: bool = True, timeout: float = 15.0) -> DaemonProcess:
         self.stderr_path = self.root / f"stderr-{time.monotonic_ns()}.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
         began = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
@@ -158,6 +161,7 @@ class DaemonProcess:
             text=True,
             timeout=timeout,
             cwd=self.cwd,
+            env=dict(os.environ, **(self.env or {})),
             check=False,
         )
 

@@ -47,6 +47,7 @@ import psutil
 
 from numamem.cpuset import MAX_CPU_ID, format_cpulist, parse_cpulist
 from numamem.errors import InvalidArgumentError, TopologyError
+from numamem.quantity import format_bytes_exact
 from numamem.topology.machine import HugePagePool, Machine, NUMANode
 
 NODE_DIR = Path("devices/system/node")
@@ -103,7 +104,7 @@ def read_free_hugepages(sysfs_root: str | Path, node_id: int, page_size_kb: int)
 def _numa_less(root: Path, memory: int) -> Machine:
     warnings = [
         f"{root / NODE_DIR}: no NUMA nodes (a kernel without NUMA); using one node 0 with the "
-        f"machine's memory ({memory} bytes) and the pools of {root / KERNEL_HUGEPAGES}"
+        f"machine's memory, {format_bytes_exact(memory)}, and the pools of {root / KERNEL_HUGEPAGES}"
     ]
     online = root / "devices/system/cpu/online"
     cpus: tuple[int, ...] = ()

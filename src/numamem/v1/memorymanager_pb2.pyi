@@ -843,16 +843,25 @@ class PodAssignments(_message.Message):
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     CONTAINERS_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """The pod's namespace and name, where numamem recorded them (with
+    --podresources-socket, from the Pod message that admitted it); empty otherwise.
+    """
+    name: _builtins.str
     @_builtins.property
     def containers(self) -> _containers.MessageMap[_builtins.str, Global___MemoryBlocks]: ...
     def __init__(
         self,
         *,
         containers: _abc.Mapping[_builtins.str, Global___MemoryBlocks] | None = ...,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "name", b"name", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
