@@ -206,6 +206,14 @@ class NumamemClient:
         req = memorymanager_pb2.ExplainRequest(pod=pod, other_providers=other_providers)
         return self.call(self.memory.Explain, req, request_id)
 
+    def get_residency(
+        self, pod_uid: str = "", container_name: str = "", request_id: str | None = None
+    ) -> list[memorymanager_pb2.ContainerResidency]:
+        """Where pinned containers' memory is (the last collector round): every pinned
+        container, a pod's (``pod_uid``) or one (both)."""
+        req = memorymanager_pb2.GetResidencyRequest(pod_uid=pod_uid, container_name=container_name)
+        return list(self.call(self.memory.GetResidency, req, request_id))
+
     # --- metacache reader ---------------------------------------------------
 
     def get_container_entries(

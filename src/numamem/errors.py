@@ -159,6 +159,11 @@ class UnavailableError(NumamemError):
     """The daemon is starting, shutting down, or cannot persist right now."""
 
 
+class CgroupFormatError(FailedPreconditionError):
+    """A kernel cgroup file does not have the kernel's format; the message names the file
+    and the line. Reported per container (the collector goes on), never an RPC failure."""
+
+
 # --- memory manager ------------------------------------------------------------
 
 

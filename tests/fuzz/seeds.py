@@ -318,6 +318,9 @@ SEEDS: dict[str, Seed] = {
     "/numamem.v1.MemoryManager/SyncActivePods": _sync,
     "/numamem.v1.MemoryManager/Admit": _admit,
     "/numamem.v1.MemoryManager/Explain": _explain,
+    "/numamem.v1.MemoryManager/GetResidency": lambda rng: (
+        mm.GetResidencyRequest() if rng.random() < 0.4 else _by_ref(mm.GetResidencyRequest)(rng)
+    ),
     "/numamem.v1.MetaReader/GetContainerEntries": lambda rng: mc.GetContainerEntriesRequest(
         pod_uid=_meta_key(rng)[0]
     ),

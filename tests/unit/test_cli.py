@@ -23,6 +23,7 @@ CLIENT_COMMANDS = [
     "release",
     "sync",
     "cache",
+    "residency",
 ]
 
 

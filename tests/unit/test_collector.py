@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from numamem.errors import FailedPreconditionError, NotFoundError
 from numamem.metacache.metrics import cgroup
@@ -223,6 +224,25 @@ def test_unreadable_file_is_counted_and_the_loop_goes_on(tmp_path: Path) -> None
         c.store.get_container_metric("other-pod", "x", "mem.usage.container", clock.now).value
         == 512 * MI
     )
+
+
+def test_malformed_numa_stat_drops_the_containers_metrics_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    rel = write_container(tmp_path, V1, CGROUPFS, "burstable", POD, CID, FIRST)
+    stat = tmp_path / "memory" / rel / "memory.numa_stat"
+    stat.write_text("total=1 N0=1 N1=two\n")
+    c = collector(tmp_path, [(POD, "app", CID)], clock)
+    with capture_logs() as logs:
+        c.sample_once()
+    assert c.stats.errors == 1
+    [warning] = [e for e in logs if e["event"] == "cannot read container cgroup"]
+    assert (
+        warning["error"] == f"{stat}: line 1 'total=1 N0=1 N1=two': 'N1=two' is not N<node>=<value>"
+    )
+    with pytest.raises(NotFoundError, match="empty map"):
+        c.store.get_container_metric(POD, "app", "mem.usage.container", clock.now)
 
 
 def test_metrics_expire_after_the_insurance_period(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.api.metrics import MetricsComponent
 from numamem.api.podresources import PodResourcesComponent
+from numamem.api.residency import ResidencyView
 from numamem.api.server import Component
 from numamem.api.topology import TopologyComponent
 from numamem.checkpoint.fs import REAL, FileSystem
@@ -31,6 +32,14 @@ def build_components(config: Config, fs: FileSystem = REAL) -> Sequence[Componen
         return [(pod, name, cid) for cid, (pod, name) in memory.manager.container_map().items()]
 
     metacache = MetaCacheComponent(config, memory_manager_ids, fs)
+    residency = ResidencyView(
+        lambda: memory.manager,
+        lambda: metacache.cache,
+        config.cgroup_root,
+        enforce=config.enforce_cpuset_mems,
+    )
+    metacache.collector.rounds.append(residency.sample)
+    memory.servicer.residency = residency
     components: list[Component] = [TopologyComponent(machine, config.sysfs_root), memory, metacache]
     if config.metrics_port is not None or config.metrics_socket is not None:
         components.append(
@@ -40,6 +49,7 @@ def build_components(config: Config, fs: FileSystem = REAL) -> Sequence[Componen
                 config.metrics_socket,
                 memory,
                 metacache,
+                residency,
             )
         )
     if config.podresources_socket is not None:

@@ -10,7 +10,7 @@ reach the core; the manager serialises mutations itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -22,6 +22,7 @@ from numamem.api.convert import (
     hints_to_proto,
     node_state_to_proto,
 )
+from numamem.api.residency import ResidencyView
 from numamem.api.validation import (
     affinity_from_proto,
     check_string,
@@ -32,7 +33,13 @@ from numamem.api.validation import (
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.config.model import Config, Limits
-from numamem.errors import AllocationError, InvalidArgumentError, LimitExceededError, TopologyError
+from numamem.errors import (
+    AllocationError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    LimitExceededError,
+    TopologyError,
+)
 from numamem.logging import get_logger
 from numamem.memorymanager import options as mm_options
 from numamem.memorymanager.drift import AUTO
@@ -143,6 +150,8 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         self.limits = limits
         self.on_admission: Callable[[bool, str], None] | None = None
         """Called after each admission with (admitted, reason); set by the metrics component."""
+        self.residency: ResidencyView | None = None
+        """GetResidency's and Explain's source; set by the wiring (:mod:`numamem.api.app`)."""
 
     def _pod(self, msg: memorymanager_pb2.Pod) -> Pod:
         return pod_from_proto(msg, self.machine, self.limits)
@@ -307,7 +316,16 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
                 )
                 for v in ctr.explanation.masks
             )
+        if self.residency is not None:
+            resp.residency.extend(self.residency.for_pod(pod.uid))
         return resp
+
+    def GetResidency(
+        self, request: memorymanager_pb2.GetResidencyRequest, context: grpc.ServicerContext
+    ) -> Iterator[memorymanager_pb2.ContainerResidency]:
+        if self.residency is None:
+            raise FailedPreconditionError("this server does not collect residency")
+        yield from self.residency.get(request.pod_uid, request.container_name)
 
 
 class MemoryManagerComponent:

@@ -20,6 +20,13 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 | ``numamem_memory_drift_bytes`` | node, resource (at the last start: memory now minus stored) |
 | ``numamem_metacache_entries`` | kind (containers, pods, pools, regions) |
 | ``numamem_collector_sample_duration_seconds`` (histogram), ``numamem_collector_errors_total`` | |
+| ``numamem_container_numa_memory_bytes`` | namespace, pod, uid, container, node, type |
+| ``numamem_container_memory_outside_affinity_bytes``, ``numamem_container_cpuset_mems_mismatch`` | namespace, pod, uid, container |
+| ``numamem_cpuset_mems_writes_total`` | result (ok, failed) |
+
+The ``numamem_container_*`` gauges cover only pinned containers that the last
+collector round measured (bounded by the memory manager's pods), with the types
+of :data:`numamem.api.residency.RESIDENCY_TYPES` the kernel reports.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
+from numamem.api.residency import ResidencyMetrics, ResidencyView
 from numamem.api.server import prepare_socket_path
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.memorymanager.manager import Manager
@@ -133,6 +141,9 @@ class Metrics:
         self, manager: Callable[[], Manager | None], cache: Callable[[], MetaCache | None]
     ) -> None:
         self.registry.register(_StateCollector(manager, cache))
+
+    def add_residency(self, residency: ResidencyView) -> None:
+        self.registry.register(ResidencyMetrics(residency))
 
 
 class _StateCollector(Collector):
@@ -266,12 +277,15 @@ class MetricsComponent:
         socket_path: str | None,
         memory: Any,
         metacache: Any,
+        residency: ResidencyView | None = None,
     ) -> None:
         self.metrics = Metrics()
         self._address, self._port, self._socket = address, port, socket_path
         self._memory, self._metacache = memory, metacache
         self._server: MetricsServer | None = None
         self.metrics.add_state(lambda: memory.manager, lambda: metacache.cache)
+        if residency is not None:
+            self.metrics.add_residency(residency)
 
     def observe_rpc(self, method: str, code: str, seconds: float) -> None:
         self.metrics.observe_rpc(method, code, seconds)

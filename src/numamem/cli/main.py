@@ -18,7 +18,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from numamem.cli import cache, health, memory, plan, serve, state, topology
+    from numamem.cli import cache, health, memory, plan, residency, serve, state, topology
 
     parser = argparse.ArgumentParser(
         prog="numamem",
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_parser(sub)
     memory.add_parsers(sub)
     cache.add_parser(sub)
+    residency.add_parser(sub)
     health.add_parser(sub)
     return parser
 

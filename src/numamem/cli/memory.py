@@ -312,4 +312,10 @@ def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
             print_table(["  MASK", "OFFERED", "WHY NOT"], rows)
         if ctr.omitted_masks:
             print(f"  ... and {ctr.omitted_masks} larger masks not listed")
+    if resp.residency:
+        from numamem.cli.residency import print_residency
+
+        print()
+        print("residency of the pod's pinned containers (the last collector round):")
+        print_residency(resp.residency, indent="  ")
     return EXIT_OK if decision.admitted else EXIT_REJECTED

@@ -84,6 +84,16 @@ FLAGS: tuple[Flag, ...] = (
         metavar="DIR",
     ),
     Flag(
+        "--enforce-cpuset-mems",
+        "enforce_cpuset_mems",
+        "each collector round, write a pinned container's assigned NUMA nodes to its cgroup's "
+        "cpuset.mems when the kernel enforces other nodes (never a node outside the assignment; "
+        "v1: sets cpuset.memory_migrate to 1 first, so its pages move too); needs write access "
+        "to --cgroup-root. For node agents that cannot apply cpuset.mems through the CRI",
+        "false",
+        kind="bool",
+    ),
+    Flag(
         "--proc-root",
         "proc_root",
         "procfs root; iomem there gives memory-drift-tolerance=auto its bound",
@@ -540,6 +550,7 @@ def describe(cfg: Config) -> dict[str, Any]:
         if cfg.metrics_port is None
         else f"{cfg.metrics_address}:{cfg.metrics_port}",
         "max_concurrent_rpcs": cfg.limits.max_concurrent_rpcs,
+        "enforce_cpuset_mems": cfg.enforce_cpuset_mems,
     }
 
 

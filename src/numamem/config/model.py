@@ -69,6 +69,7 @@ class Config:
     state_dir: str = DEFAULT_STATE_DIR
     sysfs_root: str = "/sys"
     cgroup_root: str = "/sys/fs/cgroup"
+    enforce_cpuset_mems: bool = False
     memory_manager_policy: str = "None"
     reserved_memory: tuple[ReservedMemory, ...] = ()
     system_reserved: tuple[tuple[str, Quantity], ...] = ()

@@ -4,6 +4,13 @@
 writes the files the collector reads, with the values of a :class:`CgroupValues`,
 and returns the container's relative cgroup path. Call it again with new values
 to advance the counters between two samples.
+
+The cpuset files (v1: the ``cpuset`` controller's ``cpuset.mems``,
+``cpuset.effective_mems``, ``cpuset.memory_migrate``; v2: ``cpuset.mems``,
+``cpuset.mems.effective``) are written when ``CgroupValues.mems`` is not None.
+The effective file is a symlink to ``cpuset.mems``, so a write of ``cpuset.mems``
+shows in it as on a kernel whose parent cgroups allow every node; with
+``effective`` set it is a file of its own that a write does not change.
 """
 
 from __future__ import annotations
@@ -43,6 +50,12 @@ class CgroupValues:
     numa: dict[int, tuple[int, int]] = field(default_factory=dict)
     """NUMA node -> (anon bytes, file bytes)"""
     psi_avg60: float = 0.0
+    numa_extra: dict[str, dict[int, int]] = field(default_factory=dict)
+    """More ``memory.numa_stat`` lines, v2 only (name -> node -> bytes), e.g. shmem"""
+    mems: str | None = None
+    """``cpuset.mems`` (a node list; "" is empty); None: no cpuset files (no controller)"""
+    effective: str | None = None
+    """The effective node list when it is not ``mems`` itself (see the module docstring)"""
 
 
 def relative_path(
@@ -66,6 +79,33 @@ def _write(directory: Path, files: dict[str, str]) -> None:
         (directory / name).write_text(content)
 
 
+def _write_cpuset(directory: Path, effective_name: str, v: CgroupValues, v1: bool) -> None:
+    if v.mems is None:
+        return
+    files = {"cpuset.mems": f"{v.mems}\n"}
+    if v1 and not (directory / "cpuset.memory_migrate").exists():
+        files["cpuset.memory_migrate"] = "0\n"
+    _write(directory, files)
+    effective = directory / effective_name
+    if effective.is_symlink() or effective.exists():
+        effective.unlink()
+    if v.effective is None:
+        effective.symlink_to("cpuset.mems")
+    else:
+        effective.write_text(f"{v.effective}\n")
+
+
+def numa_stat_v2(numa: dict[int, tuple[int, int]], extra: dict[str, dict[int, int]]) -> str:
+    """A v2 ``memory.numa_stat``: anon and file lines (bytes) and the ``extra`` lines."""
+    nodes = sorted(numa)
+    lines = {"anon": {n: numa[n][0] for n in nodes}, "file": {n: numa[n][1] for n in nodes}}
+    lines.update(extra)
+    return "".join(
+        name + " " + " ".join(f"N{n}={v}" for n, v in sorted(values.items())) + "\n"
+        for name, values in lines.items()
+    )
+
+
 def write_container(
     root: Path,
     mode: str,
@@ -82,7 +122,6 @@ def write_container(
     if mode == V2:
         (root / "cgroup.controllers").parent.mkdir(parents=True, exist_ok=True)
         (root / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids\n")
-        numa_nodes = sorted(v.numa)
         _write(
             root / rel,
             {
@@ -96,13 +135,11 @@ def write_container(
                 "memory.stat": f"anon {v.rss}\nfile {v.cache}\nkernel 0\nshmem {v.shmem}\nfile_mapped {v.mapped}\n"
                 f"file_dirty {v.dirty}\nfile_writeback {v.writeback}\npgfault {v.pgfault}\npgmajfault {v.pgmajfault}\n",
                 "memory.events": f"low 0\nhigh 0\nmax 0\noom 0\noom_kill {v.oom_kill}\n",
-                "memory.numa_stat": "anon "
-                + " ".join(f"N{n}={v.numa[n][0]}" for n in numa_nodes)
-                + "\n"
-                "file " + " ".join(f"N{n}={v.numa[n][1]}" for n in numa_nodes) + "\n",
+                "memory.numa_stat": numa_stat_v2(v.numa, v.numa_extra),
                 "memory.pressure": pressure,
             },
         )
+        _write_cpuset(root / rel, "cpuset.mems.effective", v, v1=False)
         return rel
     limit = (1 << 63) - 4096 if v.memory_limit is None else v.memory_limit
     _write(
@@ -140,6 +177,7 @@ def write_container(
             + line("hierarchical_total", {n: a + f for n, (a, f) in pages.items()}),
         },
     )
+    _write_cpuset(root / "cpuset" / rel, "cpuset.effective_mems", v, v1=True)
     if mode == HYBRID:
         _write(root / "unified", {"cgroup.controllers": "hugetlb\n"})
         _write(root / "unified" / rel, {"memory.pressure": pressure})
@@ -148,5 +186,5 @@ def write_container(
 
 def remove_container(root: Path, rel: str) -> None:
     """Remove every directory of the container (it stopped)."""
-    for base in (root, root / "cpu,cpuacct", root / "memory", root / "unified"):
+    for base in (root, root / "cpu,cpuacct", root / "memory", root / "cpuset", root / "unified"):
         shutil.rmtree(base / rel, ignore_errors=True)

@@ -9,6 +9,7 @@ admission. Quantities are Kubernetes quantity strings ("1Gi", "512Mi", "2",
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from numamem.v1 import common_pb2 as _common_pb2
@@ -42,6 +43,88 @@ ADMIT_RESULT_UNSPECIFIED: AdmitResult.ValueType  # 0
 ADMITTED: AdmitResult.ValueType  # 1
 REJECTED: AdmitResult.ValueType  # 2
 Global___AdmitResult: _TypeAlias = AdmitResult  # noqa: Y015
+
+class _ResidencyStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ResidencyStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResidencyStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESIDENCY_STATUS_UNSPECIFIED: _ResidencyStatus.ValueType  # 0
+    RESIDENCY_MEASURED: _ResidencyStatus.ValueType  # 1
+    """Measured in the last round: nodes, totals and cpuset_mems_state hold."""
+    RESIDENCY_PENDING: _ResidencyStatus.ValueType  # 2
+    """Pinned, or its assignment or container id changed, since the last
+    round: the next round measures it.
+    """
+    RESIDENCY_NO_CONTAINER_ID: _ResidencyStatus.ValueType  # 3
+    """Pinned, but no runtime id is known yet (AddContainer): no cgroup to read."""
+    RESIDENCY_NO_CGROUP: _ResidencyStatus.ValueType  # 4
+    """No cgroup under --cgroup-root for its ids (not started yet, not on this
+    node, a wrong --cgroup-root), or the cgroup disappeared while it was
+    read: the container stopped. Not an error.
+    """
+    RESIDENCY_NO_NUMA_STAT: _ResidencyStatus.ValueType  # 5
+    """The cgroup has no memory.numa_stat (no memory controller for it, or a
+    kernel without NUMA).
+    """
+    RESIDENCY_UNREADABLE: _ResidencyStatus.ValueType  # 6
+    """A cgroup file is malformed or cannot be read; `message` names the file."""
+
+class ResidencyStatus(_ResidencyStatus, metaclass=_ResidencyStatusEnumTypeWrapper): ...
+
+RESIDENCY_STATUS_UNSPECIFIED: ResidencyStatus.ValueType  # 0
+RESIDENCY_MEASURED: ResidencyStatus.ValueType  # 1
+"""Measured in the last round: nodes, totals and cpuset_mems_state hold."""
+RESIDENCY_PENDING: ResidencyStatus.ValueType  # 2
+"""Pinned, or its assignment or container id changed, since the last
+round: the next round measures it.
+"""
+RESIDENCY_NO_CONTAINER_ID: ResidencyStatus.ValueType  # 3
+"""Pinned, but no runtime id is known yet (AddContainer): no cgroup to read."""
+RESIDENCY_NO_CGROUP: ResidencyStatus.ValueType  # 4
+"""No cgroup under --cgroup-root for its ids (not started yet, not on this
+node, a wrong --cgroup-root), or the cgroup disappeared while it was
+read: the container stopped. Not an error.
+"""
+RESIDENCY_NO_NUMA_STAT: ResidencyStatus.ValueType  # 5
+"""The cgroup has no memory.numa_stat (no memory controller for it, or a
+kernel without NUMA).
+"""
+RESIDENCY_UNREADABLE: ResidencyStatus.ValueType  # 6
+"""A cgroup file is malformed or cannot be read; `message` names the file."""
+Global___ResidencyStatus: _TypeAlias = ResidencyStatus  # noqa: Y015
+
+class _CpusetMemsState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CpusetMemsStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CpusetMemsState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CPUSET_MEMS_STATE_UNSPECIFIED: _CpusetMemsState.ValueType  # 0
+    """Not measured (status is not RESIDENCY_MEASURED)."""
+    CPUSET_MEMS_UNKNOWN: _CpusetMemsState.ValueType  # 1
+    """No cpuset controller for the container: `message` names the file."""
+    CPUSET_MEMS_MATCHES: _CpusetMemsState.ValueType  # 2
+    """The enforced cpuset.mems equals the assigned nodes."""
+    CPUSET_MEMS_DIFFERS: _CpusetMemsState.ValueType  # 3
+    """It does not: set behind the memory manager's back, lost by a runtime or
+    a restart, or never applied.
+    """
+
+class CpusetMemsState(_CpusetMemsState, metaclass=_CpusetMemsStateEnumTypeWrapper): ...
+
+CPUSET_MEMS_STATE_UNSPECIFIED: CpusetMemsState.ValueType  # 0
+"""Not measured (status is not RESIDENCY_MEASURED)."""
+CPUSET_MEMS_UNKNOWN: CpusetMemsState.ValueType  # 1
+"""No cpuset controller for the container: `message` names the file."""
+CPUSET_MEMS_MATCHES: CpusetMemsState.ValueType  # 2
+"""The enforced cpuset.mems equals the assigned nodes."""
+CPUSET_MEMS_DIFFERS: CpusetMemsState.ValueType  # 3
+"""It does not: set behind the memory manager's back, lost by a runtime or
+a restart, or never applied.
+"""
+Global___CpusetMemsState: _TypeAlias = CpusetMemsState  # noqa: Y015
 
 @_typing.final
 class Container(_message.Message):
@@ -1309,6 +1392,7 @@ class ExplainResponse(_message.Message):
     TOPOLOGY_MANAGER_SCOPE_FIELD_NUMBER: _builtins.int
     DECISION_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
+    RESIDENCY_FIELD_NUMBER: _builtins.int
     topology_manager_policy: _builtins.str
     topology_manager_scope: _builtins.str
     @_builtins.property
@@ -1322,6 +1406,12 @@ class ExplainResponse(_message.Message):
         policy), where the memory manager picks its own best hint.
         """
 
+    @_builtins.property
+    def residency(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerResidency]:
+        """The pod's pinned containers as GetResidency reports them, without the
+        per-type breakdown (NodeResidency.types); empty when none is pinned.
+        """
+
     def __init__(
         self,
         *,
@@ -1329,11 +1419,247 @@ class ExplainResponse(_message.Message):
         topology_manager_scope: _builtins.str = ...,
         decision: Global___AdmitResponse | None = ...,
         containers: _abc.Iterable[Global___ContainerExplanation] | None = ...,
+        residency: _abc.Iterable[Global___ContainerResidency] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "decision", b"decision", "topology_manager_policy", b"topology_manager_policy", "topology_manager_scope", b"topology_manager_scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "decision", b"decision", "residency", b"residency", "topology_manager_policy", b"topology_manager_policy", "topology_manager_scope", b"topology_manager_scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExplainResponse: _TypeAlias = ExplainResponse  # noqa: Y015
+
+@_typing.final
+class GetResidencyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_UID_FIELD_NUMBER: _builtins.int
+    CONTAINER_NAME_FIELD_NUMBER: _builtins.int
+    pod_uid: _builtins.str
+    """Both empty: every pinned container. pod_uid alone: the pod's pinned
+    containers (NOT_FOUND when it has none). Both: that container (NOT_FOUND
+    when it is not pinned). container_name alone is INVALID_ARGUMENT.
+    """
+    container_name: _builtins.str
+    def __init__(
+        self,
+        *,
+        pod_uid: _builtins.str = ...,
+        container_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_name", b"container_name", "pod_uid", b"pod_uid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetResidencyRequest: _TypeAlias = GetResidencyRequest  # noqa: Y015
+
+@_typing.final
+class NodeResidency(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TypesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NODE_FIELD_NUMBER: _builtins.int
+    ASSIGNED_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    TYPES_FIELD_NUMBER: _builtins.int
+    node: _builtins.int
+    assigned: _builtins.bool
+    """One of the nodes the memory manager assigned."""
+    bytes: _builtins.int
+    """The container's user memory on the node: v1 the LRU pages (anon + file +
+    unevictable, the `hierarchical_total` line), v2 anon + file.
+    """
+    @_builtins.property
+    def types(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Memory type -> bytes as the kernel names them (v1: total, anon, file,
+        unevictable of the hierarchical lines; v2: every line but the
+        workingset_* event counters, plus total). Empty in Explain.
+        """
+
+    def __init__(
+        self,
+        *,
+        node: _builtins.int = ...,
+        assigned: _builtins.bool = ...,
+        bytes: _builtins.int = ...,
+        types: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigned", b"assigned", "bytes", b"bytes", "node", b"node", "types", b"types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeResidency: _TypeAlias = NodeResidency  # noqa: Y015
+
+@_typing.final
+class CpusetWrite(_message.Message):
+    """One write of cpuset.mems by --enforce-cpuset-mems."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILE_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    WRITTEN_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    MEMORY_MIGRATE_ENABLED_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    file: _builtins.str
+    memory_migrate_enabled: _builtins.bool
+    """The write first set v1 cpuset.memory_migrate to 1 (so that the pages
+    already allocated move to the new nodes; v2 always migrates).
+    """
+    error: _builtins.str
+    """Empty when the write took; else why not."""
+    @_builtins.property
+    def before(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def written(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Always exactly the assigned nodes."""
+
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The enforced nodes read back after the write."""
+
+    @_builtins.property
+    def time(self) -> _timestamp_pb2.Timestamp:
+        """When the collector round that wrote ran."""
+
+    def __init__(
+        self,
+        *,
+        file: _builtins.str = ...,
+        before: _abc.Iterable[_builtins.int] | None = ...,
+        written: _abc.Iterable[_builtins.int] | None = ...,
+        after: _abc.Iterable[_builtins.int] | None = ...,
+        memory_migrate_enabled: _builtins.bool = ...,
+        error: _builtins.str = ...,
+        time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "error", b"error", "file", b"file", "memory_migrate_enabled", b"memory_migrate_enabled", "time", b"time", "written", b"written"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CpusetWrite: _TypeAlias = CpusetWrite  # noqa: Y015
+
+@_typing.final
+class ContainerResidency(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_UID_FIELD_NUMBER: _builtins.int
+    CONTAINER_NAME_FIELD_NUMBER: _builtins.int
+    POD_NAMESPACE_FIELD_NUMBER: _builtins.int
+    POD_NAME_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ASSIGNED_NUMA_NODES_FIELD_NUMBER: _builtins.int
+    CONTAINER_ID_FIELD_NUMBER: _builtins.int
+    CGROUP_FIELD_NUMBER: _builtins.int
+    CGROUP_MODE_FIELD_NUMBER: _builtins.int
+    SAMPLED_AT_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    OUTSIDE_BYTES_FIELD_NUMBER: _builtins.int
+    OUTSIDE_SHARE_FIELD_NUMBER: _builtins.int
+    CPUSET_MEMS_STATE_FIELD_NUMBER: _builtins.int
+    CPUSET_MEMS_FIELD_NUMBER: _builtins.int
+    CPUSET_WRITE_FIELD_NUMBER: _builtins.int
+    pod_uid: _builtins.str
+    container_name: _builtins.str
+    pod_namespace: _builtins.str
+    """Known when the memory manager recorded the pod's names
+    (--podresources-socket) or the metacache holds them (ContainerInfo).
+    """
+    pod_name: _builtins.str
+    status: Global___ResidencyStatus.ValueType
+    message: _builtins.str
+    """Why, for every status but RESIDENCY_MEASURED (and for a measured
+    container whose cpuset.mems is unknown).
+    """
+    container_id: _builtins.str
+    """The runtime id whose cgroup was read, and its memory cgroup directory."""
+    cgroup: _builtins.str
+    cgroup_mode: _builtins.str
+    """v1, v2 or hybrid."""
+    total_bytes: _builtins.int
+    outside_bytes: _builtins.int
+    """The bytes on nodes not assigned, and their share of total_bytes (0-1)."""
+    outside_share: _builtins.float
+    cpuset_mems_state: Global___CpusetMemsState.ValueType
+    @_builtins.property
+    def assigned_numa_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The nodes of the container's blocks (what GetMemoryNUMANodes returns)."""
+
+    @_builtins.property
+    def sampled_at(self) -> _timestamp_pb2.Timestamp:
+        """When the round that measured it ran (unset unless measured)."""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeResidency]:
+        """Every node the kernel lists, ascending."""
+
+    @_builtins.property
+    def cpuset_mems(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The nodes the kernel enforces: v1 cpuset.effective_mems (cpuset.mems on
+        kernels without it), v2 cpuset.mems.effective.
+        """
+
+    @_builtins.property
+    def cpuset_write(self) -> Global___CpusetWrite:
+        """With --enforce-cpuset-mems: the last write numamem made for the container
+        (in this round or an earlier one; unset when it made none).
+        """
+
+    def __init__(
+        self,
+        *,
+        pod_uid: _builtins.str = ...,
+        container_name: _builtins.str = ...,
+        pod_namespace: _builtins.str = ...,
+        pod_name: _builtins.str = ...,
+        status: Global___ResidencyStatus.ValueType = ...,
+        message: _builtins.str = ...,
+        assigned_numa_nodes: _abc.Iterable[_builtins.int] | None = ...,
+        container_id: _builtins.str = ...,
+        cgroup: _builtins.str = ...,
+        cgroup_mode: _builtins.str = ...,
+        sampled_at: _timestamp_pb2.Timestamp | None = ...,
+        nodes: _abc.Iterable[Global___NodeResidency] | None = ...,
+        total_bytes: _builtins.int = ...,
+        outside_bytes: _builtins.int = ...,
+        outside_share: _builtins.float = ...,
+        cpuset_mems_state: Global___CpusetMemsState.ValueType = ...,
+        cpuset_mems: _abc.Iterable[_builtins.int] | None = ...,
+        cpuset_write: Global___CpusetWrite | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cpuset_write", b"cpuset_write", "sampled_at", b"sampled_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigned_numa_nodes", b"assigned_numa_nodes", "cgroup", b"cgroup", "cgroup_mode", b"cgroup_mode", "container_id", b"container_id", "container_name", b"container_name", "cpuset_mems", b"cpuset_mems", "cpuset_mems_state", b"cpuset_mems_state", "cpuset_write", b"cpuset_write", "message", b"message", "nodes", b"nodes", "outside_bytes", b"outside_bytes", "outside_share", b"outside_share", "pod_name", b"pod_name", "pod_namespace", b"pod_namespace", "pod_uid", b"pod_uid", "sampled_at", b"sampled_at", "status", b"status", "total_bytes", b"total_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerResidency: _TypeAlias = ContainerResidency  # noqa: Y015

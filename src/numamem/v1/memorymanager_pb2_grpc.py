@@ -99,6 +99,11 @@ class MemoryManagerStub:
                 request_serializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainResponse.FromString,
                 _registered_method=True)
+        self.GetResidency = channel.unary_stream(
+                '/numamem.v1.MemoryManager/GetResidency',
+                request_serializer=numamem_dot_v1_dot_memorymanager__pb2.GetResidencyRequest.SerializeToString,
+                response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ContainerResidency.FromString,
+                _registered_method=True)
 
 
 class MemoryManagerServicer:
@@ -203,6 +208,19 @@ class MemoryManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetResidency(self, request, context):
+        """GetResidency reports where the memory of pinned containers (containers
+        with blocks) really is: bytes per NUMA node from the kernel's
+        memory.numa_stat of the container's cgroup, against the nodes the memory
+        manager assigned, and the cpuset.mems the kernel enforces. The metrics
+        collector reads the cgroups every --metric-interval (never on the
+        admission path); this answers from its last round. One message per
+        container, ordered by pod uid and container name. (A numamem extension.)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -270,6 +288,11 @@ def add_MemoryManagerServicer_to_server(servicer, server):
                     servicer.Explain,
                     request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainRequest.FromString,
                     response_serializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainResponse.SerializeToString,
+            ),
+            'GetResidency': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetResidency,
+                    request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.GetResidencyRequest.FromString,
+                    response_serializer=numamem_dot_v1_dot_memorymanager__pb2.ContainerResidency.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -623,6 +646,33 @@ class MemoryManager:
             '/numamem.v1.MemoryManager/Explain',
             numamem_dot_v1_dot_memorymanager__pb2.ExplainRequest.SerializeToString,
             numamem_dot_v1_dot_memorymanager__pb2.ExplainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetResidency(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/numamem.v1.MemoryManager/GetResidency',
+            numamem_dot_v1_dot_memorymanager__pb2.GetResidencyRequest.SerializeToString,
+            numamem_dot_v1_dot_memorymanager__pb2.ContainerResidency.FromString,
             options,
             channel_credentials,
             insecure,

@@ -74,6 +74,15 @@ class MemoryManagerStub:
     each container's hints and merged hint, and for every NUMA mask why it
     was or was not offered. (An extension of the kubelet API, for operators.)
     """
+    GetResidency: _grpc.UnaryStreamMultiCallable[_memorymanager_pb2.GetResidencyRequest, _memorymanager_pb2.ContainerResidency]
+    """GetResidency reports where the memory of pinned containers (containers
+    with blocks) really is: bytes per NUMA node from the kernel's
+    memory.numa_stat of the container's cgroup, against the nodes the memory
+    manager assigned, and the cpuset.mems the kernel enforces. The metrics
+    collector reads the cgroups every --metric-interval (never on the
+    admission path); this answers from its last round. One message per
+    container, ordered by pod uid and container name. (A numamem extension.)
+    """
 
 @_typing.type_check_only
 class MemoryManagerAsyncStub(MemoryManagerStub):
@@ -117,6 +126,15 @@ class MemoryManagerAsyncStub(MemoryManagerStub):
     """Explain computes an admission without changing anything: the decision,
     each container's hints and merged hint, and for every NUMA mask why it
     was or was not offered. (An extension of the kubelet API, for operators.)
+    """
+    GetResidency: _aio.UnaryStreamMultiCallable[_memorymanager_pb2.GetResidencyRequest, _memorymanager_pb2.ContainerResidency]  # type: ignore[assignment]
+    """GetResidency reports where the memory of pinned containers (containers
+    with blocks) really is: bytes per NUMA node from the kernel's
+    memory.numa_stat of the container's cgroup, against the nodes the memory
+    manager assigned, and the cpuset.mems the kernel enforces. The metrics
+    collector reads the cgroups every --metric-interval (never on the
+    admission path); this answers from its last round. One message per
+    container, ordered by pod uid and container name. (A numamem extension.)
     """
 
 class MemoryManagerServicer(metaclass=_abc_1.ABCMeta):
@@ -236,6 +254,21 @@ class MemoryManagerServicer(metaclass=_abc_1.ABCMeta):
         """Explain computes an admission without changing anything: the decision,
         each container's hints and merged hint, and for every NUMA mask why it
         was or was not offered. (An extension of the kubelet API, for operators.)
+        """
+
+    @_abc_1.abstractmethod
+    def GetResidency(
+        self,
+        request: _memorymanager_pb2.GetResidencyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_memorymanager_pb2.ContainerResidency], _abc.AsyncIterator[_memorymanager_pb2.ContainerResidency]]:
+        """GetResidency reports where the memory of pinned containers (containers
+        with blocks) really is: bytes per NUMA node from the kernel's
+        memory.numa_stat of the container's cgroup, against the nodes the memory
+        manager assigned, and the cpuset.mems the kernel enforces. The metrics
+        collector reads the cgroups every --metric-interval (never on the
+        admission path); this answers from its last round. One message per
+        container, ordered by pod uid and container name. (A numamem extension.)
         """
 
 def add_MemoryManagerServicer_to_server(servicer: MemoryManagerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -16,14 +16,23 @@ burstable and besteffort QoS classes::
 
 The first existing directory wins. A container without an id has no cgroup
 (no metrics), never a guess.
+
+Placement (:mod:`numamem.metacache.metrics.placement`) reads ``memory.numa_stat``
+and the enforced node list (v1 ``cpuset.effective_mems``, or ``cpuset.mems`` on
+kernels without it, in the cpuset hierarchy; v2 ``cpuset.mems.effective``) and
+may write ``cpuset.mems`` (and, on v1, ``cpuset.memory_migrate``) through the
+functions at the end of this module.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from numamem.cpuset import format_cpulist
+from numamem.errors import CgroupFormatError
+from numamem.metacache.metrics.numastat import NumaStat, parse_mems, parse_numa_stat
 
 V1, V2, HYBRID = "v1", "v2", "hybrid"
 UNLIMITED = (1 << 63) - 1  # what "max" and v1's huge page-aligned limit mean
@@ -78,6 +87,7 @@ class CgroupDirs:
     cpuacct: Path
     memory: Path
     pressure: Path | None
+    cpuset: Path
 
 
 def _v1_controller(root: Path, *names: str) -> Path:
@@ -92,7 +102,8 @@ def resolve(root: Path, mode: str, pod_uid: str, container_id: str) -> CgroupDir
     if mode == V2:
         for rel in candidate_paths(pod_uid, container_id):
             if (root / rel).is_dir():
-                return CgroupDirs(mode, root / rel, root / rel, root / rel, root / rel)
+                d = root / rel
+                return CgroupDirs(mode, d, d, d, d, d)
         return None
     memory = _v1_controller(root, "memory")
     cpuacct = _v1_controller(root, "cpu,cpuacct", "cpuacct", "cpuacct,cpu")
@@ -104,7 +115,8 @@ def resolve(root: Path, mode: str, pod_uid: str, container_id: str) -> CgroupDir
                 if mode == HYBRID and (root / "unified" / rel).is_dir()
                 else None
             )
-            return CgroupDirs(mode, cpu / rel, cpuacct / rel, memory / rel, pressure)
+            cpuset = _v1_controller(root, "cpuset") / rel
+            return CgroupDirs(mode, cpu / rel, cpuacct / rel, memory / rel, pressure, cpuset)
     return None
 
 
@@ -113,7 +125,7 @@ def path_dirs(root: Path, mode: str, rel: str) -> CgroupDirs:
     rel = rel.lstrip("/")
     if mode == V2:
         d = root / rel
-        return CgroupDirs(mode, d, d, d, d)
+        return CgroupDirs(mode, d, d, d, d, d)
     pressure = root / "unified" / rel if mode == HYBRID else None
     return CgroupDirs(
         mode,
@@ -121,6 +133,7 @@ def path_dirs(root: Path, mode: str, rel: str) -> CgroupDirs:
         _v1_controller(root, "cpu,cpuacct", "cpuacct") / rel,
         _v1_controller(root, "memory") / rel,
         pressure,
+        _v1_controller(root, "cpuset") / rel,
     )
 
 
@@ -149,25 +162,21 @@ def read_cpu_max(path: Path) -> tuple[int, int]:
     return (-1 if quota == "max" else int(quota)), int(period or 100000)
 
 
-_NUMA_TOKEN = re.compile(r"^N(\d+)=(\d+)$")
+MAX_NUMA_STAT_BYTES = 1 << 20
 
 
-def read_numa_stat(path: Path) -> dict[str, dict[int, int]]:
-    """``memory.numa_stat``: v1 ``total=.. N0=..`` or v2 ``anon N0=.. N1=..`` -> {stat: {node: value}}."""
-    out: dict[str, dict[int, int]] = {}
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        name = parts[0].partition("=")[0]
-        per_node = {}
-        for token in parts[1:]:
-            match = _NUMA_TOKEN.match(token)
-            if match:
-                per_node[int(match.group(1))] = int(match.group(2))
-        if per_node:
-            out[name] = per_node
-    return out
+def read_numa_stat(path: Path, page_size: int) -> NumaStat:
+    """``memory.numa_stat`` in either format, in bytes (:func:`~numastat.parse_numa_stat`);
+    a malformed or oversized file is a :class:`~numamem.errors.CgroupFormatError`."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_NUMA_STAT_BYTES + 1)
+    if len(data) > MAX_NUMA_STAT_BYTES:
+        raise CgroupFormatError(f"{path}: larger than {MAX_NUMA_STAT_BYTES} bytes")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise CgroupFormatError(f"{path}: not ASCII text") from None
+    return parse_numa_stat(text, str(path), page_size)
 
 
 def read_psi_avg60(path: Path) -> float:
@@ -256,11 +265,11 @@ def _sample_v2(d: Path, s: RawSample) -> None:
         if "oom_kill" in events:
             g["mem.oom.container"] = events["oom_kill"]
     if (d / "memory.numa_stat").exists():
-        numa = read_numa_stat(d / "memory.numa_stat")
-        nodes = set(numa.get("anon", {})) | set(numa.get("file", {}))
+        numa = read_numa_stat(d / "memory.numa_stat", 1)
+        nodes = set(numa.line("anon")) | set(numa.line("file"))
         for node in nodes:
-            anon = numa.get("anon", {}).get(node, 0)
-            file = numa.get("file", {}).get(node, 0)
+            anon = numa.line("anon").get(node, 0)
+            file = numa.line("file").get(node, 0)
             g[f"mem.anon.numa.container.{node}"] = anon
             g[f"mem.file.numa.container.{node}"] = file
             g[f"mem.total.numa.container.{node}"] = anon + file
@@ -323,14 +332,14 @@ def _sample_v1(dirs: CgroupDirs, s: RawSample, page_size: int, clk_tck: int) -> 
         if "oom_kill" in control:
             g["mem.oom.container"] = control["oom_kill"]
     if (mem / "memory.numa_stat").exists():
-        numa = read_numa_stat(mem / "memory.numa_stat")
+        numa = read_numa_stat(mem / "memory.numa_stat", page_size)
         for stat_name, metric in (
             ("total", "mem.total.numa.container"),
             ("anon", "mem.anon.numa.container"),
             ("file", "mem.file.numa.container"),
         ):
-            for node, pages in numa.get(stat_name, {}).items():
-                g[f"{metric}.{node}"] = pages * page_size
+            for node, value in numa.line(stat_name).items():
+                g[f"{metric}.{node}"] = value
 
 
 def page_size() -> int:
@@ -339,3 +348,43 @@ def page_size() -> int:
 
 def clock_ticks() -> int:
     return os.sysconf("SC_CLK_TCK")
+
+
+# --- placement: the enforced NUMA nodes, and writing them -------------------------------------
+
+
+def enforced_mems_file(dirs: CgroupDirs) -> Path:
+    """The file holding the nodes the kernel enforces for the cgroup."""
+    if dirs.mode == V2:
+        return dirs.cpuset / "cpuset.mems.effective"
+    effective = dirs.cpuset / "cpuset.effective_mems"
+    return effective if effective.exists() else dirs.cpuset / "cpuset.mems"
+
+
+def read_enforced_mems(dirs: CgroupDirs) -> frozenset[int] | None:
+    """The enforced nodes, or None when the cgroup has no such file (no cpuset controller)."""
+    path = enforced_mems_file(dirs)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return parse_mems(text, str(path))
+
+
+def enable_memory_migrate(dirs: CgroupDirs) -> bool:
+    """v1: set ``cpuset.memory_migrate`` to 1 (so a new ``cpuset.mems`` moves the pages the
+    tasks already have); True when this call changed it. v2 always migrates."""
+    path = dirs.cpuset / "cpuset.memory_migrate"
+    if dirs.mode == V2 or not path.exists() or path.read_text().strip() == "1":
+        return False
+    path.write_text("1\n")
+    return True
+
+
+def write_mems(dirs: CgroupDirs, nodes: frozenset[int]) -> Path:
+    """Write ``cpuset.mems`` (exactly ``nodes``, which must not be empty); returns the file."""
+    if not nodes:
+        raise ValueError("refusing to write an empty cpuset.mems")
+    path = dirs.cpuset / "cpuset.mems"
+    path.write_text(format_cpulist(nodes) + "\n")
+    return path

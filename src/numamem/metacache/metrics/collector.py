@@ -12,6 +12,13 @@ A cgroup that disappears between listing and reading is normal (the container
 stopped): its metrics are dropped and a debug line logged. Any other read
 error drops that container's metrics, is counted and logged as a warning; the
 loop never stops. Node memory figures come from psutil.
+
+Other samplings that must run on the same interval (the placement of pinned
+containers, :mod:`numamem.metacache.metrics.placement`) add themselves to
+:attr:`Collector.rounds`: each is called at the end of every round with the
+round's time and returns how many containers it could not read (added to the
+round's errors); one that raises is counted as one error and logged, and the
+others still run.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from numamem.errors import quote
+from numamem.errors import CgroupFormatError, quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
 from numamem.metacache.metrics.store import MetricStore, MetricValue
@@ -86,6 +93,7 @@ class Collector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.observers: list[Callable[[float, int], None]] = []
+        self.rounds: list[Callable[[int], int]] = []
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="metrics-collector", daemon=True)
@@ -129,6 +137,12 @@ class Collector:
         self.store.retain(live)
         for key in [k for k in self._previous if k not in live]:
             del self._previous[key]
+        for extra in self.rounds:
+            try:
+                errors += extra(now)
+            except Exception:  # noqa: BLE001 - one sampling's bug must not stop the others
+                errors += 1
+                _log.exception("a sampling of the metrics round failed")
         duration = time.perf_counter() - started
         self.stats.samples += 1
         self.stats.errors += errors
@@ -158,7 +172,7 @@ class Collector:
                 container=quote(key[1], style="bare"),
             )
             return True
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, CgroupFormatError) as err:
             self._previous.pop(key, None)
             self.store.delete_container(*key)
             _log.warning(

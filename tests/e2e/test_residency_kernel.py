@@ -1,0 +1,316 @@
+"""Residency against a real kernel: a private cgroup subtree, a process that touches 64 MiB,
+the real daemon reading it, and ``--enforce-cpuset-mems`` writing the real cpuset.mems.
+
+Needs root and the cgroup v1 memory and cpuset controllers (this project's machines have
+them); skips with the reason elsewhere. Nothing of the machine's own cgroups is changed:
+the test makes ``numamem-smoke-<id>`` at the top of the memory and cpuset hierarchies, and
+points ``--cgroup-root`` at a private directory whose ``memory`` and ``cpuset`` entries are
+symlinks to those two, so numamem sees a v1 host whose whole tree is the test's. Everything
+created is removed, even on failure.
+
+One NUMA node here (node 0): the residency is all on node 0, and the only other value
+cpuset.mems can hold is the empty list, which the kernel allows only in a cpuset without
+tasks. So the child process moves into the container's memory cgroup only (the one whose
+memory.numa_stat is read) and stays in the top cpuset; the test empties the container's
+cpuset.mems behind numamem's back, and the enforcing daemon writes node 0 back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from numamem.client import NumamemClient
+from numamem.quantity import format_bytes as human_bytes
+from numamem.testing.daemon import DaemonProcess, short_tmpdir
+from numamem.v1 import memorymanager_pb2 as mm
+from tests.daemon import STATIC_ARGS
+from tests.unit.test_metrics import scrape_unix, value
+
+pytestmark = [pytest.mark.smoke, pytest.mark.e2e]
+
+MIB = 1 << 20
+POD_UID = "5e0d1c2b-0000-4000-8000-00000000c0de"
+CHILD = """
+import sys
+sys.stdin.readline()                    # moved into the cgroup: allocate now
+block = bytearray(64 << 20)
+for i in range(0, len(block), 4096):    # touch every page
+    block[i] = 1
+print("ready", flush=True)
+sys.stdin.read()                        # hold the memory until told to exit
+"""
+T = TypeVar("T")
+
+
+def v1_mount(controller: str) -> Path | None:
+    """The mount point of the cgroup v1 hierarchy that has ``controller``, or None."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        fstype, _source, options = [*tail.split(), "", "", ""][:3]
+        if fstype == "cgroup" and controller in options.split(","):
+            return Path(fields.split()[4])
+    return None
+
+
+def requirements() -> tuple[Path, Path]:
+    if os.geteuid() != 0:
+        pytest.skip("creating cgroups needs root")
+    if not Path("/proc/self/mountinfo").exists():
+        pytest.skip("no /proc/self/mountinfo: not Linux")
+    memory, cpuset = v1_mount("memory"), v1_mount("cpuset")
+    if memory is None or cpuset is None:
+        missing = [n for n, m in (("memory", memory), ("cpuset", cpuset)) if m is None]
+        pytest.skip(
+            f"no cgroup v1 {' and '.join(missing)} controller mounted (cgroup v2 only: this test "
+            "makes v1 cgroups; v2 would need a delegated subtree)"
+        )
+    if not (memory / "memory.numa_stat").exists():
+        pytest.skip(f"{memory}/memory.numa_stat is missing: a kernel without NUMA")
+    return memory, cpuset
+
+
+@dataclass
+class Tree:
+    """The cgroups this test made, deepest last."""
+
+    memory: Path
+    cpuset: Path
+    rel: str
+    made: list[Path]
+
+    def container(self, controller: str) -> Path:
+        return (self.memory if controller == "memory" else self.cpuset) / self.rel
+
+
+def kernel_numa(path: Path) -> dict[str, dict[int, int]]:
+    """memory.numa_stat's hierarchical lines in bytes, parsed here independently of numamem."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    out = {}
+    for line in path.read_text().splitlines():
+        name, *nodes = line.split()
+        key = name.split("=")[0]
+        if key.startswith("hierarchical_"):
+            out[key.removeprefix("hierarchical_")] = {
+                int(n.split("=")[0][1:]): int(n.split("=")[1]) * page for n in nodes
+            }
+    return out
+
+
+@contextlib.contextmanager
+def private_tree(memory_mount: Path, cpuset_mount: Path, cid: str) -> Iterator[Tree]:
+    top = f"numamem-smoke-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    rel = f"kubepods/pod{POD_UID}/{cid}"
+    tree = Tree(memory_mount / top, cpuset_mount / top, rel, [])
+    try:
+        for base in (tree.memory, tree.cpuset):
+            path = base
+            for part in ("", *rel.split("/")):
+                path = path / part if part else path
+                try:
+                    path.mkdir()
+                except OSError as err:
+                    pytest.skip(f"cannot create the cgroup {path}: {err.strerror}")
+                tree.made.append(path)
+                if base == tree.cpuset:  # a v1 cpuset starts empty: give it its parent's
+                    for name in ("cpuset.cpus", "cpuset.mems"):
+                        (path / name).write_text((path.parent / name).read_text())
+        yield tree
+    finally:
+        for path in reversed(tree.made):
+            for _ in range(50):  # a just-emptied memory cgroup may be busy for a moment
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        left = [str(p) for p in tree.made if p.exists()]
+        assert not left, f"could not remove the test's cgroups: {left}"
+
+
+@contextlib.contextmanager
+def child_in(cgroup: Path) -> Iterator[subprocess.Popen[str]]:
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            (cgroup / "cgroup.procs").write_text(f"{proc.pid}\n")
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready and proc.stdout.readline().strip() == "ready", "the child did not start"
+            yield proc
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+
+def eventually(what: str, probe: Callable[[], T | None], seconds: float = 30) -> T:
+    """Poll ``probe`` (a bounded wait for the collector's next rounds) until it answers."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = probe()
+        if found is not None:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds}s: {what}")
+
+
+def residency(client: NumamemClient, after_ns: int) -> Callable[[], mm.ContainerResidency | None]:
+    """The container's residency, once a round that started after ``after_ns`` measured it."""
+
+    def probe() -> mm.ContainerResidency | None:
+        [row] = client.get_residency(POD_UID, "app")
+        if row.status == mm.RESIDENCY_MEASURED and row.sampled_at.ToNanoseconds() > after_ns:
+            return row
+        assert row.status in (mm.RESIDENCY_PENDING, mm.RESIDENCY_MEASURED), row
+        return None
+
+    return probe
+
+
+def daemon(root: Path, cgroot: Path, *extra: str) -> DaemonProcess:
+    args = ["--sysfs-root", "/sys", *STATIC_ARGS, "--cgroup-root", str(cgroot)]
+    args += ["--metric-interval", "0.2", "--metrics-socket", str(root / "metrics.sock")]
+    # With the podresources API on, the memory manager records pod names: residency shows them.
+    args += ["--podresources-socket", str(root / "podresources.sock"), *extra]
+    return DaemonProcess(root, args)
+
+
+def cli(socket: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "numamem", "residency", "--socket", socket, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_residency_and_enforcement_on_a_real_cgroup(daemon_factory: list[DaemonProcess]) -> None:
+    memory_mount, cpuset_mount = requirements()
+    cid = uuid.uuid4().hex * 2
+    root = short_tmpdir()
+    try:
+        with (
+            private_tree(memory_mount, cpuset_mount, cid) as tree,
+            child_in(tree.container("memory")),
+        ):
+            cgroot = root / "cgroup"
+            cgroot.mkdir()
+            (cgroot / "memory").symlink_to(tree.memory)
+            (cgroot / "cpuset").symlink_to(tree.cpuset)
+            watching = daemon(root, cgroot)
+            daemon_factory.append(watching)
+            watching.start()
+            res = {"cpu": "1", "memory": "256Mi"}
+            pod = mm.Pod(
+                uid=POD_UID,
+                namespace="smoke",
+                name="residency",
+                containers=[mm.Container(name="app", requests=res, limits=res)],
+            )
+            with NumamemClient(watching.socket) as client:
+                assert client.admit(pod).admitted
+                assert client.get_memory_numa_nodes(POD_UID, "app") == [0]
+                client.add_container(pod, "app", f"containerd://{cid}")
+                stat = tree.container("memory") / "memory.numa_stat"
+                # numamem's report equals the kernel's within one collector round (the
+                # child is idle: the file reads the same before and after that round).
+                for _ in range(3):
+                    before, since = kernel_numa(stat), time.time_ns()
+                    row = eventually("a measured round", residency(client, since))
+                    if kernel_numa(stat) == before:
+                        break
+                else:
+                    raise AssertionError("the kernel's numa_stat never held still for a round")
+                assert {n.node: n.bytes for n in row.nodes} == before["total"]
+                for node in row.nodes:
+                    assert dict(node.types) == {k: v[node.node] for k, v in before.items()}
+                assert row.nodes[0].types["anon"] >= 64 * MIB
+                assert (row.outside_bytes, row.outside_share) == (0, 0.0)
+                assert (row.cgroup_mode, row.cgroup) == ("v1", str(cgroot / "memory" / tree.rel))
+                assert (row.cpuset_mems_state, list(row.cpuset_mems)) == (
+                    mm.CPUSET_MEMS_MATCHES,
+                    [0],
+                )
+                table = cli(watching.socket)
+                print(table)
+                total = row.nodes[0].bytes
+                line = table.splitlines()[1].split()
+                assert line[:4] == ["smoke/residency", f"({POD_UID})", "app", "0"]
+                assert line[4:6] == ["0*:", human_bytes(total)]
+                assert line[6:] == ["0", "(0.0%)", "0", "ok", "measured"]
+                assert "containers" in cli(watching.socket, "--json")
+                # cpuset.mems changed behind numamem's back: caught, reported, left alone.
+                mems = tree.container("cpuset") / "cpuset.mems"
+                mems.write_text("\n")
+                changed = time.time_ns()
+                row = eventually(
+                    "the mismatch",
+                    lambda: (
+                        r
+                        if (r := residency(client, changed)()) is not None
+                        and r.cpuset_mems_state == mm.CPUSET_MEMS_DIFFERS
+                        else None
+                    ),
+                )
+                assert list(row.cpuset_mems) == [] and not row.HasField("cpuset_write")
+                print(cli(watching.socket))
+                text = scrape_unix(str(root / "metrics.sock"))
+                assert "numamem_container_cpuset_mems_mismatch{" in text
+                assert mems.read_text() == "\n"
+            assert watching.stop() == 0
+            # The same state, with --enforce-cpuset-mems: node 0 is written back and read back.
+            enforcing = daemon(root, cgroot, "--enforce-cpuset-mems")
+            daemon_factory.append(enforcing)
+            enforcing.start()
+            with NumamemClient(enforcing.socket) as client:
+                started = time.time_ns()
+                row = eventually("the write", residency(client, started))
+                write = row.cpuset_write
+                assert (list(write.before), list(write.written), list(write.after)) == (
+                    [],
+                    [0],
+                    [0],
+                )
+                assert (write.error, write.file) == (
+                    "",
+                    str(cgroot / "cpuset" / tree.rel / "cpuset.mems"),
+                )
+                assert write.memory_migrate_enabled
+                assert mems.read_text() == "0\n"
+                assert (mems.parent / "cpuset.memory_migrate").read_text() == "1\n"
+                assert row.cpuset_mems_state == mm.CPUSET_MEMS_MATCHES
+                assert (
+                    value(
+                        scrape_unix(str(root / "metrics.sock")),
+                        'numamem_cpuset_mems_writes_total{result="ok"}',
+                    )
+                    == 1
+                )
+                shown = cli(enforcing.socket)
+                print(shown)
+                assert "wrote cpuset.mems 0 to " in shown
+                assert total > 64 * MIB
+            assert enforcing.stop() == 0
+    finally:
+        for d in daemon_factory:
+            d.kill()
+        subprocess.run(["rm", "-rf", str(root)], check=False)

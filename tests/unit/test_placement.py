@@ -1,0 +1,425 @@
+"""Placement rounds on fake cgroup trees: every mode, driver and runtime naming; missing
+controllers, vanishing cgroups, malformed files; cpuset.mems checks and enforcement."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+from numamem import logging as nlog
+from numamem.cpuset import format_cpulist
+from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import placement as pl
+from numamem.metacache.metrics.collector import Collector
+from numamem.metacache.metrics.store import MetricStore
+from numamem.testing.cgroups import (
+    CGROUPFS,
+    HYBRID,
+    SYSTEMD,
+    V1,
+    V2,
+    CgroupValues,
+    remove_container,
+    write_container,
+)
+
+POD = "6f1c2a9e-0000-4000-8000-000000000001"
+CID = "0123456789abcdef"
+MI = 1 << 20
+NOW = 1_700_000_000 * 10**9
+# 96Mi on the assigned node 0, 32Mi on node 1: a quarter outside.
+SPLIT = {0: (64 * MI, 32 * MI), 1: (30 * MI, 2 * MI)}
+
+
+def target(*ids: str, assigned: set[int] | None = None, pod: str = POD) -> pl.PlacementTarget:
+    return pl.PlacementTarget(pod, "app", ids, frozenset(assigned or {0}))
+
+
+def one(sampler: pl.PlacementSampler, *targets: pl.PlacementTarget) -> pl.Placement:
+    sampler.sample(targets or (target(f"containerd://{CID}"),), NOW)
+    assert sampler.last is not None
+    return sampler.last.placements[(POD, "app")]
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "cri-o"])
+@pytest.mark.parametrize("driver", [CGROUPFS, SYSTEMD])
+@pytest.mark.parametrize("mode", [V1, V2, HYBRID])
+def test_measured_in_every_layout(tmp_path: Path, mode: str, driver: str, runtime: str) -> None:
+    rel = write_container(
+        tmp_path,
+        mode,
+        driver,
+        "guaranteed",
+        POD,
+        CID,
+        CgroupValues(numa=SPLIT, mems="0"),
+        runtime=runtime,
+    )
+    sampler = pl.PlacementSampler(tmp_path, page_size=4096)
+    found = one(sampler, target(f"{runtime}://{CID}"))
+    assert (found.status, found.message, found.container_id) == (
+        pl.MEASURED,
+        "",
+        f"{runtime}://{CID}",
+    )
+    assert found.cgroup == str(tmp_path / ("" if mode == V2 else "memory") / rel).replace("//", "/")
+    res = found.residency
+    assert res is not None
+    assert {n: t["total"] for n, t in res.nodes.items()} == {0: 96 * MI, 1: 32 * MI}
+    assert res.nodes[1]["anon"] == 30 * MI
+    assert (res.total_bytes, res.outside_bytes, res.outside_share) == (128 * MI, 32 * MI, 0.25)
+    assert (res.enforced, res.cpuset_matches) == (frozenset({0}), True)
+    assert sampler.last is not None and sampler.last.mode == mode
+
+
+def test_v2_reports_every_byte_type(tmp_path: Path) -> None:
+    extra = {
+        "shmem": {0: 4096, 1: 0},
+        "kernel_stack": {0: 16384, 1: 0},
+        "workingset_refault_anon": {0: 9, 1: 0},
+    }
+    write_container(
+        tmp_path, V2, SYSTEMD, "burstable", POD, CID, CgroupValues(numa=SPLIT, numa_extra=extra)
+    )
+    res = one(pl.PlacementSampler(tmp_path)).residency
+    assert res is not None
+    assert res.nodes[0] == {
+        "anon": 64 * MI,
+        "file": 32 * MI,
+        "kernel_stack": 16384,
+        "shmem": 4096,
+        "total": 96 * MI,
+    }
+
+
+def test_missing_cpuset_controller_leaves_the_cpuset_unknown(tmp_path: Path) -> None:
+    write_container(tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT))
+    found = one(pl.PlacementSampler(tmp_path))
+    assert found.status == pl.MEASURED
+    assert found.residency is not None and found.residency.cpuset_matches is None
+    assert found.message == f"no {tmp_path}/cpuset/kubepods/pod{POD}/{CID}/cpuset.mems"
+
+
+def test_missing_memory_controller(tmp_path: Path) -> None:
+    write_container(tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT))
+    remove_container(tmp_path / "memory", "")  # the whole controller: unmounted
+    found = one(pl.PlacementSampler(tmp_path))
+    assert (found.status, found.message) == (
+        pl.NO_NUMA_STAT,
+        f"no memory controller at {tmp_path}/memory",
+    )
+
+
+def test_no_numa_stat_file(tmp_path: Path) -> None:
+    rel = write_container(tmp_path, V2, CGROUPFS, "burstable", POD, CID, CgroupValues())
+    (tmp_path / rel / "memory.numa_stat").unlink()
+    found = one(pl.PlacementSampler(tmp_path))
+    assert found.status == pl.NO_NUMA_STAT
+    assert found.message.startswith(f"{tmp_path}/{rel}/memory.numa_stat does not exist")
+
+
+def test_no_cgroup_is_not_an_error(tmp_path: Path) -> None:
+    write_container(tmp_path, V2, CGROUPFS, "burstable", "other", "x", CgroupValues())
+    sampler = pl.PlacementSampler(tmp_path)
+    found = one(sampler, target("containerd://missing"))
+    assert found.status == pl.NO_CGROUP
+    assert found.message == f"no cgroup under {tmp_path} for container ids containerd://missing"
+    assert sampler.stats.errors == 0
+
+
+def test_the_newest_id_with_a_cgroup_wins(tmp_path: Path) -> None:
+    write_container(tmp_path, V2, CGROUPFS, "guaranteed", POD, "old", CgroupValues(numa=SPLIT))
+    sampler = pl.PlacementSampler(tmp_path)
+    assert one(sampler, target("new", "old")).container_id == "old"  # new not started yet
+    write_container(tmp_path, V2, CGROUPFS, "guaranteed", POD, "new", CgroupValues(numa=SPLIT))
+    assert one(sampler, target("newer", "new", "old")).container_id == "new"
+
+
+def test_a_cgroup_that_vanishes_between_rounds(tmp_path: Path) -> None:
+    rel = write_container(tmp_path, V1, SYSTEMD, "guaranteed", POD, CID, CgroupValues(numa=SPLIT))
+    sampler = pl.PlacementSampler(tmp_path)
+    assert one(sampler).status == pl.MEASURED
+    remove_container(tmp_path, rel)
+    found = one(sampler)
+    assert found.status == pl.NO_CGROUP
+    assert "the container stopped" in found.message
+    assert (sampler.stats.gone, sampler.stats.errors) == (1, 0)
+
+
+@pytest.mark.parametrize("mode", [V1, V2])
+def test_a_cgroup_that_vanishes_mid_read(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container stops after its cgroup was found and before its numa_stat is read."""
+    rel = write_container(
+        tmp_path, mode, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT)
+    )
+    real = cgroup.read_numa_stat
+
+    def stop_then_read(path: Path, page_size: int) -> object:
+        remove_container(tmp_path, rel)
+        return real(path, page_size)
+
+    monkeypatch.setattr(cgroup, "read_numa_stat", stop_then_read)
+    sampler = pl.PlacementSampler(tmp_path)
+    assert sampler.sample([target(CID)], NOW) == 0
+    assert sampler.last is not None
+    found = sampler.last.placements[(POD, "app")]
+    assert (found.status, found.message) == (
+        pl.NO_CGROUP,
+        "the cgroup disappeared while it was read: the container stopped",
+    )
+    assert (sampler.stats.gone, sampler.stats.errors) == (1, 0)
+
+
+def test_enodev_from_a_removed_cgroup_is_a_container_that_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_container(tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT))
+
+    def removed(path: Path, page_size: int) -> object:
+        raise OSError(errno.ENODEV, "No such device", str(path))
+
+    monkeypatch.setattr(cgroup, "read_numa_stat", removed)
+    assert one(pl.PlacementSampler(tmp_path)).status == pl.NO_CGROUP
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "message"),
+    [
+        (
+            "memory.numa_stat",
+            "anon N0=12 N1=x\n",
+            "line 1 'anon N0=12 N1=x': 'N1=x' is not N<node>=<value>",
+        ),
+        (
+            "memory.numa_stat",
+            "anon N0=1\ntotal=1 N0=1\n",
+            "line 2 'total=1 N0=1': a v1 line in a v2-format file",
+        ),
+        ("memory.numa_stat", "\xff\n", "not ASCII text"),
+        ("cpuset.mems", "0-\n", "invalid cpulist '0-\\n': bad element '0-'"),
+    ],
+)
+def test_malformed_files_are_unreadable_naming_the_file(
+    tmp_path: Path, file: str, content: str, message: str
+) -> None:
+    rel = write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0")
+    )
+    write_container(tmp_path, V2, CGROUPFS, "guaranteed", "p2", "fine", CgroupValues(numa=SPLIT))
+    (tmp_path / rel / file).write_bytes(content.encode("latin-1"))
+    sampler = pl.PlacementSampler(tmp_path)
+    errors = sampler.sample([target(CID), target("fine", pod="p2")], NOW)
+    assert errors == 1
+    assert sampler.last is not None
+    broken = sampler.last.placements[(POD, "app")]
+    shown = tmp_path / rel / ("cpuset.mems.effective" if file == "cpuset.mems" else file)
+    assert broken.status == pl.UNREADABLE
+    assert broken.message == f"{shown}: {message}"
+    assert sampler.last.placements[("p2", "app")].status == pl.MEASURED
+    assert sampler.stats.errors == 1
+
+
+def test_an_unreadable_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    rel = write_container(tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT))
+    stat = tmp_path / rel / "memory.numa_stat"
+    stat.unlink()
+    stat.mkdir()  # reading it fails with EISDIR
+    found = one(pl.PlacementSampler(tmp_path))
+    assert (found.status, found.message) == (pl.UNREADABLE, f"{stat}: Is a directory")
+
+
+def test_a_mismatch_is_logged_once_and_not_written_without_enforce(tmp_path: Path) -> None:
+    rel = write_container(
+        tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    sampler = pl.PlacementSampler(tmp_path)
+
+    def warnings(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [
+            e
+            for e in logs
+            if e["event"] == "cpuset.mems differs from the memory manager's assignment"
+        ]
+
+    with capture_logs() as logs:
+        for _ in range(3):
+            found = one(sampler)
+            assert found.residency is not None and found.residency.cpuset_matches is False
+            assert found.write is None
+    assert (tmp_path / "cpuset" / rel / "cpuset.mems").read_text() == "0-1\n"
+    [warning] = warnings(logs)
+    assert (warning["assigned"], warning["enforced"], warning["pod_uid"]) == ("0", "0-1", POD)
+    assert warning["file"] == str(tmp_path / "cpuset" / rel / "cpuset.effective_mems")
+    # Fixed by someone else, then changed again: a new warning.
+    write_container(
+        tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0")
+    )
+    with capture_logs() as logs:
+        assert one(sampler).residency.cpuset_matches  # type: ignore[union-attr]
+    assert warnings(logs) == []
+    write_container(
+        tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="1")
+    )
+    with capture_logs() as logs:
+        one(sampler)
+        one(sampler)
+    assert len(warnings(logs)) == 1
+
+
+@pytest.mark.parametrize("mode", [V1, V2, HYBRID])
+def test_enforce_writes_the_assignment_and_reads_it_back(tmp_path: Path, mode: str) -> None:
+    rel = write_container(
+        tmp_path, mode, SYSTEMD, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    cpuset = tmp_path / ("" if mode == V2 else "cpuset") / rel
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    nlog.configure("info", "console", cache=False)  # the write is an info line
+    try:
+        with capture_logs() as logs:
+            found = one(sampler)
+    finally:
+        nlog.configure("warning", "console", cache=False)  # as tests/conftest.py has it
+    write = found.write
+    assert write is not None and write.ok, write
+    [logged] = [e for e in logs if e["event"] == "wrote cpuset.mems (--enforce-cpuset-mems)"]
+    assert (logged["before"], logged["written"], logged["file"]) == ("0-1", "0", write.path)
+    assert logged["memory_migrate_enabled"] is (mode != V2)
+    assert (write.before, write.written, write.after) == ({0, 1}, {0}, {0})
+    assert write.path == str(cpuset / "cpuset.mems")
+    assert write.time_ns == NOW
+    assert (cpuset / "cpuset.mems").read_text() == "0\n"
+    assert found.residency is not None and found.residency.cpuset_matches is True
+    if mode == V2:
+        assert not write.migrate_enabled
+        assert not (cpuset / "cpuset.memory_migrate").exists()
+    else:
+        assert write.migrate_enabled
+        assert (cpuset / "cpuset.memory_migrate").read_text() == "1\n"
+    assert (sampler.stats.writes_ok, sampler.stats.writes_failed) == (1, 0)
+    # The next round matches: no new write; the last one stays reported.
+    again = one(sampler)
+    assert again.write == write
+    assert sampler.stats.writes_ok == 1
+
+
+def test_enforce_reports_a_kernel_that_enforces_less(tmp_path: Path) -> None:
+    """v2: the parent's cpuset.mems.effective does not allow node 1; effective stays 0."""
+    write_container(
+        tmp_path,
+        V2,
+        CGROUPFS,
+        "guaranteed",
+        POD,
+        CID,
+        CgroupValues(numa=SPLIT, mems="0", effective="0"),
+    )
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    write = one(sampler, target(CID, assigned={0, 1})).write
+    assert write is not None and not write.ok
+    assert write.after == {0}
+    assert "the kernel enforces '0' after the write" in write.error
+    assert sampler.stats.writes_failed == 1
+
+
+def test_enforce_reports_a_failed_write(tmp_path: Path) -> None:
+    rel = write_container(
+        tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="1")
+    )
+    mems = tmp_path / "cpuset" / rel / "cpuset.mems"
+    effective = mems.with_name("cpuset.effective_mems")
+    effective.unlink()
+    effective.write_text("1\n")
+    mems.unlink()
+    mems.mkdir()  # the write fails (EISDIR)
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    with capture_logs() as logs:
+        write = one(sampler).write
+        assert one(sampler).write is not None  # retried
+    assert write is not None
+    assert write.error == f"{mems}: Is a directory"
+    assert write.after == {1}
+    assert sampler.stats.writes_failed == 2
+    [logged] = [e for e in logs if e["event"].startswith("cannot enforce cpuset.mems")]
+    assert logged["error"] == write.error
+
+
+def test_enforce_without_a_cpuset_controller_writes_nothing(tmp_path: Path) -> None:
+    write_container(tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT))
+    found = one(pl.PlacementSampler(tmp_path, enforce=True))
+    assert found.write is None
+    assert not (tmp_path / "cpuset").exists()
+
+
+NODES = st.frozensets(st.integers(0, 7), max_size=8)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(assigned=NODES.filter(bool), enforced=NODES, mode=st.sampled_from([V1, V2]))
+def test_enforce_never_writes_beyond_the_assignment(
+    tmp_path: Path, assigned: frozenset[int], enforced: frozenset[int], mode: str
+) -> None:
+    root = tmp_path / f"{mode}-{format_cpulist(assigned)}-{format_cpulist(enforced)}"
+    rel = write_container(
+        root,
+        mode,
+        CGROUPFS,
+        "guaranteed",
+        POD,
+        CID,
+        CgroupValues(numa=SPLIT, mems=format_cpulist(enforced)),
+    )
+    mems = root / ("" if mode == V2 else "cpuset") / rel / "cpuset.mems"
+    found = one(pl.PlacementSampler(root, enforce=True), target(CID, assigned=set(assigned)))
+    written = cgroup.parse_mems(mems.read_text(), str(mems))
+    if enforced == assigned:
+        assert found.write is None
+    else:
+        assert found.write is not None and found.write.written == assigned
+    assert written == (assigned if enforced != assigned else enforced)
+    assert written <= assigned or written == enforced
+
+
+def test_targets_that_leave_are_forgotten(tmp_path: Path) -> None:
+    write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="1")
+    )
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    assert one(sampler).write is not None
+    sampler.sample([], NOW)
+    assert sampler.last is not None and sampler.last.placements == {}
+    write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0")
+    )
+    assert one(sampler).write is None  # a new life: no old write reported
+
+
+def test_the_collector_runs_placement_every_round_and_survives_its_failure(tmp_path: Path) -> None:
+    write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, memory_usage=7)
+    )
+    sampler = pl.PlacementSampler(tmp_path)
+    collector = Collector(
+        MetricStore(),
+        tmp_path,
+        lambda: [(POD, "app", CID)],
+        clock=lambda: NOW,
+        node_memory=lambda: (1, 1, 0, 1),
+    )
+    seen: list[int] = []
+    collector.rounds.append(lambda now: sampler.sample([target(CID)], now))
+    collector.rounds.append(lambda now: seen.append(now) or 1 // 0)
+    collector.rounds.append(lambda now: seen.append(now) or 0)
+    collector.sample_once()
+    assert sampler.last is not None and sampler.last.time_ns == NOW
+    assert seen == [NOW, NOW]
+    assert collector.stats.errors == 1
+    assert collector.store.get_container_metric(POD, "app", "mem.usage.container", NOW).value == 7
