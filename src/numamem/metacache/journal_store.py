@@ -66,7 +66,7 @@ from numamem.errors import (
 from numamem.logging import get_logger
 from numamem.metacache.cache import State
 from numamem.metacache.journal import JOURNAL_FILE, change_payload, frame, header, restore
-from numamem.metacache.persistence import STATE_FILE, PodTextCache, encode
+from numamem.metacache.persistence import STATE_FILE, PodTextCache, encode, pod_text
 
 _log = get_logger("metacache")
 
@@ -282,6 +282,7 @@ class JournalPersister:
             self._size += len(record)
             self._records += 1
             self.writes += 1
+            self._renew_texts(state, pods)
             unknown = self._check_directory_locked()
             compact = self._should_compact()
         if compact:
@@ -291,6 +292,17 @@ class JournalPersister:
                 self._compact_logged()
         if unknown is not None:
             raise DurabilityUnknownError(unknown)
+
+    def _renew_texts(self, state: State, pods: Set[str] | None) -> None:
+        """Keep the snapshot text of each pod a commit changed (holding ``_lock``), so that a
+        compaction joins texts instead of making them: its cost is the commits' changes,
+        spread over the commits. Unknown ``pods``: the compaction makes what is missing."""
+        for uid in pods or ():
+            containers = state.pods.get(uid)
+            if containers is None:
+                self._pod_texts.pop(uid, None)
+            else:
+                self._pod_texts[uid] = (containers, pod_text(uid, containers))
 
     def _require_open(self) -> None:
         if not self._open:
@@ -412,13 +424,16 @@ class JournalPersister:
                 if self._fd is None or self._poisoned:
                     return
                 state, seq, offset = self._state, self._seq, self._size
-            data = encode(state, self._pod_texts, generation=seq)
+                texts = dict(self._pod_texts)  # commits keep changing theirs
+            data = encode(state, texts, generation=seq)
             try:
                 self._write_snapshot(data)
             except DurabilityUnknownError as err:
                 _log.warning("metacache snapshot written, durability unknown", error=str(err))
                 return
             with self._lock:
+                for uid, made in texts.items():  # texts made here that no commit has renewed
+                    self._pod_texts.setdefault(uid, made)
                 if self._fd is None or self._poisoned:
                     return  # a failed append meanwhile: the next commit rewrites both files
                 tail = self.fs.read_range(self.journal_path, offset, self._size)

@@ -56,17 +56,22 @@ def json_key(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-PodTextCache = dict[str, tuple[object, str]]
-"""pod uid -> (the pod's container mapping, its JSON text); see :func:`encode`."""
+PodTextCache = dict[str, tuple[object, bytes]]
+"""pod uid -> (the pod's container mapping, its UTF-8 JSON text); see :func:`encode`."""
 
 
-def _pod_text(pod: str, ctrs: dict[str, ContainerInfo]) -> str:
+def pod_text(pod: str, ctrs: dict[str, ContainerInfo]) -> bytes:
+    """The snapshot's text of one pod entry (``"uid":{...}``), from its containers' cached
+    fragments."""
     return (
         json_key(pod)
         + ":{"
         + ",".join(json_key(c) + ":" + info.fragment() for c, info in sorted(ctrs.items()))
         + "}"
-    )
+    ).encode()
+
+
+_CHECKSUM_ZERO = b'{"checksum":0'
 
 
 def encode(state: State, cache: PodTextCache | None = None, generation: int | None = None) -> bytes:
@@ -79,7 +84,10 @@ def encode(state: State, cache: PodTextCache | None = None, generation: int | No
     With ``cache``, a pod's text is reused while its container mapping is the
     same object: the cache never mutates a committed mapping (a change copies
     the pod's mapping), so identity means "unchanged". The cache holds the
-    mappings it saw, so an identity cannot be recycled, and forgets gone pods.
+    mappings it saw, so an identity cannot be recycled; texts missing from it are
+    made and added, and gone pods forgotten. The daemon's journal keeps the texts
+    of the pods each commit changed, so a snapshot mostly joins bytes: one join, one
+    hash and one copy of the whole file.
     """
     texts = []
     for pod, ctrs in sorted(state.pods.items()):
@@ -87,21 +95,27 @@ def encode(state: State, cache: PodTextCache | None = None, generation: int | No
         if hit is not None and hit[0] is ctrs:
             texts.append(hit[1])
             continue
-        text = _pod_text(pod, ctrs)
+        text = pod_text(pod, ctrs)
         if cache is not None:
             cache[pod] = (ctrs, text)
         texts.append(text)
     if cache is not None and len(cache) > len(state.pods):
         for gone in [p for p in cache if p not in state.pods]:
             del cache[gone]
-    pods = ",".join(texts)
     pools = ",".join(json_key(n) + ":" + p.fragment() for n, p in sorted(state.pools.items()))
     regions = ",".join(json_key(n) + ":" + r.fragment() for n, r in sorted(state.regions.items()))
-    body = f',"pod_entries":{{{pods}}},"pool_entries":{{{pools}}},"region_entries":{{{regions}}}}}'
-    if generation is not None:
-        body = f',"generation":{generation}' + body
-    checksum = fnv1a_32(('{"checksum":0' + body).encode())
-    return (f'{{"checksum":{checksum}' + body).encode()
+    head = b"" if generation is None else b',"generation":%d' % generation
+    zeroed = b"".join(
+        (
+            _CHECKSUM_ZERO,
+            head,
+            b',"pod_entries":{',
+            b",".join(texts),
+            f'}},"pool_entries":{{{pools}}},"region_entries":{{{regions}}}}}'.encode(),
+        )
+    )
+    checksum = fnv1a_32(zeroed)
+    return b'{"checksum":%d' % checksum + memoryview(zeroed)[len(_CHECKSUM_ZERO) :]
 
 
 def decode(data: bytes) -> State:
