@@ -529,6 +529,50 @@ def test_limit_on_entries(counting: CountingPersister) -> None:
     cache.set_pool_info("x", PoolInfo("x", region_names={"r"}))  # updating an entry is fine
 
 
+def test_limits_on_an_entrys_bytes_and_on_all_bytes(counting: CountingPersister) -> None:
+    """A hostile client cannot grow the daemon without bound with huge labels: one entry's
+    JSON and all entries' JSON are bounded (RESOURCE_EXHAUSTED), and nothing is stored."""
+    cache = MetaCache(counting, max_entry_bytes=2048, max_bytes=8192)
+    small = info(ctr="a")
+    cache.add_container("p", "a", small)
+    huge = ContainerInfo(pod_uid="p", container_name="b", labels={"k": "v" * 4096})
+    with pytest.raises(LimitExceededError, match="container 'b' of pod 'p' would take"):
+        cache.set_container_info("p", "b", huge)
+    with pytest.raises(LimitExceededError, match="--max-metacache-entry-bytes 2048"):
+        cache.set_pool_info("x", PoolInfo("x", region_names={"r" * 3000}))
+    assert cache.get_container_info("p", "b") is None and cache.get_pool_info("x") is None
+    medium = {"k": "v" * 1500}
+    for i in range(8):
+        try:
+            cache.set_container_info(
+                "p", f"m{i}", ContainerInfo(pod_uid="p", container_name=f"m{i}", labels=medium)
+            )
+        except LimitExceededError as err:
+            assert "--max-metacache-bytes 8192" in str(err)
+            break
+    else:
+        pytest.fail("the total bound was never reached")
+    assert cache.state().byte_count() <= 8192
+    assert (
+        cache.state().byte_count() == State(cache.state().pods).byte_count()
+    )  # incremental == full
+    cache.delete_container("p", "m0")  # shrinking is always fine
+    cache.set_container_info("p", "m0", ContainerInfo(pod_uid="p", container_name="m0"))
+
+
+def test_byte_count_follows_every_kind_of_write(counting: CountingPersister) -> None:
+    cache = MetaCache(counting)
+    cache.add_container("p", "a", info(ctr="a"))
+    cache.set_pool_info("x", PoolInfo("x", region_names={"r"}))
+    cache.set_region_entries({"r": RegionInfo("r"), "s": RegionInfo("s")})
+    cache.set_region_info("r", RegionInfo("r", owner_pool_name="x"))
+    cache.update_containers([("p", "a", lambda c: setattr(c, "owner_pool_name", "x" * 100))])
+    cache.range_and_delete_container(lambda c: False, 0)
+    cache.delete_pool("x")
+    state = cache.state()
+    assert state.byte_count() == State(state.pods, state.pools, state.regions).byte_count() > 0
+
+
 def test_failed_write_drops_pending_changes(cache: MetaCache, counting: CountingPersister) -> None:
     cache.add_container("p", "a", info(ctr="a"))
     counting.fail = "No space left on device"

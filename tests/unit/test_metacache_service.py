@@ -277,3 +277,28 @@ def test_a_second_client_sees_acknowledged_writes(numamem_server: InProcessServe
     numamem_server.client.add_container_info(ci())
     with NumamemClient(numamem_server.socket) as other:
         assert other.get_container_info("p", "c").pod_uid == "p"
+
+
+def test_huge_labels_are_refused_by_the_entry_limit_and_memory_stays_bounded() -> None:
+    """The fuzz campaign's finding: 40 AddContainer calls with a 3 MiB label took the daemon
+    to 420 MiB RSS. Each is now RESOURCE_EXHAUSTED (LIMIT_EXCEEDED) with a short message,
+    and nothing is stored."""
+    import grpc
+    import psutil
+
+    from numamem.client import error_reason
+    from numamem.testing.server import serve_in_process
+
+    with serve_in_process() as server:
+        rss = psutil.Process().memory_info().rss
+        for i in range(40):
+            with pytest.raises(grpc.RpcError) as refused:
+                server.client.add_container_info(
+                    mc.ContainerInfo(pod_uid="p", container_name=f"c{i}", labels={"k": "v" * (3 << 20)})
+                )
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert error_reason(refused.value) == "LIMIT_EXCEEDED"
+            assert "--max-metacache-entry-bytes 262144" in (refused.value.details() or "")
+            assert len(refused.value.details() or "") < 1024
+        assert list(server.client.list_containers()) == []
+        assert psutil.Process().memory_info().rss - rss < 200 << 20

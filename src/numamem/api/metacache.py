@@ -476,7 +476,7 @@ class MetaCacheComponent:
             else None
         )
         self._restored: State | None = None
-        self.cache = MetaCache(self.persister, max_entries=config.limits.max_metacache_entries)
+        self.cache = self._new_cache(None)
         self.metrics = MetricStore(insurance_period_ns(config.metric_insurance_period_seconds))
         self.reader = MetaReaderServicer(self.cache, self.metrics)
         self.writer = MetaWriterServicer(self.cache)
@@ -486,6 +486,16 @@ class MetaCacheComponent:
             config.cgroup_root,
             self.targets,
             interval_s=config.metric_interval_seconds,
+        )
+
+    def _new_cache(self, initial: State | None) -> MetaCache:
+        limits = self.config.limits
+        return MetaCache(
+            self.persister,
+            initial=initial,
+            max_entries=limits.max_metacache_entries,
+            max_entry_bytes=limits.max_metacache_entry_bytes,
+            max_bytes=limits.max_metacache_bytes,
         )
 
     def targets(self) -> list[Target]:
@@ -513,11 +523,7 @@ class MetaCacheComponent:
         self._restored = self.persister.load(
             discard_corrupt=self.config.metacache_discard_corrupt_state
         )
-        self.cache = MetaCache(
-            self.persister,
-            initial=self._restored or State(),
-            max_entries=self.config.limits.max_metacache_entries,
-        )
+        self.cache = self._new_cache(self._restored or State())
         self.reader.cache = self.cache
         self.writer.cache = self.cache
 

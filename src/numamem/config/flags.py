@@ -349,6 +349,26 @@ FLAGS: tuple[Flag, ...] = (
         allowed=(1, 10000000),
     ),
     Flag(
+        "--max-metacache-entry-bytes",
+        "limits.max_metacache_entry_bytes",
+        "maximum JSON bytes of one metacache entry (a container with its labels and "
+        "annotations, a pool, a region); Kubernetes allows 256 KiB of annotations",
+        "262144",
+        kind="int",
+        metavar="BYTES",
+        allowed=(1024, 64 * 1024 * 1024),
+    ),
+    Flag(
+        "--max-metacache-bytes",
+        "limits.max_metacache_bytes",
+        "maximum JSON bytes of all metacache entries together (about what the snapshot "
+        "holds; memory is a few times more)",
+        "268435456",
+        kind="int",
+        metavar="BYTES",
+        allowed=(64 * 1024, 16 * 1024 * 1024 * 1024),
+    ),
+    Flag(
         "--max-concurrent-rpcs",
         "limits.max_concurrent_rpcs",
         "numamem RPCs running or queued at once; more are RESOURCE_EXHAUSTED at once (health "

@@ -56,6 +56,8 @@ class Limits:
     max_pods: int = 10000
     max_containers_per_pod: int = 256
     max_metacache_entries: int = 100000
+    max_metacache_entry_bytes: int = 256 * 1024
+    max_metacache_bytes: int = 256 * 1024 * 1024
     max_concurrent_rpcs: int = 128
     max_topology_hints: int = 4096
     max_message_bytes: int = 4 * 1024 * 1024

@@ -78,6 +78,8 @@ class State:
     katalyst keeps them, but part of each version so that a dropped change drops them too."""
     _entries: int = field(default=-1, init=False, compare=False, repr=False)
     """entry_count() memoised; a writer's :class:`_Work` sets it from the base's count."""
+    _bytes: int = field(default=-1, init=False, compare=False, repr=False)
+    """byte_count() memoised, likewise."""
 
     def entry_count(self) -> int:
         """Containers + pools + regions (O(1) for states made by writers)."""
@@ -85,6 +87,23 @@ class State:
             count = sum(len(c) for c in self.pods.values()) + len(self.pools) + len(self.regions)
             object.__setattr__(self, "_entries", count)
         return self._entries
+
+    def byte_count(self) -> int:
+        """The bytes of every entry's JSON (what the snapshot holds), O(1) for states made by
+        writers: the base's count plus the pods, pools and regions they touched."""
+        if self._bytes < 0:
+            total = sum(_pod_bytes(c) for c in self.pods.values())
+            total += _map_bytes(self.pools) + _map_bytes(self.regions)
+            object.__setattr__(self, "_bytes", total)
+        return self._bytes
+
+
+def _pod_bytes(containers: Mapping[str, ContainerInfo] | None) -> int:
+    return sum(len(info.fragment()) for info in (containers or {}).values())
+
+
+def _map_bytes(entries: Mapping[str, PoolInfo] | Mapping[str, RegionInfo]) -> int:
+    return sum(len(info.fragment()) for info in entries.values())
 
 
 class Persister(Protocol):
@@ -162,7 +181,33 @@ class _Work:
         )
         delta += len(self.pools) - len(base.pools) + len(self.regions) - len(base.regions)
         object.__setattr__(state, "_entries", base.entry_count() + delta)
+        grown = sum(
+            _pod_bytes(self.pods.get(p)) - _pod_bytes(base.pods.get(p))
+            for p in self._own_pods | self._deleted_pods
+        )
+        if self.pools is not base.pools:
+            grown += _map_bytes(self.pools) - _map_bytes(base.pools)
+        if self.regions is not base.regions:
+            grown += _map_bytes(self.regions) - _map_bytes(base.regions)
+        object.__setattr__(state, "_bytes", base.byte_count() + grown)
         return state
+
+    def changed_entries(self) -> Iterator[tuple[str, ContainerInfo | PoolInfo | RegionInfo]]:
+        """(what, entry) for every entry this change stores anew (a new object)."""
+        base = self.base
+        for uid in self._own_pods:
+            before = base.pods.get(uid, {})
+            for name, info in self.pods.get(uid, {}).items():
+                if before.get(name) is not info:
+                    yield f"container {quote(name)} of pod {quote(uid)}", info
+        for kind, now, was in (
+            ("pool", self.pools, base.pools),
+            ("region", self.regions, base.regions),
+        ):
+            if now is not was:
+                for name, entry in now.items():
+                    if was.get(name) is not entry:
+                        yield f"{kind} {quote(name)}", entry
 
 
 class MetaCache:
@@ -175,10 +220,14 @@ class MetaCache:
         initial: State | None = None,
         clock: Callable[[], int] = time.time_ns,
         max_entries: int = 100000,
+        max_entry_bytes: int = 256 * 1024,
+        max_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self._persister = persister or _NoPersistence()
         self._clock = clock
         self._max_entries = max_entries
+        self._max_entry_bytes = max_entry_bytes
+        self._max_bytes = max_bytes
         self._committed = initial or State()
         # Guards _pending and _seq. Held only while computing a change.
         self._mutation = threading.Lock()
@@ -279,20 +328,38 @@ class MetaCache:
             result = change(work)
             if work.changed:
                 state = work.state()
-                if (
-                    state.entry_count() > self._max_entries
-                    and state.entry_count() > work.base.entry_count()
-                ):
-                    raise LimitExceededError(
-                        f"the metacache would hold {state.entry_count()} entries, more than "
-                        f"--max-metacache-entries {self._max_entries}; delete entries first"
-                    )
+                self._check_limits(work, state)
                 self._pending = state
                 self._dirty |= work.touched_pods()
                 self._seq += 1
             target = self._seq
         self._wait_durable(target)
         return result
+
+    def _check_limits(self, work: _Work, state: State) -> None:
+        """Refuse a change that grows the cache past a limit (a state already past one, under
+        limits lowered since, may still shrink or change in place)."""
+        if (
+            state.entry_count() > self._max_entries
+            and state.entry_count() > work.base.entry_count()
+        ):
+            raise LimitExceededError(
+                f"the metacache would hold {state.entry_count()} entries, more than "
+                f"--max-metacache-entries {self._max_entries}; delete entries first"
+            )
+        for what, entry in work.changed_entries():
+            size = len(entry.fragment())
+            if size > self._max_entry_bytes:
+                raise LimitExceededError(
+                    f"{what} would take {size} bytes of JSON, more than "
+                    f"--max-metacache-entry-bytes {self._max_entry_bytes}; send fewer or "
+                    "shorter labels, annotations or assignments"
+                )
+        if state.byte_count() > self._max_bytes and state.byte_count() > work.base.byte_count():
+            raise LimitExceededError(
+                f"the metacache would hold {state.byte_count()} bytes of entries, more than "
+                f"--max-metacache-bytes {self._max_bytes}; delete entries first"
+            )
 
     def _wait_durable(self, target: int) -> None:
         """Return once a checkpoint holds change ``target``; commit it ourselves if nobody is."""
