@@ -4,6 +4,7 @@ controllers, vanishing cgroups, malformed files; cpuset.mems checks and enforcem
 from __future__ import annotations
 
 import errno
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from numamem import errors
 from numamem import logging as nlog
 from numamem.cpuset import format_cpulist
+from numamem.errors import NotFoundError
 from numamem.metacache.metrics import cgroup
 from numamem.metacache.metrics import placement as pl
 from numamem.metacache.metrics.collector import Collector
@@ -423,3 +426,160 @@ def test_the_collector_runs_placement_every_round_and_survives_its_failure(tmp_p
     assert seen == [NOW, NOW]
     assert collector.stats.errors == 1
     assert collector.store.get_container_metric(POD, "app", "mem.usage.container", NOW).value == 7
+
+
+# --- finding 1 of the issue-29 review: client ids never lead out of the containers' tree ---
+
+HOSTILE_UIDS = ["victim/../..", "victim/../../..", "../..", "a/b", "/", "", "p\x00"]
+
+
+def system_slice(root: Path, mode: str) -> Path:
+    """A cgroup that is no container's, with cpuset files a traversal would write."""
+    where = root / ("" if mode == V2 else "cpuset") / "system.slice"
+    where.mkdir(parents=True)
+    (where / "cpuset.mems").write_text("0-1\n")
+    (where / "cpuset.memory_migrate").write_text("0\n")
+    memory = root / ("" if mode == V2 else "memory") / "system.slice"
+    memory.mkdir(parents=True, exist_ok=True)
+    (memory / "memory.numa_stat").write_text(
+        "anon N0=4096 N1=4096\nfile N0=0 N1=0\n"
+        if mode == V2
+        else "total=2 N0=1 N1=1\nhierarchical_total=2 N0=1 N1=1\n"
+    )
+    return where
+
+
+@pytest.mark.parametrize("uid", HOSTILE_UIDS)
+def test_a_pod_uid_that_is_not_one_path_component_never_resolves(tmp_path: Path, uid: str) -> None:
+    assert cgroup.candidate_paths(uid, "containerd://system.slice") == []
+    for mode in (V1, V2):
+        root = tmp_path / mode
+        write_container(root, mode, CGROUPFS, "guaranteed", "victim", "c", CgroupValues(mems="0"))
+        system_slice(root, mode)
+        assert cgroup.resolve(root, mode, uid, "containerd://system.slice") is None
+
+
+@pytest.mark.parametrize("cid", ["", ".", "..", "a/b", "a\x00b", "containerd://", "docker://.."])
+def test_a_container_id_that_is_not_one_path_component_never_resolves(cid: str) -> None:
+    assert cgroup.candidate_paths(POD, cid) == []
+
+
+def test_dots_in_a_pod_uid_are_a_plain_name() -> None:
+    """``pod..`` is one directory name: a uid of dots stays inside the pod level."""
+    paths = cgroup.candidate_paths("..", "containerd://c")
+    assert paths[0] == "kubepods/pod../c"
+    assert "kubepods.slice/kubepods-pod...slice/cri-containerd-c.scope" in paths
+    assert all(".." not in Path(p).parts for p in paths)
+
+
+@pytest.mark.parametrize("mode", [V1, V2])
+def test_enforcement_never_writes_through_a_hostile_pod_uid(tmp_path: Path, mode: str) -> None:
+    """The reviewer's d1: uid ``victim/../..`` and id ``containerd://system.slice``."""
+    write_container(
+        tmp_path, mode, CGROUPFS, "guaranteed", "victim", "vvv", CgroupValues(mems="0-1")
+    )
+    slice_dir = system_slice(tmp_path, mode)
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    hostile = pl.PlacementTarget(
+        "victim/../..", "app", ("containerd://system.slice",), frozenset({0})
+    )
+    sampler.sample([hostile], NOW)
+    assert sampler.last is not None
+    found = sampler.last.placements[hostile.key]
+    assert (found.status, found.write, found.cgroup) == (pl.NO_CGROUP, None, "")
+    assert (slice_dir / "cpuset.mems").read_text() == "0-1\n"
+    assert (slice_dir / "cpuset.memory_migrate").read_text() == "0\n"
+    collector = Collector(
+        MetricStore(),
+        tmp_path,
+        lambda: [("victim/../..", "app", "containerd://system.slice")],
+        clock=lambda: NOW,
+        node_memory=lambda: (1, 1, 0, 1),
+    )
+    collector.sample_once()
+    with pytest.raises(NotFoundError):
+        collector.store.get_container_metric("victim/../..", "app", "mem.usage.container", NOW)
+
+
+def _escape_at(root: Path, mode: str, level: str) -> tuple[Path, Path]:
+    """A fake container whose cpuset directory (``level`` = container or pod) or cpuset.mems
+    file (``level`` = file) is a symlink to a directory outside the tree; returns (that
+    directory, the container's cpuset directory as numamem sees it)."""
+    rel = write_container(
+        root, mode, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    controller = root / ("" if mode == V2 else "cpuset")
+    outside = root.parent / f"outside-{mode}-{level}"
+    outside.mkdir()
+    container = controller / rel
+    if level == "file":
+        (outside / "cpuset.mems").write_text("0-1\n")
+        (container / "cpuset.mems").unlink()
+        (container / "cpuset.mems").symlink_to(outside / "cpuset.mems")
+        return outside, container
+    moved = container if level == "container" else container.parent
+    target_dir = outside / moved.name
+    shutil.copytree(moved, target_dir, symlinks=True)
+    shutil.rmtree(moved)
+    moved.symlink_to(target_dir)
+    return (target_dir if level == "container" else target_dir / container.name), container
+
+
+@pytest.mark.parametrize("level", ["container", "pod", "file"])
+@pytest.mark.parametrize("mode", [V1, V2])
+def test_enforcement_never_writes_through_a_symlink_out_of_the_tree(
+    tmp_path: Path, mode: str, level: str
+) -> None:
+    root = tmp_path / "cgroup"
+    outside, container = _escape_at(root, mode, level)
+    before = {p.name: p.read_text() for p in outside.iterdir() if p.name.startswith("cpuset.")}
+    sampler = pl.PlacementSampler(root, enforce=True)
+    found = one(sampler)
+    assert found.status == pl.MEASURED  # reading through it is allowed: only writes are refused
+    write = found.write
+    assert write is not None and not write.ok
+    if level == "file":
+        assert write.error == f"{container / 'cpuset.mems'}: Too many levels of symbolic links"
+    else:
+        assert write.error.startswith(f"refusing to write in '{outside}': not a container's cgroup")
+    assert {
+        p.name: p.read_text() for p in outside.iterdir() if p.name.startswith("cpuset.")
+    } == before
+    assert sampler.stats.writes_failed == 1
+
+
+def test_a_symlinked_controller_is_resolved_before_the_check(tmp_path: Path) -> None:
+    """The real-kernel smoke test's layout: ``<cgroup-root>/cpuset`` is a symlink to the
+    real hierarchy; the container's directory inside it is still written."""
+    real = tmp_path / "real"
+    rel = write_container(
+        real, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    for controller in ("cpuset", "memory", "cpu,cpuacct"):
+        (root / controller).symlink_to(real / controller)
+    write = one(pl.PlacementSampler(root, enforce=True)).write
+    assert write is not None and write.ok, write
+    assert (real / "cpuset" / rel / "cpuset.mems").read_text() == "0\n"
+
+
+@pytest.mark.parametrize(
+    "where", ["kubepods", "kubepods/podx", "kubepods.slice", "system.slice/x", "", "kubepods-x/y/z"]
+)
+def test_only_cgroups_below_the_kubepods_level_are_writable(tmp_path: Path, where: str) -> None:
+    directory = tmp_path / where
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "cpuset.mems").write_text("0-1\n")
+    with pytest.raises(errors.CgroupPathError, match="not a container's cgroup"):
+        cgroup.write_cgroup_file(tmp_path, directory, "cpuset.mems", "0\n")
+    assert (directory / "cpuset.mems").read_text() == "0-1\n"
+    container = tmp_path / "kubepods" / "podx" / "c"
+    container.mkdir(parents=True, exist_ok=True)
+    (container / "cpuset.mems").write_text("0-1\n")
+    cgroup.write_cgroup_file(tmp_path, container, "cpuset.mems", "0\n")
+    assert (container / "cpuset.mems").read_text() == "0\n"
+    with pytest.raises(ValueError, match="never writes"):
+        cgroup.write_cgroup_file(tmp_path, container, "cgroup.procs", "1\n")
+    with pytest.raises(FileNotFoundError, match=r"cpuset\.memory_migrate"):  # never created
+        cgroup.write_cgroup_file(tmp_path, container, "cpuset.memory_migrate", "1\n")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
-from numamem.errors import CgroupFormatError, quote
+from numamem.errors import CgroupFormatError, CgroupPathError, quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
 from numamem.metacache.metrics.residency import Residency, residency
@@ -270,8 +270,10 @@ class PlacementSampler:
         after: frozenset[int] | None = None
         error = ""
         try:
-            migrate = cgroup.enable_memory_migrate(dirs)
-            path = str(cgroup.write_mems(dirs, target.assigned))
+            migrate = cgroup.enable_memory_migrate(self.root, dirs)
+            path = str(cgroup.write_mems(self.root, dirs, target.assigned))
+        except CgroupPathError as err:
+            error = str(err)
         except OSError as err:
             error = _os_error(err)
         try:
