@@ -207,6 +207,7 @@ def test_enodev_from_a_removed_cgroup_is_a_container_that_left(
         ),
         ("memory.numa_stat", "\xff\n", "not ASCII text"),
         ("cpuset.mems", "0-\n", "invalid cpulist '0-\\n': bad element '0-'"),
+        ("cpuset.mems", "\xff\n", "not ASCII text"),
     ],
 )
 def test_malformed_files_are_unreadable_naming_the_file(
@@ -583,3 +584,73 @@ def test_only_cgroups_below_the_kubepods_level_are_writable(tmp_path: Path, wher
         cgroup.write_cgroup_file(tmp_path, container, "cgroup.procs", "1\n")
     with pytest.raises(FileNotFoundError, match=r"cpuset\.memory_migrate"):  # never created
         cgroup.write_cgroup_file(tmp_path, container, "cpuset.memory_migrate", "1\n")
+
+
+# --- finding 8: one container's bad file or unexpected error never aborts the round ---
+
+
+def test_an_undecodable_cpuset_mems_does_not_abort_the_round(tmp_path: Path) -> None:
+    """The reviewer's d7: ``\\xff`` in one container's cpuset.mems.effective; the other
+    container's new figures are published by the same collector round."""
+    rel = write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", "pa", "a", CgroupValues(numa=SPLIT, mems="0")
+    )
+    write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", "pb", "b", CgroupValues(numa=SPLIT, mems="0")
+    )
+    sampler = pl.PlacementSampler(tmp_path)
+    targets = [target("a", pod="pa"), target("b", pod="pb")]
+    collector = Collector(
+        MetricStore(), tmp_path, list, clock=lambda: NOW + 1, node_memory=lambda: (1, 1, 0, 1)
+    )
+    collector.rounds.append(lambda now: sampler.sample(targets, now))
+    sampler.sample(targets, NOW)
+    effective = tmp_path / rel / "cpuset.mems.effective"
+    effective.unlink()
+    effective.write_bytes(b"\xff\n")
+    write_container(
+        tmp_path,
+        V2,
+        CGROUPFS,
+        "guaranteed",
+        "pb",
+        "b",
+        CgroupValues(numa={0: (9 * MI, 0)}, mems="0"),
+    )
+    collector.sample_once()
+    assert sampler.last is not None and sampler.last.time_ns == NOW + 1
+    broken = sampler.last.placements[("pa", "app")]
+    assert (broken.status, broken.message) == (pl.UNREADABLE, f"{effective}: not ASCII text")
+    healthy = sampler.last.placements[("pb", "app")].residency
+    assert healthy is not None and healthy.total_bytes == 9 * MI
+    assert (collector.stats.errors, sampler.stats.errors) == (1, 1)
+
+
+def test_an_unexpected_error_for_one_container_is_that_containers_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for pod, cid in (("pa", "a"), ("pb", "b")):
+        write_container(
+            tmp_path, V1, CGROUPFS, "guaranteed", pod, cid, CgroupValues(numa=SPLIT, mems="0")
+        )
+    real = cgroup.read_enforced_mems
+
+    def buggy(dirs: cgroup.CgroupDirs) -> frozenset[int] | None:
+        if "/podpa/" in str(dirs.cpuset):
+            raise RuntimeError("bug\x1b[2K")
+        return real(dirs)
+
+    monkeypatch.setattr(cgroup, "read_enforced_mems", buggy)
+    sampler = pl.PlacementSampler(tmp_path)
+    with capture_logs() as logs:
+        errors = sampler.sample([target("a", pod="pa"), target("b", pod="pb")], NOW)
+    assert errors == 1
+    assert sampler.last is not None
+    broken = sampler.last.placements[("pa", "app")]
+    assert broken.status == pl.UNREADABLE
+    assert broken.message.startswith(
+        "unexpected error reading the container's cgroup: RuntimeError: bug\\x1b[2K"
+    )
+    assert sampler.last.placements[("pb", "app")].status == pl.MEASURED
+    [logged] = [e for e in logs if e["log_level"] == "error"]
+    assert (logged["pod_uid"], logged["container"]) == ("pa", "app")

@@ -377,11 +377,27 @@ def enforced_mems_file(dirs: CgroupDirs) -> Path:
     return effective if effective.exists() else dirs.cpuset / "cpuset.mems"
 
 
+MAX_SMALL_FILE_BYTES = 1 << 16
+
+
+def read_small(path: Path) -> str:
+    """A short cgroup file (a node list, a flag) as ASCII text; a larger or undecodable one
+    is a :class:`~numamem.errors.CgroupFormatError` naming the file."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SMALL_FILE_BYTES + 1)
+    if len(data) > MAX_SMALL_FILE_BYTES:
+        raise CgroupFormatError(f"{path}: larger than {MAX_SMALL_FILE_BYTES} bytes")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise CgroupFormatError(f"{path}: not ASCII text") from None
+
+
 def read_enforced_mems(dirs: CgroupDirs) -> frozenset[int] | None:
     """The enforced nodes, or None when the cgroup has no such file (no cpuset controller)."""
     path = enforced_mems_file(dirs)
     try:
-        text = path.read_text()
+        text = read_small(path)
     except FileNotFoundError:
         return None
     return parse_mems(text, str(path))
@@ -458,7 +474,7 @@ def enable_memory_migrate(root: Path, dirs: CgroupDirs) -> bool:
     """v1: set ``cpuset.memory_migrate`` to 1 (so a new ``cpuset.mems`` moves the pages the
     tasks already have); True when this call changed it. v2 always migrates."""
     path = dirs.cpuset / "cpuset.memory_migrate"
-    if dirs.mode == V2 or not path.exists() or path.read_text().strip() == "1":
+    if dirs.mode == V2 or not path.exists() or read_small(path).strip() == "1":
         return False
     write_cgroup_file(cpuset_controller(root, dirs.mode), dirs.cpuset, path.name, "1\n")
     return True

@@ -16,8 +16,10 @@ Per container, a :class:`Placement` with a status:
   while it was read: the container stopped. Neither is an error;
 * ``NO_NUMA_STAT``: the cgroup has no ``memory.numa_stat`` (no memory
   controller for it, or a kernel without NUMA);
-* ``UNREADABLE``: a file is malformed or cannot be read; the message names
-  it. Counted as a collector error and logged; the round goes on.
+* ``UNREADABLE``: a file is malformed (not ASCII, not the kernel's format) or
+  cannot be read; the message names it. Counted as a collector error and
+  logged; the round goes on. So does any unexpected error for one container:
+  it is UNREADABLE, the others are still measured and the round published.
 
 A container whose enforced ``cpuset.mems`` differs from its assignment is
 logged once (a warning; again only after it matched in between). With
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
-from numamem.errors import CgroupFormatError, CgroupPathError, quote
+from numamem.errors import QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
 from numamem.metacache.metrics.residency import Residency, residency
@@ -157,7 +159,7 @@ class PlacementSampler:
         placements: dict[tuple[str, str], Placement] = {}
         for target in targets:
             if target.key not in placements:
-                placements[target.key] = self._place(target, now)
+                placements[target.key] = self._guarded(target, now)
         for table in (self._known, self._writes, self._failures):
             for key in [k for k in table if k not in placements]:
                 del table[key]
@@ -167,6 +169,25 @@ class PlacementSampler:
         self.stats.errors += errors
         self.last = PlacementRound(now, self.mode, placements)
         return errors
+
+    def _guarded(self, target: PlacementTarget, now: int) -> Placement:
+        """:meth:`_place`, where an unexpected error (a bug, or a file in a shape nobody
+        foresaw) makes this one container UNREADABLE and the round goes on."""
+        try:
+            return self._place(target, now)
+        except Exception as err:  # noqa: BLE001 - one container must never stop the round
+            self._known.pop(target.key, None)
+            message = (
+                f"unexpected error reading the container's cgroup: {type(err).__name__}: "
+                f"{quote(str(err), style='bare', limit=QUOTE_BYTES * 4)} (a numamem bug: please "
+                "report it with the log line)"
+            )
+            _log.exception(
+                "cannot read the container's NUMA placement",
+                pod_uid=quote(target.pod_uid, style="bare"),
+                container=quote(target.container_name, style="bare"),
+            )
+            return Placement(target, UNREADABLE, message)
 
     def _dirs(self, target: PlacementTarget) -> _Known | None:
         """The cgroup of the newest id that has one; found again when the ids change."""
