@@ -4,6 +4,7 @@ controllers, vanishing cgroups, malformed files; cpuset.mems checks and enforcem
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -654,3 +655,65 @@ def test_an_unexpected_error_for_one_container_is_that_containers_alone(
     assert sampler.last.placements[("pb", "app")].status == pl.MEASURED
     [logged] = [e for e in logs if e["log_level"] == "error"]
     assert (logged["pod_uid"], logged["container"]) == ("pa", "app")
+
+
+# --- finding 7: a container that leaves during the write has left; no write failed ---
+
+
+@pytest.mark.parametrize(
+    ("mode", "step", "errno_"),
+    [
+        (V1, "enable_memory_migrate", None),  # the reviewer's d6: gone before the write
+        (V1, "write_cgroup_file", errno.ENODEV),  # kernfs: the open file's cgroup was removed
+        (V2, "write_cgroup_file", errno.ENOENT),
+        (V2, "read_enforced_mems", None),  # gone between the write and the read back
+    ],
+)
+def test_a_container_that_leaves_during_the_write_has_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, step: str, errno_: int | None
+) -> None:
+    rel = write_container(
+        tmp_path, mode, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    real = getattr(cgroup, step)
+    calls = []
+    leave_at = 2 if step == "read_enforced_mems" else 1  # the first read is before the write
+
+    def leave_then(*args: object) -> object:
+        calls.append(args)
+        if len(calls) != leave_at:
+            return real(*args)
+        remove_container(tmp_path, rel)  # runc removes the container's cgroups right here
+        if errno_ is not None:
+            raise OSError(errno_, os.strerror(errno_), str(tmp_path / rel / "cpuset.mems"))
+        return real(*args)
+
+    monkeypatch.setattr(cgroup, step, leave_then)
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    with capture_logs() as logs:
+        found = one(sampler)
+    assert (found.status, found.write, found.residency) == (pl.NO_CGROUP, None, None)
+    assert found.message == "the cgroup disappeared while it was read: the container stopped"
+    assert (sampler.stats.writes_ok, sampler.stats.writes_failed, sampler.stats.errors) == (0, 0, 0)
+    assert sampler.stats.gone == 1
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "cpuset.mems differs from the memory manager's assignment"  # before the write
+    ]
+
+
+def test_a_failed_write_in_a_cgroup_that_is_still_there_is_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="1")
+    )
+
+    def refused(*args: object) -> object:
+        raise OSError(errno.ENOENT, "No such file or directory", "cpuset.mems")
+
+    monkeypatch.setattr(cgroup, "write_cgroup_file", refused)
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    found = one(sampler)
+    assert found.status == pl.MEASURED
+    assert found.write is not None and found.write.error == "cpuset.mems: No such file or directory"
+    assert sampler.stats.writes_failed == 1

@@ -28,8 +28,10 @@ container's ``cpuset.mems`` (v1: after setting ``cpuset.memory_migrate`` to 1,
 so that the pages already allocated move too; v2 always migrates), reads the
 enforced nodes back and reports the write (:class:`CpusetWrite`, a log line, a
 counter; a failed write is retried each round, counted each time and logged
-once until its error changes). It never writes a node outside the assignment,
-and never an empty list.
+once until its error changes; a container whose cgroup is removed during the
+write, ENOENT or ENODEV with its directory gone, has left: ``NO_CGROUP``, no
+failed write). It never writes a node outside the assignment, and never an
+empty list.
 """
 
 from __future__ import annotations
@@ -223,7 +225,7 @@ class PlacementSampler:
             stat = cgroup.read_numa_stat(stat_path, self.page_size)
             enforced = cgroup.read_enforced_mems(dirs)
         except (OSError, CgroupFormatError) as err:
-            if _went_away(err, dirs):
+            if _went_away(err, dirs.memory):
                 return self._gone(target)
             if isinstance(err, FileNotFoundError) and not stat_path.exists():
                 return Placement(
@@ -248,6 +250,8 @@ class PlacementSampler:
             self._warn_once(target, result, dirs)
             if self.enforce and enforced is not None:
                 written = self._write(target, dirs, enforced, now)
+                if written is None:
+                    return self._gone(target)
                 self._writes[target.key] = written
                 result = residency(target.assigned, stat, written.after)
         elif result.cpuset_matches:
@@ -285,7 +289,9 @@ class PlacementSampler:
 
     def _write(
         self, target: PlacementTarget, dirs: cgroup.CgroupDirs, before: frozenset[int], now: int
-    ) -> CpusetWrite:
+    ) -> CpusetWrite | None:
+        """Write the assignment and read it back; None when the container left meanwhile
+        (its cgroup removed: ENOENT, ENODEV), which is no failed write."""
         path = str(dirs.cpuset / "cpuset.mems")
         migrate = False
         after: frozenset[int] | None = None
@@ -296,11 +302,17 @@ class PlacementSampler:
         except CgroupPathError as err:
             error = str(err)
         except OSError as err:
+            if _went_away(err, dirs.cpuset):
+                return None
             error = _os_error(err)
         try:
             after = cgroup.read_enforced_mems(dirs)
         except (OSError, CgroupFormatError) as err:
+            if _went_away(err, dirs.cpuset):
+                return None
             error = error or f"read back: {err}"
+        if after is None and not dirs.cpuset.is_dir():
+            return None
         if not error and after != target.assigned:
             error = (
                 f"the kernel enforces {quote(format_cpulist(after or ()))} after the write (the parent "
@@ -328,9 +340,10 @@ class PlacementSampler:
         return write
 
 
-def _went_away(err: Exception, dirs: cgroup.CgroupDirs) -> bool:
-    """A read that failed because the cgroup went away (the container stopped)."""
-    if isinstance(err, OSError) and err.errno in _GONE_ERRNOS and not dirs.memory.is_dir():
+def _went_away(err: Exception, directory: Path) -> bool:
+    """A read or write in ``directory`` (the container's memory or cpuset cgroup) that failed
+    because the cgroup went away (the container stopped)."""
+    if isinstance(err, OSError) and err.errno in _GONE_ERRNOS and not directory.is_dir():
         return True
     return isinstance(err, OSError) and err.errno == errno.ENODEV
 
