@@ -132,7 +132,7 @@ def test_no_cgroup_is_not_an_error(tmp_path: Path) -> None:
     sampler = pl.PlacementSampler(tmp_path)
     found = one(sampler, target("containerd://missing"))
     assert found.status == pl.NO_CGROUP
-    assert found.message == f"no cgroup under {tmp_path} for container ids containerd://missing"
+    assert found.message == f"no cgroup under {tmp_path} for container id 'containerd://missing'"
     assert sampler.stats.errors == 0
 
 
@@ -717,3 +717,59 @@ def test_a_failed_write_in_a_cgroup_that_is_still_there_is_a_failure(
     assert found.status == pl.MEASURED
     assert found.write is not None and found.write.error == "cpuset.mems: No such file or directory"
     assert sampler.stats.writes_failed == 1
+
+
+# --- finding 2: NO_CGROUP lists a few quoted ids; only the newest ids are looked up ---
+
+
+def test_the_no_cgroup_message_lists_a_few_quoted_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reviewer's d2: 4,300 ids of 1,000 characters made GetResidency exceed gRPC's
+    message limit; one with ESC and a newline forged lines in ``numamem residency``."""
+    (tmp_path / "kubepods").mkdir()
+    hostile = "containerd://\x1b[31mRED\x1b[0m\nfake line: wrote cpuset.mems 0"
+    ids = tuple(f"containerd://{i:06d}" + "a" * 1000 for i in range(4300))
+    looked_up: list[str] = []
+    real = cgroup.resolve
+
+    def counting(root: Path, mode: str, pod_uid: str, cid: str) -> cgroup.CgroupDirs | None:
+        looked_up.append(cid)
+        return real(root, mode, pod_uid, cid)
+
+    monkeypatch.setattr(cgroup, "resolve", counting)
+    sampler = pl.PlacementSampler(tmp_path, mode=V1)
+    newest_first = (hostile, *reversed(ids))
+    for _ in range(3):
+        found = one(sampler, target(*newest_first))
+    assert found.status == pl.NO_CGROUP
+    assert looked_up == list(newest_first[:4]) * 3  # the newest 4, each round
+    assert found.message.startswith(
+        f"no cgroup under {tmp_path} for container ids "
+        "'containerd://\\x1b[31mRED\\x1b[0m\\nfake line: wrote cpuset.mems 0', "
+        "'containerd://004299aaaa"
+    )
+    assert found.message.endswith(" and 1 more (only the newest 4 of its 4301 ids are looked up)")
+    assert found.message.isprintable()
+    assert len(found.message.encode()) < 600
+    assert "004298" in found.message and "004297" not in found.message
+
+
+def test_log_fields_naming_a_container_are_quoted(tmp_path: Path) -> None:
+    write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    sampler = pl.PlacementSampler(tmp_path)
+    hostile = pl.PlacementTarget(POD, "app\x1b[2K\rx", (CID,), frozenset({0}))
+    with capture_logs() as logs:
+        sampler.sample([hostile], NOW)
+    [warning] = [e for e in logs if e["log_level"] == "warning"]
+    assert (warning["pod_uid"], warning["container"]) == (POD, "app\\x1b[2K\\rx")
+
+
+@pytest.mark.parametrize("uid", ["p\n1", "p\x1b[2K"])
+def test_ids_with_control_characters_name_no_cgroup(tmp_path: Path, uid: str) -> None:
+    (tmp_path / "kubepods" / f"pod{uid}" / "c").mkdir(parents=True)
+    assert cgroup.resolve(tmp_path, V2, uid, "c") is None
+    (tmp_path / "kubepods" / "podp" / "c\n").mkdir(parents=True)
+    assert cgroup.resolve(tmp_path, V2, "p", "c\n") is None

@@ -385,3 +385,34 @@ def test_the_residency_command(root: Path, capsys: pytest.CaptureFixture[str]) -
         ]
         assert tail.splitlines()[1].split()[:4] == ["default/web-p1", "(p1)", "app", "0"]
         assert "0-1 DIFFERS" in tail.splitlines()[1]
+
+
+def test_client_values_cannot_forge_lines_of_the_residency_command(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reviewer's d3: ESC and CR in a runtime id, a pod name and a container name."""
+    res = {"cpu": "1", "memory": "1Gi"}
+    hostile = mm.Pod(
+        uid="p1",
+        namespace="ns\x1b[2K",
+        name="web\r\nx/n app: wrote cpuset.mems 0",
+        containers=[mm.Container(name="app\x1b[31m", requests=res, limits=res)],
+    )
+    with serve(root, podresources_socket=str(root / "pr.sock")) as server:  # type: ignore[attr-defined]
+        c = server.client
+        assert c.admit(hostile).admitted
+        cid = "containerd://\x1b[2K\rx/n app: wrote cpuset.mems 0 to /sys/fs/cgroup/cpuset/..."
+        c.add_container(hostile, "app\x1b[31m", cid)
+        collector_round(server)
+        [row] = c.get_residency()
+        assert row.status == mm.RESIDENCY_NO_CGROUP
+        assert row.message == (
+            f"no cgroup under {root / 'cgroup'} for container id 'containerd://\\x1b[2K\\rx/n "
+            "app: wrote cpuset.mems 0 to /sys/fs/cgroup/cpuset/...'"
+        )
+        assert main(["residency", "--socket", server.socket]) == 0
+        out = capsys.readouterr().out
+        assert all(line.isprintable() for line in out.splitlines()), out
+        assert "ns\\x1b[2K/web\\r\\nx/n app: wrote cpuset.mems 0 (p1)" in out
+        assert "app\\x1b[31m" in out
+        assert not any(line.startswith("x/n app") for line in out.splitlines())

@@ -68,15 +68,14 @@ def pinned_targets(committed: Committed) -> list[pl.PlacementTarget]:
     ids newest first (a restarted container has its new id added last)."""
     ids: dict[tuple[str, str], list[str]] = {}
     for cid, ref in committed.containers.items():
-        ids.setdefault(ref, []).insert(0, cid)
+        ids.setdefault(ref, []).append(cid)  # oldest first: reversed below (no O(n^2) insert)
     targets = []
     for pod_uid, containers in committed.view.pods():
         for name, blocks in containers.items():
             nodes = frozenset(n for b in blocks for n in b.numa_affinity or ())
             if nodes:
-                targets.append(
-                    pl.PlacementTarget(pod_uid, name, tuple(ids.get((pod_uid, name), ())), nodes)
-                )
+                newest_first = tuple(reversed(ids.get((pod_uid, name), ())))
+                targets.append(pl.PlacementTarget(pod_uid, name, newest_first, nodes))
     return sorted(targets, key=lambda t: t.key)
 
 

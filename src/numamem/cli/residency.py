@@ -18,6 +18,7 @@ from numamem.cli.common import (
 )
 from numamem.client import NumamemClient
 from numamem.cpuset import format_cpulist
+from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2 as mm
 
 _STATUS = {
@@ -55,11 +56,16 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=client_command(run))
 
 
+def _bare(value: str) -> str:
+    """A client's value (a uid, a name) as one line of text (``\\x1b``, ``\\n`` escaped)."""
+    return quote(value, style="bare")
+
+
 def pod_text(r: mm.ContainerResidency) -> str:
-    """``namespace/name (uid)`` when the names are known, else the uid."""
+    """``namespace/name (uid)`` when the names are known, else the uid (each escaped)."""
     if r.pod_namespace or r.pod_name:
-        return f"{r.pod_namespace}/{r.pod_name} ({r.pod_uid})"
-    return r.pod_uid
+        return f"{_bare(r.pod_namespace)}/{_bare(r.pod_name)} ({_bare(r.pod_uid)})"
+    return _bare(r.pod_uid)
 
 
 def _nodes_text(r: mm.ContainerResidency) -> str:
@@ -95,7 +101,7 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
         [
             [
                 indent + pod_text(r),
-                r.container_name,
+                _bare(r.container_name),
                 format_cpulist(r.assigned_numa_nodes),
                 _nodes_text(r),
                 _outside_text(r),
@@ -106,7 +112,7 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
         ],
     )
     for r in rows:
-        name = f"{pod_text(r)} {r.container_name}"
+        name = f"{pod_text(r)} {_bare(r.container_name)}"
         if r.message:
             print(f"{indent}{name}: {r.message}")
         if r.HasField("cpuset_write"):

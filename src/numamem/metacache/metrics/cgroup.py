@@ -69,12 +69,15 @@ def candidate_paths(pod_uid: str, container_id: str) -> list[str]:
     (systemd, whose slice names use ``-`` as the hierarchy separator): one component in
     both, so only a ``/`` could leave it (``pod..`` is a plain name, and ``.`` or ``..``
     alone can never be a uid's component, which always starts with ``pod`` or
-    ``kubepods-``)."""
+    ``kubepods-``). Ids with control characters (not :meth:`str.isprintable`) name no
+    cgroup either: real ones are hex digits and ``-``."""
     runtime, cid = split_container_id(container_id)
     if not cid or "/" in cid or "\0" in cid or cid in (".", ".."):
         return []
     if not pod_uid or "/" in pod_uid or "\0" in pod_uid:
         return []
+    if not (pod_uid.isprintable() and cid.isprintable()):
+        return []  # no runtime or kubelet names a cgroup so; a path in a message stays one line
     paths = []
     for qos in _QOS:
         parent = f"kubepods/{qos}" if qos else "kubepods"

@@ -11,8 +11,9 @@ Per container, a :class:`Placement` with a status:
 
 * ``MEASURED``: the numa_stat was read (the enforced nodes may still be
   unknown: no cpuset controller for the container);
-* ``NO_CGROUP``: no cgroup under the root for any of its ids (not started
-  yet, on another node, a wrong ``--cgroup-root``), or the cgroup disappeared
+* ``NO_CGROUP``: no cgroup under the root for any of its newest
+  :data:`MAX_RESOLVED_IDS` ids (not started yet, on another node, a wrong
+  ``--cgroup-root``; the message lists a few, quoted), or the cgroup disappeared
   while it was read: the container stopped. Neither is an error;
 * ``NO_NUMA_STAT``: the cgroup has no ``memory.numa_stat`` (no memory
   controller for it, or a kernel without NUMA);
@@ -54,6 +55,11 @@ NO_CGROUP = "NO_CGROUP"
 NO_NUMA_STAT = "NO_NUMA_STAT"
 UNREADABLE = "UNREADABLE"
 _GONE_ERRNOS = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
+MAX_RESOLVED_IDS = 4
+"""Only a container's newest ids are looked up (each costs about 15 stat() calls a round
+while none has a cgroup): an older id's cgroup is a container that already restarted."""
+MAX_LISTED_IDS = 3
+"""The most ids a NO_CGROUP message lists (each quoted), then "and N more"."""
 
 
 @dataclass(frozen=True)
@@ -186,8 +192,7 @@ class PlacementSampler:
             )
             _log.exception(
                 "cannot read the container's NUMA placement",
-                pod_uid=quote(target.pod_uid, style="bare"),
-                container=quote(target.container_name, style="bare"),
+                **_who(target),
             )
             return Placement(target, UNREADABLE, message)
 
@@ -196,7 +201,7 @@ class PlacementSampler:
         known = self._known.get(target.key)
         if known is not None and known.container_ids == target.container_ids:
             return known
-        for cid in target.container_ids:
+        for cid in target.container_ids[:MAX_RESOLVED_IDS]:
             dirs = cgroup.resolve(self.root, self.mode, target.pod_uid, cid)
             if dirs is not None:
                 self._known[target.key] = _Known(target.container_ids, cid, dirs)
@@ -210,7 +215,8 @@ class PlacementSampler:
             return Placement(
                 target,
                 NO_CGROUP,
-                f"no cgroup under {self.root} for container ids {', '.join(target.container_ids)}",
+                f"no cgroup under {self.root} for container "
+                f"{_ids_text(target.container_ids, MAX_RESOLVED_IDS)}",
             )
         dirs, cid, where = known.dirs, known.container_id, str(known.dirs.memory)
         if not dirs.memory.is_dir():
@@ -239,8 +245,7 @@ class PlacementSampler:
             message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
             _log.warning(
                 "cannot read the container's NUMA placement",
-                pod_uid=target.pod_uid,
-                container=target.container_name,
+                **_who(target),
                 error=message,
             )
             return Placement(target, UNREADABLE, message, cid, where)
@@ -264,8 +269,7 @@ class PlacementSampler:
         self.stats.gone += 1
         _log.debug(
             "cgroup disappeared; container stopped",
-            pod_uid=target.pod_uid,
-            container=target.container_name,
+            **_who(target),
         )
         return Placement(
             target, NO_CGROUP, "the cgroup disappeared while it was read: the container stopped"
@@ -279,8 +283,7 @@ class PlacementSampler:
         self._warned.add(target.key)
         _log.warning(
             "cpuset.mems differs from the memory manager's assignment",
-            pod_uid=target.pod_uid,
-            container=target.container_name,
+            **_who(target),
             assigned=format_cpulist(target.assigned),
             enforced=format_cpulist(result.enforced or ()),
             file=str(cgroup.enforced_mems_file(dirs)),
@@ -324,8 +327,7 @@ class PlacementSampler:
         else:
             self.stats.writes_failed += 1
         fields = {
-            "pod_uid": target.pod_uid,
-            "container": target.container_name,
+            **_who(target),
             "file": path,
             "before": format_cpulist(before),
             "written": format_cpulist(target.assigned),
@@ -338,6 +340,24 @@ class PlacementSampler:
             self._failures[target.key] = error
             _log.warning("cannot enforce cpuset.mems; retried each round", error=error, **fields)
         return write
+
+
+def _who(target: PlacementTarget) -> dict[str, object]:
+    """The log fields naming the container, quoted (both come from clients)."""
+    return {
+        "pod_uid": quote(target.pod_uid, style="bare"),
+        "container": quote(target.container_name, style="bare"),
+    }
+
+
+def _ids_text(ids: Sequence[str], tried: int) -> str:
+    """``'a', 'b', 'c' and 2 more``: at most :data:`MAX_LISTED_IDS` ids, each quoted."""
+    shown = ", ".join(quote(cid) for cid in ids[:MAX_LISTED_IDS])
+    rest = min(len(ids), tried) - MAX_LISTED_IDS
+    text = f"{'id' if len(ids) == 1 else 'ids'} {shown}" + (f" and {rest} more" if rest > 0 else "")
+    if len(ids) > tried:
+        text += f" (only the newest {tried} of its {len(ids)} ids are looked up)"
+    return text
 
 
 def _went_away(err: Exception, directory: Path) -> bool:
