@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -368,11 +369,23 @@ NODES = st.frozensets(st.integers(0, 7), max_size=8)
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(assigned=NODES.filter(bool), enforced=NODES, mode=st.sampled_from([V1, V2]))
+@given(
+    assigned=NODES.filter(bool),
+    enforced=NODES,
+    parent=NODES.filter(bool),
+    mode=st.sampled_from([V1, V2]),
+)
 def test_enforce_never_writes_beyond_the_assignment(
-    tmp_path: Path, assigned: frozenset[int], enforced: frozenset[int], mode: str
+    tmp_path: Path,
+    assigned: frozenset[int],
+    enforced: frozenset[int],
+    parent: frozenset[int],
+    mode: str,
 ) -> None:
-    root = tmp_path / f"{mode}-{format_cpulist(assigned)}-{format_cpulist(enforced)}"
+    """Every write, as it is made (not only the file's last state): ``cpuset.mems`` gets
+    exactly the assignment, never empty, at most once while it holds; v1 sets
+    memory_migrate first; v2 writes nothing when the parent lacks an assigned node."""
+    root = Path(tempfile.mkdtemp(dir=tmp_path)) / mode  # hypothesis may replay an example
     rel = write_container(
         root,
         mode,
@@ -380,17 +393,52 @@ def test_enforce_never_writes_beyond_the_assignment(
         "guaranteed",
         POD,
         CID,
-        CgroupValues(numa=SPLIT, mems=format_cpulist(enforced)),
+        CgroupValues(
+            numa=SPLIT, mems=format_cpulist(enforced), parent_effective=format_cpulist(parent)
+        ),
     )
     mems = root / ("" if mode == V2 else "cpuset") / rel / "cpuset.mems"
-    found = one(pl.PlacementSampler(root, enforce=True), target(CID, assigned=set(assigned)))
-    written = cgroup.parse_mems(mems.read_text(), str(mems))
-    if enforced == assigned:
-        assert found.write is None
+    writes: list[tuple[str, str]] = []
+    real = cgroup.write_cgroup_file
+
+    def recording(controller: Path, directory: Path, name: str, text: str) -> Path:
+        writes.append((name, text))
+        return real(controller, directory, name, text)
+
+    sampler = pl.PlacementSampler(root, enforce=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cgroup, "write_cgroup_file", recording)
+        found = one(sampler, target(CID, assigned=set(assigned)))
+        again = one(sampler, target(CID, assigned=set(assigned)))
+    assert found.residency is not None
+    mems_writes = [text for name, text in writes if name == "cpuset.mems"]
+    assert all(cgroup.parse_mems(text, "w") == assigned for text in mems_writes)
+    disallowed = mode == V2 and not assigned <= parent
+    if enforced == assigned or disallowed:
+        assert writes == [] and found.write is None and again.write is None
+        assert cgroup.parse_mems(mems.read_text(), str(mems)) == enforced
+        assert found.residency.cpuset_matches is (enforced == assigned)
+        if disallowed and enforced != assigned:
+            assert (found.enforcement, again.enforcement) == (pl.PARENT_DISALLOWS,) * 2
+            missing = format_cpulist(assigned - parent)
+            assert f"without the assigned node{'s' * (len(assigned - parent) > 1)} '{missing}'" in (
+                found.enforcement_message
+            )
+        else:
+            assert found.enforcement == ""
+        return
+    assert mems_writes == [format_cpulist(assigned) + "\n"]  # once: the next round holds
+    if mode == V1:
+        assert writes == [("cpuset.memory_migrate", "1\n"), ("cpuset.mems", mems_writes[0])]
     else:
-        assert found.write is not None and found.write.written == assigned
-    assert written == (assigned if enforced != assigned else enforced)
-    assert written <= assigned or written == enforced
+        assert len(writes) == 1
+    write = found.write
+    assert write is not None and write.ok and not write.written_back
+    assert (write.before, write.written, write.after) == (enforced, assigned, assigned)
+    assert found.residency.cpuset_matches is True and found.enforcement == ""
+    assert again.write == write and again.residency is not None
+    assert again.residency.cpuset_matches is True
+    assert cgroup.parse_mems(mems.read_text(), str(mems)) == assigned
 
 
 def test_targets_that_leave_are_forgotten(tmp_path: Path) -> None:
@@ -773,3 +821,106 @@ def test_ids_with_control_characters_name_no_cgroup(tmp_path: Path, uid: str) ->
     assert cgroup.resolve(tmp_path, V2, uid, "c") is None
     (tmp_path / "kubepods" / "podp" / "c\n").mkdir(parents=True)
     assert cgroup.resolve(tmp_path, V2, "p", "c\n") is None
+
+
+# --- finding 6: v2 enforcement never widens; a write that widens is written back ---
+
+
+def test_v2_does_not_write_when_the_parent_lacks_an_assigned_node(tmp_path: Path) -> None:
+    """Writing 0 under a parent whose effective nodes are 1 would make the kernel enforce
+    the parent's 1 (v2 falls back to the parent's nodes): not written, reported, logged
+    once; written once the parent allows node 0."""
+    values = CgroupValues(numa=SPLIT, mems="1", parent_effective="1")
+    rel = write_container(tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, values)
+    parent = (tmp_path / rel).parent / "cpuset.mems.effective"
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    with capture_logs() as logs:
+        rounds = [one(sampler) for _ in range(3)]
+    for found in rounds:
+        assert (found.write, found.enforcement) == (None, pl.PARENT_DISALLOWS)
+        assert found.residency is not None and found.residency.cpuset_matches is False
+    assert rounds[0].enforcement_message == (
+        f"{parent} is '1', without the assigned node "
+        "'0': the kernel would enforce other nodes than the assignment; not written. Allow them "
+        "in the pod's (and its QoS class's) cpuset.mems, or fix the assignment"
+    )
+    assert (tmp_path / rel / "cpuset.mems").read_text() == "1\n"
+    held = [e for e in logs if e["event"].startswith("not enforcing cpuset.mems")]
+    assert len(held) == 1 and held[0]["reason"] == rounds[0].enforcement_message
+    assert (sampler.stats.writes_ok, sampler.stats.writes_failed) == (0, 0)
+    parent.write_text("0-1\n")
+    found = one(sampler)
+    assert found.write is not None and found.write.ok and found.enforcement == ""
+    assert (tmp_path / rel / "cpuset.mems").read_text() == "0\n"
+
+
+def test_v2_without_the_parents_nodes_does_not_write(tmp_path: Path) -> None:
+    rel = write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="1")
+    )
+    parent = (tmp_path / rel).parent / "cpuset.mems.effective"
+    parent.unlink()
+    found = one(pl.PlacementSampler(tmp_path, enforce=True))
+    assert (found.write, found.enforcement) == (None, pl.PARENT_DISALLOWS)
+    assert found.enforcement_message == (
+        f"{parent} does not exist: cannot tell which nodes the parent allows; not written"
+    )
+    assert (tmp_path / rel / "cpuset.mems").read_text() == "1\n"
+
+
+@pytest.mark.parametrize("mode", [V1, V2])
+def test_a_write_that_widens_is_written_back_and_enforcement_stops(
+    tmp_path: Path, mode: str
+) -> None:
+    """A kernel that enforces 0-2 once 0 is written (as v2 does when the parent grants none
+    of the written nodes): the previous cpuset.mems is written back, and never again."""
+    rel = write_container(
+        tmp_path,
+        mode,
+        CGROUPFS,
+        "guaranteed",
+        POD,
+        CID,
+        CgroupValues(numa=SPLIT, mems="1", effective="1"),
+    )
+    cpuset = tmp_path / ("" if mode == V2 else "cpuset") / rel
+    effective = cpuset / ("cpuset.mems.effective" if mode == V2 else "cpuset.effective_mems")
+    written: list[str] = []
+    real = cgroup.write_cgroup_file
+
+    def kernel(controller: Path, directory: Path, name: str, text: str) -> Path:
+        path = real(controller, directory, name, text)
+        if name == "cpuset.mems":
+            written.append(text)
+            effective.write_text("0-2\n" if text == "0\n" else text)
+        return path
+
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    with pytest.MonkeyPatch.context() as patch, capture_logs() as logs:
+        patch.setattr(cgroup, "write_cgroup_file", kernel)
+        found = one(sampler)
+        later = [one(sampler) for _ in range(3)]
+    assert written == ["0\n", "1\n"]  # the write, then the write back; nothing after
+    assert (cpuset / "cpuset.mems").read_text() == "1\n"
+    write = found.write
+    assert write is not None and write.written_back and not write.ok
+    assert (write.before, write.written, write.after) == ({1}, {0}, {0, 1, 2})
+    assert write.error == (
+        "the kernel enforces '0-2' after writing '0', not within the assignment (the parent "
+        "cgroup's cpuset.mems.effective grants none of the assigned nodes?); wrote back '1'. "
+        "numamem no longer writes this container's cpuset.mems (until it restarts or is "
+        "re-pinned): allow the assigned nodes in the pod's cpuset.mems"
+    )
+    assert found.residency is not None and found.residency.enforced == {1}  # as written back
+    assert (found.enforcement, found.enforcement_message) == (pl.STOPPED, write.error)
+    for again in later:
+        assert (again.write, again.enforcement) == (write, pl.STOPPED)
+    assert (sampler.stats.writes_ok, sampler.stats.writes_failed) == (0, 1)
+    [logged] = [e for e in logs if e["event"] == "cpuset.mems written back; no longer enforced"]
+    assert logged["error"] == write.error
+    # A restart (a new runtime id) is a new container: enforced again.
+    write_container(
+        tmp_path, mode, CGROUPFS, "guaranteed", POD, "new", CgroupValues(numa=SPLIT, mems="1")
+    )
+    fresh = one(sampler, target("new", CID))
+    assert fresh.write is not None and fresh.write.ok and fresh.enforcement == ""

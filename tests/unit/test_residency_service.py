@@ -416,3 +416,51 @@ def test_client_values_cannot_forge_lines_of_the_residency_command(
         assert "ns\\x1b[2K/web\\r\\nx/n app: wrote cpuset.mems 0 (p1)" in out
         assert "app\\x1b[31m" in out
         assert not any(line.startswith("x/n app") for line in out.splitlines())
+
+
+def test_enforcement_held_back_by_the_parent_is_reported(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cgroups = root / "cgroup"
+    rel = write_container(
+        cgroups,
+        V2,
+        CGROUPFS,
+        "guaranteed",
+        "p1",
+        "aaa",
+        CgroupValues(numa=SPLIT, mems="1", parent_effective="1"),
+    )
+    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+        c = server.client
+        p1 = pod("p1")
+        assert c.admit(p1).admitted
+        c.add_container(p1, "app", "aaa")
+        collector_round(server)
+        [row] = c.get_residency()
+        assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS
+        assert row.cpuset_enforcement_message.startswith(
+            f"{(cgroups / rel).parent / 'cpuset.mems.effective'} is '1', without the assigned node '0'"
+        )
+        assert not row.HasField("cpuset_write")
+        assert (cgroups / rel / "cpuset.mems").read_text() == "1\n"
+        text = scrape_unix(str(root / "metrics.sock"))
+        who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
+        assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {
+            labels(**who, reason="parent_disallows"): 1
+        }
+        assert main(["residency", "--socket", server.socket]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert "1 DIFFERS (parent disallows)" in out[1]
+        assert (
+            out[2]
+            == f"p1 app: --enforce-cpuset-mems holds back (parent disallows): {row.cpuset_enforcement_message}"
+        )
+        (cgroups / rel).parent.joinpath("cpuset.mems.effective").write_text("0-1\n")
+        collector_round(server)
+        [row] = c.get_residency()
+        assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_UNSPECIFIED
+        assert row.cpuset_enforcement_message == ""
+        assert (row.cpuset_mems_state, row.cpuset_write.error) == (mm.CPUSET_MEMS_MATCHES, "")
+        text = scrape_unix(str(root / "metrics.sock"))
+        assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {}

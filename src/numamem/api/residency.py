@@ -44,6 +44,15 @@ _STATUS = {
 }
 
 
+_ENFORCEMENT = {
+    "": mm.CPUSET_ENFORCEMENT_UNSPECIFIED,
+    pl.PARENT_DISALLOWS: mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS,
+    pl.STOPPED: mm.CPUSET_ENFORCEMENT_STOPPED,
+}
+ENFORCEMENT_REASONS = {pl.PARENT_DISALLOWS: "parent_disallows", pl.STOPPED: "stopped"}
+"""The ``reason`` label of ``numamem_container_cpuset_mems_not_enforced``."""
+
+
 @dataclass(frozen=True)
 class ResidencyEntry:
     """One pinned container as reported: its current target, names, and what the last
@@ -218,8 +227,11 @@ def residency_to_proto(entry: ResidencyEntry, *, types: bool = True) -> mm.Conta
                 memory_migrate_enabled=w.migrate_enabled,
                 error=w.error,
                 time=_timestamp(w.time_ns),
+                written_back=w.written_back,
             )
         )
+    msg.cpuset_enforcement = _ENFORCEMENT[found.enforcement]
+    msg.cpuset_enforcement_message = found.enforcement_message
     return msg
 
 
@@ -276,6 +288,11 @@ class ResidencyMetrics(Collector):
             "1 when the cpuset.mems the kernel enforces differs from the assigned nodes",
             labels=labels,
         )
+        held = GaugeMetricFamily(
+            "numamem_container_cpuset_mems_not_enforced",
+            "1 while --enforce-cpuset-mems does not write the container's cpuset.mems, by reason",
+            labels=[*labels, "reason"],
+        )
         for entry, res in measured(self._residency.entries()):
             target = entry.target
             values = [
@@ -291,6 +308,9 @@ class ResidencyMetrics(Collector):
             outside.add_metric(values, res.outside_bytes)
             if res.cpuset_matches is not None:
                 mismatch.add_metric(values, 0 if res.cpuset_matches else 1)
+            reason = ENFORCEMENT_REASONS.get(entry.placement.enforcement if entry.placement else "")
+            if reason is not None:
+                held.add_metric([*values, reason], 1)
         stats = self._residency.sampler.stats
         writes = CounterMetricFamily(
             "numamem_cpuset_mems_writes",
@@ -302,4 +322,5 @@ class ResidencyMetrics(Collector):
         yield memory
         yield outside
         yield mismatch
+        yield held
         yield writes

@@ -29,6 +29,11 @@ _STATUS = {
     mm.RESIDENCY_NO_NUMA_STAT: "no numa_stat",
     mm.RESIDENCY_UNREADABLE: "UNREADABLE",
 }
+_ENFORCEMENT = {
+    mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS: "parent disallows",
+    mm.CPUSET_ENFORCEMENT_STOPPED: "stopped",
+}
+"""What holds --enforce-cpuset-mems back, as the CPUSET.MEMS column and the lines below say."""
 LEGEND = (
     "* = a node the memory manager assigned; OUTSIDE = memory on the other nodes and its share "
     "(page cache and shared pages stay on the node they were first allocated on: README "
@@ -84,10 +89,13 @@ def _outside_text(r: mm.ContainerResidency) -> str:
 
 
 def _cpuset_text(r: mm.ContainerResidency) -> str:
+    held = (
+        f" ({_ENFORCEMENT[r.cpuset_enforcement]})" if r.cpuset_enforcement in _ENFORCEMENT else ""
+    )
     if r.cpuset_mems_state == mm.CPUSET_MEMS_MATCHES:
-        return f"{format_cpulist(r.cpuset_mems)} ok"
+        return f"{format_cpulist(r.cpuset_mems)} ok{held}"
     if r.cpuset_mems_state == mm.CPUSET_MEMS_DIFFERS:
-        return f"{format_cpulist(r.cpuset_mems) or '(empty)'} DIFFERS"
+        return f"{format_cpulist(r.cpuset_mems) or '(empty)'} DIFFERS{held}"
     if r.cpuset_mems_state == mm.CPUSET_MEMS_UNKNOWN:
         return "unknown"
     return "-"
@@ -128,6 +136,11 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
                     f"{indent}{name}: wrote cpuset.mems {format_cpulist(w.written)} to {w.file}, "
                     f"was {format_cpulist(w.before) or '(empty)'}{migrate}"
                 )
+        if r.cpuset_enforcement in _ENFORCEMENT:
+            print(
+                f"{indent}{name}: --enforce-cpuset-mems holds back "
+                f"({_ENFORCEMENT[r.cpuset_enforcement]}): {r.cpuset_enforcement_message}"
+            )
 
 
 def _as_json(r: mm.ContainerResidency) -> dict[str, Any]:

@@ -10,7 +10,9 @@ The cpuset files (v1: the ``cpuset`` controller's ``cpuset.mems``,
 ``cpuset.mems.effective``) are written when ``CgroupValues.mems`` is not None.
 The effective file is a symlink to ``cpuset.mems``, so a write of ``cpuset.mems``
 shows in it as on a kernel whose parent cgroups allow every node; with
-``effective`` set it is a file of its own that a write does not change.
+``effective`` set it is a file of its own that a write does not change. On v2
+the parent (the pod's cgroup) gets a ``cpuset.mems.effective`` too
+(``parent_effective``, every node by default).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class CgroupValues:
     """``cpuset.mems`` (a node list; "" is empty); None: no cpuset files (no controller)"""
     effective: str | None = None
     """The effective node list when it is not ``mems`` itself (see the module docstring)"""
+    parent_effective: str = "0-63"
+    """v2: the parent's (the pod's) ``cpuset.mems.effective``, which enforcement checks"""
 
 
 def relative_path(
@@ -140,6 +144,8 @@ def write_container(
             },
         )
         _write_cpuset(root / rel, "cpuset.mems.effective", v, v1=False)
+        if v.mems is not None:
+            _write((root / rel).parent, {"cpuset.mems.effective": f"{v.parent_effective}\n"})
         return rel
     limit = (1 << 63) - 4096 if v.memory_limit is None else v.memory_limit
     _write(

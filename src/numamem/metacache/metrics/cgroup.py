@@ -490,3 +490,15 @@ def write_mems(root: Path, dirs: CgroupDirs, nodes: frozenset[int]) -> Path:
     return write_cgroup_file(
         cpuset_controller(root, dirs.mode), dirs.cpuset, "cpuset.mems", format_cpulist(nodes) + "\n"
     )
+
+
+def restore_mems(root: Path, dirs: CgroupDirs, text: str) -> Path:
+    """Write back a ``cpuset.mems`` value read before a write (it may be empty: on v2 that
+    means the parent's nodes). It must be a node list; returns the file."""
+    nodes = parse_mems(text, str(dirs.cpuset / "cpuset.mems"))
+    return write_cgroup_file(
+        cpuset_controller(root, dirs.mode),
+        dirs.cpuset,
+        "cpuset.mems",
+        format_cpulist(nodes) + "\n",
+    )

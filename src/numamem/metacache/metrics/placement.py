@@ -32,7 +32,13 @@ counter; a failed write is retried each round, counted each time and logged
 once until its error changes; a container whose cgroup is removed during the
 write, ENOENT or ENODEV with its directory gone, has left: ``NO_CGROUP``, no
 failed write). It never writes a node outside the assignment, and never an
-empty list.
+empty list. On v2 it first checks that the parent's ``cpuset.mems.effective``
+has every assigned node (else the kernel would enforce the parent's nodes):
+when it does not, nothing is written (:data:`PARENT_DISALLOWS`, logged once,
+checked each round). A write after which the kernel enforces a node outside
+the assignment is undone, the previous ``cpuset.mems`` written back (a
+restore, the only other value ever written), and enforcement stops for that
+container until its target changes (:data:`STOPPED`).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from numamem.cpuset import format_cpulist
 from numamem.errors import QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics.numastat import parse_mems
 from numamem.metacache.metrics.residency import Residency, residency
 
 _log = get_logger("placement")
@@ -54,6 +61,9 @@ MEASURED = "MEASURED"
 NO_CGROUP = "NO_CGROUP"
 NO_NUMA_STAT = "NO_NUMA_STAT"
 UNREADABLE = "UNREADABLE"
+# Why --enforce-cpuset-mems does not write a container's cpuset.mems now ("" = nothing holds it).
+PARENT_DISALLOWS = "PARENT_DISALLOWS"
+STOPPED = "STOPPED"
 _GONE_ERRNOS = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
 MAX_RESOLVED_IDS = 4
 """Only a container's newest ids are looked up (each costs about 15 stat() calls a round
@@ -91,6 +101,9 @@ class CpusetWrite:
     """The time of the round that wrote."""
     error: str = ""
     """Why the write failed, or why the kernel enforces other nodes after it; "" when it took."""
+    written_back: bool = False
+    """The kernel enforced nodes outside the assignment after the write (``after``), so the
+    value ``cpuset.mems`` had before was written back; enforcement stopped for the container."""
 
     @property
     def ok(self) -> bool:
@@ -111,6 +124,11 @@ class Placement:
     residency: Residency | None = None
     write: CpusetWrite | None = None
     """The last write for the container (this round or an earlier one), while it is a target."""
+    enforcement: str = ""
+    """With ``enforce``: why the sampler does not write the container's ``cpuset.mems`` now
+    (:data:`PARENT_DISALLOWS`, :data:`STOPPED`); "" when nothing holds it back."""
+    enforcement_message: str = ""
+    """The reason in words: the files, the nodes, what to do."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +147,34 @@ class PlacementStats:
     gone: int = 0
     writes_ok: int = 0
     writes_failed: int = 0
+
+
+@dataclass
+class _Enforcing:
+    """What enforcement remembers of one container (while its target stays the same)."""
+
+    target: PlacementTarget
+    held: str = ""
+    """Why the last round did not write (the parent does not allow the nodes); logged once."""
+    stopped: str = ""
+    """Why enforcement stopped for good (a write widened the enforced nodes)."""
+
+    def report(self) -> tuple[str, str]:
+        if self.stopped:
+            return STOPPED, self.stopped
+        if self.held:
+            return PARENT_DISALLOWS, self.held
+        return "", ""
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one enforcement step did: the write (None: nothing written) and the nodes the
+    kernel enforces after it; ``gone`` when the container left meanwhile."""
+
+    write: CpusetWrite | None = None
+    enforced: frozenset[int] | None = None
+    gone: bool = False
 
 
 @dataclass
@@ -161,6 +207,7 @@ class PlacementSampler:
         self._writes: dict[tuple[str, str], CpusetWrite] = {}
         self._failures: dict[tuple[str, str], str] = {}
         """The last failed write's error per container, logged once until it changes."""
+        self._enforcing: dict[tuple[str, str], _Enforcing] = {}
 
     def sample(self, targets: Sequence[PlacementTarget], now: int) -> int:
         """One round over ``targets``; publishes :attr:`last`; returns the unreadable count."""
@@ -168,7 +215,7 @@ class PlacementSampler:
         for target in targets:
             if target.key not in placements:
                 placements[target.key] = self._guarded(target, now)
-        for table in (self._known, self._writes, self._failures):
+        for table in (self._known, self._writes, self._failures, self._enforcing):
             for key in [k for k in table if k not in placements]:
                 del table[key]
         self._warned &= placements.keys()
@@ -253,16 +300,81 @@ class PlacementSampler:
         message = "" if enforced is not None else f"no {cgroup.enforced_mems_file(dirs)}"
         if result.cpuset_matches is False:
             self._warn_once(target, result, dirs)
-            if self.enforce and enforced is not None:
-                written = self._write(target, dirs, enforced, now)
-                if written is None:
-                    return self._gone(target)
-                self._writes[target.key] = written
-                result = residency(target.assigned, stat, written.after)
         elif result.cpuset_matches:
             self._warned.discard(target.key)
+        enforcement = ("", "")
+        if self.enforce and enforced is not None:
+            state = self._enforcing.get(target.key)
+            if state is None or state.target != target:  # a new container or assignment
+                state = self._enforcing[target.key] = _Enforcing(target)
+            if result.cpuset_matches is False:
+                step = self._enforce(target, dirs, enforced, now, state)
+                if step.gone:
+                    return self._gone(target)
+                if step.write is not None:
+                    self._writes[target.key] = step.write
+                    result = residency(target.assigned, stat, step.enforced)
+            else:
+                state.held = ""
+            enforcement = state.report()
         write = self._writes.get(target.key)
-        return Placement(target, MEASURED, message, cid, where, result, write)
+        return Placement(target, MEASURED, message, cid, where, result, write, *enforcement)
+
+    def _enforce(
+        self,
+        target: PlacementTarget,
+        dirs: cgroup.CgroupDirs,
+        enforced: frozenset[int],
+        now: int,
+        state: _Enforcing,
+    ) -> _Step:
+        """One enforcement step for a container whose enforced nodes differ."""
+        if state.stopped:
+            return _Step()
+        if dirs.mode == cgroup.V2:
+            why = self._parent_disallows(target, dirs)
+            if why:
+                if state.held != why:
+                    _log.warning(
+                        "not enforcing cpuset.mems: the parent cgroup does not allow the "
+                        "assigned nodes",
+                        **_who(target),
+                        reason=why,
+                    )
+                state.held = why
+                return _Step()
+        state.held = ""
+        written = self._write(target, dirs, enforced, now)
+        if written is None:
+            return _Step(gone=True)
+        write, after = written
+        if write.written_back:
+            state.stopped = write.error
+        return _Step(write, after)
+
+    def _parent_disallows(self, target: PlacementTarget, dirs: cgroup.CgroupDirs) -> str:
+        """v2: why the parent's ``cpuset.mems.effective`` does not allow every assigned node
+        ("" when it does). Writing then would make the kernel enforce the parent's nodes
+        (when it grants none of them), wider than the assignment."""
+        parent = dirs.cpuset.parent / "cpuset.mems.effective"
+        try:
+            allowed = parse_mems(cgroup.read_small(parent), str(parent))
+        except FileNotFoundError:
+            return (
+                f"{parent} does not exist: cannot tell which nodes the parent allows; not written"
+            )
+        except (OSError, CgroupFormatError) as err:
+            reason = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
+            return f"cannot read the parent's nodes ({reason}); not written"
+        missing = target.assigned - allowed
+        if not missing:
+            return ""
+        return (
+            f"{parent} is {quote(format_cpulist(allowed))}, without the assigned "
+            f"{'node' if len(missing) == 1 else 'nodes'} {quote(format_cpulist(missing))}: the "
+            "kernel would enforce other nodes than the assignment; not written. Allow them in "
+            "the pod's (and its QoS class's) cpuset.mems, or fix the assignment"
+        )
 
     def _gone(self, target: PlacementTarget) -> Placement:
         self._known.pop(target.key, None)
@@ -292,17 +404,24 @@ class PlacementSampler:
 
     def _write(
         self, target: PlacementTarget, dirs: cgroup.CgroupDirs, before: frozenset[int], now: int
-    ) -> CpusetWrite | None:
-        """Write the assignment and read it back; None when the container left meanwhile
-        (its cgroup removed: ENOENT, ENODEV), which is no failed write."""
+    ) -> tuple[CpusetWrite, frozenset[int] | None] | None:
+        """Write the assignment and read it back: the write, and the nodes enforced now (after
+        a write back, see below). None when the container left meanwhile (its cgroup
+        removed: ENOENT, ENODEV), which is no failed write.
+
+        When the kernel enforces nodes outside the assignment after the write, the value
+        ``cpuset.mems`` had before is written back (the only write of anything but the
+        assignment: a restore) and the error says so; the caller then stops."""
         path = str(dirs.cpuset / "cpuset.mems")
         migrate = False
         after: frozenset[int] | None = None
         error = ""
+        previous: str | None = None
         try:
+            previous = cgroup.read_small(dirs.cpuset / "cpuset.mems")
             migrate = cgroup.enable_memory_migrate(self.root, dirs)
             path = str(cgroup.write_mems(self.root, dirs, target.assigned))
-        except CgroupPathError as err:
+        except (CgroupPathError, CgroupFormatError) as err:
             error = str(err)
         except OSError as err:
             if _went_away(err, dirs.cpuset):
@@ -316,12 +435,16 @@ class PlacementSampler:
             error = error or f"read back: {err}"
         if after is None and not dirs.cpuset.is_dir():
             return None
-        if not error and after != target.assigned:
+        now_enforced = after
+        written_back = not error and after is not None and not after <= target.assigned
+        if written_back:
+            error, now_enforced = self._write_back(target, dirs, after or frozenset(), previous)
+        elif not error and after != target.assigned:
             error = (
                 f"the kernel enforces {quote(format_cpulist(after or ()))} after the write (the parent "
                 "cgroup's cpuset.mems may not allow every assigned node)"
             )
-        write = CpusetWrite(path, before, target.assigned, after, migrate, now, error)
+        write = CpusetWrite(path, before, target.assigned, after, migrate, now, error, written_back)
         if write.ok:
             self.stats.writes_ok += 1
         else:
@@ -336,10 +459,42 @@ class PlacementSampler:
         if write.ok:
             self._failures.pop(target.key, None)
             _log.info("wrote cpuset.mems (--enforce-cpuset-mems)", **fields)
+        elif written_back:
+            _log.warning("cpuset.mems written back; no longer enforced", error=error, **fields)
         elif self._failures.get(target.key) != error:
             self._failures[target.key] = error
             _log.warning("cannot enforce cpuset.mems; retried each round", error=error, **fields)
-        return write
+        return write, now_enforced
+
+    def _write_back(
+        self,
+        target: PlacementTarget,
+        dirs: cgroup.CgroupDirs,
+        widened: frozenset[int],
+        previous: str | None,
+    ) -> tuple[str, frozenset[int] | None]:
+        """The write made the kernel enforce ``widened``, not within the assignment: write
+        the previous value back. Returns the error to report and the nodes enforced now."""
+        shown = quote(format_cpulist(widened))
+        why = (
+            f"the kernel enforces {shown} after writing {quote(format_cpulist(target.assigned))}, "
+            "not within the assignment (the parent cgroup's cpuset.mems.effective grants none "
+            "of the assigned nodes?)"
+        )
+        restored: frozenset[int] | None = widened
+        try:
+            if previous is None:
+                raise ValueError("the value before the write is unknown")
+            cgroup.restore_mems(self.root, dirs, previous)
+            restored = cgroup.read_enforced_mems(dirs)
+            done = f"wrote back {quote(previous.strip())}"
+        except (OSError, ValueError, CgroupFormatError, CgroupPathError) as err:
+            done = f"could not write back {quote((previous or '').strip())}: {err}"
+        return (
+            f"{why}; {done}. numamem no longer writes this container's cpuset.mems (until it "
+            "restarts or is re-pinned): allow the assigned nodes in the pod's cpuset.mems",
+            restored,
+        )
 
 
 def _who(target: PlacementTarget) -> dict[str, object]:
