@@ -4,6 +4,7 @@ controllers, vanishing cgroups, malformed files; cpuset.mems checks and enforcem
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import shutil
 import tempfile
@@ -924,3 +925,87 @@ def test_a_write_that_widens_is_written_back_and_enforcement_stops(
     )
     fresh = one(sampler, target("new", CID))
     assert fresh.write is not None and fresh.write.ok and fresh.enforcement == ""
+
+
+# --- finding 5: a container whose cpuset.mems another agent keeps is not rewritten each round ---
+
+
+def test_a_contested_cpuset_is_written_with_exponential_backoff(tmp_path: Path) -> None:
+    """The reviewer's d9: another agent writes 0-1 before every round. numamem writes in
+    rounds 0, 1 and 2, finds the third undone in round 3 (contested), then writes after 2,
+    4, 8, 16, 32 rounds, and 64 at most; when the agent stops, the next round finds the
+    write in place and the contest is over."""
+    rel = write_container(
+        tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    mems = tmp_path / "cpuset" / rel / "cpuset.mems"
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    wrote: list[int] = []
+    states: list[str] = []
+    nlog.configure("info", "console", cache=False)
+    try:
+        with capture_logs() as logs:
+            for rnd in range(200):
+                if rnd < 66 or rnd in (70, 71):  # the other agent's writes, between rounds
+                    mems.write_text("0-1\n")
+                ok_before = sampler.stats.writes_ok
+                found = one(sampler)
+                if sampler.stats.writes_ok > ok_before:
+                    wrote.append(rnd)
+                states.append(found.enforcement)
+                if rnd == 4:
+                    assert found.enforcement_message == (
+                        "cpuset.mems was written 3 times in a row and changed back before the "
+                        "next round each time (another agent, or the runtime, keeps its own "
+                        "cpuset.mems): numamem backs off and writes it again in 1 round (the wait doubles "
+                        "each time, up to 64 rounds). Make the other agent apply the memory "
+                        "manager's nodes (GetMemoryNUMANodes), or leave cpuset.mems to one of them"
+                    )
+                    assert found.residency is not None
+                    assert found.residency.cpuset_matches is False
+    finally:
+        nlog.configure("warning", "console", cache=False)
+    assert wrote == [0, 1, 2, 5, 9, 17, 33, 65, 70, 71]
+    assert states[:3] == ["", "", ""]
+    assert set(states[3:66]) == {pl.CONTESTED}
+    assert set(states[66:]) == {""}  # round 66 found round 65's write in place
+    assert sampler.stats.writes_failed == 0
+    events = [e["event"] for e in logs]
+    contested = [e for e in logs if e["event"].startswith("cpuset.mems is contested")]
+    assert len(contested) == 1 and contested[0]["retry_in_rounds"] == 2
+    assert events.count("cpuset.mems holds again: no longer contested") == 1
+    assert mems.read_text() == "0\n"
+
+
+def test_the_backoff_is_bounded(tmp_path: Path) -> None:
+    rel = write_container(
+        tmp_path, V2, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    mems = tmp_path / rel / "cpuset.mems"
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    wrote = []
+    for rnd in range(400):
+        mems.write_text("0-1\n")
+        ok_before = sampler.stats.writes_ok
+        one(sampler)
+        if sampler.stats.writes_ok > ok_before:
+            wrote.append(rnd)
+    gaps = [b - a for a, b in itertools.pairwise(wrote)]
+    assert gaps == [1, 1, 3, 4, 8, 16, 32, 64, 64, 64, 64, 64]
+
+
+def test_an_occasional_undo_is_no_contest(tmp_path: Path) -> None:
+    """A runtime that resets cpuset.mems now and then (a write holds in between) is
+    corrected in the next round every time."""
+    rel = write_container(
+        tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    mems = tmp_path / "cpuset" / rel / "cpuset.mems"
+    sampler = pl.PlacementSampler(tmp_path, enforce=True)
+    for rnd in range(30):
+        if rnd % 3 == 0:
+            mems.write_text("0-1\n")
+        found = one(sampler)
+        assert found.enforcement == ""
+        assert found.residency is not None and found.residency.cpuset_matches is True
+    assert sampler.stats.writes_ok == 10

@@ -464,3 +464,38 @@ def test_enforcement_held_back_by_the_parent_is_reported(
         assert (row.cpuset_mems_state, row.cpuset_write.error) == (mm.CPUSET_MEMS_MATCHES, "")
         text = scrape_unix(str(root / "metrics.sock"))
         assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {}
+
+
+def test_a_contested_cpuset_through_the_daemon(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cgroups = root / "cgroup"
+    rel = write_container(
+        cgroups, V1, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    mems = cgroups / "cpuset" / rel / "cpuset.mems"
+    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+        collector_round(server)  # after the thread's own first round: only ours from here
+        c = server.client
+        p1 = pod("p1")
+        assert c.admit(p1).admitted
+        c.add_container(p1, "app", "aaa")
+        for _ in range(4):  # the other agent writes 0-1 before each round
+            mems.write_text("0-1\n")
+            collector_round(server)
+        [row] = c.get_residency()
+        assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_CONTESTED
+        assert row.cpuset_enforcement_message.startswith("cpuset.mems was written 3 times")
+        assert (row.cpuset_mems_state, list(row.cpuset_mems)) == (mm.CPUSET_MEMS_DIFFERS, [0, 1])
+        text = scrape_unix(str(root / "metrics.sock"))
+        who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
+        assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {
+            labels(**who, reason="contested"): 1
+        }
+        assert value(text, 'numamem_cpuset_mems_writes_total{result="ok"}') == 3
+        assert main(["residency", "--socket", server.socket]) == 0
+        out = capsys.readouterr().out
+        assert "0-1 DIFFERS (contested)" in out
+        assert (
+            "p1 app: --enforce-cpuset-mems holds back (contested): cpuset.mems was written" in out
+        )

@@ -46,10 +46,15 @@ _STATUS = {
 
 _ENFORCEMENT = {
     "": mm.CPUSET_ENFORCEMENT_UNSPECIFIED,
+    pl.CONTESTED: mm.CPUSET_ENFORCEMENT_CONTESTED,
     pl.PARENT_DISALLOWS: mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS,
     pl.STOPPED: mm.CPUSET_ENFORCEMENT_STOPPED,
 }
-ENFORCEMENT_REASONS = {pl.PARENT_DISALLOWS: "parent_disallows", pl.STOPPED: "stopped"}
+ENFORCEMENT_REASONS = {
+    pl.CONTESTED: "contested",
+    pl.PARENT_DISALLOWS: "parent_disallows",
+    pl.STOPPED: "stopped",
+}
 """The ``reason`` label of ``numamem_container_cpuset_mems_not_enforced``."""
 
 

@@ -136,6 +136,12 @@ class _CpusetEnforcementEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Cpu
     """Nothing holds --enforce-cpuset-mems back (or it is off): a cpuset.mems that
     differs from the assignment is written in the next round.
     """
+    CPUSET_ENFORCEMENT_CONTESTED: _CpusetEnforcement.ValueType  # 1
+    """The last 3 writes were each undone before the next round (another agent
+    or the runtime keeps its own cpuset.mems): numamem backs off and writes
+    again after 2 rounds, then 4, 8, ... at most 64, until a round finds the
+    assignment still in place.
+    """
     CPUSET_ENFORCEMENT_PARENT_DISALLOWS: _CpusetEnforcement.ValueType  # 2
     """v2: the parent cgroup's cpuset.mems.effective lacks an assigned node, so
     the kernel would enforce other nodes than the assignment (the parent's
@@ -153,6 +159,12 @@ class CpusetEnforcement(_CpusetEnforcement, metaclass=_CpusetEnforcementEnumType
 CPUSET_ENFORCEMENT_UNSPECIFIED: CpusetEnforcement.ValueType  # 0
 """Nothing holds --enforce-cpuset-mems back (or it is off): a cpuset.mems that
 differs from the assignment is written in the next round.
+"""
+CPUSET_ENFORCEMENT_CONTESTED: CpusetEnforcement.ValueType  # 1
+"""The last 3 writes were each undone before the next round (another agent
+or the runtime keeps its own cpuset.mems): numamem backs off and writes
+again after 2 rounds, then 4, 8, ... at most 64, until a round finds the
+assignment still in place.
 """
 CPUSET_ENFORCEMENT_PARENT_DISALLOWS: CpusetEnforcement.ValueType  # 2
 """v2: the parent cgroup's cpuset.mems.effective lacks an assigned node, so

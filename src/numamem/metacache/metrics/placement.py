@@ -38,7 +38,13 @@ when it does not, nothing is written (:data:`PARENT_DISALLOWS`, logged once,
 checked each round). A write after which the kernel enforces a node outside
 the assignment is undone, the previous ``cpuset.mems`` written back (a
 restore, the only other value ever written), and enforcement stops for that
-container until its target changes (:data:`STOPPED`).
+container until its target changes (:data:`STOPPED`). After
+:data:`CONTESTED_AFTER` writes in a row that the next round finds undone
+(another agent keeps its own ``cpuset.mems``), the container is
+:data:`CONTESTED` (a warning once) and is written again only after
+:data:`FIRST_BACKOFF_ROUNDS` rounds, then twice as many each time up to
+:data:`MAX_BACKOFF_ROUNDS`, until a round finds the assignment in place.
+Rounds are the clock: no wall-clock time.
 """
 
 from __future__ import annotations
@@ -62,8 +68,14 @@ NO_CGROUP = "NO_CGROUP"
 NO_NUMA_STAT = "NO_NUMA_STAT"
 UNREADABLE = "UNREADABLE"
 # Why --enforce-cpuset-mems does not write a container's cpuset.mems now ("" = nothing holds it).
+CONTESTED = "CONTESTED"
 PARENT_DISALLOWS = "PARENT_DISALLOWS"
 STOPPED = "STOPPED"
+CONTESTED_AFTER = 3
+"""Consecutive writes that the next round finds undone before a container is contested."""
+FIRST_BACKOFF_ROUNDS = 2
+MAX_BACKOFF_ROUNDS = 64
+"""A contested container is written again after 2 rounds, then 4, 8, ... at most 64."""
 _GONE_ERRNOS = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
 MAX_RESOLVED_IDS = 4
 """Only a container's newest ids are looked up (each costs about 15 stat() calls a round
@@ -158,10 +170,29 @@ class _Enforcing:
     """Why the last round did not write (the parent does not allow the nodes); logged once."""
     stopped: str = ""
     """Why enforcement stopped for good (a write widened the enforced nodes)."""
+    last_ok_round: int = -2
+    """The round of the last write that took."""
+    undone: int = 0
+    """Writes in a row that the next round found undone (reset when a round finds it held)."""
+    contested: bool = False
+    backoff: int = 0
+    """Rounds from one write of a contested container to the next."""
+    next_try: int = 0
+    """The round that writes a contested container again."""
 
-    def report(self) -> tuple[str, str]:
+    def report(self, round_: int) -> tuple[str, str]:
         if self.stopped:
             return STOPPED, self.stopped
+        if self.contested:
+            wait = self.next_try - round_
+            return CONTESTED, (
+                f"cpuset.mems was written {self.undone} times in a row and changed back before "
+                "the next round each time (another agent, or the runtime, keeps its own "
+                "cpuset.mems): numamem backs off and writes it again in "
+                f"{wait} {'round' if wait == 1 else 'rounds'} (the wait doubles each time, up to "
+                f"{MAX_BACKOFF_ROUNDS} rounds). Make the other agent apply the memory "
+                "manager's nodes (GetMemoryNUMANodes), or leave cpuset.mems to one of them"
+            )
         if self.held:
             return PARENT_DISALLOWS, self.held
         return "", ""
@@ -208,10 +239,13 @@ class PlacementSampler:
         self._failures: dict[tuple[str, str], str] = {}
         """The last failed write's error per container, logged once until it changes."""
         self._enforcing: dict[tuple[str, str], _Enforcing] = {}
+        self._round = 0
+        """The index of the round running (rounds are the backoff's clock: no wall clock)."""
 
     def sample(self, targets: Sequence[PlacementTarget], now: int) -> int:
         """One round over ``targets``; publishes :attr:`last`; returns the unreadable count."""
         placements: dict[tuple[str, str], Placement] = {}
+        self._round = self.stats.rounds
         for target in targets:
             if target.key not in placements:
                 placements[target.key] = self._guarded(target, now)
@@ -315,8 +349,8 @@ class PlacementSampler:
                     self._writes[target.key] = step.write
                     result = residency(target.assigned, stat, step.enforced)
             else:
-                state.held = ""
-            enforcement = state.report()
+                self._held(target, state)
+            enforcement = state.report(self._round)
         write = self._writes.get(target.key)
         return Placement(target, MEASURED, message, cid, where, result, write, *enforcement)
 
@@ -331,6 +365,23 @@ class PlacementSampler:
         """One enforcement step for a container whose enforced nodes differ."""
         if state.stopped:
             return _Step()
+        if state.last_ok_round == self._round - 1:
+            state.undone += 1  # the last round's write did not last
+        if not state.contested and state.undone >= CONTESTED_AFTER:
+            state.contested, state.backoff = True, FIRST_BACKOFF_ROUNDS
+            state.next_try = self._round + state.backoff
+            _log.warning(
+                "cpuset.mems is contested: each write was undone by the next round; backing off",
+                **_who(target),
+                undone=state.undone,
+                retry_in_rounds=state.backoff,
+            )
+            return _Step()
+        if state.contested:
+            if self._round < state.next_try:
+                return _Step()
+            state.backoff = min(2 * state.backoff, MAX_BACKOFF_ROUNDS)
+            state.next_try = self._round + state.backoff
         if dirs.mode == cgroup.V2:
             why = self._parent_disallows(target, dirs)
             if why:
@@ -350,7 +401,17 @@ class PlacementSampler:
         write, after = written
         if write.written_back:
             state.stopped = write.error
+        elif write.ok:
+            state.last_ok_round = self._round
         return _Step(write, after)
+
+    def _held(self, target: PlacementTarget, state: _Enforcing) -> None:
+        """A round that finds the enforced nodes equal to the assignment: a contest is over."""
+        state.held = ""
+        state.undone = 0
+        if state.contested:
+            state.contested, state.backoff = False, 0
+            _log.info("cpuset.mems holds again: no longer contested", **_who(target))
 
     def _parent_disallows(self, target: PlacementTarget, dirs: cgroup.CgroupDirs) -> str:
         """v2: why the parent's ``cpuset.mems.effective`` does not allow every assigned node
