@@ -1009,3 +1009,63 @@ def test_an_occasional_undo_is_no_contest(tmp_path: Path) -> None:
         assert found.enforcement == ""
         assert found.residency is not None and found.residency.cpuset_matches is True
     assert sampler.stats.writes_ok == 10
+
+
+# --- finding 4: hugetlb pages (not charged to the memory controller) are in the residency ---
+
+
+@pytest.mark.parametrize("mode", [V1, V2, HYBRID])
+def test_hugetlb_pages_on_another_node_are_outside(tmp_path: Path, mode: str) -> None:
+    """The reviewer's d8: 1 GiB of 2 MiB pages on node 1, assigned node 0, was 0 outside."""
+    values = CgroupValues(
+        numa={0: (8 * MI, 0), 1: (0, 0)}, mems="0", hugetlb={"2MB": {0: 0, 1: 1 << 30}}
+    )
+    write_container(tmp_path, mode, CGROUPFS, "guaranteed", POD, CID, values)
+    res = one(pl.PlacementSampler(tmp_path)).residency
+    assert res is not None
+    assert res.nodes[1] == {"anon": 0, "file": 0, "hugetlb_2MB": 1 << 30, "total": 1 << 30}
+    assert (res.total_bytes, res.outside_bytes) == (8 * MI + (1 << 30), 1 << 30)
+    assert res.outside_share == (1 << 30) / (8 * MI + (1 << 30))
+
+
+def test_no_hugetlb_controller_means_no_hugetlb_types(tmp_path: Path) -> None:
+    write_container(tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT))
+    res = one(pl.PlacementSampler(tmp_path)).residency
+    assert res is not None and not any(k.startswith("hugetlb") for k in res.nodes[0])
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("anon N0=1\n", "no 'total=<bytes> N0=<bytes> ...' line"),
+        ("total=1 N0=x\n", "line 1 'total=1 N0=x': 'N0=x' is not N<node>=<value>"),
+        ("\xff\n", "not ASCII text"),
+    ],
+)
+def test_a_malformed_hugetlb_file_is_unreadable_naming_it(
+    tmp_path: Path, content: str, why: str
+) -> None:
+    values = CgroupValues(numa=SPLIT, hugetlb={"1GB": {0: 1 << 30}})
+    rel = write_container(tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, values)
+    path = tmp_path / "hugetlb" / rel / "hugetlb.1GB.numa_stat"
+    path.write_bytes(content.encode("latin-1"))
+    found = one(pl.PlacementSampler(tmp_path))
+    assert (found.status, found.message) == (pl.UNREADABLE, f"{path}: {why}")
+
+
+def test_a_hugetlb_cgroup_that_vanishes_mid_read_is_a_container_that_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = CgroupValues(numa=SPLIT, hugetlb={"2MB": {0: 2 << 20}})
+    rel = write_container(tmp_path, V1, CGROUPFS, "guaranteed", POD, CID, values)
+    real = cgroup.read_numa_stat
+
+    def stop_then_read(path: Path, page_size: int) -> object:
+        if path.name.startswith("hugetlb."):
+            shutil.rmtree(tmp_path / "hugetlb" / rel)  # runc removes the hugetlb cgroup first
+        return real(path, page_size)
+
+    monkeypatch.setattr(cgroup, "read_numa_stat", stop_then_read)
+    sampler = pl.PlacementSampler(tmp_path)
+    assert one(sampler).status == pl.NO_CGROUP
+    assert (sampler.stats.gone, sampler.stats.errors) == (1, 0)

@@ -114,3 +114,10 @@ def test_the_flag_table_is_the_flags_serve_takes() -> None:
     rows = current_flag_reference(readme()).splitlines()[2:]
     documented = {row.split("`")[1].split()[0] for row in rows}
     assert documented == flags - {"--help"}
+
+
+def test_the_residency_example_shows_the_legend_as_printed() -> None:
+    from numamem.cli.residency import LEGEND
+
+    assert LEGEND in section(readme(), "Residency: where pinned memory really is")
+    assert "hugetlb" in LEGEND  # hugetlb pages are in the figures (review of issue 29, finding 4)

@@ -499,3 +499,28 @@ def test_a_contested_cpuset_through_the_daemon(
         assert (
             "p1 app: --enforce-cpuset-mems holds back (contested): cpuset.mems was written" in out
         )
+
+
+def test_hugetlb_pages_in_the_answer_and_the_gauges(root: Path) -> None:
+    cgroups = root / "cgroup"
+    values = CgroupValues(numa=SPLIT, mems="0", hugetlb={"2MB": {0: 0, 1: 64 * MI}})
+    write_container(cgroups, V2, CGROUPFS, "guaranteed", "p1", "aaa", values)
+    with serve(root) as server:  # type: ignore[attr-defined]
+        c = server.client
+        p1 = pod("p1")
+        assert c.admit(p1).admitted
+        c.add_container(p1, "app", "aaa")
+        collector_round(server)
+        [row] = c.get_residency()
+        assert dict(row.nodes[1].types) == {
+            "anon": 30 * MI,
+            "file": 2 * MI,
+            "hugetlb_2MB": 64 * MI,
+            "total": 96 * MI,
+        }
+        assert (row.total_bytes, row.outside_bytes) == (192 * MI, 96 * MI)
+        text = scrape_unix(str(root / "metrics.sock"))
+        who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
+        gauges = samples(text, "numamem_container_numa_memory_bytes")
+        assert gauges[labels(**who, node="1", type="hugetlb_2MB")] == 64 * MI
+        assert gauges[labels(**who, node="1", type="total")] == 96 * MI

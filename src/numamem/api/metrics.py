@@ -27,7 +27,8 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 
 The ``numamem_container_*`` gauges cover only pinned containers that the last
 collector round measured (bounded by the memory manager's pods), with the types
-of :data:`numamem.api.residency.RESIDENCY_TYPES` the kernel reports.
+of :data:`numamem.api.residency.RESIDENCY_TYPES` the kernel reports and each
+``hugetlb_<size>``.
 """
 
 from __future__ import annotations

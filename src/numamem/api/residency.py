@@ -33,7 +33,7 @@ from numamem.errors import InvalidArgumentError, NotFoundError, quote
 from numamem.memorymanager.manager import Committed, Manager
 from numamem.metacache.cache import MetaCache
 from numamem.metacache.metrics import placement as pl
-from numamem.metacache.metrics.residency import Residency
+from numamem.metacache.metrics.residency import HUGETLB_PREFIX, Residency
 from numamem.v1 import memorymanager_pb2 as mm
 
 _STATUS = {
@@ -264,7 +264,8 @@ RESIDENCY_TYPES = (
     "slab_reclaimable",
     "slab_unreclaimable",
 )
-"""The memory types ``numamem_container_numa_memory_bytes`` exports (GetResidency has all)."""
+"""The memory types ``numamem_container_numa_memory_bytes`` exports (GetResidency has all),
+besides every ``hugetlb_<size>`` (one per huge page size the machine has: bounded)."""
 
 
 class ResidencyMetrics(Collector):
@@ -307,9 +308,9 @@ class ResidencyMetrics(Collector):
                 target.container_name,
             ]
             for node, per_type in res.nodes.items():
-                for kind in RESIDENCY_TYPES:
-                    if kind in per_type:
-                        memory.add_metric([*values, str(node), kind], per_type[kind])
+                for kind, size in per_type.items():
+                    if kind in RESIDENCY_TYPES or kind.startswith(HUGETLB_PREFIX):
+                        memory.add_metric([*values, str(node), kind], size)
             outside.add_metric(values, res.outside_bytes)
             if res.cpuset_matches is not None:
                 mismatch.add_metric(values, 0 if res.cpuset_matches else 1)

@@ -36,7 +36,8 @@ _ENFORCEMENT = {
 }
 """What holds --enforce-cpuset-mems back, as the CPUSET.MEMS column and the lines below say."""
 LEGEND = (
-    "* = a node the memory manager assigned; OUTSIDE = memory on the other nodes and its share "
+    "* = a node the memory manager assigned; MEMORY BY NODE = user memory and hugetlb pages "
+    "(--json: per type); OUTSIDE = memory on the other nodes and its share "
     "(page cache and shared pages stay on the node they were first allocated on: README "
     '"Residency").'
 )

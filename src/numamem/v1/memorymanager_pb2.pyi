@@ -1541,13 +1541,19 @@ class NodeResidency(_message.Message):
     """One of the nodes the memory manager assigned."""
     bytes: _builtins.int
     """The container's user memory on the node: v1 the LRU pages (anon + file +
-    unevictable, the `hierarchical_total` line), v2 anon + file.
+    unevictable, the `hierarchical_total` line), v2 anon + file; both plus its
+    hugetlb pages (the hugetlb_<size> types; hugetlb pages are not charged to
+    the memory controller, so memory.numa_stat does not count them).
     """
     @_builtins.property
     def types(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Memory type -> bytes as the kernel names them (v1: total, anon, file,
         unevictable of the hierarchical lines; v2: every line but the
-        workingset_* event counters, plus total). Empty in Explain.
+        workingset_* event counters), plus total, plus hugetlb_<size> (e.g.
+        hugetlb_2MB, hugetlb_1GB) from the hugetlb controller's
+        hugetlb.<size>.numa_stat where the kernel has it (Linux 5.17 and later;
+        on older kernels, or without the hugetlb controller, huge pages are in no
+        figure). Empty in Explain.
         """
 
     def __init__(

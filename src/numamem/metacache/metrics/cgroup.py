@@ -19,7 +19,8 @@ The first existing directory wins. A container without an id has no cgroup
 one path component (:func:`candidate_paths`): client ids never lead out of the
 ``kubepods`` tree.
 
-Placement (:mod:`numamem.metacache.metrics.placement`) reads ``memory.numa_stat``
+Placement (:mod:`numamem.metacache.metrics.placement`) reads ``memory.numa_stat``,
+the hugetlb controller's ``hugetlb.<size>.numa_stat`` (:func:`read_hugetlb_numa_stats`)
 and the enforced node list (v1 ``cpuset.effective_mems``, or ``cpuset.mems`` on
 kernels without it, in the cpuset hierarchy; v2 ``cpuset.mems.effective``) and
 may write ``cpuset.mems`` (and, on v1, ``cpuset.memory_migrate``) through the
@@ -31,12 +32,14 @@ the controller (:func:`write_cgroup_file`).
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
 from numamem.errors import PATH_QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
-from numamem.metacache.metrics.numastat import NumaStat, parse_mems, parse_numa_stat
+from numamem.metacache.metrics.numastat import V1_FORMAT, NumaStat, parse_mems, parse_numa_stat
 
 V1, V2, HYBRID = "v1", "v2", "hybrid"
 UNLIMITED = (1 << 63) - 1  # what "max" and v1's huge page-aligned limit mean
@@ -107,6 +110,8 @@ class CgroupDirs:
     memory: Path
     pressure: Path | None
     cpuset: Path
+    hugetlb: Path
+    """The hugetlb controller's directory (v1 ``<root>/hugetlb/...``; v2 the cgroup's)."""
 
 
 def _v1_controller(root: Path, *names: str) -> Path:
@@ -122,7 +127,7 @@ def resolve(root: Path, mode: str, pod_uid: str, container_id: str) -> CgroupDir
         for rel in candidate_paths(pod_uid, container_id):
             if (root / rel).is_dir():
                 d = root / rel
-                return CgroupDirs(mode, d, d, d, d, d)
+                return CgroupDirs(mode, d, d, d, d, d, d)
         return None
     memory = _v1_controller(root, "memory")
     cpuacct = _v1_controller(root, "cpu,cpuacct", "cpuacct", "cpuacct,cpu")
@@ -135,7 +140,10 @@ def resolve(root: Path, mode: str, pod_uid: str, container_id: str) -> CgroupDir
                 else None
             )
             cpuset = _v1_controller(root, "cpuset") / rel
-            return CgroupDirs(mode, cpu / rel, cpuacct / rel, memory / rel, pressure, cpuset)
+            hugetlb = _v1_controller(root, "hugetlb") / rel
+            return CgroupDirs(
+                mode, cpu / rel, cpuacct / rel, memory / rel, pressure, cpuset, hugetlb
+            )
     return None
 
 
@@ -144,7 +152,7 @@ def path_dirs(root: Path, mode: str, rel: str) -> CgroupDirs:
     rel = rel.lstrip("/")
     if mode == V2:
         d = root / rel
-        return CgroupDirs(mode, d, d, d, d, d)
+        return CgroupDirs(mode, d, d, d, d, d, d)
     pressure = root / "unified" / rel if mode == HYBRID else None
     return CgroupDirs(
         mode,
@@ -153,6 +161,7 @@ def path_dirs(root: Path, mode: str, rel: str) -> CgroupDirs:
         _v1_controller(root, "memory") / rel,
         pressure,
         _v1_controller(root, "cpuset") / rel,
+        _v1_controller(root, "hugetlb") / rel,
     )
 
 
@@ -196,6 +205,40 @@ def read_numa_stat(path: Path, page_size: int) -> NumaStat:
     except UnicodeDecodeError:
         raise CgroupFormatError(f"{path}: not ASCII text") from None
     return parse_numa_stat(text, str(path), page_size)
+
+
+MAX_HUGETLB_FILES = 16
+_HUGETLB_NUMA_STAT = re.compile(r"^hugetlb\.([0-9]+[KMG]B)\.numa_stat$")
+
+
+def read_hugetlb_numa_stats(directory: Path) -> dict[str, Mapping[int, int]]:
+    """Huge page size (``2MB``, ``1GB``: the kernel's names) -> node -> bytes of the cgroup's
+    hugetlb pages in use, from each ``hugetlb.<size>.numa_stat`` (Linux 5.17 and later) of
+    the hugetlb controller's ``directory``; {} when there is none (no hugetlb controller, an
+    older kernel).
+
+    The kernel writes ``total=<bytes> N0=<bytes> ...`` (v2), and on v1 first the cgroup's
+    own pages, then ``hierarchical_total=...`` with its descendants', which is taken: the
+    values are bytes, not pages. A malformed file is a
+    :class:`~numamem.errors.CgroupFormatError` naming it."""
+    try:
+        with os.scandir(directory) as entries:
+            sizes = {m.group(1): e.name for e in entries if (m := _HUGETLB_NUMA_STAT.match(e.name))}
+    except FileNotFoundError:
+        return {}
+    if len(sizes) > MAX_HUGETLB_FILES:
+        raise CgroupFormatError(
+            f"{directory}: more than {MAX_HUGETLB_FILES} hugetlb.<size>.numa_stat files"
+        )
+    out: dict[str, Mapping[int, int]] = {}
+    for size, name in sorted(sizes.items()):
+        path = directory / name
+        stat = read_numa_stat(path, 1)  # already bytes
+        line = stat.lines.get("hierarchical_total", stat.lines.get("total"))
+        if stat.format != V1_FORMAT or line is None:
+            raise CgroupFormatError(f"{path}: no 'total=<bytes> N0=<bytes> ...' line")
+        out[size] = line
+    return out
 
 
 def read_psi_avg60(path: Path) -> float:

@@ -3,8 +3,9 @@
 The sampler is given :class:`PlacementTarget` s (pinned containers: their
 assigned nodes and runtime ids, newest first) and, once per collector round,
 finds each one's cgroup as the metrics collector does
-(:func:`numamem.metacache.metrics.cgroup.resolve`), reads ``memory.numa_stat``
-and the enforced node list, and publishes a :class:`PlacementRound` (one
+(:func:`numamem.metacache.metrics.cgroup.resolve`), reads ``memory.numa_stat``,
+the hugetlb controller's ``hugetlb.<size>.numa_stat`` (where the kernel has
+them) and the enforced node list, and publishes a :class:`PlacementRound` (one
 immutable object, replaced as a whole: readers never see half a round).
 
 Per container, a :class:`Placement` with a status:
@@ -330,7 +331,17 @@ class PlacementSampler:
                 error=message,
             )
             return Placement(target, UNREADABLE, message, cid, where)
-        result = residency(target.assigned, stat, enforced)
+        try:
+            huge = cgroup.read_hugetlb_numa_stats(dirs.hugetlb)
+        except (OSError, CgroupFormatError) as err:
+            if _went_away(err, dirs.hugetlb) or _went_away(err, dirs.memory):
+                return self._gone(target)
+            message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
+            _log.warning(
+                "cannot read the container's NUMA placement", **_who(target), error=message
+            )
+            return Placement(target, UNREADABLE, message, cid, where)
+        result = residency(target.assigned, stat, enforced, huge)
         message = "" if enforced is not None else f"no {cgroup.enforced_mems_file(dirs)}"
         if result.cpuset_matches is False:
             self._warn_once(target, result, dirs)
@@ -347,7 +358,7 @@ class PlacementSampler:
                     return self._gone(target)
                 if step.write is not None:
                     self._writes[target.key] = step.write
-                    result = residency(target.assigned, stat, step.enforced)
+                    result = residency(target.assigned, stat, step.enforced, huge)
             else:
                 self._held(target, state)
             enforcement = state.report(self._round)
