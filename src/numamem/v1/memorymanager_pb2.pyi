@@ -1553,7 +1553,9 @@ class NodeResidency(_message.Message):
         hugetlb_2MB, hugetlb_1GB) from the hugetlb controller's
         hugetlb.<size>.numa_stat where the kernel has it (Linux 5.17 and later;
         on older kernels, or without the hugetlb controller, huge pages are in no
-        figure). Empty in Explain.
+        figure). Empty in Explain. Shared memory (tmpfs, /dev/shm, shared
+        anonymous mappings) is in v1's anon and in v2's file (and shmem): only
+        v2's file minus shmem, or v1's file, is reclaimable page cache.
         """
 
     def __init__(

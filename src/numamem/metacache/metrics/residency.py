@@ -26,6 +26,10 @@ them, a v2 ``hugetlb`` line of ``memory.numa_stat`` (the accounting option) is
 added instead, never both. On older kernels, or without the hugetlb controller,
 huge pages are in no figure.
 
+Shared memory (tmpfs, ``/dev/shm``, shared anonymous mappings) is swap-backed:
+v1 counts it in ``anon``, v2 in ``file`` and again in ``shmem``. Only v1's
+``file`` and v2's ``file`` - ``shmem`` are reclaimable page cache.
+
 ``total`` is the container's user memory on the node in both formats, huge
 pages included. Outside bytes are the ``total`` on nodes not assigned; the
 share is outside / all ``total`` (0 when the container has no memory).
