@@ -360,7 +360,7 @@ class PlacementSampler:
                     self._writes[target.key] = step.write
                     result = residency(target.assigned, stat, step.enforced, huge)
             else:
-                self._held(target, state)
+                self._in_place(target, state)
             enforcement = state.report(self._round)
         write = self._writes.get(target.key)
         return Placement(target, MEASURED, message, cid, where, result, write, *enforcement)
@@ -416,7 +416,7 @@ class PlacementSampler:
             state.last_ok_round = self._round
         return _Step(write, after)
 
-    def _held(self, target: PlacementTarget, state: _Enforcing) -> None:
+    def _in_place(self, target: PlacementTarget, state: _Enforcing) -> None:
         """A round that finds the enforced nodes equal to the assignment: a contest is over."""
         state.held = ""
         state.undone = 0
