@@ -164,6 +164,12 @@ class CgroupFormatError(FailedPreconditionError):
     and the line. Reported per container (the collector goes on), never an RPC failure."""
 
 
+class CgroupPathError(FailedPreconditionError):
+    """A cgroup file numamem was to write is not inside the containers' part of the tree
+    (``kubepods``, ``kubepods.slice``) once symlinks are resolved: nothing was written.
+    Reported per container as a failed write, never an RPC failure."""
+
+
 # --- memory manager ------------------------------------------------------------
 
 

@@ -32,6 +32,8 @@ from typing import TypeVar
 import pytest
 
 from numamem.client import NumamemClient
+from numamem.metacache.metrics.cgroup import read_numa_stat
+from numamem.metacache.metrics.residency import memory_types
 from numamem.quantity import format_bytes as human_bytes
 from numamem.testing.daemon import DaemonProcess, short_tmpdir
 from numamem.v1 import memorymanager_pb2 as mm
@@ -142,9 +144,12 @@ def private_tree(memory_mount: Path, cpuset_mount: Path, cid: str) -> Iterator[T
 
 
 @contextlib.contextmanager
-def child_in(cgroup: Path) -> Iterator[subprocess.Popen[str]]:
+def child_in(cgroup: Path, code: str = CHILD, *args: str) -> Iterator[subprocess.Popen[str]]:
     with subprocess.Popen(
-        [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     ) as proc:
         try:
             assert proc.stdin is not None and proc.stdout is not None
@@ -314,3 +319,33 @@ def test_residency_and_enforcement_on_a_real_cgroup(daemon_factory: list[DaemonP
         for d in daemon_factory:
             d.kill()
         subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+SHM_CHILD = """
+import sys
+sys.stdin.readline()                    # moved into the cgroup: write now
+with open(sys.argv[1], "wb") as f:      # a tmpfs file: shared memory, not page cache
+    f.write(b"x" * (32 << 20))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_v1_counts_shared_memory_as_anon() -> None:
+    """What README "Residency" says of shared memory, on this kernel: 32 MiB written to
+    /dev/shm by a process in a v1 memory cgroup are ``anon`` in memory.numa_stat, not
+    ``file`` (so v1's outside ``file`` is page cache; its ``anon`` may be shared memory)."""
+    memory_mount, cpuset_mount = requirements()
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm")
+    shm = Path(f"/dev/shm/numamem-smoke-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    with private_tree(memory_mount, cpuset_mount, uuid.uuid4().hex) as tree:
+        try:  # the file goes before its cgroup does (it holds the charge)
+            with child_in(tree.container("memory"), SHM_CHILD, str(shm)):
+                path = tree.container("memory") / "memory.numa_stat"
+                types = memory_types(read_numa_stat(path, os.sysconf("SC_PAGE_SIZE")))
+                anon, file = sum(types["anon"].values()), sum(types["file"].values())
+                assert anon >= 28 * MIB, types  # a few pages may be charged before the move
+                assert file < 4 * MIB, types
+        finally:
+            shm.unlink(missing_ok=True)

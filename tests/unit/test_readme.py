@@ -114,3 +114,24 @@ def test_the_flag_table_is_the_flags_serve_takes() -> None:
     rows = current_flag_reference(readme()).splitlines()[2:]
     documented = {row.split("`")[1].split()[0] for row in rows}
     assert documented == flags - {"--help"}
+
+
+def test_the_residency_example_shows_the_legend_as_printed() -> None:
+    from numamem.cli.residency import LEGEND
+
+    assert LEGEND in section(readme(), "Residency: where pinned memory really is")
+    assert "hugetlb" in LEGEND  # hugetlb pages are in the figures (review of issue 29, finding 4)
+
+
+def test_the_residency_section_does_not_call_shared_memory_reclaimable() -> None:
+    """Review of issue 29, finding 3: tmpfs, /dev/shm and shared anonymous memory are
+    swap-backed (v1 counts them in anon, v2 in file and shmem): without swap they are never
+    reclaimed, so they are not 'page cache, usually nothing to do'."""
+    from numamem.cli.residency import LEGEND
+
+    text = " ".join(section(readme(), "Residency: where pinned memory really is").split())
+    assert "Outside file pages only: usually nothing to do" not in text
+    assert "**v1**: shared memory is in `anon` (the swap-backed LRU), not in `file`" in text
+    assert "the page cache on a node is `file` minus `shmem`" in text
+    assert "Outside page cache only (v2: `file` minus `shmem`; v1: `file`): usually nothing" in text
+    assert "only page cache is reclaimable, and v2's file includes shmem" in LEGEND

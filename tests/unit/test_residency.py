@@ -196,3 +196,36 @@ def test_outside_and_inside_add_up(
     assert (res.outside_bytes == 0) == all(
         a + f == 0 for n, (a, f) in nodes.items() if n not in assigned
     )
+
+
+# --- finding 4 of the issue-29 review: huge pages are in the residency ---
+
+
+def test_hugetlb_pages_are_types_of_their_own_and_in_the_total() -> None:
+    stat = parse_numa_stat(V2_TEXT, PATH, PAGE)
+    huge = {"2MB": {0: 0, 1: 1 << 30}, "1GB": {0: 2 << 30, 1: 0}}
+    res = residency(frozenset({0}), stat, frozenset({0}), huge)
+    assert res.nodes[0]["hugetlb_1GB"] == 2 << 30 and res.nodes[1]["hugetlb_2MB"] == 1 << 30
+    assert res.nodes[0]["total"] == 70000000 + 405504 + (2 << 30)
+    assert res.nodes[1]["total"] == 3728000 + 4096 + (1 << 30)
+    assert res.outside_bytes == 3728000 + 4096 + (1 << 30)
+    plain = residency(frozenset({0}), stat, frozenset({0}))
+    assert res.total_bytes == plain.total_bytes + (3 << 30)
+
+
+def test_v1_hugetlb_pages_add_to_the_lru_total() -> None:
+    stat = parse_numa_stat(V1_TEXT, PATH, PAGE)
+    types = memory_types(stat, {"2MB": {0: 4 << 20, 1: 0, 2: 2 << 20}})
+    assert types["total"] == {0: 18000 * PAGE + (4 << 20), 1: 204 * PAGE, 2: 2 << 20}
+    assert types["hugetlb_2MB"] == {0: 4 << 20, 1: 0, 2: 2 << 20}
+
+
+def test_the_memcg_hugetlb_line_counts_only_without_the_controllers_figures() -> None:
+    """v2 with memory_hugetlb_accounting: memory.numa_stat's ``hugetlb`` line holds the same
+    pages as the hugetlb controller's files: one of them is added, never both."""
+    stat = parse_numa_stat(V2_TEXT + "hugetlb N0=0 N1=2097152\n", PATH, PAGE)
+    alone = memory_types(stat)
+    assert alone["total"] == {0: 70000000 + 405504, 1: 3728000 + 4096 + 2097152}
+    both = memory_types(stat, {"2MB": {0: 0, 1: 2097152}})
+    assert both["total"] == alone["total"]
+    assert both["hugetlb"] == both["hugetlb_2MB"] == {0: 0, 1: 2097152}

@@ -385,3 +385,142 @@ def test_the_residency_command(root: Path, capsys: pytest.CaptureFixture[str]) -
         ]
         assert tail.splitlines()[1].split()[:4] == ["default/web-p1", "(p1)", "app", "0"]
         assert "0-1 DIFFERS" in tail.splitlines()[1]
+
+
+def test_client_values_cannot_forge_lines_of_the_residency_command(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reviewer's d3: ESC and CR in a runtime id, a pod name and a container name."""
+    res = {"cpu": "1", "memory": "1Gi"}
+    hostile = mm.Pod(
+        uid="p1",
+        namespace="ns\x1b[2K",
+        name="web\r\nx/n app: wrote cpuset.mems 0",
+        containers=[mm.Container(name="app\x1b[31m", requests=res, limits=res)],
+    )
+    with serve(root, podresources_socket=str(root / "pr.sock")) as server:  # type: ignore[attr-defined]
+        c = server.client
+        assert c.admit(hostile).admitted
+        cid = "containerd://\x1b[2K\rx/n app: wrote cpuset.mems 0 to /sys/fs/cgroup/cpuset/..."
+        c.add_container(hostile, "app\x1b[31m", cid)
+        collector_round(server)
+        [row] = c.get_residency()
+        assert row.status == mm.RESIDENCY_NO_CGROUP
+        assert row.message == (
+            f"no cgroup under {root / 'cgroup'} for container id 'containerd://\\x1b[2K\\rx/n "
+            "app: wrote cpuset.mems 0 to /sys/fs/cgroup/cpuset/...'"
+        )
+        assert main(["residency", "--socket", server.socket]) == 0
+        out = capsys.readouterr().out
+        assert all(line.isprintable() for line in out.splitlines()), out
+        assert "ns\\x1b[2K/web\\r\\nx/n app: wrote cpuset.mems 0 (p1)" in out
+        assert "app\\x1b[31m" in out
+        assert not any(line.startswith("x/n app") for line in out.splitlines())
+
+
+def test_enforcement_held_back_by_the_parent_is_reported(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cgroups = root / "cgroup"
+    rel = write_container(
+        cgroups,
+        V2,
+        CGROUPFS,
+        "guaranteed",
+        "p1",
+        "aaa",
+        CgroupValues(numa=SPLIT, mems="1", parent_effective="1"),
+    )
+    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+        c = server.client
+        p1 = pod("p1")
+        assert c.admit(p1).admitted
+        c.add_container(p1, "app", "aaa")
+        collector_round(server)
+        [row] = c.get_residency()
+        assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS
+        assert row.cpuset_enforcement_message.startswith(
+            f"{(cgroups / rel).parent / 'cpuset.mems.effective'} is '1', without the assigned node '0'"
+        )
+        assert not row.HasField("cpuset_write")
+        assert (cgroups / rel / "cpuset.mems").read_text() == "1\n"
+        text = scrape_unix(str(root / "metrics.sock"))
+        who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
+        assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {
+            labels(**who, reason="parent_disallows"): 1
+        }
+        assert main(["residency", "--socket", server.socket]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert "1 DIFFERS (parent disallows)" in out[1]
+        assert (
+            out[2]
+            == f"p1 app: --enforce-cpuset-mems holds back (parent disallows): {row.cpuset_enforcement_message}"
+        )
+        (cgroups / rel).parent.joinpath("cpuset.mems.effective").write_text("0-1\n")
+        collector_round(server)
+        [row] = c.get_residency()
+        assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_UNSPECIFIED
+        assert row.cpuset_enforcement_message == ""
+        assert (row.cpuset_mems_state, row.cpuset_write.error) == (mm.CPUSET_MEMS_MATCHES, "")
+        text = scrape_unix(str(root / "metrics.sock"))
+        assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {}
+
+
+def test_a_contested_cpuset_through_the_daemon(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cgroups = root / "cgroup"
+    rel = write_container(
+        cgroups, V1, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
+    )
+    mems = cgroups / "cpuset" / rel / "cpuset.mems"
+    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+        collector_round(server)  # after the thread's own first round: only ours from here
+        c = server.client
+        p1 = pod("p1")
+        assert c.admit(p1).admitted
+        c.add_container(p1, "app", "aaa")
+        for _ in range(4):  # the other agent writes 0-1 before each round
+            mems.write_text("0-1\n")
+            collector_round(server)
+        [row] = c.get_residency()
+        assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_CONTESTED
+        assert row.cpuset_enforcement_message.startswith("cpuset.mems was written 3 times")
+        assert (row.cpuset_mems_state, list(row.cpuset_mems)) == (mm.CPUSET_MEMS_DIFFERS, [0, 1])
+        text = scrape_unix(str(root / "metrics.sock"))
+        who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
+        assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {
+            labels(**who, reason="contested"): 1
+        }
+        assert value(text, 'numamem_cpuset_mems_writes_total{result="ok"}') == 3
+        assert main(["residency", "--socket", server.socket]) == 0
+        out = capsys.readouterr().out
+        assert "0-1 DIFFERS (contested)" in out
+        assert (
+            "p1 app: --enforce-cpuset-mems holds back (contested): cpuset.mems was written" in out
+        )
+
+
+def test_hugetlb_pages_in_the_answer_and_the_gauges(root: Path) -> None:
+    cgroups = root / "cgroup"
+    values = CgroupValues(numa=SPLIT, mems="0", hugetlb={"2MB": {0: 0, 1: 64 * MI}})
+    write_container(cgroups, V2, CGROUPFS, "guaranteed", "p1", "aaa", values)
+    with serve(root) as server:  # type: ignore[attr-defined]
+        c = server.client
+        p1 = pod("p1")
+        assert c.admit(p1).admitted
+        c.add_container(p1, "app", "aaa")
+        collector_round(server)
+        [row] = c.get_residency()
+        assert dict(row.nodes[1].types) == {
+            "anon": 30 * MI,
+            "file": 2 * MI,
+            "hugetlb_2MB": 64 * MI,
+            "total": 96 * MI,
+        }
+        assert (row.total_bytes, row.outside_bytes) == (192 * MI, 96 * MI)
+        text = scrape_unix(str(root / "metrics.sock"))
+        who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
+        gauges = samples(text, "numamem_container_numa_memory_bytes")
+        assert gauges[labels(**who, node="1", type="hugetlb_2MB")] == 64 * MI
+        assert gauges[labels(**who, node="1", type="total")] == 96 * MI

@@ -22,11 +22,13 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 | ``numamem_collector_sample_duration_seconds`` (histogram), ``numamem_collector_errors_total`` | |
 | ``numamem_container_numa_memory_bytes`` | namespace, pod, uid, container, node, type |
 | ``numamem_container_memory_outside_affinity_bytes``, ``numamem_container_cpuset_mems_mismatch`` | namespace, pod, uid, container |
+| ``numamem_container_cpuset_mems_not_enforced`` | namespace, pod, uid, container, reason (contested, parent_disallows, stopped) |
 | ``numamem_cpuset_mems_writes_total`` | result (ok, failed) |
 
 The ``numamem_container_*`` gauges cover only pinned containers that the last
 collector round measured (bounded by the memory manager's pods), with the types
-of :data:`numamem.api.residency.RESIDENCY_TYPES` the kernel reports.
+of :data:`numamem.api.residency.RESIDENCY_TYPES` the kernel reports and each
+``hugetlb_<size>``.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from numamem.errors import InvalidArgumentError, NotFoundError, quote
 from numamem.memorymanager.manager import Committed, Manager
 from numamem.metacache.cache import MetaCache
 from numamem.metacache.metrics import placement as pl
-from numamem.metacache.metrics.residency import Residency
+from numamem.metacache.metrics.residency import HUGETLB_PREFIX, Residency
 from numamem.v1 import memorymanager_pb2 as mm
 
 _STATUS = {
@@ -42,6 +42,20 @@ _STATUS = {
     pl.NO_NUMA_STAT: mm.RESIDENCY_NO_NUMA_STAT,
     pl.UNREADABLE: mm.RESIDENCY_UNREADABLE,
 }
+
+
+_ENFORCEMENT = {
+    "": mm.CPUSET_ENFORCEMENT_UNSPECIFIED,
+    pl.CONTESTED: mm.CPUSET_ENFORCEMENT_CONTESTED,
+    pl.PARENT_DISALLOWS: mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS,
+    pl.STOPPED: mm.CPUSET_ENFORCEMENT_STOPPED,
+}
+ENFORCEMENT_REASONS = {
+    pl.CONTESTED: "contested",
+    pl.PARENT_DISALLOWS: "parent_disallows",
+    pl.STOPPED: "stopped",
+}
+"""The ``reason`` label of ``numamem_container_cpuset_mems_not_enforced``."""
 
 
 @dataclass(frozen=True)
@@ -68,15 +82,14 @@ def pinned_targets(committed: Committed) -> list[pl.PlacementTarget]:
     ids newest first (a restarted container has its new id added last)."""
     ids: dict[tuple[str, str], list[str]] = {}
     for cid, ref in committed.containers.items():
-        ids.setdefault(ref, []).insert(0, cid)
+        ids.setdefault(ref, []).append(cid)  # oldest first: reversed below (no O(n^2) insert)
     targets = []
     for pod_uid, containers in committed.view.pods():
         for name, blocks in containers.items():
             nodes = frozenset(n for b in blocks for n in b.numa_affinity or ())
             if nodes:
-                targets.append(
-                    pl.PlacementTarget(pod_uid, name, tuple(ids.get((pod_uid, name), ())), nodes)
-                )
+                newest_first = tuple(reversed(ids.get((pod_uid, name), ())))
+                targets.append(pl.PlacementTarget(pod_uid, name, newest_first, nodes))
     return sorted(targets, key=lambda t: t.key)
 
 
@@ -219,8 +232,11 @@ def residency_to_proto(entry: ResidencyEntry, *, types: bool = True) -> mm.Conta
                 memory_migrate_enabled=w.migrate_enabled,
                 error=w.error,
                 time=_timestamp(w.time_ns),
+                written_back=w.written_back,
             )
         )
+    msg.cpuset_enforcement = _ENFORCEMENT[found.enforcement]
+    msg.cpuset_enforcement_message = found.enforcement_message
     return msg
 
 
@@ -248,7 +264,8 @@ RESIDENCY_TYPES = (
     "slab_reclaimable",
     "slab_unreclaimable",
 )
-"""The memory types ``numamem_container_numa_memory_bytes`` exports (GetResidency has all)."""
+"""The memory types ``numamem_container_numa_memory_bytes`` exports (GetResidency has all),
+besides every ``hugetlb_<size>`` (one per huge page size the machine has: bounded)."""
 
 
 class ResidencyMetrics(Collector):
@@ -277,6 +294,11 @@ class ResidencyMetrics(Collector):
             "1 when the cpuset.mems the kernel enforces differs from the assigned nodes",
             labels=labels,
         )
+        held = GaugeMetricFamily(
+            "numamem_container_cpuset_mems_not_enforced",
+            "1 while --enforce-cpuset-mems does not write the container's cpuset.mems, by reason",
+            labels=[*labels, "reason"],
+        )
         for entry, res in measured(self._residency.entries()):
             target = entry.target
             values = [
@@ -286,12 +308,15 @@ class ResidencyMetrics(Collector):
                 target.container_name,
             ]
             for node, per_type in res.nodes.items():
-                for kind in RESIDENCY_TYPES:
-                    if kind in per_type:
-                        memory.add_metric([*values, str(node), kind], per_type[kind])
+                for kind, size in per_type.items():
+                    if kind in RESIDENCY_TYPES or kind.startswith(HUGETLB_PREFIX):
+                        memory.add_metric([*values, str(node), kind], size)
             outside.add_metric(values, res.outside_bytes)
             if res.cpuset_matches is not None:
                 mismatch.add_metric(values, 0 if res.cpuset_matches else 1)
+            reason = ENFORCEMENT_REASONS.get(entry.placement.enforcement if entry.placement else "")
+            if reason is not None:
+                held.add_metric([*values, reason], 1)
         stats = self._residency.sampler.stats
         writes = CounterMetricFamily(
             "numamem_cpuset_mems_writes",
@@ -303,4 +328,5 @@ class ResidencyMetrics(Collector):
         yield memory
         yield outside
         yield mismatch
+        yield held
         yield writes

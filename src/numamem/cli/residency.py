@@ -18,6 +18,7 @@ from numamem.cli.common import (
 )
 from numamem.client import NumamemClient
 from numamem.cpuset import format_cpulist
+from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2 as mm
 
 _STATUS = {
@@ -28,9 +29,17 @@ _STATUS = {
     mm.RESIDENCY_NO_NUMA_STAT: "no numa_stat",
     mm.RESIDENCY_UNREADABLE: "UNREADABLE",
 }
+_ENFORCEMENT = {
+    mm.CPUSET_ENFORCEMENT_CONTESTED: "contested",
+    mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS: "parent disallows",
+    mm.CPUSET_ENFORCEMENT_STOPPED: "stopped",
+}
+"""What holds --enforce-cpuset-mems back, as the CPUSET.MEMS column and the lines below say."""
 LEGEND = (
-    "* = a node the memory manager assigned; OUTSIDE = memory on the other nodes and its share "
-    "(page cache and shared pages stay on the node they were first allocated on: README "
+    "* = a node the memory manager assigned; MEMORY BY NODE = user memory and hugetlb pages "
+    "(--json: per type); OUTSIDE = memory on the other nodes and its share "
+    "(page cache and shared memory stay on the node they were first allocated on; only page "
+    "cache is reclaimable, and v2's file includes shmem: README "
     '"Residency").'
 )
 
@@ -55,11 +64,16 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=client_command(run))
 
 
+def _bare(value: str) -> str:
+    """A client's value (a uid, a name) as one line of text (``\\x1b``, ``\\n`` escaped)."""
+    return quote(value, style="bare")
+
+
 def pod_text(r: mm.ContainerResidency) -> str:
-    """``namespace/name (uid)`` when the names are known, else the uid."""
+    """``namespace/name (uid)`` when the names are known, else the uid (each escaped)."""
     if r.pod_namespace or r.pod_name:
-        return f"{r.pod_namespace}/{r.pod_name} ({r.pod_uid})"
-    return r.pod_uid
+        return f"{_bare(r.pod_namespace)}/{_bare(r.pod_name)} ({_bare(r.pod_uid)})"
+    return _bare(r.pod_uid)
 
 
 def _nodes_text(r: mm.ContainerResidency) -> str:
@@ -78,10 +92,13 @@ def _outside_text(r: mm.ContainerResidency) -> str:
 
 
 def _cpuset_text(r: mm.ContainerResidency) -> str:
+    held = (
+        f" ({_ENFORCEMENT[r.cpuset_enforcement]})" if r.cpuset_enforcement in _ENFORCEMENT else ""
+    )
     if r.cpuset_mems_state == mm.CPUSET_MEMS_MATCHES:
-        return f"{format_cpulist(r.cpuset_mems)} ok"
+        return f"{format_cpulist(r.cpuset_mems)} ok{held}"
     if r.cpuset_mems_state == mm.CPUSET_MEMS_DIFFERS:
-        return f"{format_cpulist(r.cpuset_mems) or '(empty)'} DIFFERS"
+        return f"{format_cpulist(r.cpuset_mems) or '(empty)'} DIFFERS{held}"
     if r.cpuset_mems_state == mm.CPUSET_MEMS_UNKNOWN:
         return "unknown"
     return "-"
@@ -95,7 +112,7 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
         [
             [
                 indent + pod_text(r),
-                r.container_name,
+                _bare(r.container_name),
                 format_cpulist(r.assigned_numa_nodes),
                 _nodes_text(r),
                 _outside_text(r),
@@ -106,7 +123,7 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
         ],
     )
     for r in rows:
-        name = f"{pod_text(r)} {r.container_name}"
+        name = f"{pod_text(r)} {_bare(r.container_name)}"
         if r.message:
             print(f"{indent}{name}: {r.message}")
         if r.HasField("cpuset_write"):
@@ -122,6 +139,11 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
                     f"{indent}{name}: wrote cpuset.mems {format_cpulist(w.written)} to {w.file}, "
                     f"was {format_cpulist(w.before) or '(empty)'}{migrate}"
                 )
+        if r.cpuset_enforcement in _ENFORCEMENT:
+            print(
+                f"{indent}{name}: --enforce-cpuset-mems holds back "
+                f"({_ENFORCEMENT[r.cpuset_enforcement]}): {r.cpuset_enforcement_message}"
+            )
 
 
 def _as_json(r: mm.ContainerResidency) -> dict[str, Any]:

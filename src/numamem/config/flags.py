@@ -88,8 +88,10 @@ FLAGS: tuple[Flag, ...] = (
         "enforce_cpuset_mems",
         "each collector round, write a pinned container's assigned NUMA nodes to its cgroup's "
         "cpuset.mems when the kernel enforces other nodes (never a node outside the assignment; "
-        "v1: sets cpuset.memory_migrate to 1 first, so its pages move too); needs write access "
-        "to --cgroup-root. For node agents that cannot apply cpuset.mems through the CRI",
+        "v1: sets cpuset.memory_migrate to 1 first, so its pages move too; v2: not while the "
+        "parent cgroup lacks an assigned node; backs off when another agent keeps undoing it: "
+        'README "Residency"); needs write access to --cgroup-root. For node agents that cannot '
+        "apply cpuset.mems through the CRI",
         "false",
         kind="bool",
     ),

@@ -10,7 +10,9 @@ The cpuset files (v1: the ``cpuset`` controller's ``cpuset.mems``,
 ``cpuset.mems.effective``) are written when ``CgroupValues.mems`` is not None.
 The effective file is a symlink to ``cpuset.mems``, so a write of ``cpuset.mems``
 shows in it as on a kernel whose parent cgroups allow every node; with
-``effective`` set it is a file of its own that a write does not change.
+``effective`` set it is a file of its own that a write does not change. On v2
+the parent (the pod's cgroup) gets a ``cpuset.mems.effective`` too
+(``parent_effective``, every node by default).
 """
 
 from __future__ import annotations
@@ -56,6 +58,11 @@ class CgroupValues:
     """``cpuset.mems`` (a node list; "" is empty); None: no cpuset files (no controller)"""
     effective: str | None = None
     """The effective node list when it is not ``mems`` itself (see the module docstring)"""
+    parent_effective: str = "0-63"
+    """v2: the parent's (the pod's) ``cpuset.mems.effective``, which enforcement checks"""
+    hugetlb: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Huge page size (``2MB``) -> node -> bytes: the hugetlb controller's
+    ``hugetlb.<size>.numa_stat`` (v1 in ``<root>/hugetlb``; none when empty)"""
 
 
 def relative_path(
@@ -95,6 +102,17 @@ def _write_cpuset(directory: Path, effective_name: str, v: CgroupValues, v1: boo
         effective.write_text(f"{v.effective}\n")
 
 
+def _write_hugetlb(directory: Path, v: CgroupValues, v1: bool) -> None:
+    if v.hugetlb:
+        _write(
+            directory,
+            {
+                f"hugetlb.{size}.numa_stat": hugetlb_numa_stat(nodes, v1)
+                for size, nodes in v.hugetlb.items()
+            },
+        )
+
+
 def numa_stat_v2(numa: dict[int, tuple[int, int]], extra: dict[str, dict[int, int]]) -> str:
     """A v2 ``memory.numa_stat``: anon and file lines (bytes) and the ``extra`` lines."""
     nodes = sorted(numa)
@@ -104,6 +122,13 @@ def numa_stat_v2(numa: dict[int, tuple[int, int]], extra: dict[str, dict[int, in
         name + " " + " ".join(f"N{n}={v}" for n, v in sorted(values.items())) + "\n"
         for name, values in lines.items()
     )
+
+
+def hugetlb_numa_stat(nodes: dict[int, int], v1: bool) -> str:
+    """A ``hugetlb.<size>.numa_stat`` as the kernel writes it (bytes; v1 adds the
+    hierarchical line, here the same: no descendants)."""
+    line = f"total={sum(nodes.values())} " + " ".join(f"N{n}={b}" for n, b in sorted(nodes.items()))
+    return f"{line}\n" + (f"hierarchical_{line}\n" if v1 else "")
 
 
 def write_container(
@@ -140,6 +165,9 @@ def write_container(
             },
         )
         _write_cpuset(root / rel, "cpuset.mems.effective", v, v1=False)
+        if v.mems is not None:
+            _write((root / rel).parent, {"cpuset.mems.effective": f"{v.parent_effective}\n"})
+        _write_hugetlb(root / rel, v, v1=False)
         return rel
     limit = (1 << 63) - 4096 if v.memory_limit is None else v.memory_limit
     _write(
@@ -178,6 +206,7 @@ def write_container(
         },
     )
     _write_cpuset(root / "cpuset" / rel, "cpuset.effective_mems", v, v1=True)
+    _write_hugetlb(root / "hugetlb" / rel, v, v1=True)
     if mode == HYBRID:
         _write(root / "unified", {"cgroup.controllers": "hugetlb\n"})
         _write(root / "unified" / rel, {"memory.pressure": pressure})
@@ -186,5 +215,12 @@ def write_container(
 
 def remove_container(root: Path, rel: str) -> None:
     """Remove every directory of the container (it stopped)."""
-    for base in (root, root / "cpu,cpuacct", root / "memory", root / "cpuset", root / "unified"):
+    for base in (
+        root,
+        root / "cpu,cpuacct",
+        root / "memory",
+        root / "cpuset",
+        root / "hugetlb",
+        root / "unified",
+    ):
         shutil.rmtree(base / rel, ignore_errors=True)

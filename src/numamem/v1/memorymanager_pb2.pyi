@@ -126,6 +126,59 @@ a restart, or never applied.
 """
 Global___CpusetMemsState: _TypeAlias = CpusetMemsState  # noqa: Y015
 
+class _CpusetEnforcement:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CpusetEnforcementEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CpusetEnforcement.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CPUSET_ENFORCEMENT_UNSPECIFIED: _CpusetEnforcement.ValueType  # 0
+    """Nothing holds --enforce-cpuset-mems back (or it is off): a cpuset.mems that
+    differs from the assignment is written in the next round.
+    """
+    CPUSET_ENFORCEMENT_CONTESTED: _CpusetEnforcement.ValueType  # 1
+    """The last 3 writes were each undone before the next round (another agent
+    or the runtime keeps its own cpuset.mems): numamem backs off and writes
+    again after 2 rounds, then 4, 8, ... at most 64, until a round finds the
+    assignment still in place.
+    """
+    CPUSET_ENFORCEMENT_PARENT_DISALLOWS: _CpusetEnforcement.ValueType  # 2
+    """v2: the parent cgroup's cpuset.mems.effective lacks an assigned node, so
+    the kernel would enforce other nodes than the assignment (the parent's
+    own, wider, when it grants none): not written, checked again each round.
+    """
+    CPUSET_ENFORCEMENT_STOPPED: _CpusetEnforcement.ValueType  # 3
+    """A write made the kernel enforce nodes outside the assignment: the value
+    cpuset.mems had before was written back (cpuset_write.written_back) and
+    numamem writes no more for this container until it restarts (a new
+    runtime id) or is re-pinned.
+    """
+
+class CpusetEnforcement(_CpusetEnforcement, metaclass=_CpusetEnforcementEnumTypeWrapper): ...
+
+CPUSET_ENFORCEMENT_UNSPECIFIED: CpusetEnforcement.ValueType  # 0
+"""Nothing holds --enforce-cpuset-mems back (or it is off): a cpuset.mems that
+differs from the assignment is written in the next round.
+"""
+CPUSET_ENFORCEMENT_CONTESTED: CpusetEnforcement.ValueType  # 1
+"""The last 3 writes were each undone before the next round (another agent
+or the runtime keeps its own cpuset.mems): numamem backs off and writes
+again after 2 rounds, then 4, 8, ... at most 64, until a round finds the
+assignment still in place.
+"""
+CPUSET_ENFORCEMENT_PARENT_DISALLOWS: CpusetEnforcement.ValueType  # 2
+"""v2: the parent cgroup's cpuset.mems.effective lacks an assigned node, so
+the kernel would enforce other nodes than the assignment (the parent's
+own, wider, when it grants none): not written, checked again each round.
+"""
+CPUSET_ENFORCEMENT_STOPPED: CpusetEnforcement.ValueType  # 3
+"""A write made the kernel enforce nodes outside the assignment: the value
+cpuset.mems had before was written back (cpuset_write.written_back) and
+numamem writes no more for this container until it restarts (a new
+runtime id) or is re-pinned.
+"""
+Global___CpusetEnforcement: _TypeAlias = CpusetEnforcement  # noqa: Y015
+
 @_typing.final
 class Container(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1488,13 +1541,21 @@ class NodeResidency(_message.Message):
     """One of the nodes the memory manager assigned."""
     bytes: _builtins.int
     """The container's user memory on the node: v1 the LRU pages (anon + file +
-    unevictable, the `hierarchical_total` line), v2 anon + file.
+    unevictable, the `hierarchical_total` line), v2 anon + file; both plus its
+    hugetlb pages (the hugetlb_<size> types; hugetlb pages are not charged to
+    the memory controller, so memory.numa_stat does not count them).
     """
     @_builtins.property
     def types(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Memory type -> bytes as the kernel names them (v1: total, anon, file,
         unevictable of the hierarchical lines; v2: every line but the
-        workingset_* event counters, plus total). Empty in Explain.
+        workingset_* event counters), plus total, plus hugetlb_<size> (e.g.
+        hugetlb_2MB, hugetlb_1GB) from the hugetlb controller's
+        hugetlb.<size>.numa_stat where the kernel has it (Linux 5.17 and later;
+        on older kernels, or without the hugetlb controller, huge pages are in no
+        figure). Empty in Explain. Shared memory (tmpfs, /dev/shm, shared
+        anonymous mappings) is in v1's anon and in v2's file (and shmem): only
+        v2's file minus shmem, or v1's file, is reclaimable page cache.
         """
 
     def __init__(
@@ -1526,6 +1587,7 @@ class CpusetWrite(_message.Message):
     MEMORY_MIGRATE_ENABLED_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
+    WRITTEN_BACK_FIELD_NUMBER: _builtins.int
     file: _builtins.str
     memory_migrate_enabled: _builtins.bool
     """The write first set v1 cpuset.memory_migrate to 1 (so that the pages
@@ -1533,6 +1595,11 @@ class CpusetWrite(_message.Message):
     """
     error: _builtins.str
     """Empty when the write took; else why not."""
+    written_back: _builtins.bool
+    """The kernel enforced nodes outside the assignment after the write (`after`),
+    so the previous value was written back (the only write of other nodes than
+    the assignment: a restore); see CPUSET_ENFORCEMENT_STOPPED.
+    """
     @_builtins.property
     def before(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -1557,10 +1624,11 @@ class CpusetWrite(_message.Message):
         memory_migrate_enabled: _builtins.bool = ...,
         error: _builtins.str = ...,
         time: _timestamp_pb2.Timestamp | None = ...,
+        written_back: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "error", b"error", "file", b"file", "memory_migrate_enabled", b"memory_migrate_enabled", "time", b"time", "written", b"written"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "error", b"error", "file", b"file", "memory_migrate_enabled", b"memory_migrate_enabled", "time", b"time", "written", b"written", "written_back", b"written_back"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1588,6 +1656,8 @@ class ContainerResidency(_message.Message):
     CPUSET_MEMS_STATE_FIELD_NUMBER: _builtins.int
     CPUSET_MEMS_FIELD_NUMBER: _builtins.int
     CPUSET_WRITE_FIELD_NUMBER: _builtins.int
+    CPUSET_ENFORCEMENT_FIELD_NUMBER: _builtins.int
+    CPUSET_ENFORCEMENT_MESSAGE_FIELD_NUMBER: _builtins.int
     pod_uid: _builtins.str
     container_name: _builtins.str
     pod_namespace: _builtins.str
@@ -1610,6 +1680,12 @@ class ContainerResidency(_message.Message):
     """The bytes on nodes not assigned, and their share of total_bytes (0-1)."""
     outside_share: _builtins.float
     cpuset_mems_state: Global___CpusetMemsState.ValueType
+    cpuset_enforcement: Global___CpusetEnforcement.ValueType
+    """With --enforce-cpuset-mems: what holds numamem back from writing the
+    container's cpuset.mems, and why in words (files, nodes, what to do; empty
+    when nothing does).
+    """
+    cpuset_enforcement_message: _builtins.str
     @_builtins.property
     def assigned_numa_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The nodes of the container's blocks (what GetMemoryNUMANodes returns)."""
@@ -1655,10 +1731,12 @@ class ContainerResidency(_message.Message):
         cpuset_mems_state: Global___CpusetMemsState.ValueType = ...,
         cpuset_mems: _abc.Iterable[_builtins.int] | None = ...,
         cpuset_write: Global___CpusetWrite | None = ...,
+        cpuset_enforcement: Global___CpusetEnforcement.ValueType = ...,
+        cpuset_enforcement_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cpuset_write", b"cpuset_write", "sampled_at", b"sampled_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigned_numa_nodes", b"assigned_numa_nodes", "cgroup", b"cgroup", "cgroup_mode", b"cgroup_mode", "container_id", b"container_id", "container_name", b"container_name", "cpuset_mems", b"cpuset_mems", "cpuset_mems_state", b"cpuset_mems_state", "cpuset_write", b"cpuset_write", "message", b"message", "nodes", b"nodes", "outside_bytes", b"outside_bytes", "outside_share", b"outside_share", "pod_name", b"pod_name", "pod_namespace", b"pod_namespace", "pod_uid", b"pod_uid", "sampled_at", b"sampled_at", "status", b"status", "total_bytes", b"total_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigned_numa_nodes", b"assigned_numa_nodes", "cgroup", b"cgroup", "cgroup_mode", b"cgroup_mode", "container_id", b"container_id", "container_name", b"container_name", "cpuset_enforcement", b"cpuset_enforcement", "cpuset_enforcement_message", b"cpuset_enforcement_message", "cpuset_mems", b"cpuset_mems", "cpuset_mems_state", b"cpuset_mems_state", "cpuset_write", b"cpuset_write", "message", b"message", "nodes", b"nodes", "outside_bytes", b"outside_bytes", "outside_share", b"outside_share", "pod_name", b"pod_name", "pod_namespace", b"pod_namespace", "pod_uid", b"pod_uid", "sampled_at", b"sampled_at", "status", b"status", "total_bytes", b"total_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

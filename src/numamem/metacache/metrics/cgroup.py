@@ -15,24 +15,31 @@ burstable and besteffort QoS classes::
     systemd:  kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid_with_underscores>.slice/<runtime>-<id>.scope
 
 The first existing directory wins. A container without an id has no cgroup
-(no metrics), never a guess.
+(no metrics), never a guess; nor has one whose pod uid or container id is not
+one path component (:func:`candidate_paths`): client ids never lead out of the
+``kubepods`` tree.
 
-Placement (:mod:`numamem.metacache.metrics.placement`) reads ``memory.numa_stat``
+Placement (:mod:`numamem.metacache.metrics.placement`) reads ``memory.numa_stat``,
+the hugetlb controller's ``hugetlb.<size>.numa_stat`` (:func:`read_hugetlb_numa_stats`)
 and the enforced node list (v1 ``cpuset.effective_mems``, or ``cpuset.mems`` on
 kernels without it, in the cpuset hierarchy; v2 ``cpuset.mems.effective``) and
 may write ``cpuset.mems`` (and, on v1, ``cpuset.memory_migrate``) through the
-functions at the end of this module.
+functions at the end of this module, which write nothing unless the directory,
+symlinks resolved, is a container's inside ``kubepods`` or ``kubepods.slice`` of
+the controller (:func:`write_cgroup_file`).
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
-from numamem.errors import CgroupFormatError
-from numamem.metacache.metrics.numastat import NumaStat, parse_mems, parse_numa_stat
+from numamem.errors import PATH_QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
+from numamem.metacache.metrics.numastat import V1_FORMAT, NumaStat, parse_mems, parse_numa_stat
 
 V1, V2, HYBRID = "v1", "v2", "hybrid"
 UNLIMITED = (1 << 63) - 1  # what "max" and v1's huge page-aligned limit mean
@@ -55,10 +62,25 @@ def split_container_id(container_id: str) -> tuple[str | None, str]:
 
 
 def candidate_paths(pod_uid: str, container_id: str) -> list[str]:
-    """Relative cgroup paths to try, in order (cgroupfs first, then systemd)."""
+    """Relative cgroup paths to try, in order (cgroupfs first, then systemd).
+
+    Both ids come from clients, so each must be one path component: none for a pod
+    uid that is empty or has a ``/`` or NUL, or a container id that is empty, ``.``,
+    ``..`` or has a ``/`` or NUL. A Kubernetes pod uid is a UUID (hex digits and
+    ``-``; a static pod's is whatever its manifest says, hashed hex otherwise) and the
+    kubelet puts it in the cgroup name as is (cgroupfs) or with each ``-`` made ``_``
+    (systemd, whose slice names use ``-`` as the hierarchy separator): one component in
+    both, so only a ``/`` could leave it (``pod..`` is a plain name, and ``.`` or ``..``
+    alone can never be a uid's component, which always starts with ``pod`` or
+    ``kubepods-``). Ids with control characters (not :meth:`str.isprintable`) name no
+    cgroup either: real ones are hex digits and ``-``."""
     runtime, cid = split_container_id(container_id)
-    if not cid or "/" in cid or cid in (".", ".."):
+    if not cid or "/" in cid or "\0" in cid or cid in (".", ".."):
         return []
+    if not pod_uid or "/" in pod_uid or "\0" in pod_uid:
+        return []
+    if not (pod_uid.isprintable() and cid.isprintable()):
+        return []  # no runtime or kubelet names a cgroup so; a path in a message stays one line
     paths = []
     for qos in _QOS:
         parent = f"kubepods/{qos}" if qos else "kubepods"
@@ -88,6 +110,8 @@ class CgroupDirs:
     memory: Path
     pressure: Path | None
     cpuset: Path
+    hugetlb: Path
+    """The hugetlb controller's directory (v1 ``<root>/hugetlb/...``; v2 the cgroup's)."""
 
 
 def _v1_controller(root: Path, *names: str) -> Path:
@@ -103,7 +127,7 @@ def resolve(root: Path, mode: str, pod_uid: str, container_id: str) -> CgroupDir
         for rel in candidate_paths(pod_uid, container_id):
             if (root / rel).is_dir():
                 d = root / rel
-                return CgroupDirs(mode, d, d, d, d, d)
+                return CgroupDirs(mode, d, d, d, d, d, d)
         return None
     memory = _v1_controller(root, "memory")
     cpuacct = _v1_controller(root, "cpu,cpuacct", "cpuacct", "cpuacct,cpu")
@@ -116,7 +140,10 @@ def resolve(root: Path, mode: str, pod_uid: str, container_id: str) -> CgroupDir
                 else None
             )
             cpuset = _v1_controller(root, "cpuset") / rel
-            return CgroupDirs(mode, cpu / rel, cpuacct / rel, memory / rel, pressure, cpuset)
+            hugetlb = _v1_controller(root, "hugetlb") / rel
+            return CgroupDirs(
+                mode, cpu / rel, cpuacct / rel, memory / rel, pressure, cpuset, hugetlb
+            )
     return None
 
 
@@ -125,7 +152,7 @@ def path_dirs(root: Path, mode: str, rel: str) -> CgroupDirs:
     rel = rel.lstrip("/")
     if mode == V2:
         d = root / rel
-        return CgroupDirs(mode, d, d, d, d, d)
+        return CgroupDirs(mode, d, d, d, d, d, d)
     pressure = root / "unified" / rel if mode == HYBRID else None
     return CgroupDirs(
         mode,
@@ -134,6 +161,7 @@ def path_dirs(root: Path, mode: str, rel: str) -> CgroupDirs:
         _v1_controller(root, "memory") / rel,
         pressure,
         _v1_controller(root, "cpuset") / rel,
+        _v1_controller(root, "hugetlb") / rel,
     )
 
 
@@ -177,6 +205,40 @@ def read_numa_stat(path: Path, page_size: int) -> NumaStat:
     except UnicodeDecodeError:
         raise CgroupFormatError(f"{path}: not ASCII text") from None
     return parse_numa_stat(text, str(path), page_size)
+
+
+MAX_HUGETLB_FILES = 16
+_HUGETLB_NUMA_STAT = re.compile(r"^hugetlb\.([0-9]+[KMG]B)\.numa_stat$")
+
+
+def read_hugetlb_numa_stats(directory: Path) -> dict[str, Mapping[int, int]]:
+    """Huge page size (``2MB``, ``1GB``: the kernel's names) -> node -> bytes of the cgroup's
+    hugetlb pages in use, from each ``hugetlb.<size>.numa_stat`` (Linux 5.17 and later) of
+    the hugetlb controller's ``directory``; {} when there is none (no hugetlb controller, an
+    older kernel).
+
+    The kernel writes ``total=<bytes> N0=<bytes> ...`` (v2), and on v1 first the cgroup's
+    own pages, then ``hierarchical_total=...`` with its descendants', which is taken: the
+    values are bytes, not pages. A malformed file is a
+    :class:`~numamem.errors.CgroupFormatError` naming it."""
+    try:
+        with os.scandir(directory) as entries:
+            sizes = {m.group(1): e.name for e in entries if (m := _HUGETLB_NUMA_STAT.match(e.name))}
+    except FileNotFoundError:
+        return {}
+    if len(sizes) > MAX_HUGETLB_FILES:
+        raise CgroupFormatError(
+            f"{directory}: more than {MAX_HUGETLB_FILES} hugetlb.<size>.numa_stat files"
+        )
+    out: dict[str, Mapping[int, int]] = {}
+    for size, name in sorted(sizes.items()):
+        path = directory / name
+        stat = read_numa_stat(path, 1)  # already bytes
+        line = stat.lines.get("hierarchical_total", stat.lines.get("total"))
+        if stat.format != V1_FORMAT or line is None:
+            raise CgroupFormatError(f"{path}: no 'total=<bytes> N0=<bytes> ...' line")
+        out[size] = line
+    return out
 
 
 def read_psi_avg60(path: Path) -> float:
@@ -361,30 +423,125 @@ def enforced_mems_file(dirs: CgroupDirs) -> Path:
     return effective if effective.exists() else dirs.cpuset / "cpuset.mems"
 
 
+MAX_SMALL_FILE_BYTES = 1 << 16
+
+
+def read_small(path: Path) -> str:
+    """A short cgroup file (a node list, a flag) as ASCII text; a larger or undecodable one
+    is a :class:`~numamem.errors.CgroupFormatError` naming the file."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SMALL_FILE_BYTES + 1)
+    if len(data) > MAX_SMALL_FILE_BYTES:
+        raise CgroupFormatError(f"{path}: larger than {MAX_SMALL_FILE_BYTES} bytes")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise CgroupFormatError(f"{path}: not ASCII text") from None
+
+
 def read_enforced_mems(dirs: CgroupDirs) -> frozenset[int] | None:
     """The enforced nodes, or None when the cgroup has no such file (no cpuset controller)."""
     path = enforced_mems_file(dirs)
     try:
-        text = path.read_text()
+        text = read_small(path)
     except FileNotFoundError:
         return None
     return parse_mems(text, str(path))
 
 
-def enable_memory_migrate(dirs: CgroupDirs) -> bool:
+def cpuset_controller(root: Path, mode: str) -> Path:
+    """The directory the cpuset hierarchy starts at: the root on v2, ``<root>/cpuset`` on v1."""
+    return root if mode == V2 else _v1_controller(root, "cpuset")
+
+
+_WRITABLE = frozenset({"cpuset.mems", "cpuset.memory_migrate"})
+_CONTAINER_TOPS = ("kubepods", "kubepods.slice")
+
+
+def _real_dir(fd: int, directory: Path) -> str:
+    """The real path of the open directory ``fd`` (what it is, not what its name says now)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: the name resolved now (open to a rename in between)
+        return os.path.realpath(directory)
+
+
+def check_container_dir(controller: Path, real: str) -> None:
+    """Raise :class:`~numamem.errors.CgroupPathError` unless ``real`` (a resolved directory)
+    is a container's (or a pod's) cgroup: at least two levels inside
+    ``<controller>/kubepods`` or ``<controller>/kubepods.slice``, the controller resolved."""
+    base = Path(os.path.realpath(controller))
+    path = Path(real)
+    for top in _CONTAINER_TOPS:
+        if path.is_relative_to(base / top) and len(path.relative_to(base / top).parts) >= 2:
+            return
+    raise CgroupPathError(
+        f"refusing to write in {quote(real, limit=PATH_QUOTE_BYTES)}: not a container's cgroup "
+        f"inside {base}/kubepods or {base}/kubepods.slice (a symlink or a hostile id; check "
+        "--cgroup-root and the container's directory)"
+    )
+
+
+def write_cgroup_file(controller: Path, directory: Path, name: str, text: str) -> Path:
+    """Write ``text`` to the existing file ``name`` (``cpuset.mems`` or
+    ``cpuset.memory_migrate``) of the cgroup ``directory``, in one write; returns the file.
+
+    Before anything is written, the directory, opened (so that it cannot be swapped
+    afterwards), must resolve to a container's cgroup inside the controller's
+    ``kubepods`` tree (:func:`check_container_dir`); the file is opened without following
+    a symlink and never created. An OSError names the file."""
+    if name not in _WRITABLE:
+        raise ValueError(f"numamem never writes {name!r}")
+    path = directory / name
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(directory)) from None
+    try:
+        check_container_dir(controller, _real_dir(dir_fd, directory))
+        try:
+            fd = os.open(
+                name, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+            )
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        try:
+            os.write(fd, text.encode("ascii"))
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(path)) from None
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def enable_memory_migrate(root: Path, dirs: CgroupDirs) -> bool:
     """v1: set ``cpuset.memory_migrate`` to 1 (so a new ``cpuset.mems`` moves the pages the
     tasks already have); True when this call changed it. v2 always migrates."""
     path = dirs.cpuset / "cpuset.memory_migrate"
-    if dirs.mode == V2 or not path.exists() or path.read_text().strip() == "1":
+    if dirs.mode == V2 or not path.exists() or read_small(path).strip() == "1":
         return False
-    path.write_text("1\n")
+    write_cgroup_file(cpuset_controller(root, dirs.mode), dirs.cpuset, path.name, "1\n")
     return True
 
 
-def write_mems(dirs: CgroupDirs, nodes: frozenset[int]) -> Path:
+def write_mems(root: Path, dirs: CgroupDirs, nodes: frozenset[int]) -> Path:
     """Write ``cpuset.mems`` (exactly ``nodes``, which must not be empty); returns the file."""
     if not nodes:
         raise ValueError("refusing to write an empty cpuset.mems")
-    path = dirs.cpuset / "cpuset.mems"
-    path.write_text(format_cpulist(nodes) + "\n")
-    return path
+    return write_cgroup_file(
+        cpuset_controller(root, dirs.mode), dirs.cpuset, "cpuset.mems", format_cpulist(nodes) + "\n"
+    )
+
+
+def restore_mems(root: Path, dirs: CgroupDirs, text: str) -> Path:
+    """Write back a ``cpuset.mems`` value read before a write (it may be empty: on v2 that
+    means the parent's nodes). It must be a node list; returns the file."""
+    nodes = parse_mems(text, str(dirs.cpuset / "cpuset.mems"))
+    return write_cgroup_file(
+        cpuset_controller(root, dirs.mode),
+        dirs.cpuset,
+        "cpuset.mems",
+        format_cpulist(nodes) + "\n",
+    )

@@ -3,21 +3,25 @@
 The sampler is given :class:`PlacementTarget` s (pinned containers: their
 assigned nodes and runtime ids, newest first) and, once per collector round,
 finds each one's cgroup as the metrics collector does
-(:func:`numamem.metacache.metrics.cgroup.resolve`), reads ``memory.numa_stat``
-and the enforced node list, and publishes a :class:`PlacementRound` (one
+(:func:`numamem.metacache.metrics.cgroup.resolve`), reads ``memory.numa_stat``,
+the hugetlb controller's ``hugetlb.<size>.numa_stat`` (where the kernel has
+them) and the enforced node list, and publishes a :class:`PlacementRound` (one
 immutable object, replaced as a whole: readers never see half a round).
 
 Per container, a :class:`Placement` with a status:
 
 * ``MEASURED``: the numa_stat was read (the enforced nodes may still be
   unknown: no cpuset controller for the container);
-* ``NO_CGROUP``: no cgroup under the root for any of its ids (not started
-  yet, on another node, a wrong ``--cgroup-root``), or the cgroup disappeared
+* ``NO_CGROUP``: no cgroup under the root for any of its newest
+  :data:`MAX_RESOLVED_IDS` ids (not started yet, on another node, a wrong
+  ``--cgroup-root``; the message lists a few, quoted), or the cgroup disappeared
   while it was read: the container stopped. Neither is an error;
 * ``NO_NUMA_STAT``: the cgroup has no ``memory.numa_stat`` (no memory
   controller for it, or a kernel without NUMA);
-* ``UNREADABLE``: a file is malformed or cannot be read; the message names
-  it. Counted as a collector error and logged; the round goes on.
+* ``UNREADABLE``: a file is malformed (not ASCII, not the kernel's format) or
+  cannot be read; the message names it. Counted as a collector error and
+  logged; the round goes on. So does any unexpected error for one container:
+  it is UNREADABLE, the others are still measured and the round published.
 
 A container whose enforced ``cpuset.mems`` differs from its assignment is
 logged once (a warning; again only after it matched in between). With
@@ -26,8 +30,22 @@ container's ``cpuset.mems`` (v1: after setting ``cpuset.memory_migrate`` to 1,
 so that the pages already allocated move too; v2 always migrates), reads the
 enforced nodes back and reports the write (:class:`CpusetWrite`, a log line, a
 counter; a failed write is retried each round, counted each time and logged
-once until its error changes). It never writes a node outside the assignment,
-and never an empty list.
+once until its error changes; a container whose cgroup is removed during the
+write, ENOENT or ENODEV with its directory gone, has left: ``NO_CGROUP``, no
+failed write). It never writes a node outside the assignment, and never an
+empty list. On v2 it first checks that the parent's ``cpuset.mems.effective``
+has every assigned node (else the kernel would enforce the parent's nodes):
+when it does not, nothing is written (:data:`PARENT_DISALLOWS`, logged once,
+checked each round). A write after which the kernel enforces a node outside
+the assignment is undone, the previous ``cpuset.mems`` written back (a
+restore, the only other value ever written), and enforcement stops for that
+container until its target changes (:data:`STOPPED`). After
+:data:`CONTESTED_AFTER` writes in a row that the next round finds undone
+(another agent keeps its own ``cpuset.mems``), the container is
+:data:`CONTESTED` (a warning once) and is written again only after
+:data:`FIRST_BACKOFF_ROUNDS` rounds, then twice as many each time up to
+:data:`MAX_BACKOFF_ROUNDS`, until a round finds the assignment in place.
+Rounds are the clock: no wall-clock time.
 """
 
 from __future__ import annotations
@@ -38,9 +56,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
-from numamem.errors import CgroupFormatError, quote
+from numamem.errors import QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics.numastat import parse_mems
 from numamem.metacache.metrics.residency import Residency, residency
 
 _log = get_logger("placement")
@@ -49,7 +68,21 @@ MEASURED = "MEASURED"
 NO_CGROUP = "NO_CGROUP"
 NO_NUMA_STAT = "NO_NUMA_STAT"
 UNREADABLE = "UNREADABLE"
+# Why --enforce-cpuset-mems does not write a container's cpuset.mems now ("" = nothing holds it).
+CONTESTED = "CONTESTED"
+PARENT_DISALLOWS = "PARENT_DISALLOWS"
+STOPPED = "STOPPED"
+CONTESTED_AFTER = 3
+"""Consecutive writes that the next round finds undone before a container is contested."""
+FIRST_BACKOFF_ROUNDS = 2
+MAX_BACKOFF_ROUNDS = 64
+"""A contested container is written again after 2 rounds, then 4, 8, ... at most 64."""
 _GONE_ERRNOS = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
+MAX_RESOLVED_IDS = 4
+"""Only a container's newest ids are looked up (each costs about 15 stat() calls a round
+while none has a cgroup): an older id's cgroup is a container that already restarted."""
+MAX_LISTED_IDS = 3
+"""The most ids a NO_CGROUP message lists (each quoted), then "and N more"."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +114,9 @@ class CpusetWrite:
     """The time of the round that wrote."""
     error: str = ""
     """Why the write failed, or why the kernel enforces other nodes after it; "" when it took."""
+    written_back: bool = False
+    """The kernel enforced nodes outside the assignment after the write (``after``), so the
+    value ``cpuset.mems`` had before was written back; enforcement stopped for the container."""
 
     @property
     def ok(self) -> bool:
@@ -101,6 +137,11 @@ class Placement:
     residency: Residency | None = None
     write: CpusetWrite | None = None
     """The last write for the container (this round or an earlier one), while it is a target."""
+    enforcement: str = ""
+    """With ``enforce``: why the sampler does not write the container's ``cpuset.mems`` now
+    (:data:`PARENT_DISALLOWS`, :data:`STOPPED`); "" when nothing holds it back."""
+    enforcement_message: str = ""
+    """The reason in words: the files, the nodes, what to do."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +160,53 @@ class PlacementStats:
     gone: int = 0
     writes_ok: int = 0
     writes_failed: int = 0
+
+
+@dataclass
+class _Enforcing:
+    """What enforcement remembers of one container (while its target stays the same)."""
+
+    target: PlacementTarget
+    held: str = ""
+    """Why the last round did not write (the parent does not allow the nodes); logged once."""
+    stopped: str = ""
+    """Why enforcement stopped for good (a write widened the enforced nodes)."""
+    last_ok_round: int = -2
+    """The round of the last write that took."""
+    undone: int = 0
+    """Writes in a row that the next round found undone (reset when a round finds it held)."""
+    contested: bool = False
+    backoff: int = 0
+    """Rounds from one write of a contested container to the next."""
+    next_try: int = 0
+    """The round that writes a contested container again."""
+
+    def report(self, round_: int) -> tuple[str, str]:
+        if self.stopped:
+            return STOPPED, self.stopped
+        if self.contested:
+            wait = self.next_try - round_
+            return CONTESTED, (
+                f"cpuset.mems was written {self.undone} times in a row and changed back before "
+                "the next round each time (another agent, or the runtime, keeps its own "
+                "cpuset.mems): numamem backs off and writes it again in "
+                f"{wait} {'round' if wait == 1 else 'rounds'} (the wait doubles each time, up to "
+                f"{MAX_BACKOFF_ROUNDS} rounds). Make the other agent apply the memory "
+                "manager's nodes (GetMemoryNUMANodes), or leave cpuset.mems to one of them"
+            )
+        if self.held:
+            return PARENT_DISALLOWS, self.held
+        return "", ""
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one enforcement step did: the write (None: nothing written) and the nodes the
+    kernel enforces after it; ``gone`` when the container left meanwhile."""
+
+    write: CpusetWrite | None = None
+    enforced: frozenset[int] | None = None
+    gone: bool = False
 
 
 @dataclass
@@ -151,14 +239,18 @@ class PlacementSampler:
         self._writes: dict[tuple[str, str], CpusetWrite] = {}
         self._failures: dict[tuple[str, str], str] = {}
         """The last failed write's error per container, logged once until it changes."""
+        self._enforcing: dict[tuple[str, str], _Enforcing] = {}
+        self._round = 0
+        """The index of the round running (rounds are the backoff's clock: no wall clock)."""
 
     def sample(self, targets: Sequence[PlacementTarget], now: int) -> int:
         """One round over ``targets``; publishes :attr:`last`; returns the unreadable count."""
         placements: dict[tuple[str, str], Placement] = {}
+        self._round = self.stats.rounds
         for target in targets:
             if target.key not in placements:
-                placements[target.key] = self._place(target, now)
-        for table in (self._known, self._writes, self._failures):
+                placements[target.key] = self._guarded(target, now)
+        for table in (self._known, self._writes, self._failures, self._enforcing):
             for key in [k for k in table if k not in placements]:
                 del table[key]
         self._warned &= placements.keys()
@@ -168,12 +260,30 @@ class PlacementSampler:
         self.last = PlacementRound(now, self.mode, placements)
         return errors
 
+    def _guarded(self, target: PlacementTarget, now: int) -> Placement:
+        """:meth:`_place`, where an unexpected error (a bug, or a file in a shape nobody
+        foresaw) makes this one container UNREADABLE and the round goes on."""
+        try:
+            return self._place(target, now)
+        except Exception as err:  # noqa: BLE001 - one container must never stop the round
+            self._known.pop(target.key, None)
+            message = (
+                f"unexpected error reading the container's cgroup: {type(err).__name__}: "
+                f"{quote(str(err), style='bare', limit=QUOTE_BYTES * 4)} (a numamem bug: please "
+                "report it with the log line)"
+            )
+            _log.exception(
+                "cannot read the container's NUMA placement",
+                **_who(target),
+            )
+            return Placement(target, UNREADABLE, message)
+
     def _dirs(self, target: PlacementTarget) -> _Known | None:
         """The cgroup of the newest id that has one; found again when the ids change."""
         known = self._known.get(target.key)
         if known is not None and known.container_ids == target.container_ids:
             return known
-        for cid in target.container_ids:
+        for cid in target.container_ids[:MAX_RESOLVED_IDS]:
             dirs = cgroup.resolve(self.root, self.mode, target.pod_uid, cid)
             if dirs is not None:
                 self._known[target.key] = _Known(target.container_ids, cid, dirs)
@@ -187,7 +297,8 @@ class PlacementSampler:
             return Placement(
                 target,
                 NO_CGROUP,
-                f"no cgroup under {self.root} for container ids {', '.join(target.container_ids)}",
+                f"no cgroup under {self.root} for container "
+                f"{_ids_text(target.container_ids, MAX_RESOLVED_IDS)}",
             )
         dirs, cid, where = known.dirs, known.container_id, str(known.dirs.memory)
         if not dirs.memory.is_dir():
@@ -202,7 +313,7 @@ class PlacementSampler:
             stat = cgroup.read_numa_stat(stat_path, self.page_size)
             enforced = cgroup.read_enforced_mems(dirs)
         except (OSError, CgroupFormatError) as err:
-            if _went_away(err, dirs):
+            if _went_away(err, dirs.memory):
                 return self._gone(target)
             if isinstance(err, FileNotFoundError) and not stat_path.exists():
                 return Placement(
@@ -216,31 +327,133 @@ class PlacementSampler:
             message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
             _log.warning(
                 "cannot read the container's NUMA placement",
-                pod_uid=target.pod_uid,
-                container=target.container_name,
+                **_who(target),
                 error=message,
             )
             return Placement(target, UNREADABLE, message, cid, where)
-        result = residency(target.assigned, stat, enforced)
+        try:
+            huge = cgroup.read_hugetlb_numa_stats(dirs.hugetlb)
+        except (OSError, CgroupFormatError) as err:
+            if _went_away(err, dirs.hugetlb) or _went_away(err, dirs.memory):
+                return self._gone(target)
+            message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
+            _log.warning(
+                "cannot read the container's NUMA placement", **_who(target), error=message
+            )
+            return Placement(target, UNREADABLE, message, cid, where)
+        result = residency(target.assigned, stat, enforced, huge)
         message = "" if enforced is not None else f"no {cgroup.enforced_mems_file(dirs)}"
         if result.cpuset_matches is False:
             self._warn_once(target, result, dirs)
-            if self.enforce and enforced is not None:
-                written = self._write(target, dirs, enforced, now)
-                self._writes[target.key] = written
-                result = residency(target.assigned, stat, written.after)
         elif result.cpuset_matches:
             self._warned.discard(target.key)
+        enforcement = ("", "")
+        if self.enforce and enforced is not None:
+            state = self._enforcing.get(target.key)
+            if state is None or state.target != target:  # a new container or assignment
+                state = self._enforcing[target.key] = _Enforcing(target)
+            if result.cpuset_matches is False:
+                step = self._enforce(target, dirs, enforced, now, state)
+                if step.gone:
+                    return self._gone(target)
+                if step.write is not None:
+                    self._writes[target.key] = step.write
+                    result = residency(target.assigned, stat, step.enforced, huge)
+            else:
+                self._in_place(target, state)
+            enforcement = state.report(self._round)
         write = self._writes.get(target.key)
-        return Placement(target, MEASURED, message, cid, where, result, write)
+        return Placement(target, MEASURED, message, cid, where, result, write, *enforcement)
+
+    def _enforce(
+        self,
+        target: PlacementTarget,
+        dirs: cgroup.CgroupDirs,
+        enforced: frozenset[int],
+        now: int,
+        state: _Enforcing,
+    ) -> _Step:
+        """One enforcement step for a container whose enforced nodes differ."""
+        if state.stopped:
+            return _Step()
+        if state.last_ok_round == self._round - 1:
+            state.undone += 1  # the last round's write did not last
+        if not state.contested and state.undone >= CONTESTED_AFTER:
+            state.contested, state.backoff = True, FIRST_BACKOFF_ROUNDS
+            state.next_try = self._round + state.backoff
+            _log.warning(
+                "cpuset.mems is contested: each write was undone by the next round; backing off",
+                **_who(target),
+                undone=state.undone,
+                retry_in_rounds=state.backoff,
+            )
+            return _Step()
+        if state.contested:
+            if self._round < state.next_try:
+                return _Step()
+            state.backoff = min(2 * state.backoff, MAX_BACKOFF_ROUNDS)
+            state.next_try = self._round + state.backoff
+        if dirs.mode == cgroup.V2:
+            why = self._parent_disallows(target, dirs)
+            if why:
+                if state.held != why:
+                    _log.warning(
+                        "not enforcing cpuset.mems: the parent cgroup does not allow the "
+                        "assigned nodes",
+                        **_who(target),
+                        reason=why,
+                    )
+                state.held = why
+                return _Step()
+        state.held = ""
+        written = self._write(target, dirs, enforced, now)
+        if written is None:
+            return _Step(gone=True)
+        write, after = written
+        if write.written_back:
+            state.stopped = write.error
+        elif write.ok:
+            state.last_ok_round = self._round
+        return _Step(write, after)
+
+    def _in_place(self, target: PlacementTarget, state: _Enforcing) -> None:
+        """A round that finds the enforced nodes equal to the assignment: a contest is over."""
+        state.held = ""
+        state.undone = 0
+        if state.contested:
+            state.contested, state.backoff = False, 0
+            _log.info("cpuset.mems holds again: no longer contested", **_who(target))
+
+    def _parent_disallows(self, target: PlacementTarget, dirs: cgroup.CgroupDirs) -> str:
+        """v2: why the parent's ``cpuset.mems.effective`` does not allow every assigned node
+        ("" when it does). Writing then would make the kernel enforce the parent's nodes
+        (when it grants none of them), wider than the assignment."""
+        parent = dirs.cpuset.parent / "cpuset.mems.effective"
+        try:
+            allowed = parse_mems(cgroup.read_small(parent), str(parent))
+        except FileNotFoundError:
+            return (
+                f"{parent} does not exist: cannot tell which nodes the parent allows; not written"
+            )
+        except (OSError, CgroupFormatError) as err:
+            reason = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
+            return f"cannot read the parent's nodes ({reason}); not written"
+        missing = target.assigned - allowed
+        if not missing:
+            return ""
+        return (
+            f"{parent} is {quote(format_cpulist(allowed))}, without the assigned "
+            f"{'node' if len(missing) == 1 else 'nodes'} {quote(format_cpulist(missing))}: the "
+            "kernel would enforce other nodes than the assignment; not written. Allow them in "
+            "the pod's (and its QoS class's) cpuset.mems, or fix the assignment"
+        )
 
     def _gone(self, target: PlacementTarget) -> Placement:
         self._known.pop(target.key, None)
         self.stats.gone += 1
         _log.debug(
             "cgroup disappeared; container stopped",
-            pod_uid=target.pod_uid,
-            container=target.container_name,
+            **_who(target),
         )
         return Placement(
             target, NO_CGROUP, "the cgroup disappeared while it was read: the container stopped"
@@ -254,8 +467,7 @@ class PlacementSampler:
         self._warned.add(target.key)
         _log.warning(
             "cpuset.mems differs from the memory manager's assignment",
-            pod_uid=target.pod_uid,
-            container=target.container_name,
+            **_who(target),
             assigned=format_cpulist(target.assigned),
             enforced=format_cpulist(result.enforced or ()),
             file=str(cgroup.enforced_mems_file(dirs)),
@@ -264,33 +476,53 @@ class PlacementSampler:
 
     def _write(
         self, target: PlacementTarget, dirs: cgroup.CgroupDirs, before: frozenset[int], now: int
-    ) -> CpusetWrite:
+    ) -> tuple[CpusetWrite, frozenset[int] | None] | None:
+        """Write the assignment and read it back: the write, and the nodes enforced now (after
+        a write back, see below). None when the container left meanwhile (its cgroup
+        removed: ENOENT, ENODEV), which is no failed write.
+
+        When the kernel enforces nodes outside the assignment after the write, the value
+        ``cpuset.mems`` had before is written back (the only write of anything but the
+        assignment: a restore) and the error says so; the caller then stops."""
         path = str(dirs.cpuset / "cpuset.mems")
         migrate = False
         after: frozenset[int] | None = None
         error = ""
+        previous: str | None = None
         try:
-            migrate = cgroup.enable_memory_migrate(dirs)
-            path = str(cgroup.write_mems(dirs, target.assigned))
+            previous = cgroup.read_small(dirs.cpuset / "cpuset.mems")
+            migrate = cgroup.enable_memory_migrate(self.root, dirs)
+            path = str(cgroup.write_mems(self.root, dirs, target.assigned))
+        except (CgroupPathError, CgroupFormatError) as err:
+            error = str(err)
         except OSError as err:
+            if _went_away(err, dirs.cpuset):
+                return None
             error = _os_error(err)
         try:
             after = cgroup.read_enforced_mems(dirs)
         except (OSError, CgroupFormatError) as err:
+            if _went_away(err, dirs.cpuset):
+                return None
             error = error or f"read back: {err}"
-        if not error and after != target.assigned:
+        if after is None and not dirs.cpuset.is_dir():
+            return None
+        now_enforced = after
+        written_back = not error and after is not None and not after <= target.assigned
+        if written_back:
+            error, now_enforced = self._write_back(target, dirs, after or frozenset(), previous)
+        elif not error and after != target.assigned:
             error = (
                 f"the kernel enforces {quote(format_cpulist(after or ()))} after the write (the parent "
                 "cgroup's cpuset.mems may not allow every assigned node)"
             )
-        write = CpusetWrite(path, before, target.assigned, after, migrate, now, error)
+        write = CpusetWrite(path, before, target.assigned, after, migrate, now, error, written_back)
         if write.ok:
             self.stats.writes_ok += 1
         else:
             self.stats.writes_failed += 1
         fields = {
-            "pod_uid": target.pod_uid,
-            "container": target.container_name,
+            **_who(target),
             "file": path,
             "before": format_cpulist(before),
             "written": format_cpulist(target.assigned),
@@ -299,15 +531,66 @@ class PlacementSampler:
         if write.ok:
             self._failures.pop(target.key, None)
             _log.info("wrote cpuset.mems (--enforce-cpuset-mems)", **fields)
+        elif written_back:
+            _log.warning("cpuset.mems written back; no longer enforced", error=error, **fields)
         elif self._failures.get(target.key) != error:
             self._failures[target.key] = error
             _log.warning("cannot enforce cpuset.mems; retried each round", error=error, **fields)
-        return write
+        return write, now_enforced
+
+    def _write_back(
+        self,
+        target: PlacementTarget,
+        dirs: cgroup.CgroupDirs,
+        widened: frozenset[int],
+        previous: str | None,
+    ) -> tuple[str, frozenset[int] | None]:
+        """The write made the kernel enforce ``widened``, not within the assignment: write
+        the previous value back. Returns the error to report and the nodes enforced now."""
+        shown = quote(format_cpulist(widened))
+        why = (
+            f"the kernel enforces {shown} after writing {quote(format_cpulist(target.assigned))}, "
+            "not within the assignment (the parent cgroup's cpuset.mems.effective grants none "
+            "of the assigned nodes?)"
+        )
+        restored: frozenset[int] | None = widened
+        try:
+            if previous is None:
+                raise ValueError("the value before the write is unknown")
+            cgroup.restore_mems(self.root, dirs, previous)
+            restored = cgroup.read_enforced_mems(dirs)
+            done = f"wrote back {quote(previous.strip())}"
+        except (OSError, ValueError, CgroupFormatError, CgroupPathError) as err:
+            done = f"could not write back {quote((previous or '').strip())}: {err}"
+        return (
+            f"{why}; {done}. numamem no longer writes this container's cpuset.mems (until it "
+            "restarts or is re-pinned): allow the assigned nodes in the pod's cpuset.mems",
+            restored,
+        )
 
 
-def _went_away(err: Exception, dirs: cgroup.CgroupDirs) -> bool:
-    """A read that failed because the cgroup went away (the container stopped)."""
-    if isinstance(err, OSError) and err.errno in _GONE_ERRNOS and not dirs.memory.is_dir():
+def _who(target: PlacementTarget) -> dict[str, object]:
+    """The log fields naming the container, quoted (both come from clients)."""
+    return {
+        "pod_uid": quote(target.pod_uid, style="bare"),
+        "container": quote(target.container_name, style="bare"),
+    }
+
+
+def _ids_text(ids: Sequence[str], tried: int) -> str:
+    """``'a', 'b', 'c' and 2 more``: at most :data:`MAX_LISTED_IDS` ids, each quoted."""
+    shown = ", ".join(quote(cid) for cid in ids[:MAX_LISTED_IDS])
+    rest = min(len(ids), tried) - MAX_LISTED_IDS
+    text = f"{'id' if len(ids) == 1 else 'ids'} {shown}" + (f" and {rest} more" if rest > 0 else "")
+    if len(ids) > tried:
+        text += f" (only the newest {tried} of its {len(ids)} ids are looked up)"
+    return text
+
+
+def _went_away(err: Exception, directory: Path) -> bool:
+    """A read or write in ``directory`` (the container's memory or cpuset cgroup) that failed
+    because the cgroup went away (the container stopped)."""
+    if isinstance(err, OSError) and err.errno in _GONE_ERRNOS and not directory.is_dir():
         return True
     return isinstance(err, OSError) and err.errno == errno.ENODEV
 

@@ -17,9 +17,22 @@ Per node and memory type, in bytes:
   active/inactive lists are parts of those two; kernel memory, ``kernel_stack``,
   ``pagetables``, ``slab_*``, is listed but not in ``total``).
 
-``total`` is the container's user memory on the node in both formats. Outside
-bytes are the ``total`` on nodes not assigned; the share is outside / all
-``total`` (0 when the container has no memory).
+Huge pages: hugetlb pages are not charged to the memory controller (unless v2
+is mounted with ``memory_hugetlb_accounting``), so ``memory.numa_stat`` does
+not count them. The hugetlb controller's ``hugetlb.<size>.numa_stat`` (Linux
+5.17 and later) does: each size is a type of its own, ``hugetlb_2MB``,
+``hugetlb_1GB`` (the kernel's size names), and is added to ``total``. Without
+them, a v2 ``hugetlb`` line of ``memory.numa_stat`` (the accounting option) is
+added instead, never both. On older kernels, or without the hugetlb controller,
+huge pages are in no figure.
+
+Shared memory (tmpfs, ``/dev/shm``, shared anonymous mappings) is swap-backed:
+v1 counts it in ``anon``, v2 in ``file`` and again in ``shmem``. Only v1's
+``file`` and v2's ``file`` - ``shmem`` are reclaimable page cache.
+
+``total`` is the container's user memory on the node in both formats, huge
+pages included. Outside bytes are the ``total`` on nodes not assigned; the
+share is outside / all ``total`` (0 when the container has no memory).
 """
 
 from __future__ import annotations
@@ -30,6 +43,8 @@ from dataclasses import dataclass
 from numamem.metacache.metrics.numastat import V1_FORMAT, NumaStat
 
 TOTAL = "total"
+HUGETLB_PREFIX = "hugetlb_"
+_MEMCG_HUGETLB = "hugetlb"
 _V1_TYPES = ("total", "file", "anon", "unevictable")
 _EVENT_PREFIX = "workingset_"
 
@@ -53,8 +68,11 @@ class Residency:
         return None if self.enforced is None else self.enforced == self.assigned
 
 
-def memory_types(stat: NumaStat) -> dict[str, dict[int, int]]:
-    """Memory type -> node -> bytes, ``total`` included (see the module docstring)."""
+def memory_types(
+    stat: NumaStat, hugetlb: Mapping[str, Mapping[int, int]] | None = None
+) -> dict[str, dict[int, int]]:
+    """Memory type -> node -> bytes, ``total`` included (see the module docstring);
+    ``hugetlb`` is huge page size -> node -> bytes (the hugetlb controller's files)."""
     types: dict[str, dict[int, int]] = {}
     if stat.format == V1_FORMAT:
         for name in _V1_TYPES:
@@ -64,20 +82,32 @@ def memory_types(stat: NumaStat) -> dict[str, dict[int, int]]:
         if TOTAL not in types:
             nodes = {n for t in types.values() for n in t}
             types[TOTAL] = {n: sum(t.get(n, 0) for t in types.values()) for n in nodes}
-        return types
-    for name, line in stat.lines.items():
-        if not name.startswith(_EVENT_PREFIX):
-            types[name] = dict(line)
-    anon, file = types.get("anon", {}), types.get("file", {})
-    types[TOTAL] = {n: anon.get(n, 0) + file.get(n, 0) for n in sorted({*anon, *file})}
+    else:
+        for name, line in stat.lines.items():
+            if not name.startswith(_EVENT_PREFIX):
+                types[name] = dict(line)
+        anon, file = types.get("anon", {}), types.get("file", {})
+        types[TOTAL] = {n: anon.get(n, 0) + file.get(n, 0) for n in sorted({*anon, *file})}
+    huge = {f"{HUGETLB_PREFIX}{size}": dict(line) for size, line in (hugetlb or {}).items()}
+    types.update(huge)
+    counted = list(huge.values()) if huge else [types.get(_MEMCG_HUGETLB, {})]
+    total = types[TOTAL]
+    for line in counted:
+        for node, value in line.items():
+            total[node] = total.get(node, 0) + value
+    types[TOTAL] = dict(sorted(total.items()))
     return types
 
 
 def residency(
-    assigned: frozenset[int], stat: NumaStat, enforced: frozenset[int] | None
+    assigned: frozenset[int],
+    stat: NumaStat,
+    enforced: frozenset[int] | None,
+    hugetlb: Mapping[str, Mapping[int, int]] | None = None,
 ) -> Residency:
-    """The container's :class:`Residency`: bytes per node and type, outside bytes and share."""
-    types = memory_types(stat)
+    """The container's :class:`Residency`: bytes per node and type, outside bytes and share
+    (``hugetlb``: :func:`~numamem.metacache.metrics.cgroup.read_hugetlb_numa_stats`)."""
+    types = memory_types(stat, hugetlb)
     nodes: dict[int, dict[str, int]] = {}
     for name in sorted(types):
         for node, value in types[name].items():
