@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from numamem.api.status import status_with_reason
+from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 from tests.fuzz.catalogue import BY_PATH, RPCS
 from tests.fuzz.run import KINDS, Campaign, Outcome, generated, reply_problems
@@ -115,8 +116,17 @@ def test_a_bounded_campaign_finds_nothing(short_root: Path) -> None:
         assert campaign.client is not None
         campaign.model.pools.add("never-written")
         campaign.model.mm_must_hold[("never-admitted", "app")] = []
+        campaign.model.mm_ids["never-added"] = ("never-admitted", "app")
+        campaign.model.mm_live_ids.add("never-added")
         problems = campaign.model.problems(campaign.client)
         assert any("pools differ" in p for p in problems)
         assert any("lost 'never-admitted'/'app'" in p for p in problems)
+        assert any("holds None for container id 'never-added'" in p for p in problems)
+        remove = BY_PATH["/numamem.v1.MemoryManager/RemoveContainer"]
+        request = mm.RemoveContainerRequest(container_id="never-added")
+        assert any(
+            "answered found=false" in p
+            for p in campaign.model.apply(remove, request, campaign.client.call(remove, request))
+        )
     finally:
         campaign.stop()

@@ -40,6 +40,7 @@ from grpc_status import rpc_status
 from numamem.api.convert import state_from_proto
 from numamem.api.podresources import TokenBucket
 from numamem.api.status import DOMAIN, REASONS
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, decode_container_file
 from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
 from numamem.memorymanager.invariants import violations
 from numamem.testing.daemon import DaemonProcess
@@ -126,10 +127,19 @@ class Outcome:
     seconds: float = 0.0
 
 
+PROBE_POD = mm.Pod(
+    uid="fuzz-probe-uid", namespace="fuzz", name="probe", containers=[mm.Container(name="probe")]
+)
+"""A BestEffort pod no generated request names (seeds use ``uid-<i>``): its container id
+makes the daemon write its container map (:meth:`Client.container_map`)."""
+PROBE_ID = "fuzz-probe-container-id"
+
+
 class Client:
     """Default-settings channels to both sockets; calls any RPC of the catalogue by path."""
 
-    def __init__(self, main_socket: str, podresources_socket: str) -> None:
+    def __init__(self, main_socket: str, podresources_socket: str, state_dir: Path) -> None:
+        self.state_dir = state_dir
         self.channels = {
             MAIN: grpc.insecure_channel(f"unix://{main_socket}"),
             PODRESOURCES: grpc.insecure_channel(f"unix://{podresources_socket}"),
@@ -176,6 +186,26 @@ class Client:
         if outcome.code != grpc.StatusCode.OK:
             raise AssertionError(f"{path} answered {outcome.code.name}: {outcome.details}")
         return outcome.responses
+
+    def container_map(self) -> dict[str, list[str]]:
+        """The memory manager's container map as the daemon holds it: id -> [pod uid, name].
+
+        No RPC returns the map, so it is read from ``numamem_containers`` with numamem's
+        own decoder. The file can lag behind the daemon's memory (a restart drops ids of
+        containers without blocks, or could lose ids, and writes the map only with the
+        next change), so the probe pod's AddContainer and RemoveContainer make the daemon
+        write it twice first: after them the file is the map in memory, which they leave
+        as it was (the probe pod has no blocks, no name is recorded for it)."""
+        add = mm.AddContainerRequest(pod=PROBE_POD, container_name="probe", container_id=PROBE_ID)
+        self.ok("/numamem.v1.MemoryManager/AddContainer", add)
+        (removed,) = self.ok(
+            "/numamem.v1.MemoryManager/RemoveContainer",
+            mm.RemoveContainerRequest(container_id=PROBE_ID),
+        )
+        if not removed.found:
+            raise AssertionError("RemoveContainer did not find the probe's container id")
+        ids, _ = decode_container_file((self.state_dir / CONTAINERS_FILE).read_bytes())
+        return {cid: list(ref) for cid, ref in sorted(ids.items())}
 
 
 def trailer_bytes(outcome: Outcome) -> int:
@@ -253,8 +283,10 @@ class Model:
     pinned (with those blocks) that no later request can have released: any
     request naming the pod (its spec may drop the container: stale state), a
     SyncActivePods, a RemoveContainer that found an id not known to belong to
-    another container forget them. ``pods``/``pools``/``regions``: the metacache's
-    keys exactly.
+    another container forget them. ``mm_live_ids``: container ids the memory
+    manager's container map must hold (see :meth:`_forget_ids`); a RemoveContainer
+    of one must answer found, and the map read from the state directory must hold
+    each. ``pods``/``pools``/``regions``: the metacache's keys exactly.
     """
 
     mm_may_hold: set[str] = field(default_factory=set)
@@ -262,6 +294,11 @@ class Model:
     """(pod uid, container) -> blocks (None for an init container: later containers reuse
     its memory, so its blocks shrink)."""
     mm_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """container id -> the container its last acknowledged AddContainer recorded (what the
+    id refers to while the daemon holds it)."""
+    mm_live_ids: set[str] = field(default_factory=set)
+    """Ids of :attr:`mm_ids` that the daemon holds for sure: recorded by an acknowledged
+    AddContainer and not released since."""
     pods: dict[str, set[str]] = field(default_factory=dict)
     pools: set[str] = field(default_factory=set)
     regions: set[str] = field(default_factory=set)
@@ -271,10 +308,12 @@ class Model:
         name = rpc.method.name
         ok = outcome.code == grpc.StatusCode.OK
         if rpc.method.containing_service.name == "MemoryManager":
+            problems = self._check_remove_container(name, request, outcome)
             self._forget_memory_manager(name, request, outcome)
+            self._forget_ids(name, request, outcome)
             if ok and rpc.writes:
                 self._apply_memory_manager(name, request, outcome.responses[0])
-            return []
+            return problems
         if not ok or not rpc.writes:
             return []
         return self._apply_metacache(name, request, outcome.responses[0])
@@ -298,6 +337,63 @@ class Model:
         for key in [k for k in self.mm_must_hold if k[0] in uids]:
             del self.mm_must_hold[key]
 
+    def _check_remove_container(self, name: str, request: Any, outcome: Outcome) -> list[str]:
+        """A RemoveContainer of an id the daemon must hold has to find it."""
+        if name != "RemoveContainer" or request.container_id not in self.mm_live_ids:
+            return []
+        if outcome.code == grpc.StatusCode.OK and outcome.responses[0].found:
+            return []
+        uid, ctr = self.mm_ids[request.container_id]
+        answer = "found=false" if outcome.code == grpc.StatusCode.OK else outcome.code.name
+        return [
+            f"RemoveContainer of container id {request.container_id[:80]!r} answered {answer}, "
+            f"but an acknowledged AddContainer recorded it for {uid[:80]!r}/{ctr[:80]!r} and "
+            "nothing released it since"
+        ]
+
+    def _forget_ids(self, name: str, request: Any, outcome: Outcome) -> None:
+        """Drop from ``mm_live_ids`` what this request may have released, whatever its answer.
+
+        The memory manager releases an id (``remove_by_container_ref``: the oldest id of
+        a container) when RemoveContainer, ReleasePod or an AddContainer (for the pod's
+        earlier regular init containers) releases its container, and SyncActivePods
+        releases every id of a container it was not given. The model forgets every id of
+        such a container, which keeps it a lower bound whatever the daemon's order of ids.
+        Restarts drop ids of containers without blocks (:meth:`restarted`)."""
+        live = self.mm_live_ids
+        if not live:
+            return
+        if name == "RemoveContainer":
+            found = outcome.code == grpc.StatusCode.OK and outcome.responses[0].found
+            ref = self.mm_ids.get(request.container_id)
+            if found and ref is None:
+                live.clear()  # an id the model forgot: it may have been any container's
+            elif ref is not None:
+                self.mm_live_ids = {i for i in live if self.mm_ids[i] != ref}
+        elif name == "ReleasePod":
+            self.mm_live_ids = {i for i in live if self.mm_ids[i][0] != request.pod_uid}
+        elif name == "SyncActivePods":
+            given: dict[str, set[str]] = {}
+            for p in request.pods:
+                names = {c.name for c in (*p.init_containers, *p.containers)}
+                given[p.uid] = given[p.uid] & names if p.uid in given else names
+            self.mm_live_ids = {
+                i for i in live if self.mm_ids[i][1] in given.get(self.mm_ids[i][0], ())
+            }
+        elif name == "AddContainer":
+            inits = {(request.pod.uid, c.name) for c in request.pod.init_containers}
+            self.mm_live_ids = {i for i in live if self.mm_ids[i] not in inits}
+
+    def restarted(self, state: Any) -> None:
+        """A restart drops the ids of containers without blocks in ``state`` (GetState before
+        the restart)."""
+        self.mm_live_ids = {
+            i
+            for i in self.mm_live_ids
+            if self.mm_ids[i][0] in state.entries
+            and self.mm_ids[i][1] in state.entries[self.mm_ids[i][0]].containers
+        }
+
     def _apply_memory_manager(self, name: str, request: Any, response: Any) -> None:
         if name == "Allocate" or (name == "Admit" and response.admitted):
             self.mm_may_hold.add(request.pod.uid)
@@ -313,6 +409,7 @@ class Model:
                     self.mm_must_hold[key] = None if ctr in inits else blocks  # type: ignore[assignment]
         elif name == "AddContainer":
             self.mm_ids[request.container_id] = (request.pod.uid, request.container_name)
+            self.mm_live_ids.add(request.container_id)
         elif name == "ReleasePod":
             self.mm_may_hold.discard(request.pod_uid)
         elif name == "SyncActivePods":
@@ -362,6 +459,15 @@ class Model:
         out = []
         (state,) = client.ok("/numamem.v1.MemoryManager/GetState", mm.GetStateRequest())
         out += [f"memory manager state: {v}" for v in violations(*state_from_proto(state))[:5]]
+        held = client.container_map()
+        for cid in sorted(self.mm_live_ids)[:1000]:
+            if held.get(cid) != list(self.mm_ids[cid]):
+                uid, ctr = self.mm_ids[cid]
+                out.append(
+                    f"memory manager container map holds {held.get(cid)} for container id "
+                    f"{cid[:80]!r}, which an acknowledged AddContainer recorded for "
+                    f"{uid[:80]!r}/{ctr[:80]!r} and nothing released since"
+                )
         extra = sorted(set(state.entries) - self.mm_may_hold)
         if extra:
             out.append(f"memory manager pods {extra[:5]} hold memory no acknowledged write left")
@@ -425,6 +531,7 @@ def snapshot(client: Client, model: Model) -> dict[str, Any]:
     (listed,) = client.ok("/v1.PodResourcesLister/List", pr.ListPodResourcesRequest())
     return {
         "memory manager state": js(state),
+        "memory manager container map": client.container_map(),
         "metacache containers": [js(c) for c in containers],
         "metacache empty pods": empty,
         "metacache pools": [
@@ -434,6 +541,16 @@ def snapshot(client: Client, model: Model) -> dict[str, Any]:
             js(r) for r in client.ok("/numamem.v1.MetaReader/ListRegions", mc.ListRegionsRequest())
         ],
         "podresources": sorted(json.dumps(js(p), sort_keys=True) for p in listed.pod_resources),
+    }
+
+
+def restored_map(held: dict[str, list[str]], state: Any) -> dict[str, list[str]]:
+    """What a restart restores of the container map ``held`` with ``state`` (GetState):
+    the restore drops the ids of containers without blocks, and only those."""
+    return {
+        cid: ref
+        for cid, ref in held.items()
+        if ref[0] in state.entries and ref[1] in state.entries[ref[0]].containers
     }
 
 
@@ -505,7 +622,9 @@ class Campaign:
                 "warning",
             ],
         ).start()
-        self.client = Client(self.daemon.socket, self.podresources_socket)
+        self.client = Client(
+            self.daemon.socket, self.podresources_socket, Path(self.daemon.state_dir)
+        )
 
     def stop(self) -> None:
         if self.client is not None:
@@ -591,6 +710,11 @@ class Campaign:
         False when the daemon does not come back."""
         assert self.client is not None and self.daemon is not None
         before = snapshot(self.client, self.model)
+        (state,) = self.client.ok("/numamem.v1.MemoryManager/GetState", mm.GetStateRequest())
+        self.model.restarted(state)
+        before["memory manager container map"] = restored_map(
+            before["memory manager container map"], state
+        )
         self.client.close()
         self.daemon.stop(9 if self.restarts % 2 == 0 else 15)
         self.restarts += 1
@@ -599,7 +723,9 @@ class Campaign:
         except AssertionError as err:
             self._find(index, f"restart {self.restarts}", f"the daemon did not come back: {err}")
             return False
-        self.client = Client(self.daemon.socket, self.podresources_socket)
+        self.client = Client(
+            self.daemon.socket, self.podresources_socket, Path(self.daemon.state_dir)
+        )
         after = snapshot(self.client, self.model)
         for key in before:
             if before[key] != after[key]:
