@@ -9,6 +9,7 @@ command.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from numamem.api.status import status_with_reason
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
+from tests.fuzz import __main__ as fuzz_main
 from tests.fuzz.catalogue import BY_PATH, RPCS
 from tests.fuzz.run import KINDS, Campaign, Outcome, generated, reply_problems
 from tests.fuzz.seeds import SEEDS
@@ -56,6 +58,28 @@ def test_a_request_is_a_function_of_its_seed_and_index() -> None:
     assert abs(shares["valid"] - 0.25) < 0.03
     assert abs(shares["mutated"] - 0.5) < 0.03
     assert abs(shares["random"] - 0.25) < 0.03
+
+
+def test_a_findings_replay_lines_parse_back_to_the_same_campaign(tmp_path: Path) -> None:
+    """The bounded campaign restarts at REQUESTS // 2, not at python -m tests.fuzz's default:
+    a replay line without every parameter replays another campaign."""
+    campaign = Campaign(tmp_path, SEED, check_every=250, restart_every=REQUESTS // 2)
+    campaign._find(1234, "what", "problem")
+    [finding] = campaign.findings
+    lines = finding.report().splitlines()
+    replays = {}
+    for label in ("replay", "this request alone"):
+        [line] = [x for x in lines if x.strip().startswith(f"{label}: ")]
+        argv = shlex.split(line.split(": ", 1)[1])
+        assert argv[:3] == ["python", "-m", "tests.fuzz"], line
+        replayed, requests = fuzz_main.build_campaign(
+            fuzz_main.parser().parse_args(argv[3:]), tmp_path
+        )
+        params = (replayed.seed, replayed.check_every, replayed.restart_every)
+        assert params == (SEED, 250, REQUESTS // 2), line
+        replays[label] = (requests, replayed.indices)
+    assert replays["replay"][0] == 1235 and replays["replay"][1] is None
+    assert replays["this request alone"][1] == range(1234, 1235)
 
 
 class _Call(grpc.RpcError):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -557,6 +558,9 @@ def restored_map(held: dict[str, list[str]], state: Any) -> dict[str, list[str]]
 # --- the campaign ---------------------------------------------------------------------
 
 
+REPLAY = "python -m tests.fuzz"
+
+
 @dataclass
 class Finding:
     seed: int
@@ -564,15 +568,31 @@ class Finding:
     what: str
     problem: str
     request: str = ""
+    check_every: int = 500
+    restart_every: int = 0
+    """The campaign's parameters: a replay needs every one (restarts and checks change
+    what the daemon holds when request ``index`` arrives)."""
+
+    def replay_args(self, alone: bool = False) -> list[str]:
+        """The arguments of ``python -m tests.fuzz`` that replay the campaign up to this
+        request (``alone``: this request only, on a fresh daemon)."""
+        which = ["--index", str(self.index)] if alone else ["--requests", str(self.index + 1)]
+        return [
+            "--seed",
+            str(self.seed),
+            *which,
+            "--check-every",
+            str(self.check_every),
+            "--restart-every",
+            str(self.restart_every),
+        ]
 
     def report(self) -> str:
         lines = [f"seed {self.seed} request {self.index} {self.what}: {self.problem}"]
         if self.request:
             lines.append(f"  request: {self.request}")
-        lines.append(
-            f"  replay: python -m tests.fuzz --seed {self.seed} --requests {self.index + 1}"
-            f"  (this request alone: --seed {self.seed} --index {self.index})"
-        )
+        lines.append(f"  replay: {REPLAY} {shlex.join(self.replay_args())}")
+        lines.append(f"  this request alone: {REPLAY} {shlex.join(self.replay_args(alone=True))}")
         return "\n".join(lines)
 
 
@@ -683,7 +703,9 @@ class Campaign:
     def _find(self, index: int, what: str, problem: str, request: str = "") -> None:
         if "INTERNAL" in problem and self.daemon is not None:
             problem += f"\n  daemon log: {self.daemon.stderr()[-1500:]}"
-        self.findings.append(Finding(self.seed, index, what, problem, request))
+        self.findings.append(
+            Finding(self.seed, index, what, problem, request, self.check_every, self.restart_every)
+        )
 
     def check(self, index: int) -> bool:
         """Alive, SERVING, RSS bound, state equals the model."""
