@@ -294,7 +294,9 @@ def test_huge_labels_are_refused_by_the_entry_limit_and_memory_stays_bounded() -
         for i in range(40):
             with pytest.raises(grpc.RpcError) as refused:
                 server.client.add_container_info(
-                    mc.ContainerInfo(pod_uid="p", container_name=f"c{i}", labels={"k": "v" * (3 << 20)})
+                    mc.ContainerInfo(
+                        pod_uid="p", container_name=f"c{i}", labels={"k": "v" * (3 << 20)}
+                    )
                 )
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert error_reason(refused.value) == "LIMIT_EXCEEDED"
