@@ -16,12 +16,14 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import DecodeError
 
 from numamem.api.status import status_with_reason
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 from tests.fuzz import __main__ as fuzz_main
 from tests.fuzz.catalogue import BY_PATH, RPCS
+from tests.fuzz.generate import malformed
 from tests.fuzz.run import KINDS, Campaign, Outcome, generated, reply_problems
 from tests.fuzz.seeds import SEEDS
 
@@ -39,10 +41,18 @@ def test_the_catalogue_is_every_rpc_of_every_service_and_each_has_a_valid_seed()
         "numamem.v1.MetaReader",
         "numamem.v1.MetaWriter",
         "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
         "v1.PodResourcesLister",
     }
-    assert len(RPCS) == 41
+    assert len(RPCS) == 43  # reflection on both sockets
+    assert len({rpc.short for rpc in RPCS}) == len(RPCS)
     assert set(SEEDS) == {rpc.path for rpc in RPCS}
+    # Every malformed payload is bytes that decode as no request of the RPC it goes to.
+    for rpc in RPCS:
+        for what, payload in malformed(rpc.request):
+            with pytest.raises(DecodeError):
+                rpc.request.FromString(payload)
+            assert what
 
 
 def test_a_request_is_a_function_of_its_seed_and_index() -> None:
@@ -53,11 +63,17 @@ def test_a_request_is_a_function_of_its_seed_and_index() -> None:
         assert twin.request.SerializeToString(deterministic=True) == gen.request.SerializeToString(
             deterministic=True
         )
-    kinds = [generated(SEED, i).kind for i in range(4000)]
-    shares = {k: kinds.count(k) / len(kinds) for k in KINDS}
+    kinds = [generated(SEED, i) for i in range(4000)]
+    shares = {k: [g.kind for g in kinds].count(k) / len(kinds) for k in KINDS}
     assert abs(shares["valid"] - 0.25) < 0.03
     assert abs(shares["mutated"] - 0.5) < 0.03
-    assert abs(shares["random"] - 0.25) < 0.03
+    assert abs(shares["random"] - 0.20) < 0.03
+    assert abs(shares["undecodable"] - 0.05) < 0.015
+    for gen in kinds:
+        if gen.kind == "undecodable":
+            assert gen.payload is not None
+            with pytest.raises(DecodeError):
+                gen.rpc.request.FromString(gen.payload)
 
 
 def test_a_findings_replay_lines_parse_back_to_the_same_campaign(tmp_path: Path) -> None:
@@ -134,8 +150,12 @@ def test_a_bounded_campaign_finds_nothing(short_root: Path) -> None:
         campaign.run(REQUESTS)
         assert campaign.findings == [], "\n".join(f.report() for f in campaign.findings)
         assert campaign.sent == REQUESTS
+        assert campaign.swept == sum(len(malformed(rpc.request)) for rpc in RPCS)
         assert campaign.restarts == 2  # one halfway, one at the end
         assert {rpc for rpc, _ in campaign.codes} == {rpc.short for rpc in RPCS}
+        assert {rpc.short for rpc in RPCS} <= {
+            rpc for rpc, code in campaign.codes if code == "INVALID_ARGUMENT"
+        }
         # The model check is not vacuous either: a write the daemon never saw is noticed.
         assert campaign.client is not None
         campaign.model.pools.add("never-written")

@@ -2,16 +2,20 @@
 
 Request ``i`` of seed ``s`` is a function of ``(s, i)`` alone (:func:`generated`):
 25% a valid request from :mod:`tests.fuzz.seeds`, 50% such a request with one or
-two fields mutated, 25% a random message of the method's type
-(:mod:`tests.fuzz.generate`). Requests go one at a time to a 2-node fake machine
-with ``--podresources-socket``, over channels with gRPC's default settings.
+two fields mutated, 20% a random message of the method's type, 5% bytes that
+decode as no message of it (:mod:`tests.fuzz.generate`). Before them, every RPC of
+both sockets gets each of :func:`~tests.fuzz.generate.malformed`'s payloads
+(:meth:`Campaign.sweep`). Requests go one at a time to a 2-node fake machine with
+``--podresources-socket``, over channels with gRPC's default settings; a client
+stream (reflection) carries one request.
 
 Each reply must be a real answer: never INTERNAL, UNKNOWN, UNAVAILABLE or
 DEADLINE_EXCEEDED; an error's message at most ``errors.MAX_MESSAGE_BYTES`` and
 never cut by the last line of defence, its trailers under :data:`TRAILER_BYTES`; a
 ``numamem.v1`` error carries its
 ``google.rpc.Status`` with a numamem ErrorInfo that agrees with the status (the
-client received the trailers intact). Every :attr:`Campaign.check_every`
+client received the trailers intact); bytes that are no request are answered
+INVALID_ARGUMENT "the request does not decode" on both sockets. Every :attr:`Campaign.check_every`
 requests: the daemon runs, health is SERVING, RSS stays below :data:`RSS_LIMIT`,
 the memory manager's state keeps its invariants
 (:mod:`numamem.memorymanager.invariants`), and the state equals the
@@ -51,7 +55,7 @@ from numamem.v1 import metacache_pb2 as mc
 from numamem.v1 import podresources_pb2 as pr
 from tests.daemon import STATIC_ARGS
 from tests.fuzz.catalogue import BY_PATH, MAIN, PODRESOURCES, RPCS, Rpc
-from tests.fuzz.generate import describe, mutate, random_message
+from tests.fuzz.generate import describe, malformed, mutate, random_message, undecodable
 from tests.fuzz.seeds import SEEDS
 
 RSS_LIMIT = 200 * 2**20
@@ -76,7 +80,10 @@ BAD_CODES = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
-KINDS = ("valid", "mutated", "random")
+KINDS = ("valid", "mutated", "random", "undecodable")
+UNDECODABLE = "the request does not decode: "
+"""How both sockets begin the message of their INVALID_ARGUMENT for bytes that are no
+request (numamem.api.interceptors)."""
 
 
 @dataclass
@@ -86,6 +93,8 @@ class Generated:
     request: Message
     kind: str
     mutations: list[str] = field(default_factory=list)
+    payload: bytes | None = None
+    """What is sent instead of ``request`` (kind ``undecodable``)."""
 
 
 WEIGHTS = {
@@ -116,7 +125,10 @@ def generated(seed: int, index: int) -> Generated:
         request = SEEDS[rpc.path](rng)
         done = mutate(request, rng, rng.choice((1, 2)))
         return Generated(index, rpc, request, "mutated", done)
-    return Generated(index, rpc, random_message(rpc.request, rng), "random")
+    if roll < 0.95:
+        return Generated(index, rpc, random_message(rpc.request, rng), "random")
+    what, payload = undecodable(rpc.request, SEEDS[rpc.path](rng), rng)
+    return Generated(index, rpc, rpc.request(), "undecodable", [what], payload)
 
 
 @dataclass
@@ -151,17 +163,27 @@ class Client:
         for channel in self.channels.values():
             channel.close()
 
-    def call(self, rpc: Rpc, request: Message) -> Outcome:
+    def call(self, rpc: Rpc, request: Message, payload: bytes | None = None) -> Outcome:
+        """One call of ``rpc`` with ``request`` (or the bytes ``payload`` instead)."""
         if rpc.socket == PODRESOURCES:
             while not self.bucket.allow():
                 time.sleep(1 / PODRESOURCES_QPS)
         channel = self.channels[rpc.socket]
+        serialize: Any = type(request).SerializeToString if payload is None else (lambda _: payload)
         start = time.perf_counter()
         try:
-            if rpc.streaming:
+            if rpc.client_streaming:
+                responses = list(
+                    channel.stream_stream(
+                        rpc.path,
+                        request_serializer=serialize,
+                        response_deserializer=rpc.response.FromString,
+                    )(iter([request]), timeout=TIMEOUT_S)
+                )
+            elif rpc.streaming:
                 stream = channel.unary_stream(
                     rpc.path,
-                    request_serializer=type(request).SerializeToString,
+                    request_serializer=serialize,
                     response_deserializer=rpc.response.FromString,
                 )(request, timeout=TIMEOUT_S)
                 if rpc.path == "/grpc.health.v1.Health/Watch":  # never ends: the first answer
@@ -173,7 +195,7 @@ class Client:
                 responses = [
                     channel.unary_unary(
                         rpc.path,
-                        request_serializer=type(request).SerializeToString,
+                        request_serializer=serialize,
                         response_deserializer=rpc.response.FromString,
                     )(request, timeout=TIMEOUT_S)
                 ]
@@ -220,9 +242,21 @@ def trailer_bytes(outcome: Outcome) -> int:
     return size
 
 
-def reply_problems(rpc: Rpc, request: Message, outcome: Outcome) -> list[str]:
-    """What is wrong with the reply to ``request`` (nothing for a real answer)."""
+def reply_problems(
+    rpc: Rpc, request: Message, outcome: Outcome, payload: bytes | None = None
+) -> list[str]:
+    """What is wrong with the reply to ``request`` (or to the undecodable bytes ``payload``
+    sent instead; nothing for a real answer)."""
     code, details = outcome.code, outcome.details
+    if payload is not None:
+        rate_limited = rpc.socket == PODRESOURCES and details == RATE_LIMITED
+        if code != grpc.StatusCode.INVALID_ARGUMENT and not rate_limited:
+            return [
+                f"bytes that are no {rpc.request.DESCRIPTOR.full_name} answered {code.name}: "
+                f"{details[:300]!r} (not INVALID_ARGUMENT {UNDECODABLE!r}...)"
+            ]
+        if not rate_limited and not details.startswith(UNDECODABLE):
+            return [f"bytes that are no request: {details[:300]!r}, not {UNDECODABLE!r}..."]
     if code == grpc.StatusCode.OK:
         return []
     problems = []
@@ -246,8 +280,10 @@ def reply_problems(rpc: Rpc, request: Message, outcome: Outcome) -> list[str]:
     if oversized or problems:
         return problems
     if rpc.socket == PODRESOURCES:
-        expected = (code == grpc.StatusCode.RESOURCE_EXHAUSTED and details == RATE_LIMITED) or (
-            code == grpc.StatusCode.NOT_FOUND and details.endswith(" not found")
+        expected = (
+            (code == grpc.StatusCode.RESOURCE_EXHAUSTED and details == RATE_LIMITED)
+            or (code == grpc.StatusCode.NOT_FOUND and details.endswith(" not found"))
+            or (code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(UNDECODABLE))
         )
         if not expected:
             problems.append(f"an unexpected podresources reply {code.name}: {details[:300]!r}")
@@ -592,7 +628,10 @@ class Finding:
         if self.request:
             lines.append(f"  request: {self.request}")
         lines.append(f"  replay: {REPLAY} {shlex.join(self.replay_args())}")
-        lines.append(f"  this request alone: {REPLAY} {shlex.join(self.replay_args(alone=True))}")
+        if self.index >= 0:  # -1: the sweep, which every replay sends first
+            lines.append(
+                f"  this request alone: {REPLAY} {shlex.join(self.replay_args(alone=True))}"
+            )
         return "\n".join(lines)
 
 
@@ -614,6 +653,8 @@ class Campaign:
     max_rss: int = 0
     restarts: int = 0
     sent: int = 0
+    swept: int = 0
+    """Requests of :meth:`sweep` (not in :attr:`sent`)."""
     slowest: tuple[float, str] = (0.0, "")
     daemon: DaemonProcess | None = None
     client: Client | None = None
@@ -654,10 +695,12 @@ class Campaign:
             self.daemon.kill()
 
     def run(self, requests: int) -> None:
-        """Send requests ``0..requests-1`` (or :attr:`indices`), checking as described; stops
-        early when the daemon dies or after :attr:`max_findings` findings."""
+        """:meth:`sweep`, then send requests ``0..requests-1`` (or :attr:`indices`), checking
+        as described; stops early when the daemon dies or after :attr:`max_findings` findings."""
         indices = self.indices if self.indices is not None else range(requests)
         last = 0
+        if not self.sweep():
+            return
         for n, index in enumerate(indices, 1):
             last = index
             if not self._send(generated(self.seed, index)) or self._enough():
@@ -676,18 +719,33 @@ class Campaign:
 
     def _send(self, gen: Generated) -> bool:
         assert self.client is not None
-        outcome = self.client.call(gen.rpc, gen.request)
-        self.sent += 1
+        outcome = self.client.call(gen.rpc, gen.request, gen.payload)
+        if gen.index >= 0:
+            self.sent += 1
+            self.kinds[gen.kind] += 1
         self.codes[(gen.rpc.short, outcome.code.name)] += 1
-        self.kinds[gen.kind] += 1
         if outcome.seconds > self.slowest[0]:
             self.slowest = (outcome.seconds, f"{gen.rpc.short} request {gen.index}")
-        problems = reply_problems(gen.rpc, gen.request, outcome)
-        problems += self.model.apply(gen.rpc, gen.request, outcome)
+        problems = reply_problems(gen.rpc, gen.request, outcome, gen.payload)
+        if gen.payload is None:  # bytes that are no request change nothing, or are a finding
+            problems += self.model.apply(gen.rpc, gen.request, outcome)
         what = f"({gen.kind}{': ' + '; '.join(gen.mutations) if gen.mutations else ''}) {gen.rpc.short}"
+        sent = describe(gen.request) if gen.payload is None else f"bytes {gen.payload[:200]!r}"
         for problem in problems:
-            self._find(gen.index, what, problem, describe(gen.request))
+            self._find(gen.index, what, problem, sent)
         return self._alive(gen.index)
+
+    def sweep(self) -> bool:
+        """Every RPC of both sockets gets each of :func:`malformed`'s payloads (a campaign's
+        random 5% would miss the rarely picked RPCs). Their findings have index -1: the
+        replay of a campaign of 0 requests sends the sweep alone. False when the daemon died."""
+        for rpc in RPCS:
+            for what, payload in malformed(rpc.request):
+                gen = Generated(-1, rpc, rpc.request(), "undecodable", [what], payload)
+                if not self._send(gen):
+                    return False
+                self.swept += 1
+        return True
 
     def _alive(self, index: int) -> bool:
         assert self.daemon is not None and self.daemon.proc is not None
