@@ -260,6 +260,35 @@ def test_sync_of_input_without_pods_needs_none(
     assert numamem_server.client.get_state().entries == {}
 
 
+def test_sync_refuses_any_file_without_pods_beside_files_with_pods(
+    numamem_server: InProcessServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sync -f ns1.yaml -f ns2.yaml`, one file per namespace, and ns2.yaml is the empty List
+    of a wrong context: before, ns2's pods were released (issue 24's item, half fixed)."""
+    sock = ["--socket", numamem_server.socket]
+    ns1, ns2_real = tmp_path / "ns1.yaml", tmp_path / "ns2-real.yaml"
+    ns1.write_text(GUARANTEED_POD.replace("u-1", "uid-1"))
+    ns2_real.write_text(GUARANTEED_POD.replace("u-1", "uid-2"))
+    for manifest in (ns1, ns2_real):
+        assert main(["admit", "-f", str(manifest), *sock]) == 0
+    ns2 = tmp_path / "ns2.yaml"
+    ns2.write_text('apiVersion: v1\nitems: []\nkind: List\nmetadata:\n  resourceVersion: ""\n')
+    capsys.readouterr()
+    assert main(["sync", "-f", str(ns1), "-f", str(ns2), *sock]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith(f"numamem: sync: {ns2}: no pods (an empty file, or an empty")
+    assert "the other files list 1 live pod" in out.err and "nothing released" in out.err
+    assert "Leave out a file whose namespace has no live pod" in out.err and "--none" in out.err
+    assert set(numamem_server.client.get_state().entries) == {"uid-1", "uid-2"}
+    # The files with pods alone: the usual sync.
+    assert main(["sync", "-f", str(ns1), "-f", str(ns2_real), *sock]) == 0
+    assert capsys.readouterr().out.startswith("2 live pods; released 0 containers")
+    assert main(["sync", "-f", str(ns1), *sock]) == 0
+    assert capsys.readouterr().out.startswith("1 live pod; released 1 container")
+    assert set(numamem_server.client.get_state().entries) == {"uid-1"}
+
+
 @pytest.mark.parametrize(
     "argv",
     [["release"], ["release", "a/b", "--pod", "u"], ["sync"]],

@@ -227,23 +227,36 @@ def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
 def run_sync(args: argparse.Namespace, client: NumamemClient) -> int:
     """SyncActivePods. Releasing everything always takes ``--none``: input without pods (an
     empty file, the empty ``kind: List`` kubectl prints for a wrong namespace or context) is
-    refused without it, and ``--none`` is refused beside input that lists pods."""
+    refused without it, any one file of them too (``-f ns1.yaml -f ns2.yaml`` with an empty
+    ``ns2.yaml`` would release ns2's pods), and ``--none`` is refused beside input that
+    lists pods."""
     if not args.file and not args.none:
         raise UsageError("give the live pods with -f FILE, or --none to release everything")
     by_uid: dict[str, memorymanager_pb2.Pod] = {}  # a pod in several files counts once
+    empty: list[str] = []
     for path in args.file:
         try:
-            by_uid.update((p.uid, p) for p in load_pods(path))
+            listed = load_pods(path)
         except PodFileError as err:
             return fail(str(err))
+        if not listed:
+            empty.append(path)
+        by_uid.update((p.uid, p) for p in listed)
     pods = list(by_uid.values())
     if pods and args.none:
         raise UsageError(f"--none, but {plural(len(pods), 'live pod')} in {', '.join(args.file)}")
-    if not pods and not args.none:
+    if empty and not args.none:
+        others = (
+            f"; the other files list {plural(len(pods), 'live pod')}, and every pod this "
+            "input leaves out is released"
+            if pods
+            else ""
+        )
         return fail(
-            f"sync: {', '.join(args.file)}: no pods (an empty file, or an empty 'kind: List' as "
-            "kubectl prints for a wrong namespace or context); nothing released. If no pod is "
-            "live, release everything with --none"
+            f"sync: {', '.join(empty)}: no pods (an empty file, or an empty 'kind: List' as "
+            f"kubectl prints for a wrong namespace or context){others}; nothing released. "
+            "Leave out a file whose namespace has no live pod; if no pod is live at all, "
+            "release everything with --none"
         )
     removed = client.sync_active_pods(pods)
     if args.json:
