@@ -11,10 +11,12 @@ from numamem.cli.common import (
     UsageError,
     add_client_args,
     client_command,
+    guarded,
     human_bytes,
     message_to_dict,
     print_json,
     print_table,
+    shown,
 )
 from numamem.client import NumamemClient
 from numamem.cpuset import format_cpulist
@@ -106,21 +108,21 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
         ],
     )
     for r in rows:
-        name = f"{pod_text(r)} {r.container_name}"
+        name = f"{shown(pod_text(r))} {shown(r.container_name)}"
         if r.message:
-            print(f"{indent}{name}: {r.message}")
+            print(f"{indent}{name}: {guarded(r.message)}")
         if r.HasField("cpuset_write"):
             w = r.cpuset_write
             if w.error:
                 print(
                     f"{indent}{name}: could not enforce cpuset.mems "
-                    f"{format_cpulist(w.written)} in {w.file}: {w.error}"
+                    f"{format_cpulist(w.written)} in {shown(w.file)}: {guarded(w.error)}"
                 )
             else:
                 migrate = " (after setting cpuset.memory_migrate to 1)" * w.memory_migrate_enabled
                 print(
-                    f"{indent}{name}: wrote cpuset.mems {format_cpulist(w.written)} to {w.file}, "
-                    f"was {format_cpulist(w.before) or '(empty)'}{migrate}"
+                    f"{indent}{name}: wrote cpuset.mems {format_cpulist(w.written)} to "
+                    f"{shown(w.file)}, was {format_cpulist(w.before) or '(empty)'}{migrate}"
                 )
 
 

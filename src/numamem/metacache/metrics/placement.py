@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
-from numamem.errors import CgroupFormatError, quote
+from numamem.errors import PATH_QUOTE_BYTES, CgroupFormatError, quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
 from numamem.metacache.metrics.residency import Residency, residency
@@ -216,8 +216,8 @@ class PlacementSampler:
             message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
             _log.warning(
                 "cannot read the container's NUMA placement",
-                pod_uid=target.pod_uid,
-                container=target.container_name,
+                pod_uid=quote(target.pod_uid, style="bare"),
+                container=quote(target.container_name, style="bare"),
                 error=message,
             )
             return Placement(target, UNREADABLE, message, cid, where)
@@ -239,8 +239,8 @@ class PlacementSampler:
         self.stats.gone += 1
         _log.debug(
             "cgroup disappeared; container stopped",
-            pod_uid=target.pod_uid,
-            container=target.container_name,
+            pod_uid=quote(target.pod_uid, style="bare"),
+            container=quote(target.container_name, style="bare"),
         )
         return Placement(
             target, NO_CGROUP, "the cgroup disappeared while it was read: the container stopped"
@@ -254,11 +254,11 @@ class PlacementSampler:
         self._warned.add(target.key)
         _log.warning(
             "cpuset.mems differs from the memory manager's assignment",
-            pod_uid=target.pod_uid,
-            container=target.container_name,
+            pod_uid=quote(target.pod_uid, style="bare"),
+            container=quote(target.container_name, style="bare"),
             assigned=format_cpulist(target.assigned),
             enforced=format_cpulist(result.enforced or ()),
-            file=str(cgroup.enforced_mems_file(dirs)),
+            file=quote(str(cgroup.enforced_mems_file(dirs)), style="bare", limit=PATH_QUOTE_BYTES),
             enforce=self.enforce,
         )
 
@@ -289,9 +289,9 @@ class PlacementSampler:
         else:
             self.stats.writes_failed += 1
         fields = {
-            "pod_uid": target.pod_uid,
-            "container": target.container_name,
-            "file": path,
+            "pod_uid": quote(target.pod_uid, style="bare"),
+            "container": quote(target.container_name, style="bare"),
+            "file": quote(path, style="bare", limit=PATH_QUOTE_BYTES),
             "before": format_cpulist(before),
             "written": format_cpulist(target.assigned),
             "memory_migrate_enabled": migrate,
