@@ -78,7 +78,7 @@ def test_ready_when_serving_status_while_restoring_stopping_and_watchdog(
     before_ready = manager.until("READY=1")
     # Health is SERVING once READY=1 arrived. That it is never sent before (a check here
     # runs after READY=1 arrived, so it cannot see the order) is tested in
-    # tests/unit/test_sdnotify.py: its notifier reads health at the moment it is called.
+    # tests/unit/test_sdnotify_ready.py: its notifier reads health at the moment it is called.
     assert health(daemon.socket) == health_pb2.HealthCheckResponse.SERVING
     statuses = [line for message in before_ready for line in message if line.startswith("STATUS=")]
     assert statuses[:2] == [

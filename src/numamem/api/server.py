@@ -27,8 +27,9 @@ reports NOT_SERVING; a later successful write of that checkpoint restores it.
 
 Concurrency: numamem RPCs run on ``--workers`` threads, and at most
 ``--max-concurrent-rpcs`` may be running or queued; beyond that they are
-answered RESOURCE_EXHAUSTED at once. Health checks and reflection run on a
-pool of their own, so they answer under any load.
+answered RESOURCE_EXHAUSTED at once. Health checks run on a pool of their own,
+so they answer under any load; health and reflection are never refused (Watch
+and reflection, streams a client can hold open, run on the workers).
 
 Shutdown (SIGTERM/SIGINT): health NOT_SERVING, stop accepting, in-flight RPCs
 get ``--shutdown-grace`` seconds, components close, the socket is removed.
