@@ -17,6 +17,17 @@ No library on PyPI implements these rules (gitignore matchers such as pathspec d
 ``*`` there matches across directories in some positions, a pattern without ``/`` matches
 at any depth). ``tests/unit/test_dockerignore.py`` checks this port against cases of
 moby's own test table.
+
+moby compiles each pattern with Go's ``regexp`` (RE2), and Python's ``re`` reads some of
+it differently: the port anchors with ``\\Z`` (Python's ``$`` also matches before a final
+newline) and leaves ``.`` unable to match a newline, as RE2 does. What RE2 and ``re`` read
+differently and the port does not translate is refused with a clear error, never guessed:
+POSIX classes (``[[:digit:]]``) and backslash escapes of letters and digits (``\\d``,
+``\\w``, ``\\pL``, ``\\1``: RE2's are ASCII or unknown, Python's Unicode or backreferences).
+
+Only ``.dockerignore`` is modelled: BuildKit reads ``<Dockerfile>.dockerignore`` beside the
+Dockerfile instead, and podman/buildah ``.containerignore`` first; :func:`context_files`
+refuses a checkout that has either (:data:`OTHER_IGNORE_FILES`).
 """
 
 from __future__ import annotations
@@ -28,6 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _ESCAPE = set(".+()|{}$")
+CONTAINERFILE = "deploy/Containerfile"
+OTHER_IGNORE_FILES = (f"{CONTAINERFILE}.dockerignore", ".containerignore")
+"""Ignore files that take precedence over ``.dockerignore`` for ``-f deploy/Containerfile``
+(BuildKit, podman/buildah), which this port does not model."""
+_POSIX_CLASS = re.compile(r"\[:\^?[a-z]*:\]")
 
 
 def go_clean(path: str) -> str:
@@ -122,6 +138,14 @@ class _Pattern:
                 regex += "\\" + ch
             elif ch == "\\":
                 if i < len(pattern):
+                    if pattern[i].isascii() and pattern[i].isalnum():
+                        escape = "\\" + pattern[i]
+                        raise ValueError(
+                            f".dockerignore: pattern {self.cleaned!r}: the escape "
+                            f"{escape} means something else in Go's RE2 (which "
+                            "moby compiles patterns with) than in Python's re; this port does "
+                            "not translate it: write the characters out (e.g. [0-9] for \\d)"
+                        )
                     regex += "\\" + pattern[i]
                     i += 1
                     kind = "regexp"
@@ -134,8 +158,18 @@ class _Pattern:
                 regex += ch
         self.kind = kind
         if kind == "regexp":
+            posix = _POSIX_CLASS.search(self.cleaned)
+            if posix is not None:
+                raise ValueError(
+                    f".dockerignore: pattern {self.cleaned!r}: the POSIX class "
+                    f"{posix.group()!r} is RE2 syntax (which moby compiles patterns with) that "
+                    "Python's re does not read; this port does not translate it: write the "
+                    "class out (e.g. [0-9] for [:digit:])"
+                )
             try:
-                self.regexp = re.compile(regex + "$", re.S)
+                # \Z: Python's $ also matches before a final newline, RE2's only at the end;
+                # no re.S: RE2's "." does not match a newline either.
+                self.regexp = re.compile(regex + "\\Z")
             except re.error as err:
                 raise ValueError(f".dockerignore: bad pattern {self.cleaned!r}: {err}") from err
 
@@ -196,7 +230,16 @@ def tracked_files(repo: Path) -> list[str]:
 
 
 def context_files(repo: Path) -> list[str]:
-    """The tracked files ``docker build`` would send from ``repo`` with its .dockerignore."""
+    """The tracked files ``docker build`` would send from ``repo`` with its .dockerignore;
+    raises ValueError when an ignore file that takes precedence exists."""
+    for name in OTHER_IGNORE_FILES:
+        if (repo / name).exists():
+            raise ValueError(
+                f"{name} exists: for `docker build -f {CONTAINERFILE} .` BuildKit (and "
+                "podman/buildah, for .containerignore) reads it instead of .dockerignore, and "
+                "tests/dockerignore.py models only .dockerignore: merge it into .dockerignore "
+                "(or model the precedence in tests/dockerignore.py)"
+            )
     ignore = repo / ".dockerignore"
     patterns = read_ignore_file(ignore.read_text()) if ignore.exists() else []
     matcher = PatternMatcher(patterns)

@@ -10,6 +10,12 @@ tracked files minus ``.dockerignore`` (tests/dockerignore.py, Docker's own match
 installed with the Containerfile's ``pip install`` of the copied context. The sdist and the
 wheel come from ``python -m build`` of the tracked files, the wheel built from the sdist.
 
+Every subprocess gets an environment built from scratch (:func:`clean_env`): nothing
+that points Python at another tree (``PYTHONPATH``, ``PYTHONHOME``, ``VIRTUAL_ENV``...)
+reaches it, only what pip needs to reach the index; and the installed ``numamem`` must
+be imported from its venv. (With ``PYTHONPATH`` set to the checkout's ``src``, the
+image's venv imported the checkout and the test passed on d2bff35's .dockerignore.)
+
 Time: every install is a fresh venv, but pip's cache (the dev install just downloaded
 the same wheels) makes each a few seconds; the context and the sdist are built by pip in
 an isolated environment as a user's pip would build them.
@@ -49,6 +55,57 @@ pytestmark = pytest.mark.e2e
 IMAGE_SOURCE = "/src/numamem"
 """Where deploy/Containerfile copies the context and what it installs."""
 
+KEPT_VARIABLES = frozenset(
+    {
+        "HOME",  # pip's cache and configuration (~/.cache/pip, ~/.config/pip/pip.conf)
+        "LANG",
+        "LC_ALL",
+        "TMPDIR",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "PIP_CONFIG_FILE",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_FIND_LINKS",
+        "PIP_NO_INDEX",
+        "PIP_TRUSTED_HOST",
+        "PIP_CERT",
+        "PIP_CLIENT_CERT",
+        "PIP_PROXY",
+        "PIP_CACHE_DIR",
+        "PIP_NO_CACHE_DIR",
+        "PIP_DEFAULT_TIMEOUT",
+        "PIP_TIMEOUT",
+        "PIP_RETRIES",
+        "PIP_KEYRING_PROVIDER",
+        "PIP_DISABLE_PIP_VERSION_CHECK",
+    }
+)
+"""What of this process's environment the artifacts' subprocesses get: what pip needs to
+reach the index (certificates, proxies, its configuration and cache), the locale."""
+SYSTEM_PATH = "/usr/bin:/bin"
+
+
+def clean_env(path: str = SYSTEM_PATH) -> dict[str, str]:
+    """An environment from scratch: :data:`KEPT_VARIABLES`, ``PATH`` = ``path``, no user
+    site-packages; no ``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONSTARTUP``,
+    ``PYTHONUSERBASE``, ``VIRTUAL_ENV`` or any other variable."""
+    env = {k: v for k, v in os.environ.items() if k in KEPT_VARIABLES}
+    env.update(PATH=path, PYTHONNOUSERSITE="1")
+    return env
+
 
 def empty_venv(path: Path) -> Path:
     """A new venv without pip or any package; returns its python."""
@@ -75,6 +132,7 @@ def install(target: Path, into: Path) -> Path:
         text=True,
         timeout=600,
         check=False,
+        env=clean_env(),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return into / "bin" / "numamem"
@@ -134,6 +192,17 @@ def serve_and_probe(numamem: Path) -> None:
 
 
 def _serve_and_probe(numamem: Path, root: Path) -> None:
+    venv = numamem.parent.parent
+    imported = run(
+        [str(venv / "bin" / "python"), "-c", "import numamem; print(numamem.__file__)"],
+        root,
+        clean_env(),
+    )
+    assert imported.returncode == 0, imported.stderr
+    location = Path(imported.stdout.strip()).resolve()
+    assert location.is_relative_to(venv.resolve()), (
+        f"the installed numamem was imported from {location}, not from its venv {venv}"
+    )
     version = subprocess.run(
         [str(numamem), "--version"],
         capture_output=True,
@@ -141,16 +210,19 @@ def _serve_and_probe(numamem: Path, root: Path) -> None:
         timeout=60,
         check=False,
         cwd=root,
+        env=clean_env(),
     )
     assert (version.returncode, version.stdout.strip()) == (0, f"numamem {__version__}"), (
         version.stderr
     )
     args, ports = daemonset_serve_args(root)
-    daemon = DaemonProcess(root, args, cwd=root, program=(str(numamem),))
+    daemon = DaemonProcess(
+        root, args, cwd=root, program=(str(numamem),), env=clean_env(), inherit_env=False
+    )
     try:
         daemon.start(timeout=60)
         container = numamem_container(daemonset_docs()["DaemonSet"])
-        env = dict(os.environ, PATH=f"{numamem.parent}:/usr/bin:/bin")
+        env = clean_env(f"{numamem.parent}:{SYSTEM_PATH}")
         for probe in ("startupProbe", "livenessProbe"):
             command = [
                 part.replace("/run/numamem/numamem.sock", daemon.socket)
@@ -196,6 +268,7 @@ def build_distributions(work: Path) -> dict[str, Path]:
         text=True,
         timeout=300,
         check=False,
+        env=clean_env(),
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     [sdist] = dist.glob("numamem-*.tar.gz")
@@ -247,3 +320,28 @@ def test_the_sdist_and_the_wheel_install_into_an_empty_venv_and_serve(
     installed: dict[str, Path], kind: str
 ) -> None:
     serve_and_probe(installed[kind])
+
+
+def test_the_environment_of_the_artifacts_is_built_from_scratch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing that points Python at the checkout (or any other tree) gets through."""
+    leaks = {
+        "PYTHONPATH": str(REPO / "src"),
+        "PYTHONHOME": "/usr",
+        "PYTHONSTARTUP": str(REPO / "x.py"),
+        "PYTHONUSERBASE": str(REPO),
+        "PYTHONSAFEPATH": "",
+        "VIRTUAL_ENV": str(REPO / ".venv"),
+        "PIP_TARGET": str(REPO),
+        "PIP_PREFIX": str(REPO),
+        "PIP_USER": "1",
+        "NUMAMEM_SOCKET": "/tmp/x.sock",
+    }
+    for name, value in leaks.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PIP_INDEX_URL", "https://pypi.example/simple")
+    env = clean_env()
+    assert not set(leaks) & set(env)
+    assert env["PIP_INDEX_URL"] == "https://pypi.example/simple"
+    assert (env["PATH"], env["PYTHONNOUSERSITE"]) == (SYSTEM_PATH, "1")

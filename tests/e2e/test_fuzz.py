@@ -9,16 +9,21 @@ command.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import DecodeError
 
 from numamem.api.status import status_with_reason
+from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
+from tests.fuzz import __main__ as fuzz_main
 from tests.fuzz.catalogue import BY_PATH, RPCS
+from tests.fuzz.generate import malformed
 from tests.fuzz.run import KINDS, Campaign, Outcome, generated, reply_problems
 from tests.fuzz.seeds import SEEDS
 
@@ -36,10 +41,18 @@ def test_the_catalogue_is_every_rpc_of_every_service_and_each_has_a_valid_seed()
         "numamem.v1.MetaReader",
         "numamem.v1.MetaWriter",
         "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
         "v1.PodResourcesLister",
     }
-    assert len(RPCS) == 41
+    assert len(RPCS) == 43  # reflection on both sockets
+    assert len({rpc.short for rpc in RPCS}) == len(RPCS)
     assert set(SEEDS) == {rpc.path for rpc in RPCS}
+    # Every malformed payload is bytes that decode as no request of the RPC it goes to.
+    for rpc in RPCS:
+        for what, payload in malformed(rpc.request):
+            with pytest.raises(DecodeError):
+                rpc.request.FromString(payload)
+            assert what
 
 
 def test_a_request_is_a_function_of_its_seed_and_index() -> None:
@@ -50,11 +63,39 @@ def test_a_request_is_a_function_of_its_seed_and_index() -> None:
         assert twin.request.SerializeToString(deterministic=True) == gen.request.SerializeToString(
             deterministic=True
         )
-    kinds = [generated(SEED, i).kind for i in range(4000)]
-    shares = {k: kinds.count(k) / len(kinds) for k in KINDS}
+    kinds = [generated(SEED, i) for i in range(4000)]
+    shares = {k: [g.kind for g in kinds].count(k) / len(kinds) for k in KINDS}
     assert abs(shares["valid"] - 0.25) < 0.03
     assert abs(shares["mutated"] - 0.5) < 0.03
-    assert abs(shares["random"] - 0.25) < 0.03
+    assert abs(shares["random"] - 0.20) < 0.03
+    assert abs(shares["undecodable"] - 0.05) < 0.015
+    for gen in kinds:
+        if gen.kind == "undecodable":
+            assert gen.payload is not None
+            with pytest.raises(DecodeError):
+                gen.rpc.request.FromString(gen.payload)
+
+
+def test_a_findings_replay_lines_parse_back_to_the_same_campaign(tmp_path: Path) -> None:
+    """The bounded campaign restarts at REQUESTS // 2, not at python -m tests.fuzz's default:
+    a replay line without every parameter replays another campaign."""
+    campaign = Campaign(tmp_path, SEED, check_every=250, restart_every=REQUESTS // 2)
+    campaign._find(1234, "what", "problem")
+    [finding] = campaign.findings
+    lines = finding.report().splitlines()
+    replays = {}
+    for label in ("replay", "this request alone"):
+        [line] = [x for x in lines if x.strip().startswith(f"{label}: ")]
+        argv = shlex.split(line.split(": ", 1)[1])
+        assert argv[:3] == ["python", "-m", "tests.fuzz"], line
+        replayed, requests = fuzz_main.build_campaign(
+            fuzz_main.parser().parse_args(argv[3:]), tmp_path
+        )
+        params = (replayed.seed, replayed.check_every, replayed.restart_every)
+        assert params == (SEED, 250, REQUESTS // 2), line
+        replays[label] = (requests, replayed.indices)
+    assert replays["replay"][0] == 1235 and replays["replay"][1] is None
+    assert replays["this request alone"][1] == range(1234, 1235)
 
 
 class _Call(grpc.RpcError):
@@ -109,14 +150,27 @@ def test_a_bounded_campaign_finds_nothing(short_root: Path) -> None:
         campaign.run(REQUESTS)
         assert campaign.findings == [], "\n".join(f.report() for f in campaign.findings)
         assert campaign.sent == REQUESTS
+        assert campaign.swept == sum(len(malformed(rpc.request)) for rpc in RPCS)
         assert campaign.restarts == 2  # one halfway, one at the end
         assert {rpc for rpc, _ in campaign.codes} == {rpc.short for rpc in RPCS}
+        assert {rpc.short for rpc in RPCS} <= {
+            rpc for rpc, code in campaign.codes if code == "INVALID_ARGUMENT"
+        }
         # The model check is not vacuous either: a write the daemon never saw is noticed.
         assert campaign.client is not None
         campaign.model.pools.add("never-written")
         campaign.model.mm_must_hold[("never-admitted", "app")] = []
+        campaign.model.mm_ids["never-added"] = ("never-admitted", "app")
+        campaign.model.mm_live_ids.add("never-added")
         problems = campaign.model.problems(campaign.client)
         assert any("pools differ" in p for p in problems)
         assert any("lost 'never-admitted'/'app'" in p for p in problems)
+        assert any("holds None for container id 'never-added'" in p for p in problems)
+        remove = BY_PATH["/numamem.v1.MemoryManager/RemoveContainer"]
+        request = mm.RemoveContainerRequest(container_id="never-added")
+        assert any(
+            "answered found=false" in p
+            for p in campaign.model.apply(remove, request, campaign.client.call(remove, request))
+        )
     finally:
         campaign.stop()

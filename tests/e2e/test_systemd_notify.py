@@ -4,6 +4,7 @@ that it stops, and pings its watchdog. The service manager is a datagram socket 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -75,7 +76,9 @@ def test_ready_when_serving_status_while_restoring_stopping_and_watchdog(
     daemon_factory.append(daemon)
     daemon.start(wait=False)
     before_ready = manager.until("READY=1")
-    # READY=1 comes once health says SERVING, never before.
+    # Health is SERVING once READY=1 arrived. That it is never sent before (a check here
+    # runs after READY=1 arrived, so it cannot see the order) is tested in
+    # tests/unit/test_sdnotify_ready.py: its notifier reads health at the moment it is called.
     assert health(daemon.socket) == health_pb2.HealthCheckResponse.SERVING
     statuses = [line for message in before_ready for line in message if line.startswith("STATUS=")]
     assert statuses[:2] == [
@@ -135,3 +138,47 @@ def test_a_refused_start_says_why_and_is_never_ready(
         assert lines[-1].removeprefix("STATUS=start refused: ") in out.stderr
     finally:
         manager.close()
+
+
+def test_a_service_manager_that_never_reads_stops_neither_the_start_nor_sigterm(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """Before: once the receiver's queue was full, sendto blocked: the daemon never served,
+    or served and then never stopped on SIGTERM (the serving loop waited in a ping)."""
+    deaf = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    deaf.bind(str(short_root / "notify.sock"))
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    filler.setblocking(False)
+    with contextlib.suppress(BlockingIOError):  # fill its queue (net.unix.max_dgram_qlen)
+        for _ in range(100000):
+            filler.sendto(b"STATUS=filler", str(short_root / "notify.sock"))
+    try:
+        daemon = DaemonProcess(
+            short_root,
+            env={"NOTIFY_SOCKET": str(short_root / "notify.sock"), "WATCHDOG_USEC": "200000"},
+        )
+        daemon_factory.append(daemon)
+        daemon.start()
+        assert daemon.stop() == 0, daemon.stderr()
+        stderr = daemon.stderr()
+        assert stderr.count("cannot notify the service manager") == 1, stderr
+        assert "the service manager's queue is full" in stderr
+    finally:
+        filler.close()
+        deaf.close()
+
+
+def test_a_watchdog_usec_above_the_longest_wait_serves_and_stops(
+    manager: ServiceManager, short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """Before: WATCHDOG_USEC above threading.TIMEOUT_MAX (2e16 us) killed the daemon with
+    OverflowError right after READY=1. Now it pings every hour at most."""
+    daemon = DaemonProcess(
+        short_root, env={"NOTIFY_SOCKET": manager.env_value, "WATCHDOG_USEC": "2" + "0" * 16}
+    )
+    daemon_factory.append(daemon)
+    daemon.start()
+    manager.until("READY=1")
+    assert health(daemon.socket) == health_pb2.HealthCheckResponse.SERVING
+    assert daemon.stop() == 0, daemon.stderr()
+    assert manager.until("STOPPING=1")[-1] == ["STOPPING=1", "STATUS=stopping"]

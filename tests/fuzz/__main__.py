@@ -4,8 +4,11 @@
     python -m tests.fuzz --seed 7 --requests 1234        # replay a run up to request 1233
     python -m tests.fuzz --seed 7 --index 1233           # that one request on a fresh daemon
 
-Prints the seed first, then the histogram of status codes (per RPC and overall),
-the maximum RSS, and every finding with the command that replays it.
+A replay needs the campaign's --check-every and --restart-every too (they decide
+when the daemon restarts and what it holds then): each finding's replay line
+gives every parameter. Prints the parameters first, then the histogram of status
+codes (per RPC and overall), the maximum RSS, and every finding with the command
+that replays it.
 """
 
 from __future__ import annotations
@@ -14,35 +17,55 @@ import argparse
 import shutil
 import sys
 import time
+from pathlib import Path
 
 from numamem.testing.daemon import short_tmpdir
 from tests.fuzz.run import Campaign
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m tests.fuzz",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--requests", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--index", type=int, default=None, help="send only this request")
     parser.add_argument("--check-every", type=int, default=500)
-    parser.add_argument("--restart-every", type=int, default=25000)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--restart-every", type=int, default=25000, help="0: restart only at the end"
+    )
+    return parser
+
+
+def build_campaign(args: argparse.Namespace, root: Path) -> tuple[Campaign, int]:
+    """The campaign ``args`` describe (a new seed when none is given), and its request count."""
     seed = args.seed if args.seed is not None else time.time_ns() % 2**32
-    print(f"fuzz seed={seed} requests={args.requests}", flush=True)
-    root = short_tmpdir("fz")
-    campaign = Campaign(
+    built = Campaign(
         root,
         seed,
         check_every=args.check_every,
         restart_every=args.restart_every,
         indices=None if args.index is None else range(args.index, args.index + 1),
     )
+    return built, args.requests
+
+
+def main() -> int:
+    args = parser().parse_args()
+    root = short_tmpdir("fz")
+    campaign, requests = build_campaign(args, root)
+    seed = campaign.seed
+    print(
+        f"fuzz seed={seed} requests={requests} check_every={campaign.check_every} "
+        f"restart_every={campaign.restart_every}",
+        flush=True,
+    )
     started = time.monotonic()
     try:
         campaign.start()
-        campaign.run(args.requests)
+        campaign.run(requests)
     finally:
         campaign.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -1,9 +1,10 @@
 """Every RPC the daemon serves, read from the protobuf descriptors.
 
 The main socket serves ``numamem.v1`` (Topology, MemoryManager, MetaReader,
-MetaWriter) and ``grpc.health.v1.Health``; ``--podresources-socket`` serves the
-kubelet's ``v1.PodResourcesLister``. A new RPC in a proto is in the catalogue
-without any change here.
+MetaWriter), ``grpc.health.v1.Health`` and server reflection
+(``grpc.reflection.v1alpha.ServerReflection``); ``--podresources-socket`` serves the
+kubelet's ``v1.PodResourcesLister`` and reflection too. A new RPC in a proto is in
+the catalogue without any change here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import FileDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 
 from numamem.v1 import memorymanager_pb2, metacache_pb2, podresources_pb2, topology_pb2
 
@@ -25,8 +27,12 @@ MAIN_FILES: tuple[FileDescriptor, ...] = (
     memorymanager_pb2.DESCRIPTOR,
     metacache_pb2.DESCRIPTOR,
     health_pb2.DESCRIPTOR,
+    reflection_pb2.DESCRIPTOR,
 )
-PODRESOURCES_FILES: tuple[FileDescriptor, ...] = (podresources_pb2.DESCRIPTOR,)
+PODRESOURCES_FILES: tuple[FileDescriptor, ...] = (
+    podresources_pb2.DESCRIPTOR,
+    reflection_pb2.DESCRIPTOR,
+)
 
 WRITES = frozenset(
     {
@@ -54,26 +60,34 @@ class Rpc:
     method: MethodDescriptor
     request: type[Message]
     response: type[Message]
+    short: str
+    """``Service/Method`` without the package, for reports; ``@podresources`` added for an
+    RPC both sockets serve (reflection), on the podresources socket."""
 
     @property
     def streaming(self) -> bool:
         return bool(self.method.server_streaming)
 
     @property
-    def writes(self) -> bool:
-        return self.path in WRITES
+    def client_streaming(self) -> bool:
+        """A stream of requests (reflection's ServerReflectionInfo): the fuzzer sends one
+        request per stream."""
+        return bool(self.method.client_streaming)
 
     @property
-    def short(self) -> str:
-        """``Service/Method`` without the package, for reports."""
-        return f"{self.method.containing_service.name}/{self.method.name}"
+    def writes(self) -> bool:
+        return self.path in WRITES
 
 
 def _rpcs(files: tuple[FileDescriptor, ...], socket: str) -> list[Rpc]:
     out = []
+    main = {f.name for f in MAIN_FILES}
     for file in files:
         for service in file.services_by_name.values():
             for method in service.methods:
+                short = f"{service.name}/{method.name}"
+                if socket != MAIN and file.name in main:
+                    short += f"@{socket}"
                 out.append(
                     Rpc(
                         f"/{service.full_name}/{method.name}",
@@ -81,10 +95,12 @@ def _rpcs(files: tuple[FileDescriptor, ...], socket: str) -> list[Rpc]:
                         method,
                         message_factory.GetMessageClass(method.input_type),
                         message_factory.GetMessageClass(method.output_type),
+                        short,
                     )
                 )
     return out
 
 
 RPCS: tuple[Rpc, ...] = (*_rpcs(MAIN_FILES, MAIN), *_rpcs(PODRESOURCES_FILES, PODRESOURCES))
-BY_PATH = {rpc.path: rpc for rpc in RPCS}
+BY_PATH = {rpc.path: rpc for rpc in reversed(RPCS)}
+"""Path -> RPC; the main socket's where both sockets serve a path."""

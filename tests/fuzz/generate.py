@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 MAX_REPEATED = 200
 BIG = 65536
@@ -224,3 +224,53 @@ def describe(msg: Message, limit: int = 600) -> str:
     if len(body) > limit:
         body = f"{body[:limit]}... ({msg.ByteSize()} bytes)"
     return f"{msg.DESCRIPTOR.name} {{ {body} }}"
+
+
+# --- bytes that are no message ---------------------------------------------------------
+
+
+def _bad_utf8(cls: type[Message]) -> bytes | None:
+    """A top-level string field of ``cls`` holding invalid UTF-8 (a Go or C++ client can send
+    it; protobuf-python refuses to), or None when ``cls`` has no string field."""
+    for field in cls.DESCRIPTOR.fields:
+        if field.type == FieldDescriptor.TYPE_STRING:
+            value = b"a\xff\xfe\xc0"
+            return bytes([(field.number << 3) | 2]) + bytes([len(value)]) + value
+    return None
+
+
+MALFORMED: tuple[tuple[str, bytes], ...] = (
+    ("a truncated varint tag", b"\xff\xff\xff"),
+    ("field number 0", b"\x00"),
+    ("wire type 7", b"\x0f"),
+    ("a length beyond the end", b"\x0a\x05ab"),
+    ("an unterminated group", b"\x0b"),
+)
+"""Bytes that decode as no message of any type, with what is wrong with them."""
+
+
+def malformed(cls: type[Message]) -> list[tuple[str, bytes]]:
+    """:data:`MALFORMED`, and invalid UTF-8 in a string field where ``cls`` has one: every
+    way the fuzzer breaks the wire format of a request of type ``cls``."""
+    out = list(MALFORMED)
+    utf8 = _bad_utf8(cls)
+    if utf8 is not None:
+        out.append(("invalid UTF-8 in a string field", utf8))
+    return out
+
+
+def undecodable(cls: type[Message], valid: Message, rng: random.Random) -> tuple[str, bytes]:
+    """Bytes that do not decode as ``cls``, and what they are: one of :func:`malformed`,
+    ``valid``'s encoding with a dangling byte, or random bytes that happen not to decode."""
+    roll = rng.random()
+    if roll < 0.4:
+        return rng.choice(malformed(cls))
+    if roll < 0.7:
+        return "a valid request and a dangling varint byte", valid.SerializeToString() + b"\x80"
+    for _ in range(100):
+        data = rng.randbytes(rng.randint(1, 64))
+        try:
+            cls.FromString(data)
+        except DecodeError:
+            return "random bytes", data
+    return MALFORMED[0]

@@ -2,16 +2,20 @@
 
 Request ``i`` of seed ``s`` is a function of ``(s, i)`` alone (:func:`generated`):
 25% a valid request from :mod:`tests.fuzz.seeds`, 50% such a request with one or
-two fields mutated, 25% a random message of the method's type
-(:mod:`tests.fuzz.generate`). Requests go one at a time to a 2-node fake machine
-with ``--podresources-socket``, over channels with gRPC's default settings.
+two fields mutated, 20% a random message of the method's type, 5% bytes that
+decode as no message of it (:mod:`tests.fuzz.generate`). Before them, every RPC of
+both sockets gets each of :func:`~tests.fuzz.generate.malformed`'s payloads
+(:meth:`Campaign.sweep`). Requests go one at a time to a 2-node fake machine with
+``--podresources-socket``, over channels with gRPC's default settings; a client
+stream (reflection) carries one request.
 
 Each reply must be a real answer: never INTERNAL, UNKNOWN, UNAVAILABLE or
 DEADLINE_EXCEEDED; an error's message at most ``errors.MAX_MESSAGE_BYTES`` and
 never cut by the last line of defence, its trailers under :data:`TRAILER_BYTES`; a
 ``numamem.v1`` error carries its
 ``google.rpc.Status`` with a numamem ErrorInfo that agrees with the status (the
-client received the trailers intact). Every :attr:`Campaign.check_every`
+client received the trailers intact); bytes that are no request are answered
+INVALID_ARGUMENT "the request does not decode" on both sockets. Every :attr:`Campaign.check_every`
 requests: the daemon runs, health is SERVING, RSS stays below :data:`RSS_LIMIT`,
 the memory manager's state keeps its invariants
 (:mod:`numamem.memorymanager.invariants`), and the state equals the
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -40,6 +45,7 @@ from grpc_status import rpc_status
 from numamem.api.convert import state_from_proto
 from numamem.api.podresources import TokenBucket
 from numamem.api.status import DOMAIN, REASONS
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, decode_container_file
 from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
 from numamem.memorymanager.invariants import violations
 from numamem.testing.daemon import DaemonProcess
@@ -49,7 +55,7 @@ from numamem.v1 import metacache_pb2 as mc
 from numamem.v1 import podresources_pb2 as pr
 from tests.daemon import STATIC_ARGS
 from tests.fuzz.catalogue import BY_PATH, MAIN, PODRESOURCES, RPCS, Rpc
-from tests.fuzz.generate import describe, mutate, random_message
+from tests.fuzz.generate import describe, malformed, mutate, random_message, undecodable
 from tests.fuzz.seeds import SEEDS
 
 RSS_LIMIT = 200 * 2**20
@@ -74,7 +80,10 @@ BAD_CODES = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
-KINDS = ("valid", "mutated", "random")
+KINDS = ("valid", "mutated", "random", "undecodable")
+UNDECODABLE = "the request does not decode: "
+"""How both sockets begin the message of their INVALID_ARGUMENT for bytes that are no
+request (numamem.api.interceptors)."""
 
 
 @dataclass
@@ -84,6 +93,8 @@ class Generated:
     request: Message
     kind: str
     mutations: list[str] = field(default_factory=list)
+    payload: bytes | None = None
+    """What is sent instead of ``request`` (kind ``undecodable``)."""
 
 
 WEIGHTS = {
@@ -114,7 +125,10 @@ def generated(seed: int, index: int) -> Generated:
         request = SEEDS[rpc.path](rng)
         done = mutate(request, rng, rng.choice((1, 2)))
         return Generated(index, rpc, request, "mutated", done)
-    return Generated(index, rpc, random_message(rpc.request, rng), "random")
+    if roll < 0.95:
+        return Generated(index, rpc, random_message(rpc.request, rng), "random")
+    what, payload = undecodable(rpc.request, SEEDS[rpc.path](rng), rng)
+    return Generated(index, rpc, rpc.request(), "undecodable", [what], payload)
 
 
 @dataclass
@@ -126,10 +140,19 @@ class Outcome:
     seconds: float = 0.0
 
 
+PROBE_POD = mm.Pod(
+    uid="fuzz-probe-uid", namespace="fuzz", name="probe", containers=[mm.Container(name="probe")]
+)
+"""A BestEffort pod no generated request names (seeds use ``uid-<i>``): its container id
+makes the daemon write its container map (:meth:`Client.container_map`)."""
+PROBE_ID = "fuzz-probe-container-id"
+
+
 class Client:
     """Default-settings channels to both sockets; calls any RPC of the catalogue by path."""
 
-    def __init__(self, main_socket: str, podresources_socket: str) -> None:
+    def __init__(self, main_socket: str, podresources_socket: str, state_dir: Path) -> None:
+        self.state_dir = state_dir
         self.channels = {
             MAIN: grpc.insecure_channel(f"unix://{main_socket}"),
             PODRESOURCES: grpc.insecure_channel(f"unix://{podresources_socket}"),
@@ -140,17 +163,27 @@ class Client:
         for channel in self.channels.values():
             channel.close()
 
-    def call(self, rpc: Rpc, request: Message) -> Outcome:
+    def call(self, rpc: Rpc, request: Message, payload: bytes | None = None) -> Outcome:
+        """One call of ``rpc`` with ``request`` (or the bytes ``payload`` instead)."""
         if rpc.socket == PODRESOURCES:
             while not self.bucket.allow():
                 time.sleep(1 / PODRESOURCES_QPS)
         channel = self.channels[rpc.socket]
+        serialize: Any = type(request).SerializeToString if payload is None else (lambda _: payload)
         start = time.perf_counter()
         try:
-            if rpc.streaming:
+            if rpc.client_streaming:
+                responses = list(
+                    channel.stream_stream(
+                        rpc.path,
+                        request_serializer=serialize,
+                        response_deserializer=rpc.response.FromString,
+                    )(iter([request]), timeout=TIMEOUT_S)
+                )
+            elif rpc.streaming:
                 stream = channel.unary_stream(
                     rpc.path,
-                    request_serializer=type(request).SerializeToString,
+                    request_serializer=serialize,
                     response_deserializer=rpc.response.FromString,
                 )(request, timeout=TIMEOUT_S)
                 if rpc.path == "/grpc.health.v1.Health/Watch":  # never ends: the first answer
@@ -162,7 +195,7 @@ class Client:
                 responses = [
                     channel.unary_unary(
                         rpc.path,
-                        request_serializer=type(request).SerializeToString,
+                        request_serializer=serialize,
                         response_deserializer=rpc.response.FromString,
                     )(request, timeout=TIMEOUT_S)
                 ]
@@ -177,6 +210,26 @@ class Client:
             raise AssertionError(f"{path} answered {outcome.code.name}: {outcome.details}")
         return outcome.responses
 
+    def container_map(self) -> dict[str, list[str]]:
+        """The memory manager's container map as the daemon holds it: id -> [pod uid, name].
+
+        No RPC returns the map, so it is read from ``numamem_containers`` with numamem's
+        own decoder. The file can lag behind the daemon's memory (a restart drops ids of
+        containers without blocks, or could lose ids, and writes the map only with the
+        next change), so the probe pod's AddContainer and RemoveContainer make the daemon
+        write it twice first: after them the file is the map in memory, which they leave
+        as it was (the probe pod has no blocks, no name is recorded for it)."""
+        add = mm.AddContainerRequest(pod=PROBE_POD, container_name="probe", container_id=PROBE_ID)
+        self.ok("/numamem.v1.MemoryManager/AddContainer", add)
+        (removed,) = self.ok(
+            "/numamem.v1.MemoryManager/RemoveContainer",
+            mm.RemoveContainerRequest(container_id=PROBE_ID),
+        )
+        if not removed.found:
+            raise AssertionError("RemoveContainer did not find the probe's container id")
+        ids, _ = decode_container_file((self.state_dir / CONTAINERS_FILE).read_bytes())
+        return {cid: list(ref) for cid, ref in sorted(ids.items())}
+
 
 def trailer_bytes(outcome: Outcome) -> int:
     """The size of an error's trailers on the wire: ``grpc-status``, the percent-encoded
@@ -189,9 +242,21 @@ def trailer_bytes(outcome: Outcome) -> int:
     return size
 
 
-def reply_problems(rpc: Rpc, request: Message, outcome: Outcome) -> list[str]:
-    """What is wrong with the reply to ``request`` (nothing for a real answer)."""
+def reply_problems(
+    rpc: Rpc, request: Message, outcome: Outcome, payload: bytes | None = None
+) -> list[str]:
+    """What is wrong with the reply to ``request`` (or to the undecodable bytes ``payload``
+    sent instead; nothing for a real answer)."""
     code, details = outcome.code, outcome.details
+    if payload is not None:
+        rate_limited = rpc.socket == PODRESOURCES and details == RATE_LIMITED
+        if code != grpc.StatusCode.INVALID_ARGUMENT and not rate_limited:
+            return [
+                f"bytes that are no {rpc.request.DESCRIPTOR.full_name} answered {code.name}: "
+                f"{details[:300]!r} (not INVALID_ARGUMENT {UNDECODABLE!r}...)"
+            ]
+        if not rate_limited and not details.startswith(UNDECODABLE):
+            return [f"bytes that are no request: {details[:300]!r}, not {UNDECODABLE!r}..."]
     if code == grpc.StatusCode.OK:
         return []
     problems = []
@@ -215,8 +280,10 @@ def reply_problems(rpc: Rpc, request: Message, outcome: Outcome) -> list[str]:
     if oversized or problems:
         return problems
     if rpc.socket == PODRESOURCES:
-        expected = (code == grpc.StatusCode.RESOURCE_EXHAUSTED and details == RATE_LIMITED) or (
-            code == grpc.StatusCode.NOT_FOUND and details.endswith(" not found")
+        expected = (
+            (code == grpc.StatusCode.RESOURCE_EXHAUSTED and details == RATE_LIMITED)
+            or (code == grpc.StatusCode.NOT_FOUND and details.endswith(" not found"))
+            or (code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(UNDECODABLE))
         )
         if not expected:
             problems.append(f"an unexpected podresources reply {code.name}: {details[:300]!r}")
@@ -253,8 +320,10 @@ class Model:
     pinned (with those blocks) that no later request can have released: any
     request naming the pod (its spec may drop the container: stale state), a
     SyncActivePods, a RemoveContainer that found an id not known to belong to
-    another container forget them. ``pods``/``pools``/``regions``: the metacache's
-    keys exactly.
+    another container forget them. ``mm_live_ids``: container ids the memory
+    manager's container map must hold (see :meth:`_forget_ids`); a RemoveContainer
+    of one must answer found, and the map read from the state directory must hold
+    each. ``pods``/``pools``/``regions``: the metacache's keys exactly.
     """
 
     mm_may_hold: set[str] = field(default_factory=set)
@@ -262,6 +331,11 @@ class Model:
     """(pod uid, container) -> blocks (None for an init container: later containers reuse
     its memory, so its blocks shrink)."""
     mm_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """container id -> the container its last acknowledged AddContainer recorded (what the
+    id refers to while the daemon holds it)."""
+    mm_live_ids: set[str] = field(default_factory=set)
+    """Ids of :attr:`mm_ids` that the daemon holds for sure: recorded by an acknowledged
+    AddContainer and not released since."""
     pods: dict[str, set[str]] = field(default_factory=dict)
     pools: set[str] = field(default_factory=set)
     regions: set[str] = field(default_factory=set)
@@ -271,10 +345,12 @@ class Model:
         name = rpc.method.name
         ok = outcome.code == grpc.StatusCode.OK
         if rpc.method.containing_service.name == "MemoryManager":
+            problems = self._check_remove_container(name, request, outcome)
             self._forget_memory_manager(name, request, outcome)
+            self._forget_ids(name, request, outcome)
             if ok and rpc.writes:
                 self._apply_memory_manager(name, request, outcome.responses[0])
-            return []
+            return problems
         if not ok or not rpc.writes:
             return []
         return self._apply_metacache(name, request, outcome.responses[0])
@@ -298,6 +374,63 @@ class Model:
         for key in [k for k in self.mm_must_hold if k[0] in uids]:
             del self.mm_must_hold[key]
 
+    def _check_remove_container(self, name: str, request: Any, outcome: Outcome) -> list[str]:
+        """A RemoveContainer of an id the daemon must hold has to find it."""
+        if name != "RemoveContainer" or request.container_id not in self.mm_live_ids:
+            return []
+        if outcome.code == grpc.StatusCode.OK and outcome.responses[0].found:
+            return []
+        uid, ctr = self.mm_ids[request.container_id]
+        answer = "found=false" if outcome.code == grpc.StatusCode.OK else outcome.code.name
+        return [
+            f"RemoveContainer of container id {request.container_id[:80]!r} answered {answer}, "
+            f"but an acknowledged AddContainer recorded it for {uid[:80]!r}/{ctr[:80]!r} and "
+            "nothing released it since"
+        ]
+
+    def _forget_ids(self, name: str, request: Any, outcome: Outcome) -> None:
+        """Drop from ``mm_live_ids`` what this request may have released, whatever its answer.
+
+        The memory manager releases an id (``remove_by_container_ref``: the oldest id of
+        a container) when RemoveContainer, ReleasePod or an AddContainer (for the pod's
+        earlier regular init containers) releases its container, and SyncActivePods
+        releases every id of a container it was not given. The model forgets every id of
+        such a container, which keeps it a lower bound whatever the daemon's order of ids.
+        Restarts drop ids of containers without blocks (:meth:`restarted`)."""
+        live = self.mm_live_ids
+        if not live:
+            return
+        if name == "RemoveContainer":
+            found = outcome.code == grpc.StatusCode.OK and outcome.responses[0].found
+            ref = self.mm_ids.get(request.container_id)
+            if found and ref is None:
+                live.clear()  # an id the model forgot: it may have been any container's
+            elif ref is not None:
+                self.mm_live_ids = {i for i in live if self.mm_ids[i] != ref}
+        elif name == "ReleasePod":
+            self.mm_live_ids = {i for i in live if self.mm_ids[i][0] != request.pod_uid}
+        elif name == "SyncActivePods":
+            given: dict[str, set[str]] = {}
+            for p in request.pods:
+                names = {c.name for c in (*p.init_containers, *p.containers)}
+                given[p.uid] = given[p.uid] & names if p.uid in given else names
+            self.mm_live_ids = {
+                i for i in live if self.mm_ids[i][1] in given.get(self.mm_ids[i][0], ())
+            }
+        elif name == "AddContainer":
+            inits = {(request.pod.uid, c.name) for c in request.pod.init_containers}
+            self.mm_live_ids = {i for i in live if self.mm_ids[i] not in inits}
+
+    def restarted(self, state: Any) -> None:
+        """A restart drops the ids of containers without blocks in ``state`` (GetState before
+        the restart)."""
+        self.mm_live_ids = {
+            i
+            for i in self.mm_live_ids
+            if self.mm_ids[i][0] in state.entries
+            and self.mm_ids[i][1] in state.entries[self.mm_ids[i][0]].containers
+        }
+
     def _apply_memory_manager(self, name: str, request: Any, response: Any) -> None:
         if name == "Allocate" or (name == "Admit" and response.admitted):
             self.mm_may_hold.add(request.pod.uid)
@@ -313,6 +446,7 @@ class Model:
                     self.mm_must_hold[key] = None if ctr in inits else blocks  # type: ignore[assignment]
         elif name == "AddContainer":
             self.mm_ids[request.container_id] = (request.pod.uid, request.container_name)
+            self.mm_live_ids.add(request.container_id)
         elif name == "ReleasePod":
             self.mm_may_hold.discard(request.pod_uid)
         elif name == "SyncActivePods":
@@ -362,6 +496,15 @@ class Model:
         out = []
         (state,) = client.ok("/numamem.v1.MemoryManager/GetState", mm.GetStateRequest())
         out += [f"memory manager state: {v}" for v in violations(*state_from_proto(state))[:5]]
+        held = client.container_map()
+        for cid in sorted(self.mm_live_ids)[:1000]:
+            if held.get(cid) != list(self.mm_ids[cid]):
+                uid, ctr = self.mm_ids[cid]
+                out.append(
+                    f"memory manager container map holds {held.get(cid)} for container id "
+                    f"{cid[:80]!r}, which an acknowledged AddContainer recorded for "
+                    f"{uid[:80]!r}/{ctr[:80]!r} and nothing released since"
+                )
         extra = sorted(set(state.entries) - self.mm_may_hold)
         if extra:
             out.append(f"memory manager pods {extra[:5]} hold memory no acknowledged write left")
@@ -425,6 +568,7 @@ def snapshot(client: Client, model: Model) -> dict[str, Any]:
     (listed,) = client.ok("/v1.PodResourcesLister/List", pr.ListPodResourcesRequest())
     return {
         "memory manager state": js(state),
+        "memory manager container map": client.container_map(),
         "metacache containers": [js(c) for c in containers],
         "metacache empty pods": empty,
         "metacache pools": [
@@ -437,7 +581,20 @@ def snapshot(client: Client, model: Model) -> dict[str, Any]:
     }
 
 
+def restored_map(held: dict[str, list[str]], state: Any) -> dict[str, list[str]]:
+    """What a restart restores of the container map ``held`` with ``state`` (GetState):
+    the restore drops the ids of containers without blocks, and only those."""
+    return {
+        cid: ref
+        for cid, ref in held.items()
+        if ref[0] in state.entries and ref[1] in state.entries[ref[0]].containers
+    }
+
+
 # --- the campaign ---------------------------------------------------------------------
+
+
+REPLAY = "python -m tests.fuzz"
 
 
 @dataclass
@@ -447,15 +604,34 @@ class Finding:
     what: str
     problem: str
     request: str = ""
+    check_every: int = 500
+    restart_every: int = 0
+    """The campaign's parameters: a replay needs every one (restarts and checks change
+    what the daemon holds when request ``index`` arrives)."""
+
+    def replay_args(self, alone: bool = False) -> list[str]:
+        """The arguments of ``python -m tests.fuzz`` that replay the campaign up to this
+        request (``alone``: this request only, on a fresh daemon)."""
+        which = ["--index", str(self.index)] if alone else ["--requests", str(self.index + 1)]
+        return [
+            "--seed",
+            str(self.seed),
+            *which,
+            "--check-every",
+            str(self.check_every),
+            "--restart-every",
+            str(self.restart_every),
+        ]
 
     def report(self) -> str:
         lines = [f"seed {self.seed} request {self.index} {self.what}: {self.problem}"]
         if self.request:
             lines.append(f"  request: {self.request}")
-        lines.append(
-            f"  replay: python -m tests.fuzz --seed {self.seed} --requests {self.index + 1}"
-            f"  (this request alone: --seed {self.seed} --index {self.index})"
-        )
+        lines.append(f"  replay: {REPLAY} {shlex.join(self.replay_args())}")
+        if self.index >= 0:  # -1: the sweep, which every replay sends first
+            lines.append(
+                f"  this request alone: {REPLAY} {shlex.join(self.replay_args(alone=True))}"
+            )
         return "\n".join(lines)
 
 
@@ -477,6 +653,8 @@ class Campaign:
     max_rss: int = 0
     restarts: int = 0
     sent: int = 0
+    swept: int = 0
+    """Requests of :meth:`sweep` (not in :attr:`sent`)."""
     slowest: tuple[float, str] = (0.0, "")
     daemon: DaemonProcess | None = None
     client: Client | None = None
@@ -505,7 +683,9 @@ class Campaign:
                 "warning",
             ],
         ).start()
-        self.client = Client(self.daemon.socket, self.podresources_socket)
+        self.client = Client(
+            self.daemon.socket, self.podresources_socket, Path(self.daemon.state_dir)
+        )
 
     def stop(self) -> None:
         if self.client is not None:
@@ -515,10 +695,12 @@ class Campaign:
             self.daemon.kill()
 
     def run(self, requests: int) -> None:
-        """Send requests ``0..requests-1`` (or :attr:`indices`), checking as described; stops
-        early when the daemon dies or after :attr:`max_findings` findings."""
+        """:meth:`sweep`, then send requests ``0..requests-1`` (or :attr:`indices`), checking
+        as described; stops early when the daemon dies or after :attr:`max_findings` findings."""
         indices = self.indices if self.indices is not None else range(requests)
         last = 0
+        if not self.sweep():
+            return
         for n, index in enumerate(indices, 1):
             last = index
             if not self._send(generated(self.seed, index)) or self._enough():
@@ -537,18 +719,33 @@ class Campaign:
 
     def _send(self, gen: Generated) -> bool:
         assert self.client is not None
-        outcome = self.client.call(gen.rpc, gen.request)
-        self.sent += 1
+        outcome = self.client.call(gen.rpc, gen.request, gen.payload)
+        if gen.index >= 0:
+            self.sent += 1
+            self.kinds[gen.kind] += 1
         self.codes[(gen.rpc.short, outcome.code.name)] += 1
-        self.kinds[gen.kind] += 1
         if outcome.seconds > self.slowest[0]:
             self.slowest = (outcome.seconds, f"{gen.rpc.short} request {gen.index}")
-        problems = reply_problems(gen.rpc, gen.request, outcome)
-        problems += self.model.apply(gen.rpc, gen.request, outcome)
+        problems = reply_problems(gen.rpc, gen.request, outcome, gen.payload)
+        if gen.payload is None:  # bytes that are no request change nothing, or are a finding
+            problems += self.model.apply(gen.rpc, gen.request, outcome)
         what = f"({gen.kind}{': ' + '; '.join(gen.mutations) if gen.mutations else ''}) {gen.rpc.short}"
+        sent = describe(gen.request) if gen.payload is None else f"bytes {gen.payload[:200]!r}"
         for problem in problems:
-            self._find(gen.index, what, problem, describe(gen.request))
+            self._find(gen.index, what, problem, sent)
         return self._alive(gen.index)
+
+    def sweep(self) -> bool:
+        """Every RPC of both sockets gets each of :func:`malformed`'s payloads (a campaign's
+        random 5% would miss the rarely picked RPCs). Their findings have index -1: the
+        replay of a campaign of 0 requests sends the sweep alone. False when the daemon died."""
+        for rpc in RPCS:
+            for what, payload in malformed(rpc.request):
+                gen = Generated(-1, rpc, rpc.request(), "undecodable", [what], payload)
+                if not self._send(gen):
+                    return False
+                self.swept += 1
+        return True
 
     def _alive(self, index: int) -> bool:
         assert self.daemon is not None and self.daemon.proc is not None
@@ -564,7 +761,9 @@ class Campaign:
     def _find(self, index: int, what: str, problem: str, request: str = "") -> None:
         if "INTERNAL" in problem and self.daemon is not None:
             problem += f"\n  daemon log: {self.daemon.stderr()[-1500:]}"
-        self.findings.append(Finding(self.seed, index, what, problem, request))
+        self.findings.append(
+            Finding(self.seed, index, what, problem, request, self.check_every, self.restart_every)
+        )
 
     def check(self, index: int) -> bool:
         """Alive, SERVING, RSS bound, state equals the model."""
@@ -591,6 +790,11 @@ class Campaign:
         False when the daemon does not come back."""
         assert self.client is not None and self.daemon is not None
         before = snapshot(self.client, self.model)
+        (state,) = self.client.ok("/numamem.v1.MemoryManager/GetState", mm.GetStateRequest())
+        self.model.restarted(state)
+        before["memory manager container map"] = restored_map(
+            before["memory manager container map"], state
+        )
         self.client.close()
         self.daemon.stop(9 if self.restarts % 2 == 0 else 15)
         self.restarts += 1
@@ -599,7 +803,9 @@ class Campaign:
         except AssertionError as err:
             self._find(index, f"restart {self.restarts}", f"the daemon did not come back: {err}")
             return False
-        self.client = Client(self.daemon.socket, self.podresources_socket)
+        self.client = Client(
+            self.daemon.socket, self.podresources_socket, Path(self.daemon.state_dir)
+        )
         after = snapshot(self.client, self.model)
         for key in before:
             if before[key] != after[key]:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from google.protobuf.field_mask_pb2 import FieldMask
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2 as rf
 
 from numamem.metacache.types import CONTAINER_FIELDS, QOS_LEVELS
 from numamem.v1 import (
@@ -297,6 +298,40 @@ def _podresources_get(rng: random.Random) -> Message:
     return pr.GetPodResourcesRequest(pod_name=f"pod-{i}", pod_namespace=f"ns-{i % 3}")
 
 
+REFLECTION_FILES = (
+    "numamem/v1/memorymanager.proto",
+    "numamem/v1/metacache.proto",
+    "numamem/v1/podresources.proto",
+    "grpc/health/v1/health.proto",
+    "nope.proto",
+)
+REFLECTION_SYMBOLS = (
+    *MAIN_SERVICES[1:],
+    "v1.PodResourcesLister",
+    "numamem.v1.Pod",
+    "numamem.v1.MemoryManager.Allocate",
+    "grpc.reflection.v1alpha.ServerReflection",
+)
+
+
+def _reflection(rng: random.Random) -> Message:
+    """One request of a ServerReflectionInfo stream (the fuzzer sends one per stream)."""
+    req = rf.ServerReflectionRequest(host=rng.choice(("", "localhost")))
+    which = rng.randrange(5)
+    if which == 0:
+        req.list_services = ""
+    elif which == 1:
+        req.file_by_filename = rng.choice(REFLECTION_FILES)
+    elif which == 2:
+        req.file_containing_symbol = rng.choice(REFLECTION_SYMBOLS)
+    elif which == 3:
+        req.all_extension_numbers_of_type = rng.choice(REFLECTION_SYMBOLS)
+    else:
+        req.file_containing_extension.containing_type = rng.choice(REFLECTION_SYMBOLS)
+        req.file_containing_extension.extension_number = rng.randrange(1, 1000)
+    return req
+
+
 SEEDS: dict[str, Seed] = {
     "/numamem.v1.Topology/GetMachineInfo": _empty(topology_pb2.GetMachineInfoRequest),
     "/numamem.v1.MemoryManager/Allocate": _allocate,
@@ -363,5 +398,6 @@ SEEDS: dict[str, Seed] = {
     "/v1.PodResourcesLister/List": _empty(pr.ListPodResourcesRequest),
     "/v1.PodResourcesLister/GetAllocatableResources": _empty(pr.AllocatableResourcesRequest),
     "/v1.PodResourcesLister/Get": _podresources_get,
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": _reflection,
 }
 """A valid request for each RPC (the catalogue's paths), as a function of a random generator."""

@@ -260,6 +260,35 @@ def test_sync_of_input_without_pods_needs_none(
     assert numamem_server.client.get_state().entries == {}
 
 
+def test_sync_refuses_any_file_without_pods_beside_files_with_pods(
+    numamem_server: InProcessServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sync -f ns1.yaml -f ns2.yaml`, one file per namespace, and ns2.yaml is the empty List
+    of a wrong context: before, ns2's pods were released (issue 24's item, half fixed)."""
+    sock = ["--socket", numamem_server.socket]
+    ns1, ns2_real = tmp_path / "ns1.yaml", tmp_path / "ns2-real.yaml"
+    ns1.write_text(GUARANTEED_POD.replace("u-1", "uid-1"))
+    ns2_real.write_text(GUARANTEED_POD.replace("u-1", "uid-2"))
+    for manifest in (ns1, ns2_real):
+        assert main(["admit", "-f", str(manifest), *sock]) == 0
+    ns2 = tmp_path / "ns2.yaml"
+    ns2.write_text('apiVersion: v1\nitems: []\nkind: List\nmetadata:\n  resourceVersion: ""\n')
+    capsys.readouterr()
+    assert main(["sync", "-f", str(ns1), "-f", str(ns2), *sock]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith(f"numamem: sync: {ns2}: no pods (an empty file, or an empty")
+    assert "the other files list 1 live pod" in out.err and "nothing released" in out.err
+    assert "Leave out a file whose namespace has no live pod" in out.err and "--none" in out.err
+    assert set(numamem_server.client.get_state().entries) == {"uid-1", "uid-2"}
+    # The files with pods alone: the usual sync.
+    assert main(["sync", "-f", str(ns1), "-f", str(ns2_real), *sock]) == 0
+    assert capsys.readouterr().out.startswith("2 live pods; released 0 containers")
+    assert main(["sync", "-f", str(ns1), *sock]) == 0
+    assert capsys.readouterr().out.startswith("1 live pod; released 1 container")
+    assert set(numamem_server.client.get_state().entries) == {"uid-1"}
+
+
 @pytest.mark.parametrize(
     "argv",
     [["release"], ["release", "a/b", "--pod", "u"], ["sync"]],
@@ -283,3 +312,79 @@ def test_explain_and_state_print_bytes_alike() -> None:
     assert format_bytes(10 * 2**30) == "10Gi"
     assert format_bytes(4810488 * 1024) == "4.59Gi"  # was '4810488Ki' in explain
     assert format_bytes(4810488 * 1024) == human_bytes(4810488 * 1024)
+
+
+EVIL = "web\x1b]0;owned\x07\x1b[2J\rFAKE\u202e"
+"""A name a client chose: an OSC title, a screen clear, a carriage return, an RTL override."""
+
+
+def raw_output(text: str, command: str) -> list[str]:
+    """What is wrong with ``command``'s output: characters a terminal would run, or no
+    escaped name at all (the check would be vacuous)."""
+    bad = sorted({ch for ch in text if not ch.isprintable() and ch != "\n"})
+    if bad:
+        return [f"numamem {command} printed {bad!r} raw: {text[:300]!r}"]
+    if "\\x1b]0;owned\\x07\\x1b[2J\\rFAKE\\u202e" not in text:
+        return [f"numamem {command} did not print the name: {text[:300]!r}"]
+    return []
+
+
+def test_client_chosen_names_never_reach_the_terminal_raw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod, container, pool and region named with terminal control sequences: every client
+    command prints them as quote(style="bare") writes them (before: `numamem state` printed
+    them raw, and the operator's terminal ran them)."""
+    from numamem.testing.server import serve_in_process
+    from numamem.v1 import memorymanager_pb2 as mm
+    from numamem.v1 import metacache_pb2 as mc
+
+    res = {"cpu": "1", "memory": "1Gi"}
+    pod = mm.Pod(
+        uid="u-" + EVIL,
+        namespace="default",
+        name=EVIL,
+        containers=[mm.Container(name="app" + EVIL, requests=res, limits=res)],
+    )
+    with serve_in_process(podresources_socket=str(tmp_path / "pr" / "pr.sock")) as server:
+        sock = ["--socket", server.socket]
+        server.client.allocate(pod, "app" + EVIL)
+        server.client.add_container(pod, "app" + EVIL, "cid-" + EVIL)
+        server.client.add_container_info(
+            mc.ContainerInfo(
+                pod_uid="u-" + EVIL,
+                container_name="app" + EVIL,
+                qos_level="shared_cores",
+                owner_pool_name="share" + EVIL,
+                region_names=["region" + EVIL],
+            )
+        )
+        server.client.set_pool_info(mc.PoolInfo(pool_name="share" + EVIL))
+        server.client.set_region_info(mc.RegionInfo(region_name="region" + EVIL))
+        manifest = tmp_path / "pod.yaml"
+        manifest.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "other", "namespace": "shop", "uid": "u-" + EVIL},
+                    "spec": {"containers": [{"name": "app" + EVIL, "resources": {"limits": res}}]},
+                }
+            )
+        )
+        capsys.readouterr()
+        problems = []
+        for argv in (
+            ["state"],
+            ["cache"],
+            ["residency"],
+            ["hints", "-f", str(manifest)],
+            ["explain", "-f", str(manifest)],
+        ):
+            main([*argv, *sock])
+            problems += raw_output(capsys.readouterr().out, argv[0])
+        other = tmp_path / "other.yaml"
+        other.write_text(GUARANTEED_POD)
+        assert main(["sync", "-f", str(other), *sock]) == 0
+        problems += raw_output(capsys.readouterr().out, "sync")
+        assert problems == []

@@ -3,9 +3,19 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from tests.dockerignore import PatternMatcher, go_clean, read_ignore_file
+from tests.dockerignore import (
+    OTHER_IGNORE_FILES,
+    PatternMatcher,
+    context_files,
+    go_clean,
+    read_ignore_file,
+)
 
 MOBY_CASES = [
     ("**", "file", True),
@@ -130,3 +140,51 @@ def test_ignore_file_syntax() -> None:
 )
 def test_go_clean(path: str, cleaned: str) -> None:
     assert go_clean(path) == cleaned
+
+
+# Where Python's re reads moby's regexps differently from Go's RE2.
+RE2_CASES = [
+    ("*.txt", "a.txt\n", False),  # Python's $ matches before a final newline, RE2's does not
+    ("*.txt", "a.txt", True),
+    ("x/**/y", "x/a\nb/y", False),  # RE2's "." does not match a newline (re.S made it)
+    ("x/**/y", "x/a/b/y", True),
+    ("a?c", "a\nc", True),  # "?" is [^/], which matches a newline in RE2 too
+    ("a*c", "a\nc", True),
+]
+
+
+@pytest.mark.parametrize(("pattern", "path", "expected"), RE2_CASES)
+def test_regexps_match_as_re2_does(pattern: str, path: str, expected: bool) -> None:
+    assert PatternMatcher([pattern]).matches_or_parent_matches(path) is expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "refusal"),
+    [
+        ("[[:digit:]]", "the POSIX class '[:digit:]' is RE2 syntax"),
+        ("a[[:^space:]]b", "the POSIX class '[:^space:]'"),
+        ("file\\d.txt", "the escape \\d means something else in Go's RE2"),
+        ("\\w*", "the escape \\w"),
+        ("a\\1", "the escape \\1"),
+    ],
+)
+def test_re2_syntax_python_reads_differently_is_refused(pattern: str, refusal: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        PatternMatcher([pattern])
+    assert refusal in str(refused.value) and repr(pattern) in str(refused.value)
+    assert "write the" in str(refused.value)
+
+
+@pytest.mark.parametrize("name", OTHER_IGNORE_FILES)
+def test_an_ignore_file_that_takes_precedence_is_refused(tmp_path: Path, name: str) -> None:
+    """BuildKit reads deploy/Containerfile.dockerignore, podman .containerignore, before
+    .dockerignore: the context would not be what the port computes."""
+    (tmp_path / ".dockerignore").write_text("dist\n")
+    (tmp_path / "a.txt").write_text("a")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=30)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True, timeout=30)
+    assert context_files(tmp_path) == [".dockerignore", "a.txt"]
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text("")
+    with pytest.raises(ValueError, match=f"{re.escape(name)} exists: .* reads it instead of"):
+        context_files(tmp_path)

@@ -170,8 +170,13 @@ def _restarted(m: Manager, store: InMemoryStore, machine: Machine) -> Manager:
     [
         ("a/init", "b/c0", "a/c0"),  # another pod between the init and the app container
         ("a/init", "a/c0", "a/c0", "a/c1"),  # an app container allocated twice
-        ("a/c0", "a/init", "a/c1"),  # the init container after an app container
         ("a/init", "restart", "a/c0"),  # a restart between the init and the app container
+        # Not ("a/c0", "a/init", "a/c1"), the init container after an app container: it
+        # passed before the fix too (809145e). The kubelet's table agrees with the stored
+        # blocks for any order of one pod's containers, each allocated once, with no other
+        # pod and no restart in between (every such order of up to 4 steps passes there);
+        # an init container after an app container fails only with one of the cases above
+        # between them.
     ],
 )
 def test_reuse_keeps_reserved_memory_equal_to_the_blocks(order: tuple[str, ...]) -> None:

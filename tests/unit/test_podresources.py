@@ -4,11 +4,15 @@ and pod names kept durably beside the container map."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from numamem.api.podresources import (
+    PodResourcesComponent,
     PodResourcesServicer,
     TokenBucket,
     memory_to_proto,
@@ -277,3 +281,73 @@ def test_regular_init_containers_are_not_listed_sidecars_are(tmp_path: Path) -> 
     assert listed() == {"app": [2 * GI], "proxy": [256 * MI]}
     merged = merge_pod(kubelet_pod("web", "shop", "proxy", "app"), servicer.own_pods()[0])
     assert [c.name for c in merged.containers] == ["proxy", "app"]
+
+
+def raw_call(channel: grpc.Channel, method: str, payload: bytes, **kwargs: Any) -> grpc.RpcError:
+    call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+    with pytest.raises(grpc.RpcError) as caught:
+        call(payload, timeout=10, **kwargs)
+    return caught.value
+
+
+@pytest.fixture
+def served(short_root: Path) -> Iterator[tuple[PodResourcesComponent, grpc.Channel]]:
+    """A podresources server on its own socket, as the daemon builds it."""
+    m = named_manager(InMemoryStore())
+    component = PodResourcesComponent(str(short_root / "pr" / "pr.sock"), lambda: m)
+    component.load()
+    component.start()
+    try:
+        with grpc.insecure_channel(f"unix://{component.socket}") as channel:
+            yield component, channel
+    finally:
+        component.stop()
+
+
+def test_undecodable_requests_are_invalid_argument_as_on_the_main_socket(
+    served: tuple[PodResourcesComponent, grpc.Channel],
+) -> None:
+    """As the main socket (api/interceptors.py), not as grpcio: INTERNAL 'Exception
+    deserializing request!' (deviation from the kubelet, whose Go gRPC answers Internal)."""
+    _, channel = served
+    bad_utf8 = b"\x0a\x03a\xff\xfe"  # GetPodResourcesRequest.pod_name, not UTF-8
+    for method, payload in (
+        ("/v1.PodResourcesLister/List", b"\xff\xff\xff"),
+        ("/v1.PodResourcesLister/GetAllocatableResources", b"\x0f"),
+        ("/v1.PodResourcesLister/Get", bad_utf8),
+    ):
+        err = raw_call(channel, method, payload)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, err.details())
+        assert (err.details() or "").startswith("the request does not decode: "), method
+    reflection = channel.stream_stream(
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        request_serializer=None,
+        response_deserializer=None,
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        list(reflection(iter([b"\xff\xff\xff"]), timeout=10))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # The kubelet's NOT_FOUND keeps its code and text.
+    missing = pr.GetPodResourcesRequest(pod_name="web", pod_namespace="ns")
+    err = raw_call(channel, "/v1.PodResourcesLister/Get", missing.SerializeToString())
+    assert (err.code(), err.details()) == (
+        grpc.StatusCode.NOT_FOUND,
+        "pod web in namespace ns not found",
+    )
+
+
+def test_a_handler_bug_is_internal_with_the_request_id_as_on_the_main_socket(
+    served: tuple[PodResourcesComponent, grpc.Channel],
+) -> None:
+    """Not UNKNOWN with the exception's text and no id to find the logged traceback by."""
+    component, channel = served
+
+    def bug() -> list[pr.PodResources]:
+        raise RuntimeError("a handler bug")
+
+    component.servicer.own_pods = bug  # type: ignore[method-assign]
+    err = raw_call(
+        channel, "/v1.PodResourcesLister/List", b"", metadata=(("x-request-id", "r-42"),)
+    )
+    assert err.code() == grpc.StatusCode.INTERNAL
+    assert err.details() == "internal error (request id r-42); see daemon log"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import grpc
 import pytest
 from hypothesis import given
@@ -88,3 +91,128 @@ def test_status_cuts_what_a_source_left_long() -> None:
     assert len(built.details.encode()) <= MAX_MESSAGE_BYTES
     trailers = dict(built.trailing_metadata)
     assert len(trailers["grpc-status-details-bin"]) < 2 * MAX_MESSAGE_BYTES
+
+
+# --- log calls: values clients choose go through quote() ----------------------------------
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "numamem"
+LOG_METHODS = frozenset({"debug", "info", "warning", "error", "exception", "critical"})
+CLIENT_FIELDS = frozenset(
+    {
+        "pod_uid",
+        "pod",
+        "container",
+        "container_name",
+        "container_id",
+        "pod_name",
+        "pod_namespace",
+        "namespace",
+        "pool",
+        "pool_name",
+        "region",
+        "region_name",
+        "metric",
+        "metric_name",
+    }
+)
+"""Log fields (and names in a log message's f-string) that hold what a gRPC client sent: a
+pod uid or name, a container's name or runtime id, a metacache key."""
+
+
+def _quoted(value: ast.expr) -> bool:
+    """``quote(...)``, a constant, or a count: nothing a client chose reaches the line raw."""
+    if isinstance(value, ast.Constant):
+        return True
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return value.func.id in ("quote", "len")
+    return False
+
+
+def _mentions_client_field(value: ast.expr) -> bool:
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr in CLIENT_FIELDS)
+        or (isinstance(n, ast.Name) and n.id in CLIENT_FIELDS)
+        for n in ast.walk(value)
+    )
+
+
+def unquoted_log_values(source: str, filename: str) -> tuple[list[str], int]:
+    """``file:line field=expr`` for each log field (or f-string part of a log message) that
+    carries a client-chosen value without quote(), and the number of such places checked.
+    Log calls are ``<name with "log">.<level>(...)``; ``**fields`` of a dict literal assigned
+    to that name in the module is checked too."""
+    tree = ast.parse(source)
+    found, checked = [], 0
+    dicts = {
+        target.id: node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    for node in ast.walk(tree):
+        func = getattr(node, "func", None)
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(func, ast.Attribute)
+            and func.attr in LOG_METHODS
+            and isinstance(func.value, ast.Name)
+            and "log" in func.value.id
+        ):
+            continue
+        fields: list[tuple[str, ast.expr]] = []
+        for kw in node.keywords:
+            if kw.arg is not None:
+                fields.append((kw.arg, kw.value))
+            elif isinstance(kw.value, ast.Name) and kw.value.id in dicts:
+                d = dicts[kw.value.id]
+                fields += [
+                    (k.value, v)
+                    for k, v in zip(d.keys, d.values, strict=True)
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                ]
+        for arg in node.args:
+            if isinstance(arg, ast.JoinedStr):
+                fields += [
+                    ("message", part.value)
+                    for part in arg.values
+                    if isinstance(part, ast.FormattedValue) and _mentions_client_field(part.value)
+                ]
+        for name, value in fields:
+            if name in CLIENT_FIELDS or name == "message":
+                checked += 1
+                if not _quoted(value):
+                    found.append(f"{filename}:{value.lineno} {name}={ast.unparse(value)}")
+    return sorted(set(found)), checked
+
+
+def test_log_lines_quote_every_value_a_client_chose() -> None:
+    """A pod or container name is a client's: in a log line it goes through quote(), which
+    escapes control characters and bounds its length (issue 31). Before this test, the
+    placement sampler logged pod uids, container names and cgroup paths raw."""
+    found, checked = [], 0
+    for path in sorted(SRC.rglob("*.py")):
+        if path.parent.name == "v1":
+            continue  # generated code
+        f, c = unquoted_log_values(path.read_text(), str(path.relative_to(SRC)))
+        found += f
+        checked += c
+    assert found == []
+    assert checked >= 15  # the check is not vacuous: the daemon logs such values
+
+
+def test_the_log_check_finds_raw_values() -> None:
+    bad = """
+def f(target, request):
+    _log.warning("x", pod_uid=target.pod_uid, container=quote(target.container_name))
+    log.info(f"released {request.pod_uid}", n=len(request.pods))
+    fields = {"container_id": request.container_id, "file": "/x"}
+    _log.error("y", **fields)
+"""
+    found, checked = unquoted_log_values(bad, "bad.py")
+    assert found == [
+        "bad.py:3 pod_uid=target.pod_uid",
+        "bad.py:4 message=request.pod_uid",
+        "bad.py:5 container_id=request.container_id",
+    ]
+    assert checked == 4

@@ -6,20 +6,26 @@ For every RPC it
   binds it with the method in structlog's contextvars (grpcio runs the
   interceptor and the handler in the same per-RPC context);
 * answers UNAVAILABLE for numamem services while the daemon is starting or
-  shutting down (health and reflection are always served);
+  shutting down (health and reflection are always served; a server built without
+  a :class:`Readiness` has no such gate);
 * answers RESOURCE_EXHAUSTED at once, without queueing, for a numamem RPC
   beyond ``max_in_flight`` running or queued ones (``--max-concurrent-rpcs``);
-* runs health checks, ``Health/List`` and reflection on a pool of their own
-  (``fast_pool``), so that they answer however busy the workers are;
+* runs health checks and ``Health/List`` on a pool of their own (``fast_pool``),
+  so that they answer however busy the workers are (streams that live as long as
+  their client, Watch and reflection's bidirectional stream, stay on the main pool);
 * answers INVALID_ARGUMENT for a request that does not decode as its message
-  type (grpcio itself would answer INTERNAL), and DEADLINE_EXCEEDED without
-  doing any work when the client's deadline passed while the request waited;
+  type, of every kind of RPC, a stream's messages included (grpcio itself would
+  answer INTERNAL "Exception deserializing request!"), and DEADLINE_EXCEEDED
+  without doing any work when the client's deadline passed while the request waited;
 * turns a :class:`~numamem.errors.NumamemError` into its status code and
   ErrorInfo reason through :func:`numamem.api.status.to_status`, and any other exception into INTERNAL
   with a short message and a logged traceback: a handler bug never takes the
   daemon down;
 * logs one line: method, code, duration in ms, request id. Payloads are never
-  logged at info level. Health checks log at debug (probes would flood).
+  logged at info level. Health checks log at debug (probes would flood), and so
+  does every RPC of a server built with ``log_rpcs=False``.
+
+The main socket's server and the podresources socket's server both use it.
 """
 
 from __future__ import annotations
@@ -96,14 +102,16 @@ class ServerInterceptor(grpc.ServerInterceptor):
 
     def __init__(
         self,
-        readiness: Readiness,
+        readiness: Readiness | None,
         observers: list[RpcObserver] | None = None,
         *,
         in_flight: Callable[[], int] | None = None,
         max_in_flight: int | None = None,
         fast_pool: futures.ThreadPoolExecutor | None = None,
+        log_rpcs: bool = True,
     ) -> None:
         self._readiness = readiness
+        self._log_rpcs = log_rpcs
         self._observers = observers if observers is not None else []
         self._in_flight = in_flight
         self._max_in_flight = max_in_flight
@@ -130,9 +138,10 @@ class ServerInterceptor(grpc.ServerInterceptor):
         if not request_id:
             request_id = uuid.uuid4().hex[:16]
         structlog.contextvars.bind_contextvars(request_id=request_id, method=method)
-        quiet = method.startswith(HEALTH_PREFIX) or method.startswith(REFLECTION_PREFIX)
-        gated = not quiet
-        fast = quiet and method not in FAST_EXCLUDED
+        probe = method.startswith(HEALTH_PREFIX) or method.startswith(REFLECTION_PREFIX)
+        quiet = probe or not self._log_rpcs
+        gated = not probe and self._readiness is not None
+        fast = probe and method not in FAST_EXCLUDED
         overloaded = (
             gated
             and self._in_flight is not None
@@ -156,6 +165,21 @@ class ServerInterceptor(grpc.ServerInterceptor):
                 request_deserializer=deserializer,
                 unary_stream=self._on_pool(stream, fast or overloaded),
             )
+        # Client streams (reflection's ServerReflectionInfo): each message may not decode.
+        if handler.stream_unary is not None:
+            unary = self._wrap_unary(
+                _checked_stream(handler.stream_unary), method, request_id, gated, quiet
+            )
+            if overloaded:
+                unary = self._wrap_unary(self._refuse, method, request_id, False, False)
+            return handler._replace(request_deserializer=deserializer, stream_unary=unary)
+        if handler.stream_stream is not None:
+            stream = self._wrap_stream(
+                _checked_stream(handler.stream_stream), method, request_id, gated, quiet
+            )
+            if overloaded:
+                stream = self._wrap_stream(self._refuse_stream, method, request_id, False, False)
+            return handler._replace(request_deserializer=deserializer, stream_stream=stream)
         return handler
 
     def _on_pool(self, behavior: Callable[..., Any], fast: bool) -> Callable[..., Any]:
@@ -179,13 +203,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
 
     def _gate(self, request: Any, context: grpc.ServicerContext, gated: bool) -> None:
         if isinstance(request, _Undecodable):
-            _abort(
-                context,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"the request does not decode: {request.error}",
-                status.UNDECODABLE_REQUEST,
-            )
-        if gated:
+            _abort_undecodable(context, request.error)
+        if gated and self._readiness is not None:
             phase = self._readiness.phase
             if phase is not Phase.READY:
                 message, reason = _PHASE_MESSAGES[phase]
@@ -212,6 +231,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
             try:
                 self._gate(request, context, gated)
                 return behavior(request, context)
+            except _UndecodableMessageError as err:
+                _abort_undecodable(context, err.error)
             except NumamemError as err:
                 _abort(context, *status.to_status(err))
             except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
@@ -234,6 +255,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
             try:
                 self._gate(request, context, gated)
                 yield from behavior(request, context)
+            except _UndecodableMessageError as err:
+                _abort_undecodable(context, err.error)
             except NumamemError as err:
                 _abort(context, *status.to_status(err))
             except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
@@ -263,6 +286,41 @@ class _Undecodable:
 
     def __init__(self, error: str) -> None:
         self.error = error
+
+
+class _UndecodableMessageError(Exception):
+    """Raised into a client-streaming handler at a message that does not decode."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _checked_stream(
+    behavior: Callable[[Iterator[Any], grpc.ServicerContext], Any],
+) -> Callable[[Any, grpc.ServicerContext], Any]:
+    """``behavior`` of a client stream, its messages checked as they arrive: the handler
+    sees the decoded ones, and an undecodable one ends the RPC (INVALID_ARGUMENT)."""
+
+    def checked(requests: Iterator[Any]) -> Iterator[Any]:
+        for request in requests:
+            if isinstance(request, _Undecodable):
+                raise _UndecodableMessageError(request.error)
+            yield request
+
+    def run(requests: Any, context: grpc.ServicerContext) -> Any:
+        return behavior(checked(requests), context)
+
+    return run
+
+
+def _abort_undecodable(context: grpc.ServicerContext, error: str) -> None:
+    _abort(
+        context,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"the request does not decode: {error}",
+        status.UNDECODABLE_REQUEST,
+    )
 
 
 def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:

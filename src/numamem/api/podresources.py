@@ -32,6 +32,16 @@ not list are added. When the kubelet does not answer (within
 :data:`KUBELET_TIMEOUT_S`), numamem answers with its own data and logs that
 at most once a minute; a call never fails because of the kubelet.
 
+Errors: the server runs the main socket's interceptor
+(:class:`~numamem.api.interceptors.ServerInterceptor`, without its readiness
+gate, RPC log lines at debug): a request that does not decode as its message is
+answered INVALID_ARGUMENT "the request does not decode: ..." (deviation: the
+kubelet's Go gRPC answers Internal for an unmarshal error; a client's bad bytes
+are not a server fault), and a handler bug INTERNAL "internal error (request id
+...)" with the traceback logged under that id, never UNKNOWN with nothing to
+find it by. Both carry the main socket's ErrorInfo, which the kubelet's clients
+ignore.
+
 Rate limit: the kubelet's, a token bucket of :data:`QPS` requests per second
 with a burst of :data:`BURST` over the whole server; beyond it,
 RESOURCE_EXHAUSTED "rejected by rate limit". The limit is this server's only:
@@ -53,6 +63,7 @@ from typing import Any
 import grpc
 from grpc_reflection.v1alpha import reflection
 
+from numamem.api.interceptors import ServerInterceptor
 from numamem.api.server import (
     DurabilityReport,
     bind_unix_socket,
@@ -364,7 +375,7 @@ class PodResourcesComponent:
         prepare_socket_path(self.socket, "--podresources-socket")
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="podresources"),
-            interceptors=[RateLimit(self.bucket)],
+            interceptors=[RateLimit(self.bucket), ServerInterceptor(None, log_rpcs=False)],
         )
         pr_grpc.add_PodResourcesListerServicer_to_server(self.servicer, server)
         reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME), server)

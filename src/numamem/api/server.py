@@ -27,14 +27,17 @@ reports NOT_SERVING; a later successful write of that checkpoint restores it.
 
 Concurrency: numamem RPCs run on ``--workers`` threads, and at most
 ``--max-concurrent-rpcs`` may be running or queued; beyond that they are
-answered RESOURCE_EXHAUSTED at once. Health checks and reflection run on a
-pool of their own, so they answer under any load.
+answered RESOURCE_EXHAUSTED at once. Health checks run on a pool of their own,
+so they answer under any load; health and reflection are never refused (Watch
+and reflection, streams a client can hold open, run on the workers).
 
 Shutdown (SIGTERM/SIGINT): health NOT_SERVING, stop accepting, in-flight RPCs
 get ``--shutdown-grace`` seconds, components close, the socket is removed.
 
 Under systemd (``Type=notify``), :class:`~numamem.api.sdnotify.Notifier` reports each step
-as ``STATUS=``, ``READY=1`` once SERVING, ``STOPPING=1`` at shutdown, and pings the
+as ``STATUS=``, ``READY=1`` the first time health is SERVING (at the end of the start, or
+later, when a checkpoint whose durability was unknown is written again), ``STATUS=`` with
+the reason while health is NOT_SERVING, ``STOPPING=1`` at shutdown, and pings the
 watchdog from the serving loop.
 """
 
@@ -165,6 +168,8 @@ class Daemon:
     notifier: Notifier = field(default_factory=lambda: Notifier({}))
     """systemd notifications (``numamem serve`` passes its environment's ``NOTIFY_SOCKET``)."""
     _stopping_sent: bool = False
+    _ready_sent: bool = False
+    _announced: str = ""
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock_fd: int | None = None
     _server: grpc.Server | None = None
@@ -256,11 +261,13 @@ class Daemon:
             self.shutdown()
             self._undo()
             raise
-        for name in ("", *names):
-            self.health.set(name, self._serving_status())
-        self.readiness.set_ready()
+        with self._durability_lock:  # a durability report now waits for health and READY=1
+            status = self._serving_status()
+            for name in ("", *names):
+                self.health.set(name, status)
+            self.readiness.set_ready()
+            self._announce()
         _log.info("serving", services=names)
-        self.notifier.ready(f"serving on {cfg.socket}")
 
     def _serve(self, cfg: Config, names: Sequence[str]) -> None:
         """Step 5: bind the socket and serve (health NOT_SERVING, numamem RPCs UNAVAILABLE)."""
@@ -324,6 +331,29 @@ class Daemon:
             status = self._serving_status()
             for name in ("", *self._service_names):
                 self.health.set(name, status)
+            self._announce()
+
+    def _announce(self) -> None:
+        """Tell the service manager what health says now (the caller holds the durability
+        lock and has just set health): ``READY=1`` the first time it is SERVING, a
+        ``STATUS=`` line whenever the status or its reason changes."""
+        if not self._durability:
+            text = f"serving on {self.config.socket}"
+        else:
+            file, problem = min(self._durability.items())
+            text = (
+                f"not serving: the durability of {file} is unknown "
+                f"({quote(problem, style='bare', limit=200)}); serving again once a write of "
+                "it succeeds"
+            )
+        if text == self._announced:
+            return
+        self._announced = text
+        if not self._durability and not self._ready_sent:
+            self._ready_sent = True
+            self.notifier.ready(text)
+        else:
+            self.notifier.status(text)
 
     def _serving_status(self) -> int:
         status: int = (

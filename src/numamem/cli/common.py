@@ -96,7 +96,7 @@ def report_rpc_error(err: grpc.RpcError, socket: str | None) -> int:
     if code == grpc.StatusCode.UNAVAILABLE and socket is not None and not os.path.exists(socket):
         details = f"no daemon socket at {socket} (is numamem running? --socket)"
     name = code.name if code is not None else "ERROR"
-    print(f"numamem: {name}: {details}", file=sys.stderr)
+    print(f"numamem: {name}: {guarded(details or '')}", file=sys.stderr)
     return EXIT_FAILED
 
 
@@ -144,9 +144,27 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+def shown(value: object) -> str:
+    """A value a gRPC client (or a manifest) chose, for the terminal: as
+    ``quote(style="bare")`` writes it (control and other non-printable characters and
+    backslashes escaped, so an escape sequence in a pod name is shown, never run), but
+    never shortened; a plain value unchanged."""
+    text = str(value)
+    if text.isprintable() and "\\" not in text:
+        return text
+    return quote(text, style="bare", limit=10 * len(text) + 10)  # \U0010ffff: 10 bytes
+
+
+def guarded(text: str) -> str:
+    """A message numamem made (the daemon's error text, a check's problem): it quotes the
+    values in it already, so it is shown as it is unless it holds a non-printable
+    character (then as :func:`shown`)."""
+    return text if text.isprintable() else shown(text)
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Left-aligned columns separated by two spaces."""
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    """Left-aligned columns separated by two spaces; every cell through :func:`shown`."""
+    cells = [[str(h) for h in headers], *[[shown(c) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for row in cells:
         sys.stdout.write(

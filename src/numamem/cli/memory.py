@@ -15,11 +15,13 @@ from numamem.cli.common import (
     add_client_args,
     client_command,
     fail,
+    guarded,
     human_bytes,
     message_to_dict,
     plural,
     print_json,
     print_table,
+    shown,
 )
 from numamem.cli.podfile import PodFileError, load_pod, load_pods
 from numamem.client import NumamemClient
@@ -167,9 +169,9 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
         data["container_ids"] = started
         print_json(data)
     elif not resp.admitted:
-        print(f"pod {pod.uid} rejected: {resp.reason}: {resp.message}")
+        print(f"pod {shown(pod.uid)} rejected: {guarded(resp.reason)}: {guarded(resp.message)}")
     else:
-        print(f"pod {pod.uid} admitted")
+        print(f"pod {shown(pod.uid)} admitted")
         rows = []
         for c in resp.containers:
             affinity = ",".join(map(str, c.affinity.numa_nodes)) or "any"
@@ -186,12 +188,13 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
             )
         print_table(["CONTAINER", "AFFINITY", "BLOCKS"], rows)
         if started:
-            print("container ids: " + " ".join(started))
+            print("container ids: " + " ".join(map(shown, started)))
             print("release with: numamem release <container id>...")
         else:
             print("containers not started (--no-start): their memory stays pinned until")
             print(
-                f"AddContainer records them, or release the pod with: numamem release --pod {pod.uid}"
+                "AddContainer records them, or release the pod with: numamem release --pod "
+                + shown(pod.uid)
             )
     return EXIT_OK if resp.admitted else EXIT_REJECTED
 
@@ -213,7 +216,7 @@ def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
         print_json({"released": released, "not_found": unknown})
     else:
         for name in released:
-            print(f"released {name}")
+            print(f"released {shown(name)}")
         for name in unknown:
             what = (
                 f"pod {quote(name)} holds no memory"
@@ -227,23 +230,36 @@ def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
 def run_sync(args: argparse.Namespace, client: NumamemClient) -> int:
     """SyncActivePods. Releasing everything always takes ``--none``: input without pods (an
     empty file, the empty ``kind: List`` kubectl prints for a wrong namespace or context) is
-    refused without it, and ``--none`` is refused beside input that lists pods."""
+    refused without it, any one file of them too (``-f ns1.yaml -f ns2.yaml`` with an empty
+    ``ns2.yaml`` would release ns2's pods), and ``--none`` is refused beside input that
+    lists pods."""
     if not args.file and not args.none:
         raise UsageError("give the live pods with -f FILE, or --none to release everything")
     by_uid: dict[str, memorymanager_pb2.Pod] = {}  # a pod in several files counts once
+    empty: list[str] = []
     for path in args.file:
         try:
-            by_uid.update((p.uid, p) for p in load_pods(path))
+            listed = load_pods(path)
         except PodFileError as err:
             return fail(str(err))
+        if not listed:
+            empty.append(path)
+        by_uid.update((p.uid, p) for p in listed)
     pods = list(by_uid.values())
     if pods and args.none:
         raise UsageError(f"--none, but {plural(len(pods), 'live pod')} in {', '.join(args.file)}")
-    if not pods and not args.none:
+    if empty and not args.none:
+        others = (
+            f"; the other files list {plural(len(pods), 'live pod')}, and every pod this "
+            "input leaves out is released"
+            if pods
+            else ""
+        )
         return fail(
-            f"sync: {', '.join(args.file)}: no pods (an empty file, or an empty 'kind: List' as "
-            "kubectl prints for a wrong namespace or context); nothing released. If no pod is "
-            "live, release everything with --none"
+            f"sync: {', '.join(empty)}: no pods (an empty file, or an empty 'kind: List' as "
+            f"kubectl prints for a wrong namespace or context){others}; nothing released. "
+            "Leave out a file whose namespace has no live pod; if no pod is live at all, "
+            "release everything with --none"
         )
     removed = client.sync_active_pods(pods)
     if args.json:
@@ -253,7 +269,7 @@ def run_sync(args: argparse.Namespace, client: NumamemClient) -> int:
         return EXIT_OK
     print(f"{plural(len(pods), 'live pod')}; released {plural(len(removed), 'container')}")
     for ref in removed:
-        print(f"released {ref.pod_uid}/{ref.container_name}")
+        print(f"released {shown(ref.pod_uid)}/{shown(ref.container_name)}")
     return EXIT_OK
 
 
@@ -275,24 +291,31 @@ def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
         f"scope {resp.topology_manager_scope}"
     )
     if decision.admitted:
-        print(f"pod {pod.uid} would be admitted")
+        print(f"pod {shown(pod.uid)} would be admitted")
     else:
-        print(f"pod {pod.uid} would be rejected: {decision.reason}: {decision.message}")
+        print(
+            f"pod {shown(pod.uid)} would be rejected: {guarded(decision.reason)}: "
+            f"{guarded(decision.message)}"
+        )
     if not resp.containers:
         print("nothing to explain: no container reached hinting or allocation")
     for ctr in resp.containers:
         print()
-        print(f"{ctr.container_name or '(pod)'}: {'ok' if ctr.admitted else 'NOT ADMITTED'}")
-        requested = ", ".join(f"{k} {human_bytes(v)}" for k, v in sorted(ctr.requested.items()))
+        name = shown(ctr.container_name) if ctr.container_name else "(pod)"
+        print(f"{name}: {'ok' if ctr.admitted else 'NOT ADMITTED'}")
+        requested = ", ".join(
+            f"{shown(k)} {human_bytes(v)}" for k, v in sorted(ctr.requested.items())
+        )
         print(f"  requested: {requested or 'nothing pinned'}")
         if ctr.note:
-            print(f"  note: {ctr.note}")
+            print(f"  note: {guarded(ctr.note)}")
         if ctr.masks and not ctr.hints:
             print("  hints: none, no mask qualifies (the memory manager then states no preference)")
         for resource in sorted(ctr.hints):
             hints = ctr.hints[resource].hints
             print(
-                f"  hints {resource}: {'  '.join(_hint_text(h) for h in hints) or 'none possible'}"
+                f"  hints {shown(resource)}: "
+                f"{'  '.join(_hint_text(h) for h in hints) or 'none possible'}"
             )
         if ctr.omitted_hints:
             print(f"  ({ctr.omitted_hints} more hints not listed)")

@@ -11,14 +11,15 @@ from numamem.cli.common import (
     UsageError,
     add_client_args,
     client_command,
+    guarded,
     human_bytes,
     message_to_dict,
     print_json,
     print_table,
+    shown,
 )
 from numamem.client import NumamemClient
 from numamem.cpuset import format_cpulist
-from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2 as mm
 
 _STATUS = {
@@ -64,16 +65,11 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=client_command(run))
 
 
-def _bare(value: str) -> str:
-    """A client's value (a uid, a name) as one line of text (``\\x1b``, ``\\n`` escaped)."""
-    return quote(value, style="bare")
-
-
 def pod_text(r: mm.ContainerResidency) -> str:
     """``namespace/name (uid)`` when the names are known, else the uid (each escaped)."""
     if r.pod_namespace or r.pod_name:
-        return f"{_bare(r.pod_namespace)}/{_bare(r.pod_name)} ({_bare(r.pod_uid)})"
-    return _bare(r.pod_uid)
+        return f"{shown(r.pod_namespace)}/{shown(r.pod_name)} ({shown(r.pod_uid)})"
+    return shown(r.pod_uid)
 
 
 def _nodes_text(r: mm.ContainerResidency) -> str:
@@ -112,7 +108,7 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
         [
             [
                 indent + pod_text(r),
-                _bare(r.container_name),
+                shown(r.container_name),
                 format_cpulist(r.assigned_numa_nodes),
                 _nodes_text(r),
                 _outside_text(r),
@@ -123,21 +119,21 @@ def print_residency(rows: Sequence[mm.ContainerResidency], indent: str = "") -> 
         ],
     )
     for r in rows:
-        name = f"{pod_text(r)} {_bare(r.container_name)}"
+        name = f"{pod_text(r)} {shown(r.container_name)}"
         if r.message:
-            print(f"{indent}{name}: {r.message}")
+            print(f"{indent}{name}: {guarded(r.message)}")
         if r.HasField("cpuset_write"):
             w = r.cpuset_write
             if w.error:
                 print(
                     f"{indent}{name}: could not enforce cpuset.mems "
-                    f"{format_cpulist(w.written)} in {w.file}: {w.error}"
+                    f"{format_cpulist(w.written)} in {shown(w.file)}: {guarded(w.error)}"
                 )
             else:
                 migrate = " (after setting cpuset.memory_migrate to 1)" * w.memory_migrate_enabled
                 print(
-                    f"{indent}{name}: wrote cpuset.mems {format_cpulist(w.written)} to {w.file}, "
-                    f"was {format_cpulist(w.before) or '(empty)'}{migrate}"
+                    f"{indent}{name}: wrote cpuset.mems {format_cpulist(w.written)} to "
+                    f"{shown(w.file)}, was {format_cpulist(w.before) or '(empty)'}{migrate}"
                 )
         if r.cpuset_enforcement in _ENFORCEMENT:
             print(

@@ -30,6 +30,7 @@ from numamem.cli.common import (
     add_json_flag,
     client_command,
     fail,
+    guarded,
     human_bytes,
     message_to_dict,
     plural,
@@ -299,7 +300,7 @@ def _print_files_report(report: Mapping[str, Any]) -> None:
             "checksum valid"
         )
     for problem in report["problems"]:
-        print(problem if "summary" not in report else f"problem: {problem}")
+        print(guarded(problem) if "summary" not in report else f"problem: {guarded(problem)}")
 
 
 # --- against this machine and configuration ---------------------------------------------
@@ -334,9 +335,9 @@ def run_verify(args: argparse.Namespace) -> int:
         print("fix: drain the node, remove the files, restart numamem")
         return EXIT_FAILED
     machine = report["machine"]
-    print(machine["message"])
+    print(guarded(machine["message"]))
     for line in machine.get("differences", []):
-        print(f"  {line}")
+        print(f"  {guarded(line)}")
     if ok:
         print("OK")
     return EXIT_OK if ok else EXIT_FAILED
@@ -497,7 +498,7 @@ def run_diff(args: argparse.Namespace) -> int:
         ],
     )
     for misfit in misfits:
-        print(misfit)
+        print(guarded(misfit))
     print(verdict)
     return EXIT_FAILED if changed or misfits else EXIT_OK
 

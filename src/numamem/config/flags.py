@@ -374,7 +374,7 @@ FLAGS: tuple[Flag, ...] = (
         "--max-concurrent-rpcs",
         "limits.max_concurrent_rpcs",
         "numamem RPCs running or queued at once; more are RESOURCE_EXHAUSTED at once (health "
-        "and reflection are not counted and always answer)",
+        "and reflection are never refused)",
         "128",
         kind="int",
         metavar="N",

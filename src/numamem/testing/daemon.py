@@ -74,6 +74,9 @@ class DaemonProcess:
     """How to run ``numamem``: this interpreter's, or e.g. the console script of another venv."""
     env: Mapping[str, str] | None = None
     """Variables added to this process's environment (e.g. ``NOTIFY_SOCKET``)."""
+    inherit_env: bool = True
+    """False: ``env`` is the whole environment (an installed artifact must not see the
+    checkout through ``PYTHONPATH`` and the like)."""
     proc: subprocess.Popen[bytes] | None = None
     stderr_path: Path | None = None
     startup_seconds: float = 0.0
@@ -103,7 +106,7 @@ class DaemonProcess:
 
     def start(self, wait: bool = True, timeout: float = 15.0) -> DaemonProcess:
         self.stderr_path = self.root / f"stderr-{time.monotonic_ns()}.log"
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **(self.env or {}))
+        env = dict(self._environment(), PYTHONUNBUFFERED="1")
         began = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
@@ -113,6 +116,10 @@ class DaemonProcess:
             self.wait_serving(timeout)
             self.startup_seconds = time.perf_counter() - began
         return self
+
+    def _environment(self) -> dict[str, str]:
+        base = dict(os.environ) if self.inherit_env else {}
+        return dict(base, **(self.env or {}))
 
     def wait_serving(self, timeout: float = 15.0, poll: float = 0.01) -> None:
         """Return once health is SERVING; raise AssertionError (with stderr) if it exits or times out."""
@@ -161,7 +168,7 @@ class DaemonProcess:
             text=True,
             timeout=timeout,
             cwd=self.cwd,
-            env=dict(os.environ, **(self.env or {})),
+            env=self._environment(),
             check=False,
         )
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
-from numamem.errors import QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
+from numamem.errors import PATH_QUOTE_BYTES, QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
 from numamem.metacache.metrics.numastat import parse_mems
@@ -470,7 +470,7 @@ class PlacementSampler:
             **_who(target),
             assigned=format_cpulist(target.assigned),
             enforced=format_cpulist(result.enforced or ()),
-            file=str(cgroup.enforced_mems_file(dirs)),
+            file=quote(str(cgroup.enforced_mems_file(dirs)), style="bare", limit=PATH_QUOTE_BYTES),
             enforce=self.enforce,
         )
 
@@ -523,7 +523,7 @@ class PlacementSampler:
             self.stats.writes_failed += 1
         fields = {
             **_who(target),
-            "file": path,
+            "file": quote(path, style="bare", limit=PATH_QUOTE_BYTES),
             "before": format_cpulist(before),
             "written": format_cpulist(target.assigned),
             "memory_migrate_enabled": migrate,
