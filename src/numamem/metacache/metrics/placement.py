@@ -274,7 +274,8 @@ class PlacementSampler:
             )
             _log.exception(
                 "cannot read the container's NUMA placement",
-                **_who(target),
+                pod_uid=quote(target.pod_uid, style="bare"),
+                container=quote(target.container_name, style="bare"),
             )
             return Placement(target, UNREADABLE, message)
 
@@ -327,7 +328,8 @@ class PlacementSampler:
             message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
             _log.warning(
                 "cannot read the container's NUMA placement",
-                **_who(target),
+                pod_uid=quote(target.pod_uid, style="bare"),
+                container=quote(target.container_name, style="bare"),
                 error=message,
             )
             return Placement(target, UNREADABLE, message, cid, where)
@@ -338,7 +340,10 @@ class PlacementSampler:
                 return self._gone(target)
             message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
             _log.warning(
-                "cannot read the container's NUMA placement", **_who(target), error=message
+                "cannot read the container's NUMA placement",
+                pod_uid=quote(target.pod_uid, style="bare"),
+                container=quote(target.container_name, style="bare"),
+                error=message,
             )
             return Placement(target, UNREADABLE, message, cid, where)
         result = residency(target.assigned, stat, enforced, huge)
@@ -383,7 +388,8 @@ class PlacementSampler:
             state.next_try = self._round + state.backoff
             _log.warning(
                 "cpuset.mems is contested: each write was undone by the next round; backing off",
-                **_who(target),
+                pod_uid=quote(target.pod_uid, style="bare"),
+                container=quote(target.container_name, style="bare"),
                 undone=state.undone,
                 retry_in_rounds=state.backoff,
             )
@@ -400,7 +406,8 @@ class PlacementSampler:
                     _log.warning(
                         "not enforcing cpuset.mems: the parent cgroup does not allow the "
                         "assigned nodes",
-                        **_who(target),
+                        pod_uid=quote(target.pod_uid, style="bare"),
+                        container=quote(target.container_name, style="bare"),
                         reason=why,
                     )
                 state.held = why
@@ -422,7 +429,11 @@ class PlacementSampler:
         state.undone = 0
         if state.contested:
             state.contested, state.backoff = False, 0
-            _log.info("cpuset.mems holds again: no longer contested", **_who(target))
+            _log.info(
+                "cpuset.mems holds again: no longer contested",
+                pod_uid=quote(target.pod_uid, style="bare"),
+                container=quote(target.container_name, style="bare"),
+            )
 
     def _parent_disallows(self, target: PlacementTarget, dirs: cgroup.CgroupDirs) -> str:
         """v2: why the parent's ``cpuset.mems.effective`` does not allow every assigned node
@@ -453,7 +464,8 @@ class PlacementSampler:
         self.stats.gone += 1
         _log.debug(
             "cgroup disappeared; container stopped",
-            **_who(target),
+            pod_uid=quote(target.pod_uid, style="bare"),
+            container=quote(target.container_name, style="bare"),
         )
         return Placement(
             target, NO_CGROUP, "the cgroup disappeared while it was read: the container stopped"
@@ -467,7 +479,8 @@ class PlacementSampler:
         self._warned.add(target.key)
         _log.warning(
             "cpuset.mems differs from the memory manager's assignment",
-            **_who(target),
+            pod_uid=quote(target.pod_uid, style="bare"),
+            container=quote(target.container_name, style="bare"),
             assigned=format_cpulist(target.assigned),
             enforced=format_cpulist(result.enforced or ()),
             file=quote(str(cgroup.enforced_mems_file(dirs)), style="bare", limit=PATH_QUOTE_BYTES),
@@ -522,7 +535,8 @@ class PlacementSampler:
         else:
             self.stats.writes_failed += 1
         fields = {
-            **_who(target),
+            "pod_uid": quote(target.pod_uid, style="bare"),
+            "container": quote(target.container_name, style="bare"),
             "file": quote(path, style="bare", limit=PATH_QUOTE_BYTES),
             "before": format_cpulist(before),
             "written": format_cpulist(target.assigned),
@@ -567,14 +581,6 @@ class PlacementSampler:
             "restarts or is re-pinned): allow the assigned nodes in the pod's cpuset.mems",
             restored,
         )
-
-
-def _who(target: PlacementTarget) -> dict[str, object]:
-    """The log fields naming the container, quoted (both come from clients)."""
-    return {
-        "pod_uid": quote(target.pod_uid, style="bare"),
-        "container": quote(target.container_name, style="bare"),
-    }
 
 
 def _ids_text(ids: Sequence[str], tried: int) -> str:
