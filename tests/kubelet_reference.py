@@ -168,6 +168,7 @@ class ReferenceStaticPolicy(StaticPolicy):
         machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
+        work: object = None,
     ) -> ReferenceSpace:
         return ReferenceSpace(
             calculate_hints(machine_state, requested, reuse, self._nodes(machine_state))
@@ -178,6 +179,7 @@ class ReferenceStaticPolicy(StaticPolicy):
         machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
+        work: object = None,
     ) -> Hints:
         hints = calculate_hints(machine_state, requested, reuse, self._nodes(machine_state))
         return {name: list(hints) for name in requested} if hints else {}
@@ -327,7 +329,9 @@ def merged_hints(
 class ReferenceTopologyPolicy(TopologyPolicy):
     """numamem's topology policy with the merge done by :func:`merge`."""
 
-    def merge(self, providers_hints: Sequence[ProviderHints]) -> tuple[TopologyHint, bool]:
+    def merge(
+        self, providers_hints: Sequence[ProviderHints], work: object = None
+    ) -> tuple[TopologyHint, bool]:
         if self.name == NONE:
             return NO_AFFINITY, True
         lists = filter_providers_hints(providers_hints)

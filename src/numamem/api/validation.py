@@ -31,6 +31,7 @@ from numamem.quantity import Quantity, parse_quantity
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.admission import GivenHints
+from numamem.topologymanager.merge import HintFamily
 from numamem.topologymanager.policy import ProviderHints, TopologyHint
 from numamem.v1 import memorymanager_pb2
 
@@ -39,6 +40,18 @@ MAX_QUANTITY = 64
 MAX_RESOURCES = 64
 MAX_PROVIDERS = 16
 MAX_HINTS_PER_RESOURCE = 65536
+MAX_HINT_LISTS = 64
+"""Hint lists (one per provider and resource) Admit and Explain accept for one container (or,
+pod scope, for the pod), summed over the other providers."""
+MAX_HINTS_PER_STEP = 65536
+"""Hints accepted for one container (or the pod), summed over every list of every provider:
+reading them stays a small part of the search budget (numamem.work.SEARCH_BUDGET)."""
+
+
+def max_hints_per_list(machine: Machine) -> int:
+    """A list holds at most one hint per (mask of the machine's nodes or any node, preferred),
+    2^(n+1) distinct hints on n nodes; more are repeats. Capped at MAX_HINTS_PER_RESOURCE."""
+    return min(MAX_HINTS_PER_RESOURCE, 2 << len(machine.node_ids))
 
 
 def check_string(value: str, field: str, *, required: bool = True) -> str:
@@ -226,7 +239,29 @@ def other_providers_from_proto(
             _resource_hints(msg.pod, machine, f"{where}.pod") if msg.HasField("pod") else None
         )
         out.append(GivenHints(name, containers, pod_hints))
+    for c in pod.all_containers():
+        _check_step(f"{field}[*].containers[{c.name!r}]", [g.containers.get(c.name) for g in out])
+    _check_step(f"{field}[*].pod", [g.pod for g in out])
     return out
+
+
+def _check_step(where: str, answers: Sequence[ProviderHints]) -> None:
+    """The bounds on what all providers give one container (or the pod) together."""
+    lists = 0
+    hints = 0
+    for answer in answers:
+        for lst in (answer or {}).values():
+            lists += 1
+            hints += 0 if lst is None or isinstance(lst, HintFamily) else len(lst)
+    if lists > MAX_HINT_LISTS:
+        raise LimitExceededError(
+            f"{where}: {lists} hint lists over all providers, more than {MAX_HINT_LISTS} "
+            "(one per provider and resource)"
+        )
+    if hints > MAX_HINTS_PER_STEP:
+        raise LimitExceededError(
+            f"{where}: {hints} hints over all providers, more than {MAX_HINTS_PER_STEP}"
+        )
 
 
 def _resource_hints(
@@ -241,9 +276,11 @@ def _resource_hints(
         where = f"{field}.resources[{resource!r}]"
         check_string(resource, f"{field}.resources key")
         hints = msg.resources[resource]
-        if len(hints.hints) > MAX_HINTS_PER_RESOURCE:
+        most = max_hints_per_list(machine)
+        if len(hints.hints) > most:
             raise LimitExceededError(
-                f"{where}.hints: more than {MAX_HINTS_PER_RESOURCE} hints ({len(hints.hints)})"
+                f"{where}.hints: more than {most} hints ({len(hints.hints)}; a list on "
+                f"{len(machine.node_ids)} NUMA nodes has at most {most} distinct ones)"
             )
         if hints.no_preference:
             if hints.hints:

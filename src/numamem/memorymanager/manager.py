@@ -1,11 +1,30 @@
 """The memory manager (kubelet ``memory_manager.go``) with transactional, durable operations.
 
 Writers (Allocate, AddContainer, RemoveContainer, ReleasePod, SyncActivePods,
-Admit, start) take one lock and are linearizable. A mutating operation works on
-a fork of the committed state; when it succeeds and changed something, the
-whole new state goes to the :class:`StateStore` in **one** write, and only then
-becomes the committed state. When the operation or the write fails, the fork
-is dropped: memory and disk stay equal, and nothing is half-applied. (The
+Admit, start) commit under one lock and are linearizable. A mutating operation
+works on a fork of the committed state; when it succeeds and changed something,
+the whole new state goes to the :class:`StateStore` in **one** write, and only
+then becomes the committed state (a new :class:`Committed` version; an operation
+that changes nothing commits nothing).
+
+No search runs under the lock. Admit and Allocate, the operations that search
+(hints, the merge, the Static policy's extension to a superset), compute on a
+fork of the committed version *outside* the lock, then take the lock only to
+commit, and only if that version is still the current one. Otherwise they
+compute again on the new version: at once under the lock when the first
+computation was cheap (at most :data:`LOCKED_STEPS` search steps, as nearly
+every admission is; a recomputation that turns out costlier stops at that many
+and goes back outside), else outside it, at most :data:`ATTEMPTS` times in all,
+after which the operation is refused with :class:`~numamem.errors.ConflictError`
+(ABORTED, reason ``CONCURRENT_CHANGES``, nothing changed; retrying is safe). So
+an expensive admission never delays ReleasePod, RemoveContainer, SyncActivePods
+or a cheap admission by more than :data:`LOCKED_STEPS` steps. Every search is
+charged to a :class:`~numamem.work.Work` per attempt (the search budget, and the
+caller's deadline: past it the operation raises DeadlineExceededError and
+commits nothing; the deadline is checked once more just before the commit).
+
+When the operation or the write fails, the fork is dropped: memory and disk
+stay equal, and nothing is half-applied. (The
 kubelet writes after every sub-step and ignores write errors:
 kubernetes/kubernetes#141993.) When the write put the new state in place but
 could not sync its directory (:class:`~numamem.errors.DurabilityUnknownError`),
@@ -20,7 +39,8 @@ without the lock: GetState, GetMemory, GetMemoryNUMANodes and
 GetAllocatableMemory, and also hints and Explain, which compute on that state
 (the Static policy keeps no state of its own; its init-container reuse table
 is part of the state). Consistency: a reader sees every change acknowledged
-before it started, and no change not yet durable.
+before it started, and no change not yet durable. A rejected admission is such
+a reader too: it decided on one committed version and commits nothing.
 
 Stale state (``removeStaleState``) is removed only after the sources are
 ready. With an ``active_pods`` callable the manager asks it, as the kubelet
@@ -37,20 +57,24 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TypeVar
 
 from numamem.config.model import ReservedMemory
 from numamem.errors import (
     AllocationError,
     ConfigError,
+    ConflictError,
     DurabilityUnknownError,
     LimitExceededError,
     NotFoundError,
+    SearchBudgetError,
 )
 from numamem.logging import get_logger
 from numamem.memorymanager.containermap import ContainerMap
+from numamem.memorymanager.forked import AdmitOutcome, Explanation, admit_on_fork, explain_on_fork
 from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy import HintExplanation, NonePolicy, Policy
+from numamem.memorymanager.policy import NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
 from numamem.memorymanager.state import MemoryState, State, StateView
@@ -67,16 +91,18 @@ from numamem.topologymanager.policy import (
     TopologyHint,
     TopologyPolicy,
 )
+from numamem.work import Work
 
 _log = get_logger("memorymanager")
+T = TypeVar("T")
 
+ATTEMPTS = 4
+"""Computations of one Admit or Allocate (the first included) before ConflictError."""
+LOCKED_STEPS = 20_000
+"""Search steps a recomputation may take under the lock after a conflict (a few ms at most;
+admissions of realistic pods take hundreds to a few thousand)."""
 
-@dataclass
-class AdmitOutcome:
-    """The result of :meth:`Manager.admit`: the topology decision and the blocks allocated."""
-
-    result: admission.AdmitResult
-    blocks: dict[str, list[Block]] = field(default_factory=dict)
+__all__ = ["ATTEMPTS", "LOCKED_STEPS", "AdmitOutcome", "Committed", "Explanation", "Manager"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,75 +120,6 @@ class Committed:
     """Pod uid -> (namespace, name) of pods with state, oldest recording first (a pod
     re-created under a name another uid still holds is the last of that name)."""
     version: int
-
-
-class _Rejected(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """Aborts an admission transaction without persisting anything."""
-
-
-class _TransactionProvider:
-    """The memory manager as a topology-manager hint provider, bound to one transaction."""
-
-    def __init__(self, policy: Policy, state: State) -> None:
-        self._policy = policy
-        self._state = state
-
-    def get_topology_hints(self, pod: Pod, container: Container) -> ProviderHints:
-        return self._policy.get_topology_hints(self._state, pod, container)
-
-    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
-        return self._policy.get_pod_topology_hints(self._state, pod)
-
-    def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
-        self._policy.allocate(self._state, pod, container, affinity)
-
-
-class _ExplainingProvider(_TransactionProvider):
-    """A transaction provider that also records what the policy considered."""
-
-    def __init__(self, policy: Policy, state: State) -> None:
-        super().__init__(policy, state)
-        self.explanations: dict[str, HintExplanation] = {}
-        self.allocated: set[str] = set()
-
-    def get_topology_hints(self, pod: Pod, container: Container) -> ProviderHints:
-        self.explanations[container.name] = self._policy.explain(self._state, pod, container)
-        return super().get_topology_hints(pod, container)
-
-    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
-        self.explanations[""] = self._policy.explain(self._state, pod, None)
-        return super().get_pod_topology_hints(pod)
-
-    def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
-        if affinity.affinity is None and container.name not in self.explanations:
-            # No affinity (the none policy, or no preference): the policy picks
-            # its own best hint, so explain that choice.
-            self.explanations[container.name] = self._policy.explain(self._state, pod, container)
-        super().allocate(pod, container, affinity)
-        self.allocated.add(container.name)
-
-
-@dataclass
-class ContainerExplanation:
-    """One hinting step of an explained admission ("" = the pod scope's single step)."""
-
-    container_name: str
-    explanation: HintExplanation
-    hints: ProviderHints
-    merged: TopologyHint
-    admitted: bool
-    others: list[tuple[str, ProviderHints]] = field(default_factory=list)
-    """The other providers' answers (name, hints) for this step; empty when it did not merge."""
-
-
-@dataclass
-class Explanation:
-    """The result of :meth:`Manager.explain`."""
-
-    topology_policy: str
-    topology_scope: str
-    outcome: AdmitOutcome
-    containers: list[ContainerExplanation]
 
 
 class Manager:
@@ -280,15 +237,69 @@ class Manager:
         work = self._state.fork()
         containers = self._containers.copy()
         yield work, containers
+        self._persist(work, containers, pod)
+
+    def _persist(self, work: MemoryState, containers: ContainerMap, pod: Pod | None) -> None:
+        """Check the pod limit, write and commit ``work`` when it changed something (under
+        the lock, on a fork of the current version)."""
         self._check_pod_limit(work)
         names = self._names_after(work, pod)
-        if not work.same_as(self._state) or containers != self._containers or names != self._names:
-            try:
-                self._store.save(self._snapshot(work, containers, names))
-            except DurabilityUnknownError:
-                self._commit(work, containers, names)
-                raise
+        if work.same_as(self._state) and containers == self._containers and names == self._names:
+            if not work.same_reuse(self._state):
+                self._commit(work, containers, names)  # the reuse table is not persisted
+            return  # else nothing changed: nothing to write, no new version
+        try:
+            self._store.save(self._snapshot(work, containers, names))
+        except DurabilityUnknownError:
+            self._commit(work, containers, names)
+            raise
         self._commit(work, containers, names)
+
+    def _optimistic(
+        self,
+        pod: Pod,
+        compute: Callable[[MemoryState, Work], tuple[bool, T]],
+        deadline: float | None,
+        budget: int | None,
+    ) -> T:
+        """Run ``compute`` on a fork of the committed version outside the lock and commit
+        the fork (when it returns True with its value) if that version is still current;
+        see the module docstring for the retries. ``compute`` must only change its fork."""
+        limit = Work(budget).limit
+        cheap = False
+        for _ in range(ATTEMPTS):
+            if cheap:
+                with self._lock:
+                    locked = Work(min(LOCKED_STEPS, limit), deadline)
+                    fork = self._state.fork()
+                    try:
+                        changed, value = compute(fork, locked)
+                    except SearchBudgetError:
+                        if limit <= LOCKED_STEPS:
+                            raise  # the operation's own budget, not the lock's
+                        cheap = False  # costlier on this version: back outside the lock
+                    else:
+                        locked.check_deadline()
+                        if changed:
+                            self._persist(fork, self._containers.copy(), pod)
+                        return value
+            base = self._committed
+            work = Work(limit, deadline)
+            fork = base.state.fork()
+            changed, value = compute(fork, work)
+            work.check_deadline()
+            if not changed:
+                return value  # nothing to commit: the answer of version ``base``
+            with self._lock:
+                if self._committed.version == base.version:
+                    work.check_deadline()
+                    self._persist(fork, self._containers.copy(), pod)
+                    return value
+            cheap = work.spent <= LOCKED_STEPS
+        raise ConflictError(
+            f"pod.uid {pod.uid!r}: the state changed under {ATTEMPTS} computations in a row "
+            "(other writes committed first); nothing was changed, retry"
+        )
 
     def _names_after(self, work: MemoryState, pod: Pod | None) -> Mapping[str, tuple[str, str]]:
         names = self._names
@@ -388,20 +399,32 @@ class Manager:
     # --- operations ---------------------------------------------------------------
 
     def allocate(
-        self, pod: Pod, container_name: str, affinity: TopologyHint | None = None
+        self,
+        pod: Pod,
+        container_name: str,
+        affinity: TopologyHint | None = None,
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
     ) -> list[Block]:
-        """``Allocate``: stale-state cleanup first (its own write), then pin the container.
+        """``Allocate``: stale-state cleanup first (its own write), then pin the container,
+        computed outside the lock (see the module docstring).
 
         Idempotent: an allocated container keeps its blocks. Returns the
         container's blocks ([] when nothing was pinned).
         """
         container = _container(pod, container_name)
-        with self._lock:
-            self._touch(pod)
-            self._remove_stale_state_locked()
-            with self._transaction(pod) as (work, _):
-                self.policy.allocate(work, pod, container, affinity or NO_AFFINITY)
-            return self._state.get_memory_blocks(pod.uid, container_name) or []
+        self._touch(pod)
+        self._settle_stale_state()
+
+        def compute(fork: MemoryState, work: Work) -> tuple[bool, list[Block]]:
+            with work.stage(
+                lambda: f"pod {pod.uid!r}, container {container_name!r}: the allocation"
+            ):
+                self.policy.allocate(fork, pod, container, affinity or NO_AFFINITY, work)
+            return True, fork.get_memory_blocks(pod.uid, container_name) or []
+
+        return self._optimistic(pod, compute, deadline, budget)
 
     def add_container(self, pod: Pod, container_name: str, container_id: str) -> None:
         """``AddContainer``: record the id; free the memory of earlier regular init containers."""
@@ -448,80 +471,78 @@ class Manager:
             _log.info("released", pod_uid=ref[0], container=ref[1])
         return released
 
-    def get_topology_hints(self, pod: Pod, container_name: str) -> ProviderHints:
-        """Container-scope hints on the committed state; no lock unless stale state may exist."""
+    def get_topology_hints(
+        self, pod: Pod, container_name: str, *, deadline: float | None = None
+    ) -> ProviderHints:
+        """Container-scope hints on the committed state; no lock unless stale state may exist.
+
+        The Static policy's hints are lazy: whoever reads them runs the search, charged to
+        a Work with ``deadline``."""
         container = _container(pod, container_name)
         self._touch(pod)
         self._settle_stale_state()
-        return self.policy.get_topology_hints(self._state, pod, container)
+        return self.policy.get_topology_hints(self._state, pod, container, Work(deadline=deadline))
 
-    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
+    def get_pod_topology_hints(self, pod: Pod, *, deadline: float | None = None) -> ProviderHints:
         self._touch(pod)
         self._settle_stale_state()
-        return self.policy.get_pod_topology_hints(self._state, pod)
+        return self.policy.get_pod_topology_hints(self._state, pod, Work(deadline=deadline))
 
-    def admit(self, pod: Pod, others: Sequence[admission.GivenHints] = ()) -> AdmitOutcome:
+    def admit(
+        self,
+        pod: Pod,
+        others: Sequence[admission.GivenHints] = (),
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
+    ) -> AdmitOutcome:
         """Topology-manager admission of the whole pod, all-or-nothing in one write.
 
         ``others`` are other providers' hints, merged after the memory manager's
         (the merge does not depend on the order). A rejected pod
         (TopologyAffinityError, or a provider's Allocate error as
         UnexpectedAdmissionError) leaves no allocation behind; the kubelet would
-        keep the containers allocated before the failing one.
+        keep the containers allocated before the failing one. Hints, merges and
+        allocations are computed outside the lock (see the module docstring);
+        ``budget`` overrides :data:`~numamem.work.SEARCH_BUDGET`.
         """
-        if self._topology_policy is None:
+        topology_policy = self._topology_policy
+        if topology_policy is None:
             raise AllocationError("admission needs a topology manager policy")
-        with self._lock:
-            self._touch(pod)
-            self._remove_stale_state_locked()
-            outcome = AdmitOutcome(admission.AdmitResult(admitted=False))
-            try:
-                with self._transaction(pod) as (work, _):
-                    provider = _TransactionProvider(self.policy, work)
-                    outcome.result = admission.admit(
-                        pod, self._topology_policy, self._topology_scope, [provider, *others]
-                    )
-                    if not outcome.result.admitted:
-                        raise _Rejected
-            except _Rejected:
-                return outcome
-            for ctr in pod.all_containers():
-                outcome.blocks[ctr.name] = self._state.get_memory_blocks(pod.uid, ctr.name) or []
-            return outcome
+        self._touch(pod)
+        self._settle_stale_state()
 
-    def explain(self, pod: Pod, others: Sequence[admission.GivenHints] = ()) -> Explanation:
+        def compute(fork: MemoryState, work: Work) -> tuple[bool, AdmitOutcome]:
+            outcome = admit_on_fork(
+                fork, self.policy, topology_policy, self._topology_scope, pod, others, work
+            )
+            return outcome.result.admitted, outcome
+
+        return self._optimistic(pod, compute, deadline, budget)
+
+    def explain(
+        self,
+        pod: Pod,
+        others: Sequence[admission.GivenHints] = (),
+        *,
+        deadline: float | None = None,
+    ) -> Explanation:
         """What :meth:`admit` would decide now, and why; changes nothing, takes no lock.
 
         Admission runs on a fork of the committed state that is always dropped,
         so nothing is written. Unlike Admit, stale state is not removed first.
-        Only the steps admission reached are explained: each hint request, and
-        each Allocate without an affinity (where the policy picks its own hint).
         """
         if self._topology_policy is None:
             raise AllocationError("explain needs a topology manager policy")
-        work = self._state.fork()
-        provider = _ExplainingProvider(self.policy, work)
-        result = admission.admit(
-            pod, self._topology_policy, self._topology_scope, [provider, *others]
+        return explain_on_fork(
+            self._state.fork(),
+            self.policy,
+            self._topology_policy,
+            self._topology_scope,
+            pod,
+            others,
+            Work(deadline=deadline),
         )
-        outcome = AdmitOutcome(result)
-        if result.admitted:
-            for ctr in pod.all_containers():
-                outcome.blocks[ctr.name] = work.get_memory_blocks(pod.uid, ctr.name) or []
-        containers = []
-        for name, explanation in provider.explanations.items():
-            answers = result.hints.get(name) or [None]  # no entry: allocated without a merge
-            containers.append(
-                ContainerExplanation(
-                    name,
-                    explanation,
-                    answers[0],
-                    result.merged.get(name, NO_AFFINITY),
-                    result.admitted if name == "" else name in provider.allocated,
-                    [(o.provider, a) for o, a in zip(others, answers[1:], strict=False)],
-                )
-            )
-        return Explanation(self._topology_policy.name, self._topology_scope, outcome, containers)
 
     # --- readers: the committed state, no lock ------------------------------------
 

@@ -183,6 +183,10 @@ class MemoryState:
         """Whether two states hold equal machine state and assignments (what is persisted)."""
         return self._machine == other._machine and self._pods == other._pods
 
+    def same_reuse(self, other: MemoryState) -> bool:
+        """Whether two states hold the same init-container reuse table (not persisted)."""
+        return self._reuse == other._reuse
+
 
 class StateView:
     """A read-only view of one committed :class:`MemoryState` (kubelet ``state.Reader``).

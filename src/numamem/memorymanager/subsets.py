@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from numamem.work import Work
+
 
 def prefix_sums(columns: Sequence[Sequence[int]], count: int) -> list[tuple[int, ...]]:
     """[j] = per column, the sum of its first j values (all of them, when it has fewer),
@@ -23,15 +25,21 @@ def covers(values: Sequence[tuple[int, ...]], need: tuple[int, ...]) -> bool:
     return all(sum(v[i] for v in values) >= x for i, x in enumerate(need))
 
 
-def exists_subset(values: Sequence[tuple[int, ...]], k: int, need: tuple[int, ...]) -> bool:
+def exists_subset(
+    values: Sequence[tuple[int, ...]], k: int, need: tuple[int, ...], work: Work | None = None
+) -> bool:
     """Whether some k of ``values`` sum, per coordinate, to at least ``need``.
 
     One coordinate: the k largest. Several: a depth-first search over the values
     (largest first) that stops a branch once the k largest values left per
-    coordinate cannot reach ``need``.
+    coordinate cannot reach ``need``; each branch is charged to ``work``.
     """
     if k > len(values):
         return False
+    if all(x <= 0 for x in need):
+        return True
+    if work is not None:
+        work.spend(len(values))
     if len(need) == 1:
         return sum(sorted((v[0] for v in values), reverse=True)[:k]) >= need[0]
     if k == 1:
@@ -45,6 +53,8 @@ def exists_subset(values: Sequence[tuple[int, ...]], k: int, need: tuple[int, ..
         best.append(prefix_sums(columns, k))
 
     def search(start: int, left: int, sums: tuple[int, ...]) -> bool:
+        if work is not None:
+            work.spend(1)
         if left == 0:
             return all(s >= x for s, x in zip(sums, need, strict=True))
         for i in range(start, m - left + 1):

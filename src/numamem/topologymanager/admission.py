@@ -8,6 +8,9 @@ allocate it; a provider error becomes ``UnexpectedAdmissionError``.
 It changes nothing itself: providers allocate into whatever state they were
 given, so a caller that wants all-or-nothing admission hands in providers bound
 to a transaction and discards it when :attr:`AdmitResult.admitted` is false.
+The merges are charged to ``work`` (the providers charge theirs to the same
+one), each step named (:meth:`~numamem.work.Work.stage`) so that a refusal
+says which container's hints or merge reached the budget.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from numamem.topologymanager.policy import (
     TopologyHint,
     TopologyPolicy,
 )
+from numamem.work import Work
 
 TOPOLOGY_AFFINITY_ERROR = "TopologyAffinityError"
 TOPOLOGY_AFFINITY_MESSAGE = "Resources cannot be allocated with Topology locality"
@@ -81,40 +85,64 @@ class AdmitResult:
 
 
 def admit(
-    pod: Pod, policy: TopologyPolicy, scope: str, providers: Sequence[HintProvider]
+    pod: Pod,
+    policy: TopologyPolicy,
+    scope: str,
+    providers: Sequence[HintProvider],
+    work: Work | None = None,
 ) -> AdmitResult:
     """Admit ``pod``; see the module docstring."""
+    work = Work() if work is None else work
     result = AdmitResult(admitted=True)
     containers = list(pod.all_containers())
     if policy.name == NONE:
         for container in containers:
             result.affinities[container.name] = NO_AFFINITY
-            if not _allocate(pod, container, NO_AFFINITY, providers, result):
-                return result
+            with work.stage(f"pod {pod.uid!r}: the allocation of container {container.name!r}"):
+                if not _allocate(pod, container, NO_AFFINITY, providers, result):
+                    return result
         return result
+    nodes = policy.info.default_mask.bit_count()
     if scope == SCOPE_POD:
-        answers = [p.get_pod_topology_hints(pod) for p in providers]
-        best, ok = policy.merge(answers)
+        with work.stage(f"pod {pod.uid!r}: the pod's topology hints"):
+            answers = [p.get_pod_topology_hints(pod) for p in providers]
+        with work.stage(f"pod {pod.uid!r}: {_merge_of(answers, nodes)}"):
+            best, ok = policy.merge(answers, work)
         result.hints[""] = answers
         result.merged[""] = best
         if not ok:
             return _reject(result)
         for container in containers:
             result.affinities[container.name] = best
-            if not _allocate(pod, container, best, providers, result):
-                return result
+            with work.stage(f"pod {pod.uid!r}: the allocation of container {container.name!r}"):
+                if not _allocate(pod, container, best, providers, result):
+                    return result
         return result
     for container in containers:
-        answers = [p.get_topology_hints(pod, container) for p in providers]
-        best, ok = policy.merge(answers)
+        where = f"pod {pod.uid!r}, container {container.name!r}"
+        with work.stage(f"{where}: the topology hints"):
+            answers = [p.get_topology_hints(pod, container) for p in providers]
+        with work.stage(f"{where}: {_merge_of(answers, nodes)}"):
+            best, ok = policy.merge(answers, work)
         result.hints[container.name] = answers
         result.merged[container.name] = best
         if not ok:
             return _reject(result)
         result.affinities[container.name] = best
-        if not _allocate(pod, container, best, providers, result):
-            return result
+        with work.stage(f"{where}: the allocation"):
+            if not _allocate(pod, container, best, providers, result):
+                return result
     return result
+
+
+def _merge_of(answers: Sequence[ProviderHints], nodes: int) -> str:
+    """What a merge merges, for a refusal's message."""
+    lists = sum(max(len(a or {}), 1) for a in answers)
+    hints = sum(len(lst) for a in answers for lst in (a or {}).values() if isinstance(lst, list))
+    return (
+        f"the merge of {lists} hint lists from {len(answers)} providers ({hints} listed hints "
+        f"besides the memory manager's) on {nodes} NUMA nodes"
+    )
 
 
 def _reject(result: AdmitResult) -> AdmitResult:

@@ -1,0 +1,104 @@
+"""How much searching one request may do, and until when.
+
+The hint searches and the merge take a :class:`Work` and charge it as they go:
+one *step* is one unit of their inner loops (a pairwise AND of two masks, one
+entry of a zeta or Möbius transform, one node of a depth-first search, one
+candidate scored by a bound), each a fraction of a microsecond. Past
+``limit`` steps the search stops with :class:`~numamem.errors.SearchBudgetError`
+(RESOURCE_EXHAUSTED, reason ``SEARCH_BUDGET_EXCEEDED``) naming the budget and
+the input being searched (:meth:`Work.stage`); past ``deadline`` (a
+:func:`time.monotonic` instant, the client's gRPC deadline) it stops with
+:class:`~numamem.errors.DeadlineExceededError`. Either way the caller drops
+what it computed: nothing is half-applied.
+
+Budgets are counted, not timed, so the same input is refused or answered the
+same way on every machine; only the deadline reads the clock. Every
+:data:`YIELD_EVERY` steps (a fraction of a millisecond) a search also lets
+other threads run (``time.sleep(0)``): a search holds Python's global lock,
+and without a pause another RPC's thread would wait up to the interpreter's
+switch interval (5 ms) each time it needs it. A Work is used by one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+from numamem.errors import DeadlineExceededError, SearchBudgetError
+
+SEARCH_BUDGET = 2_000_000
+"""Steps one admission (every container's hints, merge and allocation), one Explain, one
+Allocate or one hint listing may take: about 0.1-0.3 s of this search on a 2 GHz core.
+Realistic pods take a few hundred to a few tens of thousands (README, Large machines)."""
+YIELD_EVERY = 2048
+"""Steps between two pauses for other threads (and two reads of the clock, with a deadline)."""
+
+
+class Work:
+    """A step budget and an optional deadline; see the module docstring."""
+
+    __slots__ = ("_clock", "_next_clock", "_what", "deadline", "limit", "spent")
+
+    def __init__(
+        self,
+        limit: int | None = None,
+        deadline: float | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = SEARCH_BUDGET if limit is None else limit
+        """The steps allowed (None: :data:`SEARCH_BUDGET`, read when the Work is made)."""
+        self.deadline = deadline
+        self.spent = 0
+        self._what: str | Callable[[], str] = "the search"
+        self._clock = clock
+        self._next_clock = YIELD_EVERY
+
+    def spend(self, steps: int = 1) -> None:
+        """Charge ``steps``; raise when the budget or the deadline is past."""
+        self.spent += steps
+        if self.spent > self.limit:
+            raise SearchBudgetError(
+                f"{self.what}: the search needs more than {self.limit:,} steps, the search "
+                "budget (SEARCH_BUDGET); refused rather than approximated (see README, Large "
+                "machines)"
+            )
+        if self.spent >= self._next_clock:
+            self._next_clock = self.spent + YIELD_EVERY
+            time.sleep(0)  # let other threads take the interpreter (see the module docstring)
+            if self.deadline is not None:
+                self.check_deadline()
+
+    @property
+    def what(self) -> str:
+        """What is being searched, for a refusal's message (see :meth:`stage`)."""
+        what = self._what
+        return what if isinstance(what, str) else what()
+
+    def check_deadline(self) -> None:
+        """Raise DeadlineExceededError when the deadline is past (reads the clock)."""
+        if self.deadline is not None and self._clock() >= self.deadline:
+            raise DeadlineExceededError(
+                f"{self.what}: the client's deadline passed after {self.spent:,} search steps; "
+                "nothing was changed"
+            )
+
+    def remaining(self) -> int:
+        return max(self.limit - self.spent, 0)
+
+    @contextlib.contextmanager
+    def stage(self, what: str | Callable[[], str]) -> Iterator[None]:
+        """Name the input searched inside the block (the refusal's message says it); a
+        callable is only called for a refusal."""
+        outer = self._what
+        self._what = what
+        try:
+            yield
+        finally:
+            self._what = outer
+
+
+def unlimited() -> Work:
+    """A Work without budget or deadline (offline tools, tests of the algorithms)."""
+    return Work(limit=1 << 62)
