@@ -30,6 +30,8 @@ class AdmitOutcome:
 
     result: admission.AdmitResult
     blocks: dict[str, list[Block]] = field(default_factory=dict)
+    steps: int = 0
+    """Search steps the admission took (its :class:`~numamem.work.Work`), for budgets' sake."""
 
 
 class ForkProvider:
@@ -62,7 +64,7 @@ def admit_on_fork(
     """Admit ``pod`` into ``fork`` (changed only when admitted: then it holds the blocks)."""
     provider = ForkProvider(policy, fork, work)
     result = admission.admit(pod, topology_policy, scope, [provider, *others], work)
-    outcome = AdmitOutcome(result)
+    outcome = AdmitOutcome(result, steps=work.spent)
     if result.admitted:
         for ctr in pod.all_containers():
             outcome.blocks[ctr.name] = fork.get_memory_blocks(pod.uid, ctr.name) or []

@@ -148,13 +148,15 @@ class HintSpace(HintFamily):
 
     @cached_property
     def upsets(self) -> UpSets:
-        values = []
-        for n in self.unused:
-            tables = self._tables[n]
-            assert tables is not None
-            # What an up-set gets from an unused node per type: min(free, allocatable).
-            values.append(tuple(min(a, f) for a, f in zip(*tables, strict=True)))
-        return UpSets(self.unused, values, self._need, self.work)
+        """The up-sets: a set of unused nodes passes tests 1 and 4 when its allocatable and
+        its free memory both cover the request. An unused node reserves nothing, so the
+        two are equal and one sum per type is tested; should a state say otherwise, both."""
+        tables = [self._tables[n] for n in self.unused]
+        if all(t is not None and t[0] == t[1] for t in tables):
+            values = [t[1] for t in tables if t is not None]
+            return UpSets(self.unused, values, self._need, self.work)
+        values = [t[0] + t[1] for t in tables if t is not None]
+        return UpSets(self.unused, values, self._need + self._need, self.work)
 
     def span(self) -> int:
         return bitmask.new_mask(self.nodes)

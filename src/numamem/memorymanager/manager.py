@@ -1,37 +1,20 @@
 """The memory manager (kubelet ``memory_manager.go``) with transactional, durable operations.
 
 Writers (Allocate, AddContainer, RemoveContainer, ReleasePod, SyncActivePods,
-Admit, start) commit under one lock and are linearizable. A mutating operation
-works on a fork of the committed state; when it succeeds and changed something,
-the whole new state goes to the :class:`StateStore` in **one** write, and only
-then becomes the committed state (a new :class:`Committed` version; an operation
-that changes nothing commits nothing).
+Admit, start) are linearizable: each makes its change on a fork of the
+committed state and commits it under one lock, as **one** write of the whole
+state, before it is acknowledged (:mod:`numamem.memorymanager.versions`, which
+also explains failed and unknown-durability writes). The ``max_pods`` limit
+is checked in the same commit, so concurrent admissions cannot overshoot it.
 
-No search runs under the lock. Admit and Allocate, the operations that search
-(hints, the merge, the Static policy's extension to a superset), compute on a
-fork of the committed version *outside* the lock, then take the lock only to
-commit, and only if that version is still the current one. Otherwise they
-compute again on the new version: at once under the lock when the first
-computation was cheap (at most :data:`LOCKED_STEPS` search steps, as nearly
-every admission is; a recomputation that turns out costlier stops at that many
-and goes back outside), else outside it, at most :data:`ATTEMPTS` times in all,
-after which the operation is refused with :class:`~numamem.errors.ConflictError`
-(ABORTED, reason ``CONCURRENT_CHANGES``, nothing changed; retrying is safe). So
-an expensive admission never delays ReleasePod, RemoveContainer, SyncActivePods
-or a cheap admission by more than :data:`LOCKED_STEPS` steps. Every search is
-charged to a :class:`~numamem.work.Work` per attempt (the search budget, and the
-caller's deadline: past it the operation raises DeadlineExceededError and
-commits nothing; the deadline is checked once more just before the commit).
-
-When the operation or the write fails, the fork is dropped: memory and disk
-stay equal, and nothing is half-applied. (The
-kubelet writes after every sub-step and ignores write errors:
-kubernetes/kubernetes#141993.) When the write put the new state in place but
-could not sync its directory (:class:`~numamem.errors.DurabilityUnknownError`),
-the new state is committed, since it is what a restart reads, and the error
-still reaches the caller: the outcome is unknown. The ``max_pods`` limit is
-checked inside the same transaction, so concurrent admissions cannot
-overshoot it.
+No search runs under the lock: Admit and Allocate, which search (hints, the
+merge, the Static policy's extension to a superset), compute their change
+outside it and commit it only if the state they computed on is still the
+committed one (:meth:`Versions.optimistic
+<numamem.memorymanager.versions.Versions.optimistic>`). Every search is
+charged to a :class:`~numamem.work.Work`: the search budget, and the caller's
+deadline (past it the operation raises DeadlineExceededError and changes
+nothing).
 
 Readers never wait for a writer's disk write. Committed states are never
 mutated; every reader takes the current one (the last acknowledged change)
@@ -54,22 +37,11 @@ then take no lock at all).
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
 
 from numamem.config.model import ReservedMemory
-from numamem.errors import (
-    AllocationError,
-    ConfigError,
-    ConflictError,
-    DurabilityUnknownError,
-    LimitExceededError,
-    NotFoundError,
-    SearchBudgetError,
-)
+from numamem.errors import AllocationError, ConfigError, NotFoundError
 from numamem.logging import get_logger
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.forked import AdmitOutcome, Explanation, admit_on_fork, explain_on_fork
@@ -79,7 +51,8 @@ from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
 from numamem.memorymanager.state import MemoryState, State, StateView
 from numamem.memorymanager.store import StateStore
-from numamem.memtypes import Block, ContainerRef, Snapshot
+from numamem.memorymanager.versions import Committed, Versions
+from numamem.memtypes import Block, ContainerRef
 from numamem.pod import Container, Pod
 from numamem.quantity import Quantity
 from numamem.topology import Machine
@@ -94,32 +67,8 @@ from numamem.topologymanager.policy import (
 from numamem.work import Work
 
 _log = get_logger("memorymanager")
-T = TypeVar("T")
 
-ATTEMPTS = 4
-"""Computations of one Admit or Allocate (the first included) before ConflictError."""
-LOCKED_STEPS = 20_000
-"""Search steps a recomputation may take under the lock after a conflict (a few ms at most;
-admissions of realistic pods take hundreds to a few thousand)."""
-
-__all__ = ["ATTEMPTS", "LOCKED_STEPS", "AdmitOutcome", "Committed", "Explanation", "Manager"]
-
-
-@dataclass(frozen=True, eq=False)
-class Committed:
-    """One committed version of the manager, published as a whole: readers take it once and
-    see a state, its container map and its pod names from the same commit (never a mix).
-
-    Nothing inside is mutated after publication. ``version`` grows by one per commit.
-    """
-
-    state: MemoryState
-    view: StateView
-    containers: ContainerMap
-    names: Mapping[str, tuple[str, str]]
-    """Pod uid -> (namespace, name) of pods with state, oldest recording first (a pod
-    re-created under a name another uid still holds is the last of that name)."""
-    version: int
+__all__ = ["AdmitOutcome", "Committed", "Explanation", "Manager", "new_policy"]
 
 
 class Manager:
@@ -138,15 +87,12 @@ class Manager:
     ) -> None:
         self.policy = policy
         self._store = store
+        self._versions = Versions(store, policy.name, max_pods, record_pod_names)
+        self._lock = self._versions.lock  # serialises writers, held across the store's write
         self._topology_policy = topology_policy
         self._topology_scope = topology_scope
         self._active_pods_fn = active_pods
-        self._max_pods = max_pods
-        self._lock = threading.Lock()  # serialises writers, held across the store's write
         self._active_lock = threading.Lock()  # guards _tracked_active (readers touch it too)
-        empty = MemoryState()
-        self._committed = Committed(empty, StateView(empty), ContainerMap(), {}, 0)
-        self._record_names = record_pod_names
         self._allocatable: list[Block] = []
         self._tracked_active: dict[str, frozenset[str]] | None = None
         self._stale_possible = active_pods is not None
@@ -191,146 +137,24 @@ class Manager:
                 raise RuntimeError("finish_start() before load()")
             work, containers, names, needs_write = self._loaded
             if needs_write:
-                self._store.save(self._snapshot(work, containers, names))
+                self._store.save(self._versions.snapshot(work, containers, names))
             self._store.restored()
             self._loaded = None
-            self._commit(work, containers, names)
+            self._versions.publish(work, containers, names)
             self._allocatable = self.policy.get_allocatable_memory(work)
             self.started = True
 
-    def _snapshot(
-        self, state: MemoryState, containers: ContainerMap, names: Mapping[str, tuple[str, str]]
-    ) -> Snapshot:
-        return Snapshot(
-            self.policy.name, state.machine_view(), state.pods_view(), containers.as_dict(), names
-        )
-
-    def _commit(
-        self, state: MemoryState, containers: ContainerMap, names: Mapping[str, tuple[str, str]]
-    ) -> None:
-        """Publish the new version in one assignment (readers never see half of it)."""
-        self._committed = Committed(
-            state, StateView(state), containers, names, self._committed.version + 1
-        )
+    @property
+    def _committed(self) -> Committed:
+        return self._versions.current
 
     @property
     def _state(self) -> MemoryState:
-        return self._committed.state
+        return self._versions.current.state
 
     @property
     def _containers(self) -> ContainerMap:
-        return self._committed.containers
-
-    @property
-    def _names(self) -> Mapping[str, tuple[str, str]]:
-        return self._committed.names
-
-    @contextlib.contextmanager
-    def _transaction(self, pod: Pod | None = None) -> Iterator[tuple[MemoryState, ContainerMap]]:
-        """Fork, run the body, check the pod limit, persist once if anything changed, commit.
-
-        The caller holds the lock. An exception from the body or the store drops
-        the fork; :class:`DurabilityUnknownError` commits it first (see the module
-        docstring). With ``record_pod_names``, ``pod``'s namespace and name are kept
-        while it has state (names of pods without state are dropped).
-        """
-        work = self._state.fork()
-        containers = self._containers.copy()
-        yield work, containers
-        self._persist(work, containers, pod)
-
-    def _persist(self, work: MemoryState, containers: ContainerMap, pod: Pod | None) -> None:
-        """Check the pod limit, write and commit ``work`` when it changed something (under
-        the lock, on a fork of the current version)."""
-        self._check_pod_limit(work)
-        names = self._names_after(work, pod)
-        if work.same_as(self._state) and containers == self._containers and names == self._names:
-            if not work.same_reuse(self._state):
-                self._commit(work, containers, names)  # the reuse table is not persisted
-            return  # else nothing changed: nothing to write, no new version
-        try:
-            self._store.save(self._snapshot(work, containers, names))
-        except DurabilityUnknownError:
-            self._commit(work, containers, names)
-            raise
-        self._commit(work, containers, names)
-
-    def _optimistic(
-        self,
-        pod: Pod,
-        compute: Callable[[MemoryState, Work], tuple[bool, T]],
-        deadline: float | None,
-        budget: int | None,
-    ) -> T:
-        """Run ``compute`` on a fork of the committed version outside the lock and commit
-        the fork (when it returns True with its value) if that version is still current;
-        see the module docstring for the retries. ``compute`` must only change its fork."""
-        limit = Work(budget).limit
-        cheap = False
-        for _ in range(ATTEMPTS):
-            if cheap:
-                with self._lock:
-                    locked = Work(min(LOCKED_STEPS, limit), deadline)
-                    fork = self._state.fork()
-                    try:
-                        changed, value = compute(fork, locked)
-                    except SearchBudgetError:
-                        if limit <= LOCKED_STEPS:
-                            raise  # the operation's own budget, not the lock's
-                        cheap = False  # costlier on this version: back outside the lock
-                    else:
-                        locked.check_deadline()
-                        if changed:
-                            self._persist(fork, self._containers.copy(), pod)
-                        return value
-            base = self._committed
-            work = Work(limit, deadline)
-            fork = base.state.fork()
-            changed, value = compute(fork, work)
-            work.check_deadline()
-            if not changed:
-                return value  # nothing to commit: the answer of version ``base``
-            with self._lock:
-                if self._committed.version == base.version:
-                    work.check_deadline()
-                    self._persist(fork, self._containers.copy(), pod)
-                    return value
-            cheap = work.spent <= LOCKED_STEPS
-        raise ConflictError(
-            f"pod.uid {pod.uid!r}: the state changed under {ATTEMPTS} computations in a row "
-            "(other writes committed first); nothing was changed, retry"
-        )
-
-    def _names_after(self, work: MemoryState, pod: Pod | None) -> Mapping[str, tuple[str, str]]:
-        names = self._names
-        pods = work.pods_view()
-        if (
-            self._record_names
-            and pod is not None
-            and (pod.namespace or pod.name)
-            and pod.uid in pods
-            and names.get(pod.uid) != (pod.namespace, pod.name)
-        ):
-            # Recorded last: the newest holder of a name is the last one (podresources Get).
-            names = {u: n for u, n in names.items() if u != pod.uid}
-            names[pod.uid] = (pod.namespace, pod.name)
-        if names and (work.pod_count() < self._state.pod_count() or len(names) > len(pods)):
-            # A pod lost its state (a scan only then): its name goes with it.
-            kept = {uid: n for uid, n in names.items() if uid in pods}
-            names = names if len(kept) == len(names) else kept
-        return names
-
-    def _check_pod_limit(self, work: MemoryState) -> None:
-        if self._max_pods is None or work.pod_count() <= self._max_pods:
-            return
-        committed = self._state.pods_view()
-        new = sorted(uid for uid in work.pods_view() if uid not in committed)
-        if not new:
-            return  # only pods that already had state (a limit lowered since): not refused
-        raise LimitExceededError(
-            f"pod.uid {new[0]!r}: the memory manager holds {self._state.pod_count()} pods, its "
-            f"limit (--max-pods {self._max_pods}); release pods (SyncActivePods, ReleasePod) first"
-        )
+        return self._versions.current.containers
 
     # --- active pods and stale state ---------------------------------------
 
@@ -359,7 +183,7 @@ class Manager:
         if active is None:
             return []
         removed: list[ContainerRef] = []
-        with self._transaction() as (work, containers):
+        with self._versions.transaction() as (work, containers):
             for pod_uid, ctr, _ in list(work.iter_containers()):
                 if ctr not in active.get(pod_uid, ()):
                     self._remove_by_ref(work, containers, pod_uid, ctr)
@@ -424,14 +248,14 @@ class Manager:
                 self.policy.allocate(fork, pod, container, affinity or NO_AFFINITY, work)
             return True, fork.get_memory_blocks(pod.uid, container_name) or []
 
-        return self._optimistic(pod, compute, deadline, budget)
+        return self._versions.optimistic(pod, compute, deadline, budget)
 
     def add_container(self, pod: Pod, container_name: str, container_id: str) -> None:
         """``AddContainer``: record the id; free the memory of earlier regular init containers."""
         _container(pod, container_name)
         with self._lock:
             self._touch(pod)
-            with self._transaction(pod) as (work, containers):
+            with self._versions.transaction(pod) as (work, containers):
                 containers.add(pod.uid, container_name, container_id)
                 for init in pod.init_containers:
                     if init.name == container_name:
@@ -450,7 +274,7 @@ class Manager:
             if ref is None:
                 _log.info("RemoveContainer of an unknown container id", container_id=container_id)
                 return None
-            with self._transaction() as (work, containers):
+            with self._versions.transaction() as (work, containers):
                 self._remove_by_ref(work, containers, *ref)
             return ref
 
@@ -461,7 +285,7 @@ class Manager:
         Idempotent; returns the containers released.
         """
         with self._lock:
-            with self._transaction() as (work, containers):
+            with self._versions.transaction() as (work, containers):
                 names = set(work.pods_view().get(pod_uid, {}))
                 names |= {ctr for _, (uid, ctr) in containers.items() if uid == pod_uid}
                 for name in sorted(names):
@@ -518,7 +342,7 @@ class Manager:
             )
             return outcome.result.admitted, outcome
 
-        return self._optimistic(pod, compute, deadline, budget)
+        return self._versions.optimistic(pod, compute, deadline, budget)
 
     def explain(
         self,
@@ -572,7 +396,7 @@ class Manager:
     def pod_names(self) -> Mapping[str, tuple[str, str]]:
         """Pod uid -> (namespace, name), for pods with state whose Pod message named them
         (with ``record_pod_names``); the committed mapping, not a copy: do not mutate."""
-        return self._names
+        return self._versions.current.names
 
 
 def new_policy(

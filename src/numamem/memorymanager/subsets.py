@@ -74,6 +74,8 @@ def count_covering_subsets(
 ) -> int | None:
     """How many subsets of two or more ``values`` cover ``need``; None past ``budget`` states."""
     capped: dict[tuple[int, tuple[int, ...]], int] = {(0, tuple(0 for _ in need)): 1}
+    if len(capped) > budget:
+        return None
     for v in values:
         nxt = dict(capped)
         for (size, sums), ways in capped.items():

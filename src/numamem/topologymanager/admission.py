@@ -3,7 +3,9 @@
 :func:`admit` gathers hints from every provider, merges them under the
 policy, rejects with ``TopologyAffinityError`` when the policy says no, and
 otherwise records the affinity of each container and asks every provider to
-allocate it; a provider error becomes ``UnexpectedAdmissionError``.
+allocate it; a provider error becomes ``UnexpectedAdmissionError`` (except a
+search stopped by its budget or deadline, which fails the whole operation: it
+decides nothing).
 
 It changes nothing itself: providers allocate into whatever state they were
 given, so a caller that wants all-or-nothing admission hands in providers bound
@@ -19,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from numamem.errors import NumamemError
+from numamem.errors import DeadlineExceededError, NumamemError, SearchBudgetError
 from numamem.pod import Container, Pod
 from numamem.topologymanager.policy import (
     NO_AFFINITY,
@@ -162,6 +164,8 @@ def _allocate(
     for provider in providers:
         try:
             provider.allocate(pod, container, hint)
+        except (SearchBudgetError, DeadlineExceededError):
+            raise  # the search stopped: no admission decision, the whole operation fails
         except NumamemError as err:
             result.admitted = False
             result.reason = UNEXPECTED_ADMISSION_ERROR
