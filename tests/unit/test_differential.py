@@ -278,6 +278,13 @@ def test_best_meet_is_the_best_and(case: SpaceCase, data: st.DataObject) -> None
         )
         got = space.best_meet(e, copies, best_count, order)
         assert got == want, (bin(e), copies, best_count)
+        if want is not None:
+            # With an incumbent: nothing that ranks below the answer itself, the answer below
+            # anything ranked just above it.
+            rank = (*size_rank(want.bit_count(), best_count), *order.key(want))
+            assert space.best_meet(e, copies, best_count, order, rank) is None
+            above = (*rank[:-1], rank[-1] + 1)
+            assert space.best_meet(e, copies, best_count, order, above) == want
 
 
 @examples(300)

@@ -31,7 +31,6 @@ from numamem.quantity import Quantity, parse_quantity
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.admission import GivenHints
-from numamem.topologymanager.merge import HintFamily
 from numamem.topologymanager.policy import ProviderHints, TopologyHint
 from numamem.v1 import memorymanager_pb2
 
@@ -225,6 +224,7 @@ def other_providers_from_proto(
     every NUMA id on the machine, and a resource marked ``no_preference`` must list no hints."""
     if len(msgs) > MAX_PROVIDERS:
         raise LimitExceededError(f"{field}: more than {MAX_PROVIDERS} providers ({len(msgs)})")
+    _check_steps(msgs, pod, field)
     out = []
     for i, msg in enumerate(msgs):
         where = f"{field}[{i}]"
@@ -239,29 +239,32 @@ def other_providers_from_proto(
             _resource_hints(msg.pod, machine, f"{where}.pod") if msg.HasField("pod") else None
         )
         out.append(GivenHints(name, containers, pod_hints))
-    for c in pod.all_containers():
-        _check_step(f"{field}[*].containers[{c.name!r}]", [g.containers.get(c.name) for g in out])
-    _check_step(f"{field}[*].pod", [g.pod for g in out])
     return out
 
 
-def _check_step(where: str, answers: Sequence[ProviderHints]) -> None:
-    """The bounds on what all providers give one container (or the pod) together."""
-    lists = 0
-    hints = 0
-    for answer in answers:
-        for lst in (answer or {}).values():
-            lists += 1
-            hints += 0 if lst is None or isinstance(lst, HintFamily) else len(lst)
-    if lists > MAX_HINT_LISTS:
-        raise LimitExceededError(
-            f"{where}: {lists} hint lists over all providers, more than {MAX_HINT_LISTS} "
-            "(one per provider and resource)"
+def _check_steps(msgs: Sequence[memorymanager_pb2.ProviderHints], pod: Pod, field: str) -> None:
+    """The bounds on what all providers give one container (or the pod) together, counted on
+    the messages before anything is converted."""
+    steps = [
+        (
+            f"{field}[*].containers[{c.name!r}]",
+            [m.containers[c.name] for m in msgs if c.name in m.containers],
         )
-    if hints > MAX_HINTS_PER_STEP:
-        raise LimitExceededError(
-            f"{where}: {hints} hints over all providers, more than {MAX_HINTS_PER_STEP}"
-        )
+        for c in pod.all_containers()
+    ]
+    steps.append((f"{field}[*].pod", [m.pod for m in msgs if m.HasField("pod")]))
+    for where, answers in steps:
+        lists = sum(len(a.resources) for a in answers)
+        if lists > MAX_HINT_LISTS:
+            raise LimitExceededError(
+                f"{where}: {lists} hint lists over all providers, more than {MAX_HINT_LISTS} "
+                "(one per provider and resource)"
+            )
+        hints = sum(len(h.hints) for a in answers for h in a.resources.values())
+        if hints > MAX_HINTS_PER_STEP:
+            raise LimitExceededError(
+                f"{where}: {hints} hints over all providers, more than {MAX_HINTS_PER_STEP}"
+            )
 
 
 def _resource_hints(

@@ -56,8 +56,9 @@ from numamem.topologymanager.policy import TopologyHint
 from numamem.work import Work
 
 COUNT_STATE_BUDGET = 200_000
-"""States the counting dynamic program may hold before :meth:`HintSpace.listed` settles for a
-lower bound of the hints it left out (``omitted_is_lower_bound``)."""
+"""States the counting dynamic program may visit (over all its steps, about 0.1 s) before
+:meth:`HintSpace.listed` settles for a lower bound of the hints it left out
+(``omitted_is_lower_bound``)."""
 
 
 @dataclass(frozen=True)
@@ -348,7 +349,15 @@ class HintSpace(HintFamily):
         return max(seen - listed, 0)
 
     def materialize(self, limit: int) -> list[int] | None:
-        """Every hint's mask in kubelet's order, or None when there are more than ``limit``."""
+        """Every hint's mask in kubelet's order, or None when there are more than ``limit``
+        (known at once when the supersets of the smallest up-set alone are more)."""
+        upsets = self.upsets
+        if upsets.exist:
+            smallest = next(
+                (k for k in range(2, len(upsets.unused) + 1) if next(upsets.lex(k), None)), None
+            )
+            if smallest is not None and len(upsets.unused) - smallest >= limit.bit_length():
+                return None  # every superset of one up-set is one: 2^(unused - size) > limit
         masks = list(itertools.islice(self.iter_masks(), limit + 1))
         return None if len(masks) > limit else masks
 
@@ -415,10 +424,17 @@ class HintSpace(HintFamily):
         first = self._first
         return None if first is None else first.bit_count()
 
-    def best_meet(self, e: int, copies: int, best_count: int, order: Order) -> int | None:
+    def best_meet(
+        self,
+        e: int,
+        copies: int,
+        best_count: int,
+        order: Order,
+        below: tuple[int, ...] | None = None,
+    ) -> int | None:
         """The best nonzero ``e & h1 & ... & h_copies`` over the hints ``h``: sizes by
         :func:`size_rank` with ``best_count``, then ``order`` (see
-        :mod:`numamem.topologymanager.merge`).
+        :mod:`numamem.topologymanager.merge`); only if it ranks below ``below``.
 
         An AND with a single ``{x}`` is ``{x}`` or empty, and ``{x}`` itself is one (take
         it ``copies`` times). Otherwise the AND takes some specials T (at most ``copies``
@@ -430,7 +446,18 @@ class HintSpace(HintFamily):
         def rank(mask: int) -> tuple[int, ...]:
             return (*size_rank(mask.bit_count(), best_count), *order.key(mask))
 
-        found = [1 << x for x in self.singles if e >> x & 1]
+        best = below
+        found: int | None = None
+
+        def offer(mask: int) -> None:
+            nonlocal best, found
+            r = rank(mask)
+            if best is None or r < best:
+                best, found = r, mask
+
+        for x in self.singles:
+            if e >> x & 1:
+                offer(1 << x)
         specials = self.specials
         for taken in range(min(copies, len(specials)) + 1):
             for group in itertools.combinations(specials, taken):
@@ -441,12 +468,12 @@ class HintSpace(HintFamily):
                 if not base:
                     continue
                 if taken:
-                    found.append(base)
+                    offer(base)
                 if taken < copies:
-                    upset = self.upsets.meet(base, copies - taken, best_count, order)
+                    upset = self.upsets.meet(base, copies - taken, best_count, order, best)
                     if upset is not None:
-                        found.append(upset)
-        return min(found, key=rank) if found else None
+                        offer(upset)
+        return found
 
 
 def _lex_key(mask: int) -> tuple[int, ...]:

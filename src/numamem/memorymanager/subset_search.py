@@ -38,6 +38,7 @@ so a search either finishes or is refused by name.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 from numamem.memorymanager.subsets import exists_subset
@@ -176,25 +177,34 @@ class Ground:
         size: int,
         distances: Mapping[int, Mapping[int, int]] | None = None,
         accept: Callable[[int], bool] | None = None,
+        below: tuple[int, int] | None = None,
     ) -> int | None:
         """The feasible ``size``-subset smallest by value, or (with ``distances``) by the sum
         of distances over ordered pairs, then value; None when there is none. ``accept``
-        filters complete subsets (masks)."""
+        filters complete subsets (masks); with ``below`` (a key: distance sum, mask), only a
+        subset whose key is smaller counts (the caller's incumbent: searches start from it)."""
         if size < 1 or size > len(self.nodes):
             return None
         if distances is None:
-            return self._by_value(size, accept)
-        return self._by_distance(size, distances, accept)
+            return self._by_value(size, accept, None if below is None else below[1])
+        return self._by_distance(size, distances, accept, below)
 
-    def _by_value(self, size: int, accept: Callable[[int], bool] | None) -> int | None:
+    def _by_value(
+        self, size: int, accept: Callable[[int], bool] | None, below: int | None = None
+    ) -> int | None:
         m = len(self.nodes)
         pos = _Positions(self, sorted(range(m), key=lambda i: -self.nodes[i]))
         excluded: list[int] = []
         work = self.work
+        # tail[r]: the r smallest ids (the last r positions), the least any r nodes can add.
+        tail = [0]
+        for node in reversed(pos.ids):
+            tail.append(tail[-1] | 1 << node)
+        limit = math.inf if below is None else below
 
         def dfs(i: int, r: int, load: Values, count: int, mask: int) -> int | None:
             work.spend(NODE_STEPS)
-            if not pos.may_complete(i, r, load, count):
+            if mask + tail[r] >= limit or not pos.may_complete(i, r, load, count):
                 return None
             if r == m - i:  # every node left is taken
                 full = mask | pos.rest_mask[i]
@@ -217,6 +227,7 @@ class Ground:
         size: int,
         distances: Mapping[int, Mapping[int, int]],
         accept: Callable[[int], bool] | None,
+        below: tuple[int, int] | None = None,
     ) -> int | None:
         m = len(self.nodes)
         work = self.work
@@ -241,7 +252,7 @@ class Ground:
         row_of = [[distances[x][y] for y in ids] for x in ids]
         toward = [0] * m  # toward[j]: the distances from node j to the nodes taken so far
         excluded: list[int] = []
-        best: list[int] = [1 << 62, 1 << 62]  # the incumbent's total and mask
+        best: list[int] = [1 << 62, 1 << 62] if below is None else list(below)  # the incumbent
         found: list[int | None] = [None]
 
         def bound(i: int, r: int, total: int, mask: int) -> tuple[int, int]:

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 
 from numamem.memorymanager.subset_search import Ground
-from numamem.memorymanager.subsets import count_covering_subsets, covers, prefix_sums
-from numamem.topologymanager.merge import Order
+from numamem.memorymanager.subsets import SortedSums, count_covering_subsets, covers
+from numamem.topologymanager.merge import Order, size_rank
 from numamem.work import Work
 
 Values = tuple[int, ...]
@@ -68,26 +68,14 @@ class UpSets:
     # --- in kubelet's order (lexicographic within one size) ----------------------------
 
     @cached_property
-    def _suffix_best(self) -> list[list[Values]]:
+    def _suffix_best(self) -> SortedSums:
         """[i][j] = per type, the largest sum of j values among unused nodes i, i+1, ..."""
-        return self._suffix_table(reverse=True)
+        return SortedSums(self.values, len(self.need), work=self.work)
 
     @cached_property
-    def _suffix_worst(self) -> list[list[Values]]:
+    def _suffix_worst(self) -> SortedSums:
         """[i][j] = per type, the smallest sum of j values among unused nodes i, i+1, ..."""
-        return self._suffix_table(reverse=False)
-
-    def _suffix_table(self, *, reverse: bool) -> list[list[Values]]:
-        m = len(self.unused)
-        self.work.spend(m * m)
-        table: list[list[Values]] = []
-        for i in range(m + 1):
-            columns = [
-                sorted((v[t] for v in self.values[i:]), reverse=reverse)
-                for t in range(len(self.need))
-            ]
-            table.append(prefix_sums(columns, m - i))
-        return table
+        return SortedSums(self.values, len(self.need), largest=False, work=self.work)
 
     def lex(self, k: int) -> Iterator[int]:
         """Up-sets of size ``k`` in lexicographic order (as masks)."""
@@ -127,17 +115,9 @@ class UpSets:
     # --- smallest integer value first (colexicographic) -----------------------------------
 
     @cached_property
-    def _prefix_best(self) -> list[list[Values]]:
+    def _prefix_best(self) -> SortedSums:
         """[j][c] = per type, the largest sum of c values among unused nodes 0 .. j-1."""
-        m = len(self.unused)
-        self.work.spend(m * m)
-        table: list[list[Values]] = []
-        for j in range(m + 1):
-            columns = [
-                sorted((v[t] for v in self.values[:j]), reverse=True) for t in range(len(self.need))
-            ]
-            table.append(prefix_sums(columns, j))
-        return table
+        return SortedSums(self.values, len(self.need), prefix=True, work=self.work)
 
     def colex(self, k: int, base: int = 0) -> Iterator[int]:
         """Up-sets of size ``k`` containing the unused nodes of ``base``, smallest value first
@@ -199,9 +179,17 @@ class UpSets:
         ground = Ground(self.unused, self.values, self.cap, 1, len(self.unused) - 2, self.work)
         return ground.best(k, order.distances, accept)
 
-    def meet(self, e: int, copies: int, best_count: int, order: Order) -> int | None:
+    def meet(
+        self,
+        e: int,
+        copies: int,
+        best_count: int,
+        order: Order,
+        below: tuple[int, ...] | None = None,
+    ) -> int | None:
         """The best nonzero ``e & S1 & ... & S_copies`` over up-sets ``S``: sizes by
-        :func:`~numamem.topologymanager.merge.size_rank` with ``best_count``, then ``order``.
+        :func:`~numamem.topologymanager.merge.size_rank` with ``best_count``, then ``order``;
+        only if it ranks below ``below`` (size rank, then order key) when given.
 
         Such an AND is any nonempty R within W = e ∩ unused whose rest W \\ R splits into
         ``copies`` parts each worth at most :attr:`cap` (each up-set leaves out one part and
@@ -214,6 +202,10 @@ class UpSets:
         inside = [i for i, n in enumerate(self.unused) if e >> n & 1]
         if not inside:
             return None
+        if below is not None:
+            widest = min(best_count, len(inside)) if best_count >= 1 else 1
+            if size_rank(widest, best_count) > below[:2]:
+                return None  # not even the best size within e ranks below
         ground = Ground(
             [self.unused[i] for i in inside],
             [self.values[i] for i in inside],
@@ -226,11 +218,15 @@ class UpSets:
         if fewest is None:
             return None
         size = min(best_count, len(inside)) if fewest <= best_count else fewest
-        return ground.best(size, order.distances)
+        rank = size_rank(size, best_count)
+        if below is not None and rank > below[:2]:
+            return None
+        key = (below[2], below[3]) if below is not None and rank == below[:2] else None
+        return ground.best(size, order.distances, below=key)
 
     # --- counting ---------------------------------------------------------------------
 
     def count(self, budget: int) -> int | None:
-        """How many up-sets there are; None past ``budget`` states of the counting program."""
-        self.work.spend(len(self.unused))
-        return count_covering_subsets(self.values, self.need, budget)
+        """How many up-sets there are; None past ``budget`` states of the counting program
+        (each charged to the work)."""
+        return count_covering_subsets(self.values, self.need, budget, self.work)

@@ -154,9 +154,17 @@ class HintFamily(abc.ABC):
         """Every hint's mask, or None when there are more than ``limit``."""
 
     @abc.abstractmethod
-    def best_meet(self, e: int, copies: int, best_count: int, order: Order) -> int | None:
+    def best_meet(
+        self,
+        e: int,
+        copies: int,
+        best_count: int,
+        order: Order,
+        below: tuple[int, ...] | None = None,
+    ) -> int | None:
         """The smallest nonzero ``e & h1 & ... & h_copies`` over hints ``h`` under
-        :func:`size_rank` (with ``best_count``), then ``order``; None when all are empty."""
+        :func:`size_rank` (with ``best_count``), then ``order``; None when all are empty, or
+        when none ranks below ``below`` (a rank: size rank, then order key)."""
 
 
 HintList = Sequence[Hint] | HintFamily
@@ -304,13 +312,24 @@ def _best_non_preferred(
     if not by_rule:
         return min(meets, key=rank)
     family, copies = by_rule[0]
-    found = []
-    for e in meets:
+
+    def widest(e: int) -> tuple[int, int]:
+        """The best size rank any AND within ``e`` can have."""
+        return size_rank(min(best_count, e.bit_count()) if best_count >= 1 else 1, best_count)
+
+    # The ANDs in order of the best size they can reach; each search starts from the best so
+    # far (the answer is the minimum over all of them, whatever the order).
+    found: int | None = None
+    found_rank: tuple[int, ...] | None = None
+    work.spend(len(meets))
+    for e in sorted(meets, key=lambda e: (widest(e), e)):
+        if found_rank is not None and widest(e) > found_rank[:2]:
+            break
         work.spend(1)
-        best = family.best_meet(e, copies, best_count, order)
+        best = family.best_meet(e, copies, best_count, order, found_rank)
         if best is not None:
-            found.append(best)
-    return min(found, key=rank) if found else None
+            found, found_rank = best, rank(best)
+    return found
 
 
 def distinct_meets(lists: Sequence[set[int]], default: int, work: Work) -> set[int]:
