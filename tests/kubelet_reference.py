@@ -307,25 +307,6 @@ def merge(
     return best if best is not None else TopologyHint(default, False)
 
 
-def merged_hints(
-    lists: Sequence[Sequence[TopologyHint]], nodes: Sequence[int]
-) -> set[TopologyHint]:
-    """Every nonzero merged hint some permutation gives (``mergePermutation``)."""
-    default = mask_of(nodes)
-    out = set()
-    for permutation in itertools.product(*lists):
-        affinities = [h.affinity for h in permutation if h.affinity is not None]
-        preferred = all(h.preferred for h in permutation) and all(
-            a == affinities[0] for a in affinities
-        )
-        merged = default
-        for a in affinities:
-            merged &= a
-        if merged:
-            out.add(TopologyHint(merged, preferred))
-    return out
-
-
 class ReferenceTopologyPolicy(TopologyPolicy):
     """numamem's topology policy with the merge done by :func:`merge`."""
 

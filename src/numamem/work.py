@@ -99,8 +99,3 @@ class Work:
             yield
         finally:
             self._what = outer
-
-
-def unlimited() -> Work:
-    """A Work without budget or deadline (offline tools, tests of the algorithms)."""
-    return Work(limit=1 << 62)
