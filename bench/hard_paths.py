@@ -192,7 +192,6 @@ def release_phase(report: Any, root: Path) -> None:
     hint lists, on the 40-node machine of issue 25 (durable daemon)."""
     from bench.run import daemon, guaranteed
     from numamem.client import NumamemClient
-    from numamem.errors import NumamemError  # noqa: F401 - documents what may be raised
     from numamem.testing.sysfs import write_sysfs
     from numamem.v1 import memorymanager_pb2 as mm
 
@@ -279,9 +278,9 @@ def release_phase(report: Any, root: Path) -> None:
             report.value(f"release_busy_{tag}_vs_idle", "  busy / idle ReleasePod p50", ratio, "",
                          f"(target <= 2); {counts['done']} admissions, {counts['errors']} refused, "
                          f"p50 {statistics.median(durations) * 1e3:.1f} ms")  # fmt: skip
-        # The two Done-when figures in process: the 40-node pod (in-process admission) and
-        # 1,024 lists merged without the validation bound.
         client.close()
+    # In process: the 40-node pod, and 1,024 one-hint lists (which Admit's validation refuses)
+    # merged by the manager itself.
     from numamem.memorymanager.manager import Manager
     from numamem.memorymanager.policy_static import StaticPolicy
     from numamem.memorymanager.store import InMemoryStore

@@ -33,7 +33,7 @@ SEARCH_BUDGET = 2_000_000
 """Steps one admission (every container's hints, merge and allocation), one Explain, one
 Allocate or one hint listing may take: about 0.1-0.3 s of this search on a 2 GHz core.
 Realistic pods take a few hundred to a few tens of thousands (README, Large machines)."""
-YIELD_EVERY = 1024
+YIELD_EVERY = 512
 """Steps between two pauses for other threads (and two reads of the clock, with a deadline)."""
 
 
