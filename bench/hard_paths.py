@@ -187,18 +187,36 @@ def forty_nodes() -> list[Any]:
     ]
 
 
-def release_phase(report: Any, root: Path) -> None:
-    """ReleasePod p50 idle, and while another client admits an expensive pod or sends 1,024
-    hint lists, on the 40-node machine of issue 25 (durable daemon)."""
+def random_forty_nodes() -> list[Any]:
+    """40 nodes at random distances: the closest 10 of them is a long search."""
+    import random
+
+    from numamem.testing.sysfs import FakeNode
+
+    rnd = random.Random(3)
+    table: dict[tuple[int, int], int] = {}
+    for a in range(40):
+        for b in range(a + 1, 40):
+            table[a, b] = rnd.choice([11, 12, 20, 21, 32])
+
+    def d(a: int, b: int) -> int:
+        return 10 if a == b else table[min(a, b), max(a, b)]
+
+    return [FakeNode(i, 4 * 1024 * 1024 + (1024 * 1024 if i == 0 else 0), str(i), {}, [d(i, j) for j in range(40)]) for i in range(40)]  # fmt: skip
+
+
+def _during(
+    report: Any, root: Path, tag: str, nodes: list[Any], scenarios: list[tuple[str, str, Any]]
+) -> None:
+    """ReleasePod p50 on a durable daemon on ``nodes``, idle and while each scenario's Admit
+    runs in a loop from another client."""
     from bench.run import daemon, guaranteed
     from numamem.client import NumamemClient
     from numamem.testing.sysfs import write_sysfs
-    from numamem.v1 import memorymanager_pb2 as mm
 
-    print("ReleasePod while an expensive admission runs (gRPC, 40 nodes, durable)", flush=True)
-    base = root / "release-40"
+    base = root / f"release-{tag}"
     base.mkdir(parents=True)
-    write_sysfs(base / "sys", forty_nodes())
+    write_sysfs(base / "sys", nodes)
     extra = [
         "--topology-manager-policy=best-effort",
         "--topology-manager-policy-options=max-allowable-numa-nodes=64,prefer-closest-numa-nodes=true",
@@ -218,33 +236,10 @@ def release_phase(report: Any, root: Path) -> None:
 
         releases(50)
         idle = releases(300)
-        report.latency("release_idle_40", "ReleasePod, idle (40 nodes, durable)", idle)
-        cpu = mm.ProviderHints(
-            provider="cpu",
-            containers={"app": mm.ResourceHints(resources={"cpu": mm.TopologyHints(hints=[
-                mm.TopologyHint(numa_nodes=[0, 1], preferred=False),
-                mm.TopologyHint(numa_nodes=list(range(22)), preferred=False),
-            ])})},
-        )  # fmt: skip
-        big = mm.Pod(uid="big", namespace="bench", name="big", containers=[
-            mm.Container(name="app", requests={"cpu": "1", "memory": "38Gi"}, limits={"cpu": "1", "memory": "38Gi"}),
-        ])  # fmt: skip
-        lists = [
-            mm.ProviderHints(provider=f"p{p}", containers={"app": mm.ResourceHints(resources={
-                f"r{r}": mm.TopologyHints(hints=[mm.TopologyHint(numa_nodes=[3])]) for r in range(64)
-            })})
-            for p in range(16)
-        ]  # fmt: skip
-        for tag, label, run in (
-            (
-                "closest",
-                "the 40-node prefer-closest pod",
-                lambda c: c.admit(big, other_providers=[cpu]),
-            ),
-            ("lists", "1,024 hint lists", lambda c: c.admit(big, other_providers=lists)),
-        ):
+        report.latency(f"release_idle_{tag}", f"ReleasePod, idle ({tag}, durable)", idle)
+        for name, label, run in scenarios:
             stop = threading.Event()
-            counts = {"done": 0, "errors": 0}
+            counts = {"admitted": 0, "refused": 0}
             durations: list[float] = []
 
             def load(
@@ -257,12 +252,11 @@ def release_phase(report: Any, root: Path) -> None:
                     while not stop.is_set():
                         t = time.perf_counter()
                         try:
-                            resp = run(c)
-                            if resp.admitted:
+                            if run(c).admitted:
                                 c.release_pod("big")
-                            counts["done"] += 1
+                            counts["admitted"] += 1
                         except Exception:
-                            counts["errors"] += 1
+                            counts["refused"] += 1
                         durations.append(time.perf_counter() - t)
 
             worker = threading.Thread(target=load)
@@ -271,14 +265,49 @@ def release_phase(report: Any, root: Path) -> None:
             busy = releases(300)
             stop.set()
             worker.join(30)
-            report.latency(
-                f"release_busy_{tag}", f"ReleasePod while {label} is admitted in a loop", busy
-            )
+            report.latency(f"release_busy_{name}", f"ReleasePod while {label}", busy)
             ratio = statistics.median(busy) / statistics.median(idle)
-            report.value(f"release_busy_{tag}_vs_idle", "  busy / idle ReleasePod p50", ratio, "",
-                         f"(target <= 2); {counts['done']} admissions, {counts['errors']} refused, "
-                         f"p50 {statistics.median(durations) * 1e3:.1f} ms")  # fmt: skip
+            report.value(f"release_busy_{name}_vs_idle", "  busy / idle ReleasePod p50", ratio, "",
+                         f"(target <= 2); {counts['admitted']} admitted, {counts['refused']} refused, "
+                         f"Admit p50 {statistics.median(durations) * 1e3:.1f} ms")  # fmt: skip
         client.close()
+
+
+def release_phase(report: Any, root: Path) -> None:
+    """ReleasePod p50 idle and while another client keeps admitting an expensive pod: the
+    40-node pod of issue 25 (admitted: its writes too), 1,024 hint lists (refused by
+    validation), and on random distances a search that runs into the budget (no writes)."""
+    from numamem.v1 import memorymanager_pb2 as mm
+
+    print("ReleasePod while an expensive admission runs (gRPC, 40 nodes, durable)", flush=True)
+
+    def hints(*masks: list[int]) -> mm.ProviderHints:
+        return mm.ProviderHints(provider="cpu", containers={"app": mm.ResourceHints(resources={
+            "cpu": mm.TopologyHints(hints=[mm.TopologyHint(numa_nodes=m, preferred=False) for m in masks]),
+        })})  # fmt: skip
+
+    def big(memory: str) -> mm.Pod:
+        res = {"cpu": "1", "memory": memory}
+        return mm.Pod(uid="big", namespace="bench", name="big", containers=[mm.Container(name="app", requests=res, limits=res)])  # fmt: skip
+
+    lists = [
+        mm.ProviderHints(provider=f"p{p}", containers={"app": mm.ResourceHints(resources={
+            f"r{r}": mm.TopologyHints(hints=[mm.TopologyHint(numa_nodes=[3])]) for r in range(64)
+        })})
+        for p in range(16)
+    ]  # fmt: skip
+    closest = [hints([0, 1], list(range(22)))]
+    _during(report, root, "40", forty_nodes(), [
+        ("closest", "the 40-node prefer-closest pod is admitted in a loop",
+         lambda c: c.admit(big("38Gi"), other_providers=closest)),
+        ("lists", "1,024 hint lists are sent in a loop",
+         lambda c: c.admit(big("38Gi"), other_providers=lists)),
+    ])  # fmt: skip
+    search = [hints(list(range(40)), list(range(10)))]
+    _during(report, root, "40-random", random_forty_nodes(), [
+        ("search", "a search runs into the budget in a loop (no writes)",
+         lambda c: c.admit(big("37Gi"), other_providers=search)),
+    ])  # fmt: skip
     # In process: the 40-node pod, and 1,024 one-hint lists (which Admit's validation refuses)
     # merged by the manager itself.
     from numamem.memorymanager.manager import Manager
