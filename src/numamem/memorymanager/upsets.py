@@ -96,9 +96,10 @@ class UpSets:
         if all(s + w >= x for s, w, x in zip(sums, worst, need, strict=True)):
             # Every completion covers the request: the combinations themselves, in order.
             weights = [1 << n for n in self.unused[start:]]
-            for combo in itertools.combinations(weights, left):
-                self.work.spend(1)
-                yield mask + sum(combo)
+            combos = itertools.combinations(weights, left)
+            while chunk := [mask + sum(c) for c in itertools.islice(combos, 64)]:
+                self.work.spend(len(chunk))
+                yield from chunk
             return
         for i in range(start, m - left + 1):
             value = self.values[i]
