@@ -13,17 +13,22 @@ what it computed: nothing is half-applied.
 
 Budgets are counted, not timed, so the same input is refused or answered the
 same way on every machine; only the deadline reads the clock. Every
-:data:`YIELD_EVERY` steps (about 0.1 ms) a search also lets other threads run
-(:func:`os.sched_yield` releases Python's global lock, in about 2 µs; a
-``time.sleep(0)`` would sleep some 80 µs): a search holds that lock, and
-without a pause another RPC's thread would wait up to the interpreter's switch
-interval each time it needs it. A Work is used by one thread.
+:data:`PAUSE_EVERY` steps (some tens of µs of search), in a process with other
+threads, a search also pauses for the shortest sleep the system gives
+(``time.sleep(0)``, 50-80 µs here): a search holds Python's global lock, and
+an RPC's thread needs it a dozen times or more per call; without the pauses
+each of those would wait for the interpreter's switch interval, and a
+ReleasePod took five times its idle time while a search ran
+(``os.sched_yield`` makes it worse: the searching thread gives up the CPU but
+takes the lock straight back). A search in a daemon thus takes two or three
+times its single-threaded time; the figures the budgets count do not change.
+A Work is used by one thread.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -33,8 +38,8 @@ SEARCH_BUDGET = 2_000_000
 """Steps one admission (every container's hints, merge and allocation), one Explain, one
 Allocate or one hint listing may take: about 0.1-0.3 s of this search on a 2 GHz core.
 Realistic pods take a few hundred to a few tens of thousands (README, Large machines)."""
-YIELD_EVERY = 512
-"""Steps between two pauses for other threads (and two reads of the clock, with a deadline)."""
+PAUSE_EVERY = 256
+"""Steps between two pauses for other threads (and two looks at the deadline)."""
 
 
 class Work:
@@ -55,7 +60,7 @@ class Work:
         self.spent = 0
         self._what: str | Callable[[], str] = "the search"
         self._clock = clock
-        self._next_clock = YIELD_EVERY
+        self._next_clock = PAUSE_EVERY
 
     def spend(self, steps: int = 1) -> None:
         """Charge ``steps``; raise when the budget or the deadline is past."""
@@ -67,8 +72,9 @@ class Work:
                 "machines)"
             )
         if self.spent >= self._next_clock:
-            self._next_clock = self.spent + YIELD_EVERY
-            os.sched_yield()  # let other threads take the interpreter (the module docstring)
+            self._next_clock = self.spent + PAUSE_EVERY
+            if threading.active_count() > 1:
+                time.sleep(0)  # let the other threads run (see the module docstring)
             if self.deadline is not None:
                 self.check_deadline()
 
