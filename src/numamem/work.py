@@ -13,7 +13,7 @@ what it computed: nothing is half-applied.
 
 Budgets are counted, not timed, so the same input is refused or answered the
 same way on every machine; only the deadline reads the clock. Every
-:data:`PAUSE_EVERY` steps (some tens of µs of search), in a process with other
+:data:`PAUSE_EVERY` steps (about 50 µs of search), in a process with other
 threads, a search also pauses for the shortest sleep the system gives
 (``time.sleep(0)``, 50-80 µs here): a search holds Python's global lock, and
 an RPC's thread needs it a dozen times or more per call; without the pauses
@@ -38,7 +38,7 @@ SEARCH_BUDGET = 2_000_000
 """Steps one admission (every container's hints, merge and allocation), one Explain, one
 Allocate or one hint listing may take: about 0.1-0.3 s of this search on a 2 GHz core.
 Realistic pods take a few hundred to a few tens of thousands (README, Large machines)."""
-PAUSE_EVERY = 256
+PAUSE_EVERY = 512
 """Steps between two pauses for other threads (and two looks at the deadline)."""
 
 
