@@ -45,13 +45,14 @@ PAUSE_EVERY = 512
 class Work:
     """A step budget and an optional deadline; see the module docstring."""
 
-    __slots__ = ("_clock", "_next_clock", "_what", "deadline", "limit", "spent")
+    __slots__ = ("_clock", "_next_clock", "_pause", "_what", "deadline", "limit", "spent")
 
     def __init__(
         self,
         limit: int | None = None,
         deadline: float | None = None,
         *,
+        pause: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limit = SEARCH_BUDGET if limit is None else limit
@@ -60,6 +61,8 @@ class Work:
         self.spent = 0
         self._what: str | Callable[[], str] = "the search"
         self._clock = clock
+        self._pause = pause
+        """Whether to pause for other threads (not while holding a lock others wait for)."""
         self._next_clock = PAUSE_EVERY
 
     def spend(self, steps: int = 1) -> None:
@@ -73,7 +76,7 @@ class Work:
             )
         if self.spent >= self._next_clock:
             self._next_clock = self.spent + PAUSE_EVERY
-            if threading.active_count() > 1:
+            if self._pause and threading.active_count() > 1:
                 time.sleep(0)  # let the other threads run (see the module docstring)
             if self.deadline is not None:
                 self.check_deadline()

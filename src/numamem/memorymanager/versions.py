@@ -166,7 +166,8 @@ class Versions:
         for _ in range(ATTEMPTS):
             if cheap:
                 with self.lock:
-                    locked = Work(min(LOCKED_STEPS, limit), deadline)
+                    # No pauses: the writers wait for this lock, not for the interpreter.
+                    locked = Work(min(LOCKED_STEPS, limit), deadline, pause=False)
                     fork = self.current.state.fork()
                     try:
                         changed, value = compute(fork, locked)
