@@ -20,7 +20,7 @@ an RPC's thread needs it a dozen times or more per call; without the pauses
 each of those would wait for the interpreter's switch interval, and a
 ReleasePod took five times its idle time while a search ran
 (``os.sched_yield`` makes it worse: the searching thread gives up the CPU but
-takes the lock straight back). A search in a daemon thus takes two or three
+takes the lock straight back). A search in a daemon thus takes two to four
 times its single-threaded time; the figures the budgets count do not change.
 A Work is used by one thread.
 """
