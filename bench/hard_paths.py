@@ -310,52 +310,60 @@ def release_phase(report: Any, root: Path) -> None:
     ])  # fmt: skip
     # In process: the 40-node pod, and 1,024 one-hint lists (which Admit's validation refuses)
     # merged by the manager itself.
+    inprocess_phase(report)
+
+
+def cluster_distance(a: int, b: int) -> int:
+    """Issue 25's 40-node machine: nodes 12-21 mutually at 11, every other pair at 40."""
+    if a == b:
+        return 10
+    return 11 if 12 <= a <= 21 and 12 <= b <= 21 else 40
+
+
+def _p50_admit(mgr: Any, res: dict[str, Any], given: list[Any], tag: str) -> tuple[float, Any]:
+    from numamem.pod import Container, Pod
+
+    samples = []
+    out = None
+    for i in range(30):
+        p = Pod(f"{tag}{i}", "ns", f"{tag}{i}", (), (Container("app", res, dict(res)),))
+        t = time.perf_counter()
+        out = mgr.admit(p, given)
+        samples.append(time.perf_counter() - t)
+        mgr.release_pod(p.uid)
+    return statistics.median(samples), out
+
+
+def inprocess_phase(report: Any) -> None:
     from numamem.memorymanager.manager import Manager
     from numamem.memorymanager.policy_static import StaticPolicy
     from numamem.memorymanager.store import InMemoryStore
-    from numamem.pod import Container, Pod
     from numamem.quantity import parse_quantity
     from numamem.topology.machine import Machine, NUMANode
     from numamem.topologymanager import policy as tm
     from numamem.topologymanager.admission import GivenHints
     from numamem.topologymanager.policy import TopologyHint
 
-    def dist40(a: int, b: int) -> int:
-        if a == b:
-            return 10
-        return 11 if 12 <= a <= 21 and 12 <= b <= 21 else 40
+    def manager_on(m: Any, reserved: int, options: dict[str, str]) -> Any:
+        mgr = Manager(StaticPolicy(m, {0: {"memory": reserved}}), InMemoryStore(), tm.new_policy("best-effort", m, options)[0])  # fmt: skip
+        mgr.start()
+        return mgr
 
-    m40 = Machine(tuple(NUMANode(i, 4 * GI + (GI // 4 if i == 0 else 0), cpus=(i,), distances=tuple(dist40(i, j) for j in range(40))) for i in range(40)))  # fmt: skip
-    topo, _ = tm.new_policy("best-effort", m40, {"max-allowable-numa-nodes": "64", "prefer-closest-numa-nodes": "true"})  # fmt: skip
-    mgr = Manager(StaticPolicy(m40, {0: {"memory": GI // 4}}), InMemoryStore(), topo)
-    mgr.start()
+    m40 = Machine(tuple(NUMANode(i, 4 * GI + (GI // 4 if i == 0 else 0), cpus=(i,), distances=tuple(cluster_distance(i, j) for j in range(40))) for i in range(40)))  # fmt: skip
+    mgr = manager_on(m40, GI // 4, {"max-allowable-numa-nodes": "64", "prefer-closest-numa-nodes": "true"})  # fmt: skip
     res = {"cpu": parse_quantity("1"), "memory": parse_quantity("38Gi")}
-    hints = [TopologyHint(0b11, False), TopologyHint((1 << 22) - 1, False)]
-    other = [GivenHints("cpu", {"app": {"cpu": hints}})]
-    samples = []
-    for i in range(30):
-        p = Pod(f"b{i}", "ns", f"b{i}", (), (Container("app", res, dict(res)),))
-        t = time.perf_counter()
-        out = mgr.admit(p, other)
-        samples.append(time.perf_counter() - t)
-        assert out.result.merged["app"].affinity == ((1 << 22) - 1) & ~((1 << 12) - 1)
-        mgr.release_pod(p.uid)
+    other = [GivenHints("cpu", {"app": {"cpu": [TopologyHint(0b11, False), TopologyHint((1 << 22) - 1, False)]}})]  # fmt: skip
+    seconds, out = _p50_admit(mgr, res, other, "b")
+    assert out.result.merged["app"].affinity == ((1 << 22) - 1) & ~((1 << 12) - 1)  # 12-21
     report.value("closest_40_inprocess_ms", "40-node prefer-closest pod, in process (target 25 ms)",
-                 statistics.median(samples) * 1e3, "ms", f"{out.steps} search steps")  # fmt: skip
+                 seconds * 1e3, "ms", f"{out.steps} search steps")  # fmt: skip
     m16 = Machine(tuple(NUMANode(i, 8 * GI, cpus=(i,), distances=tuple(10 if i == j else 20 for j in range(16))) for i in range(16)))  # fmt: skip
-    mgr = Manager(StaticPolicy(m16, {0: {"memory": GI}}), InMemoryStore(), tm.new_policy("best-effort", m16, {"max-allowable-numa-nodes": "16"})[0])  # fmt: skip
-    mgr.start()
+    mgr = manager_on(m16, GI, {"max-allowable-numa-nodes": "16"})
     small = {"cpu": parse_quantity("1"), "memory": parse_quantity("2Gi")}
     given = [
         GivenHints(f"p{p}", {"app": {f"r{r}": [TopologyHint(1 << 3 | (r * 2654435761 + p) & 0xFFFF, False)] for r in range(64)}})
         for p in range(16)
     ]  # fmt: skip
-    samples = []
-    for i in range(30):
-        p = Pod(f"l{i}", "ns", f"l{i}", (), (Container("app", small, dict(small)),))
-        t = time.perf_counter()
-        out = mgr.admit(p, given)
-        samples.append(time.perf_counter() - t)
-        mgr.release_pod(p.uid)
+    seconds, out = _p50_admit(mgr, small, given, "l")
     report.value("lists_1024_inprocess_ms", "1,024 one-hint lists on 16 nodes, in process (target 100 ms)",
-                 statistics.median(samples) * 1e3, "ms", f"{out.steps} search steps")  # fmt: skip
+                 seconds * 1e3, "ms", f"{out.steps} search steps")  # fmt: skip

@@ -64,6 +64,13 @@ def admit_on_fork(
     """Admit ``pod`` into ``fork`` (changed only when admitted: then it holds the blocks)."""
     provider = ForkProvider(policy, fork, work)
     result = admission.admit(pod, topology_policy, scope, [provider, *others], work)
+    return _outcome(result, fork, pod, work)
+
+
+def _outcome(
+    result: admission.AdmitResult, fork: MemoryState, pod: Pod, work: Work
+) -> AdmitOutcome:
+    """The outcome of an admission into ``fork``, with the blocks when admitted."""
     outcome = AdmitOutcome(result, steps=work.spent)
     if result.admitted:
         for ctr in pod.all_containers():
@@ -142,10 +149,7 @@ def explain_on_fork(
     """
     provider = ExplainingProvider(policy, fork, work)
     result = admission.admit(pod, topology_policy, scope, [provider, *others], work)
-    outcome = AdmitOutcome(result)
-    if result.admitted:
-        for ctr in pod.all_containers():
-            outcome.blocks[ctr.name] = fork.get_memory_blocks(pod.uid, ctr.name) or []
+    outcome = _outcome(result, fork, pod, work)
     containers = []
     for name, explanation in provider.explanations.items():
         answers = result.hints.get(name) or [None]  # no entry: allocated without a merge
