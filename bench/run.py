@@ -33,7 +33,7 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench import large_numa
+from bench import hard_paths, large_numa
 from numamem.api.convert import hints_to_proto
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
@@ -86,6 +86,7 @@ class Scale:
     large_containers: int = 10000
     journal_records: int = 50000
     numa_reps: int = 200
+    hard_reps: int = 20
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -789,11 +790,12 @@ def main() -> int:
             large_containers=1000,
             journal_records=2000,
             numa_reps=20,
+            hard_reps=3,
         )
         if args.quick
         else Scale()
     )
-    phases = ["memory", "hints", "numa", "metacache", "podresources", "startup", "metrics"]
+    phases = ["memory", "hints", "numa", "hard", "metacache", "podresources", "startup", "metrics"]
     chosen = args.only or phases
     root = Path(tempfile.mkdtemp(prefix="nmbench-", dir="/tmp"))
     report = Report()
@@ -812,6 +814,8 @@ def main() -> int:
         if "numa" in chosen:
             large_numa.phase(report, root, s.numa_reps, args.baseline)
             numa_grpc_phase(report, root, s)
+        if "hard" in chosen:
+            hard_paths.phase(report, root, s.hard_reps)
         if "metacache" in chosen:
             metacache_phase(report, root, s)
             metacache_growth_phase(report, root, s)

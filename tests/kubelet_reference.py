@@ -168,6 +168,7 @@ class ReferenceStaticPolicy(StaticPolicy):
         machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
+        work: object = None,
     ) -> ReferenceSpace:
         return ReferenceSpace(
             calculate_hints(machine_state, requested, reuse, self._nodes(machine_state))
@@ -178,6 +179,7 @@ class ReferenceStaticPolicy(StaticPolicy):
         machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
+        work: object = None,
     ) -> Hints:
         hints = calculate_hints(machine_state, requested, reuse, self._nodes(machine_state))
         return {name: list(hints) for name in requested} if hints else {}
@@ -305,29 +307,12 @@ def merge(
     return best if best is not None else TopologyHint(default, False)
 
 
-def merged_hints(
-    lists: Sequence[Sequence[TopologyHint]], nodes: Sequence[int]
-) -> set[TopologyHint]:
-    """Every nonzero merged hint some permutation gives (``mergePermutation``)."""
-    default = mask_of(nodes)
-    out = set()
-    for permutation in itertools.product(*lists):
-        affinities = [h.affinity for h in permutation if h.affinity is not None]
-        preferred = all(h.preferred for h in permutation) and all(
-            a == affinities[0] for a in affinities
-        )
-        merged = default
-        for a in affinities:
-            merged &= a
-        if merged:
-            out.add(TopologyHint(merged, preferred))
-    return out
-
-
 class ReferenceTopologyPolicy(TopologyPolicy):
     """numamem's topology policy with the merge done by :func:`merge`."""
 
-    def merge(self, providers_hints: Sequence[ProviderHints]) -> tuple[TopologyHint, bool]:
+    def merge(
+        self, providers_hints: Sequence[ProviderHints], work: object = None
+    ) -> tuple[TopologyHint, bool]:
         if self.name == NONE:
             return NO_AFFINITY, True
         lists = filter_providers_hints(providers_hints)

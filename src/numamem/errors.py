@@ -151,6 +151,25 @@ class LimitExceededError(NumamemError):
     """A configured limit (pods, containers, entries) would be exceeded."""
 
 
+class SearchBudgetError(LimitExceededError):
+    """A search would exceed its documented work budget (:data:`numamem.work.SEARCH_BUDGET`).
+
+    Refused rather than approximated or left running; the message names the
+    budget and the input that reached it. Nothing was changed.
+    """
+
+
+class DeadlineExceededError(NumamemError):
+    """The caller's deadline passed while the operation searched; nothing was changed."""
+
+
+class ConflictError(NumamemError):
+    """Concurrent changes kept invalidating an optimistic operation; nothing was changed.
+
+    Retrying is safe (the operation is idempotent or was not applied).
+    """
+
+
 class FailedPreconditionError(NumamemError):
     """The request is well-formed but the system is not in a state to answer it."""
 

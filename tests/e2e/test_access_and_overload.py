@@ -9,6 +9,7 @@ import time
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psutil
@@ -177,10 +178,10 @@ def test_client_deadlines_are_honoured() -> None:
         manager = component.manager
         real = manager.get_topology_hints
 
-        def held(pod: Pod, container_name: str) -> ProviderHints:
+        def held(pod: Pod, container_name: str, **kwargs: Any) -> ProviderHints:
             entered.set()
             release.wait(30)
-            return real(pod, container_name)
+            return real(pod, container_name, **kwargs)
 
         manager.get_topology_hints = held  # type: ignore[method-assign]
         slow_done = threading.Event()
@@ -219,10 +220,10 @@ def test_overload_is_refused_at_once_and_health_still_answers() -> None:
         manager = component.manager
         real = manager.get_topology_hints
 
-        def held(pod: Pod, container_name: str) -> ProviderHints:
+        def held(pod: Pod, container_name: str, **kwargs: Any) -> ProviderHints:
             entered.release()
             release.wait(30)
-            return real(pod, container_name)
+            return real(pod, container_name, **kwargs)
 
         manager.get_topology_hints = held  # type: ignore[method-assign]
 

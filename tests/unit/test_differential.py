@@ -3,8 +3,13 @@
 The reference (tests/kubelet_reference.py) lists every mask and visits every
 permutation. numamem must agree with it exactly: the hint lists and every
 search Allocate makes over them, the merged hint under every policy and
-option (on every tier of the merge, forced onto small machines), and whole
-admissions with other providers' hints.
+option (on every tier of the merge, forced onto small machines, and on 9-16
+nodes), and whole admissions with other providers' hints; on both sides of
+every budget (a search that takes S steps answers with S and is refused with
+S - 1). States include damaged ones (free and reserved drawn on their own),
+node ids sparse ones, distances random ones, requests multi-node ones, and
+other providers' lists every kubelet shape: nil, empty, any-node hints and
+masks of nodes the topology manager does not use.
 
 ``NUMAMEM_DIFFERENTIAL_EXAMPLES`` sets the examples per test (``make soak``
 runs thousands; ``make test`` a few hundred in all).
@@ -23,6 +28,8 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from numamem.errors import SearchBudgetError
+from numamem.memorymanager import hints as hints_module
 from numamem.memorymanager.hints import HintSpace
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
@@ -34,7 +41,7 @@ from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topologymanager import merge as merge_module
 from numamem.topologymanager.admission import GivenHints
-from numamem.topologymanager.merge import by_value, size_rank
+from numamem.topologymanager.merge import NARROWEST, Order, size_rank
 from numamem.topologymanager.policy import (
     BEST_EFFORT,
     POLICIES,
@@ -48,6 +55,7 @@ from numamem.topologymanager.policy import (
     TopologyPolicy,
     new_policy,
 )
+from numamem.work import Work
 from tests import kubelet_reference as ref
 
 EXAMPLES = int(os.environ.get("NUMAMEM_DIFFERENTIAL_EXAMPLES", "0")) or None
@@ -76,9 +84,15 @@ def node_ids(draw: st.DrawFn, count: int) -> list[int]:
 
 
 @st.composite
-def machine_states(draw: st.DrawFn, max_nodes: int, min_nodes: int = 1) -> MachineState:
-    """Consistent states (free = allocatable - reserved; unused nodes reserve nothing) with
-    random groups: some nodes pinned singly, some in multi-NUMA groups, some unused."""
+def machine_states(
+    draw: st.DrawFn, max_nodes: int, min_nodes: int = 1, consistent: bool | None = True
+) -> MachineState:
+    """States with random groups: some nodes pinned singly, some in multi-NUMA groups, some
+    unused. Consistent ones (free = allocatable - reserved; unused nodes reserve nothing) are
+    what the manager ever holds; with ``consistent=False`` (None: either) free and reserved
+    are drawn on their own, unused nodes included, as a damaged state file could say."""
+    if consistent is None:
+        consistent = draw(st.integers(0, 3)) > 0
     count = draw(st.integers(min_nodes, max_nodes))
     ids = draw(node_ids(count))
     types = [MEMORY] + [t for t in HUGEPAGES if draw(st.booleans())]
@@ -98,9 +112,11 @@ def machine_states(draw: st.DrawFn, max_nodes: int, min_nodes: int = 1) -> Machi
                     continue  # a node without this hugepage size (a memory-only node)
                 allocatable = draw(st.integers(0, 8)) * GI
                 reserved = draw(st.integers(0, allocatable // GI)) * GI if used else 0
-                tables[t] = MemoryTable(
-                    allocatable + GI, GI, allocatable, reserved, allocatable - reserved
-                )
+                free = allocatable - reserved
+                if not consistent:
+                    reserved = draw(st.integers(0, 8)) * GI
+                    free = draw(st.integers(0, 8)) * GI
+                tables[t] = MemoryTable(allocatable + GI, GI, allocatable, reserved, free)
             cells = group if used else [n]
             state[n] = NUMANodeState(draw(st.integers(1, 3)) if used else 0, tables, list(cells))
     return state
@@ -145,7 +161,7 @@ class SpaceCase:
 
 @st.composite
 def space_cases(draw: st.DrawFn, max_nodes: int = 9, min_nodes: int = 1) -> SpaceCase:
-    state = draw(machine_states(max_nodes, min_nodes))
+    state = draw(machine_states(max_nodes, min_nodes, consistent=None))
     requested = draw(requests(state))
     reuse = draw(reuse_tables(state, requested))
     ids = sorted(state)
@@ -209,6 +225,28 @@ def test_hint_space_is_kubelets_list_and_searches(case: SpaceCase, data: st.Data
     assert (listed.omitted, listed.omitted_exact) == (len(expected) - len(want), True)
 
 
+@examples(100)
+@given(space_cases(), st.integers(0, 12))
+def test_hint_count_budget_is_exact_on_both_sides(case: SpaceCase, limit: int) -> None:
+    """GetTopologyHints counts the hints it leaves out exactly while the counting program
+    stays within COUNT_STATE_BUDGET states, and reports a lower bound one state below it."""
+    expected = case.reference()
+    upsets = case.space().upsets
+    need = next(b for b in itertools.count(1) if upsets.count(b) is not None)
+    saved = hints_module.COUNT_STATE_BUDGET
+    try:
+        hints_module.COUNT_STATE_BUDGET = need
+        listed = case.space().listed(limit, limit)
+        assert listed.omitted_exact
+        assert listed.omitted == len(expected) - len(listed.hints)
+        hints_module.COUNT_STATE_BUDGET = need - 1
+        short = case.space().listed(limit, limit)
+        assert not short.omitted_exact and short.hints == listed.hints
+        assert short.omitted <= listed.omitted
+    finally:
+        hints_module.COUNT_STATE_BUDGET = saved
+
+
 @examples(25)
 @given(space_cases(max_nodes=12, min_nodes=10), st.data())
 def test_hint_space_on_ten_to_twelve_nodes(case: SpaceCase, data: st.DataObject) -> None:
@@ -224,25 +262,34 @@ def test_hint_space_on_ten_to_twelve_nodes(case: SpaceCase, data: st.DataObject)
 @examples(200)
 @given(space_cases(), st.data())
 def test_best_meet_is_the_best_and(case: SpaceCase, data: st.DataObject) -> None:
-    """``best_meet`` (the merge's search on machines too large to list) against every hint."""
+    """``best_meet`` (the merge's search on machines too large to list) against every AND of
+    one, two or three hints (the memory manager's list for memory and hugepages)."""
     space, expected = case.space(), case.reference()
     closest = data.draw(st.booleans())
     distances = distances_for(case.nodes, data.draw)
-
-    def key(mask: int) -> tuple[int, ...]:
-        bits = ref.bits_of(mask)
-        return (sum(distances[a][b] for a in bits for b in bits), mask)
-
-    narrow_key = key if closest else by_value
+    order = Order(distances) if closest else NARROWEST
+    copies = data.draw(st.integers(1, 3))
+    members = {h.affinity for h in expected if h.affinity is not None}
+    ands = set(members)
+    for _ in range(copies - 1):
+        ands = {a & m for a in ands for m in members}
     best_count = data.draw(st.integers(0, len(case.nodes)))
     for e in sampled_masks(case.nodes, data.draw, 12):
-        ands = {e & h.affinity for h in expected if h.affinity is not None and e & h.affinity}
+        meets = {e & a for a in ands if e & a}
         want = min(
-            ands,
-            key=lambda m: (*size_rank(m.bit_count(), best_count), *narrow_key(m)),
+            meets,
+            key=lambda m: (*size_rank(m.bit_count(), best_count), *order.key(m)),
             default=None,
         )
-        assert space.best_meet(e, best_count, narrow_key) == want, (bin(e), best_count)
+        got = space.best_meet(e, copies, best_count, order)
+        assert got == want, (bin(e), copies, best_count)
+        if want is not None:
+            # With an incumbent: nothing that ranks below the answer itself, the answer below
+            # anything ranked just above it.
+            rank = (*size_rank(want.bit_count(), best_count), *order.key(want))
+            assert space.best_meet(e, copies, best_count, order, rank) is None
+            above = (*rank[:-1], rank[-1] + 1)
+            assert space.best_meet(e, copies, best_count, order, above) == want
 
 
 @examples(300)
@@ -271,8 +318,12 @@ def test_subset_sums_against_every_subset(
 
 
 @st.composite
-def given_answers(draw: st.DrawFn, nodes: Sequence[int], max_hints: int) -> ProviderHints:
-    """One provider's answer: None, {}, or per resource None / [] / a few hints."""
+def given_answers(
+    draw: st.DrawFn, nodes: Sequence[int], max_hints: int, outside: Sequence[int] = ()
+) -> ProviderHints:
+    """One provider's answer: None, {}, or per resource None / [] / a few hints, whose masks
+    may hold ``outside`` ids (nodes the topology manager does not use, or no node at all:
+    such masks AND to nothing or to less)."""
     kind = draw(st.integers(0, 9))
     if kind == 0:
         return None
@@ -291,7 +342,8 @@ def given_answers(draw: st.DrawFn, nodes: Sequence[int], max_hints: int) -> Prov
                 if draw(st.integers(0, 9)) == 0:
                     hints.append(TopologyHint(None, draw(st.booleans())))
                 else:
-                    bits = draw(st.sets(st.sampled_from(list(nodes)), min_size=1))
+                    pool = [*nodes, *outside] if outside and draw(st.integers(0, 3)) == 0 else nodes
+                    bits = draw(st.sets(st.sampled_from(list(pool)), min_size=1))
                     hints.append(TopologyHint(ref.mask_of(sorted(bits)), draw(st.booleans())))
             out[resource] = hints
     return out
@@ -318,13 +370,29 @@ class MergeCase:
     policy: str
     options: PolicyOptions
     machine: Machine
-    answers: list[ProviderHints]
+    space: SpaceCase
+    """The memory manager's list (over the CPU nodes under restrict-to-cpu-numa-nodes)."""
     families: int
+    """How many resources share the memory manager's list (0: it gives no answer)."""
+    given: list[ProviderHints]
+    """The other providers' answers."""
+
+    def answers(self, work: Work | None = None) -> list[ProviderHints]:
+        """The answers with a new memory manager list (charged to ``work``)."""
+        if not self.families:
+            return list(self.given)
+        c = self.space
+        space = HintSpace(c.state, c.requested, c.reuse, c.nodes, work or Work())
+        own = {f"r{i}": space for i in range(self.families)} if not space.is_empty() else {}
+        return [own, *self.given]
+
+    def topology(self) -> TopologyPolicy:
+        return TopologyPolicy(self.policy, NUMAInfo(self.machine, self.options), self.options)
 
 
 @st.composite
-def merge_cases(draw: st.DrawFn, max_nodes: int = 7) -> MergeCase:
-    case = draw(space_cases(max_nodes))
+def merge_cases(draw: st.DrawFn, max_nodes: int = 7, min_nodes: int = 1) -> MergeCase:
+    case = draw(space_cases(max_nodes, min_nodes))
     ids = sorted(case.state)
     distances = distances_for(ids, draw)
     restrict = draw(st.booleans())
@@ -335,19 +403,20 @@ def merge_cases(draw: st.DrawFn, max_nodes: int = 7) -> MergeCase:
         max_allowable_numa_nodes=64,
         restrict_to_cpu_numa_nodes=restrict,
     )
-    space = HintSpace(case.state, case.requested, case.reuse, cpu_nodes)
-    members = max(space.count() or 1, 1)
+    case = SpaceCase(case.state, case.requested, case.reuse, cpu_nodes)
+    members = max(case.space().count() or 1, 1)
     # Memory and hugepages share the one list: keep kubelet's product within reach.
     types = 1 if members > 60 else draw(st.integers(1, 3 if members <= 12 else 2))
-    answers: list[ProviderHints] = []
-    if draw(st.integers(0, 5)) > 0:
-        answers.append({f"r{i}": space for i in range(types)} if not space.is_empty() else {})
+    families = types if draw(st.integers(0, 5)) > 0 else 0
     budget = ref.PERMUTATION_LIMIT // 4 // max(members**types, 1)
+    # Ids the topology manager does not use: memory-only nodes, and nodes of no machine.
+    outside = [n for n in ids if n not in cpu_nodes] + [max(ids) + 1, max(ids) + 7]
+    given = []
     for _ in range(draw(st.integers(0, 4))):
         per = 1 if budget < 3 else min(8, int(budget ** (1 / 3)))
-        answers.append(draw(given_answers(cpu_nodes, max(per, 1))))
+        given.append(draw(given_answers(cpu_nodes, max(per, 1), outside)))
     policy = draw(st.sampled_from([BEST_EFFORT, RESTRICTED, SINGLE_NUMA_NODE]))
-    return MergeCase(policy, options, machine, answers, types)
+    return MergeCase(policy, options, machine, case, families, given)
 
 
 def reference_answers(answers: Sequence[ProviderHints]) -> list[ProviderHints]:
@@ -361,22 +430,27 @@ def reference_answers(answers: Sequence[ProviderHints]) -> list[ProviderHints]:
     return out
 
 
-def both_merges(case: MergeCase) -> tuple[tuple[TopologyHint, bool], tuple[TopologyHint, bool]]:
+def reference_merge(case: MergeCase) -> tuple[TopologyHint, bool]:
     info = NUMAInfo(case.machine, case.options)
-    ours = TopologyPolicy(case.policy, info, case.options).merge(case.answers)
     try:
-        theirs = ref.ReferenceTopologyPolicy(case.policy, info, case.options).merge(
-            reference_answers(case.answers)
+        return ref.ReferenceTopologyPolicy(case.policy, info, case.options).merge(
+            reference_answers(case.answers())
         )
     except ref.TooLarge:
         assume(False)
         raise
-    return ours, theirs
+
+
+def both_merges(case: MergeCase) -> tuple[tuple[TopologyHint, bool], tuple[TopologyHint, bool]]:
+    work = Work(limit=1 << 60)  # a forced tier may cost more than the budget (tested apart)
+    ours = case.topology().merge(case.answers(work), work)
+    return ours, reference_merge(case)
 
 
 TIERS = {
-    "counting": {},
-    "distinct-ands": {"MOBIUS_MAX_NODES": 0},
+    "auto": {},
+    "counting": {"PAIRWISE_COST_FACTOR": 0},
+    "pairwise": {"MOBIUS_MAX_NODES": 0},
     "by-rule": {"MOBIUS_MAX_NODES": 0, "MATERIALIZE_MEMBERS": 0},
 }
 
@@ -401,22 +475,38 @@ def test_merge_is_kubelets_on_every_tier(tier: str, case: MergeCase) -> None:
     with forced_tier(tier):
         ours, theirs = both_merges(case)
     event(f"{case.policy}: {'preferred' if theirs[0].preferred else 'non-preferred'} merge")
-    event(f"memory manager lists: {case.families if case.answers else 0}")
-    if tier == "by-rule" and case.families > 1 and not theirs[0].preferred:
-        # Several copies of one rule-given list on a machine too large to list it, and no
-        # preferred merged hint: the documented approximation (numamem.topologymanager.merge)
-        # still gives the same decision and a mask some permutation merges to.
-        event("approximation")
-        assert ours[1] == theirs[1] and not ours[0].preferred
-        event(f"approximation {'differs' if ours != theirs else 'agrees'}")
-        if ours[0].affinity is not None and ours[0].affinity != theirs[0].affinity:
-            info = NUMAInfo(case.machine, case.options)
-            lists = ref.filter_providers_hints(reference_answers(case.answers))
-            assert ours[0] in ref.merged_hints(lists, info.nodes) | {
-                TopologyHint(info.default_mask, False)
-            }
-        return
+    event(f"memory manager lists: {case.families}")
     assert ours == theirs
+
+
+@examples(150)
+@given(case=merge_cases())
+def test_merge_budget_is_exact_on_both_sides(case: MergeCase) -> None:
+    """A merge that takes S steps gives kubelet's answer with a budget of S and is refused by
+    name with S - 1, on every tier (the memory manager's list charged to the same budget)."""
+    theirs = reference_merge(case)
+    for tier in TIERS:
+        with forced_tier(tier):
+            probe = Work(limit=1 << 60)
+            assert case.topology().merge(case.answers(probe), probe) == theirs, tier
+            steps = probe.spent
+            exact = Work(limit=steps)
+            assert case.topology().merge(case.answers(exact), exact) == theirs, tier
+            if steps:
+                short = Work(limit=steps - 1)
+                with pytest.raises(SearchBudgetError, match="SEARCH_BUDGET"):
+                    case.topology().merge(case.answers(short), short)
+
+
+@examples(25)
+@given(case=merge_cases(max_nodes=16, min_nodes=9))
+def test_merge_is_kubelets_on_nine_to_sixteen_nodes(case: MergeCase) -> None:
+    """Nine to sixteen nodes: the merge against every permutation, where kubelet's product of
+    list sizes stays within reach (the memory manager's list included)."""
+    for tier in TIERS:
+        with forced_tier(tier):
+            ours, theirs = both_merges(case)
+        assert ours == theirs, tier
 
 
 # --- whole admissions ----------------------------------------------------------------------
@@ -458,7 +548,9 @@ def admission_pods(draw: st.DrawFn, index: int, hugepages: bool) -> Pod:
     guaranteed = draw(st.integers(0, 9)) > 0
 
     def container(name: str, sidecar: bool = False) -> Container:
-        res = {"cpu": Quantity.from_int(1), MEMORY: q(draw(st.integers(1, 16)) * 256 * MI)}
+        # Up to 4Gi mostly; now and then up to 12Gi, which takes several nodes.
+        most = 16 if draw(st.integers(0, 3)) else 48
+        res = {"cpu": Quantity.from_int(1), MEMORY: q(draw(st.integers(1, most)) * 256 * MI)}
         if hugepages and draw(st.booleans()):
             res["hugepages-1Gi"] = q(draw(st.integers(0, 3)) * GI)
         return Container(name, res, dict(res) if guaranteed else {}, "Always" if sidecar else "")
@@ -472,14 +564,16 @@ def admission_pods(draw: st.DrawFn, index: int, hugepages: bool) -> Pod:
 
 @st.composite
 def other_providers(draw: st.DrawFn, pod: Pod, nodes: Sequence[int]) -> list[GivenHints]:
+    outside = [max(nodes) + 1, max(nodes) + 5]  # ids of no node (Admit's validation refuses
+    # them; the manager and the merge take them as the kubelet does: they AND to nothing)
     out = []
     for i in range(draw(st.integers(0, 2))):
         containers = {
-            c.name: draw(given_answers(nodes, 3))
+            c.name: draw(given_answers(nodes, 3, outside))
             for c in pod.all_containers()
             if draw(st.booleans())
         }
-        out.append(GivenHints(f"provider{i}", containers, draw(given_answers(nodes, 3))))
+        out.append(GivenHints(f"provider{i}", containers, draw(given_answers(nodes, 3, outside))))
     return out
 
 
@@ -595,3 +689,41 @@ def test_admissions_are_kubelets(scenario: AdmissionScenario) -> None:
             theirs.release_pod(arg)
         assert ours.reader().get_machine_state() == theirs.reader().get_machine_state()
         assert ours.reader().get_memory_assignments() == theirs.reader().get_memory_assignments()
+
+
+@examples(100)
+@given(admission_scenarios())
+def test_admission_budget_is_exact_on_both_sides(scenario: AdmissionScenario) -> None:
+    """Two numamem managers in lockstep: an admission that took S search steps on one is
+    refused by name on the other with a budget of S - 1, leaving its state as it was, and
+    gives the same outcome with S."""
+    first, _ = managers(scenario)
+    second, _ = managers(scenario)
+    for kind, arg in scenario.ops:
+        if kind == "admit":
+            pod, others = arg
+            done = first.admit(pod, others)
+            if done.steps:
+                before = second.committed()
+                with pytest.raises(SearchBudgetError, match="SEARCH_BUDGET"):
+                    second.admit(pod, others, budget=done.steps - 1)
+                assert second.committed() is before
+            again = second.admit(pod, others, budget=done.steps)
+            assert comparable(again) == comparable(done)
+            assert again.steps == done.steps
+        elif kind == "allocate":
+            pod, affinity = arg
+            for ctr in pod.all_containers():
+                outcomes = []
+                for manager in (first, second):
+                    try:
+                        outcomes.append(manager.allocate(pod, ctr.name, affinity))
+                    except Exception as err:
+                        outcomes.append(f"{type(err).__name__}: {err}")
+                assert outcomes[0] == outcomes[1]
+                if isinstance(outcomes[0], str):
+                    break
+        else:
+            first.release_pod(arg)
+            second.release_pod(arg)
+        assert first.reader().same_as(second.reader())

@@ -238,19 +238,19 @@ def test_list_never_pairs_a_state_with_another_commits_names(
     """A List while a commit is being published sees one commit's state and names: the view and
     the names are published as one object (before, the names went first: a List in between
     listed the released pod under its uid)."""
-    import numamem.memorymanager.manager as manager_module
+    import numamem.memorymanager.versions as versions_module
 
     m = named_manager(InMemoryStore())
     assert m.admit(Pod("u1", "shop", "web-0", containers=(ctr("a", GI),))).result.admitted
     servicer = PodResourcesServicer(lambda: m)
     seen: list[list[tuple[str, str]]] = []
-    real_view = manager_module.StateView
+    real_view = versions_module.StateView
 
     def view_during_commit(state: object) -> object:
         seen.append([(p.namespace, p.name) for p in servicer.own_pods()])
         return real_view(state)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(manager_module, "StateView", view_during_commit)
+    monkeypatch.setattr(versions_module, "StateView", view_during_commit)
     m.release_pod("u1")
     assert seen == [[("shop", "web-0")]]
     assert servicer.own_pods() == []

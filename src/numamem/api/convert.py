@@ -41,36 +41,70 @@ def hint_to_proto(hint: Hint) -> memorymanager_pb2.TopologyHint:
 
 PREFERRED_CEILING = 65536
 """Hints a list may grow to so that it holds every preferred hint (see ``TopologyHints``)."""
+LIST_OVERHEAD = 64
+"""Bytes a reply spends on one resource besides its hints (the map entry, its key, the counts)."""
+
+
+def _varint_bytes(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def hint_bytes(mask: int | None, preferred: bool) -> int:
+    """The bytes one hint takes in a ``TopologyHints`` message (the entry and its tag)."""
+    body = 0
+    ids = mask_nodes(mask)
+    if ids:
+        payload = sum(_varint_bytes(i) for i in ids)
+        body += 1 + _varint_bytes(payload) + payload  # packed numa_nodes
+    if preferred:
+        body += 2
+    return 1 + _varint_bytes(body) + body
 
 
 def hints_to_proto(
-    hints: ProviderHints, limit: int, preferred_ceiling: int = PREFERRED_CEILING
+    hints: ProviderHints,
+    limit: int,
+    preferred_ceiling: int = PREFERRED_CEILING,
+    max_bytes: int | None = None,
 ) -> memorymanager_pb2.GetTopologyHintsResponse:
     """The response for ``hints``: per resource the first ``limit`` hints in kubelet's order and
     every further preferred one (up to ``preferred_ceiling``), with the count of the rest.
 
+    With ``max_bytes``, the hints of all resources together also stay within that many
+    bytes (each resource gets an equal share; ``omitted`` counts what did not fit).
     A list that is the same object as an earlier type's is copied in C, not rebuilt (the
     Static policy gives every requested type the same hints).
     """
     resp = memorymanager_pb2.GetTopologyHintsResponse()
+    present = [(name, lst) for name, lst in (hints or {}).items() if lst is not None]
+    share = None
+    if max_bytes is not None and present:
+        share = max(max_bytes // len(present) - LIST_OVERHEAD - max(len(n) for n, _ in present), 0)
     built: list[tuple[object, memorymanager_pb2.TopologyHints]] = []
-    for name, lst in (hints or {}).items():
-        if lst is None:
-            continue
+    for name, lst in present:
         target = resp.hints[name]
         same = next((msg for prev, msg in built if prev is lst), None)
         if same is not None:
             target.CopyFrom(same)
             continue
         if isinstance(lst, HintSpace):
-            listed = lst.listed(limit, preferred_ceiling)
+            listed = lst.listed(limit, preferred_ceiling, hint_bytes, share)
             target.hints.extend(hint_to_proto(h) for h in listed.hints)
             target.omitted = listed.omitted
             target.omitted_is_lower_bound = not listed.omitted_exact
         else:
             hint_list = list(lst)
-            target.hints.extend(hint_to_proto(h) for h in hint_list[:limit])
-            target.omitted = max(len(hint_list) - limit, 0)
+            kept = hint_list[:limit]
+            if share is not None:
+                spent = 0
+                for i, h in enumerate(kept):
+                    spent += hint_bytes(h.affinity, h.preferred)
+                    if spent > share:
+                        kept = kept[:i]
+                        break
+            target.hints.extend(hint_to_proto(h) for h in kept)
+            target.omitted = len(hint_list) - len(kept)
         target.SetInParent()
         built.append((lst, target))
     return resp

@@ -21,6 +21,10 @@ For every RPC it
   ErrorInfo reason through :func:`numamem.api.status.to_status`, and any other exception into INTERNAL
   with a short message and a logged traceback: a handler bug never takes the
   daemon down;
+* serializes each reply itself and answers RESOURCE_EXHAUSTED (reason
+  ``REPLY_TOO_LARGE``) instead of a reply larger than ``max_reply_bytes``
+  (``--max-message-bytes``), which grpcio would fail to send after the handler
+  returned, so that the log line says what the client got;
 * logs one line: method, code, duration in ms, request id. Payloads are never
   logged at info level. Health checks log at debug (probes would flood), and so
   does every RPC of a server built with ``log_rpcs=False``.
@@ -109,6 +113,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
         max_in_flight: int | None = None,
         fast_pool: futures.ThreadPoolExecutor | None = None,
         log_rpcs: bool = True,
+        max_reply_bytes: int | None = None,
     ) -> None:
         self._readiness = readiness
         self._log_rpcs = log_rpcs
@@ -116,6 +121,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
         self._in_flight = in_flight
         self._max_in_flight = max_in_flight
         self._fast_pool = fast_pool
+        self._max_reply_bytes = max_reply_bytes
 
     def add_observer(self, observer: RpcObserver) -> None:
         self._observers.append(observer)
@@ -149,20 +155,31 @@ class ServerInterceptor(grpc.ServerInterceptor):
             and self._in_flight() >= self._max_in_flight
         )
         deserializer = _tolerant(handler.request_deserializer)
+        serialize: Callable[[Any], bytes] | None = handler.response_serializer
         if handler.unary_unary is not None:
-            behavior = self._wrap_unary(handler.unary_unary, method, request_id, gated, quiet)
+            behavior = self._wrap_unary(
+                handler.unary_unary, method, request_id, gated, quiet, serialize
+            )
             if overloaded:
-                behavior = self._wrap_unary(self._refuse, method, request_id, False, False)
+                behavior = self._wrap_unary(
+                    self._refuse, method, request_id, False, False, serialize
+                )
             return handler._replace(
                 request_deserializer=deserializer,
+                response_serializer=_passthrough if serialize is not None else None,
                 unary_unary=self._on_pool(behavior, fast or overloaded),
             )
         if handler.unary_stream is not None:
-            stream = self._wrap_stream(handler.unary_stream, method, request_id, gated, quiet)
+            stream = self._wrap_stream(
+                handler.unary_stream, method, request_id, gated, quiet, serialize
+            )
             if overloaded:
-                stream = self._wrap_stream(self._refuse_stream, method, request_id, False, False)
+                stream = self._wrap_stream(
+                    self._refuse_stream, method, request_id, False, False, serialize
+                )
             return handler._replace(
                 request_deserializer=deserializer,
+                response_serializer=_passthrough if serialize is not None else None,
                 unary_stream=self._on_pool(stream, fast or overloaded),
             )
         # Client streams (reflection's ServerReflectionInfo): each message may not decode.
@@ -218,6 +235,24 @@ class ServerInterceptor(grpc.ServerInterceptor):
                 status.DEADLINE_EXPIRED_IN_QUEUE,
             )
 
+    def _serialized(
+        self, response: Any, serialize: Callable[[Any], bytes] | None, context: grpc.ServicerContext
+    ) -> Any:
+        """The reply's bytes, or RESOURCE_EXHAUSTED when they exceed what grpcio would send."""
+        if serialize is None:
+            return response
+        data = serialize(response)
+        limit = self._max_reply_bytes
+        if limit is not None and len(data) > limit:
+            _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the reply would take {len(data):,} bytes, more than --max-message-bytes "
+                f"{limit:,}",
+                status.REPLY_TOO_LARGE,
+            )
+        return data
+
     def _wrap_unary(
         self,
         behavior: Callable[[Any, grpc.ServicerContext], Any],
@@ -225,12 +260,13 @@ class ServerInterceptor(grpc.ServerInterceptor):
         request_id: str,
         gated: bool,
         quiet: bool,
+        serialize: Callable[[Any], bytes] | None = None,
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
         def wrapper(request: Any, context: grpc.ServicerContext) -> Any:
             start = time.perf_counter()
             try:
                 self._gate(request, context, gated)
-                return behavior(request, context)
+                return self._serialized(behavior(request, context), serialize, context)
             except _UndecodableMessageError as err:
                 _abort_undecodable(context, err.error)
             except NumamemError as err:
@@ -249,12 +285,14 @@ class ServerInterceptor(grpc.ServerInterceptor):
         request_id: str,
         gated: bool,
         quiet: bool,
+        serialize: Callable[[Any], bytes] | None = None,
     ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
         def wrapper(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             start = time.perf_counter()
             try:
                 self._gate(request, context, gated)
-                yield from behavior(request, context)
+                for response in behavior(request, context):
+                    yield self._serialized(response, serialize, context)
             except _UndecodableMessageError as err:
                 _abort_undecodable(context, err.error)
             except NumamemError as err:
@@ -321,6 +359,11 @@ def _abort_undecodable(context: grpc.ServicerContext, error: str) -> None:
         f"the request does not decode: {error}",
         status.UNDECODABLE_REQUEST,
     )
+
+
+def _passthrough(data: bytes) -> bytes:
+    """The response serializer once the wrapper has serialized the reply itself."""
+    return data
 
 
 def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:

@@ -10,6 +10,7 @@ reach the core; the manager serialises mutations itself.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -141,6 +142,16 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
     )
 
 
+REPLY_HEADROOM = 64 * 1024
+"""Bytes of --max-message-bytes kept for what a hint reply holds besides the hints."""
+
+
+def _deadline(context: grpc.ServicerContext) -> float | None:
+    """The client's deadline as a :func:`time.monotonic` instant (None: the client set none)."""
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
+
+
 class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     """Thin translation between protos and :class:`Manager`; no state of its own."""
 
@@ -156,6 +167,11 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     def _pod(self, msg: memorymanager_pb2.Pod) -> Pod:
         return pod_from_proto(msg, self.machine, self.limits)
 
+    @property
+    def _reply_bytes(self) -> int:
+        """What hint lists may take of a reply (the rest of --max-message-bytes is headroom)."""
+        return self.limits.max_message_bytes - REPLY_HEADROOM
+
     def Allocate(
         self, request: memorymanager_pb2.AllocateRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.AllocateResponse:
@@ -166,7 +182,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
             if request.HasField("affinity")
             else None
         )
-        blocks = self.manager.allocate(pod, name, affinity)
+        blocks = self.manager.allocate(pod, name, affinity, deadline=_deadline(context))
         return memorymanager_pb2.AllocateResponse(blocks=blocks_to_proto(blocks))
 
     def AddContainer(
@@ -196,17 +212,15 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     ) -> memorymanager_pb2.GetTopologyHintsResponse:
         pod = self._pod(request.pod)
         name = container_in_pod(pod, request.container_name)
-        return hints_to_proto(
-            self.manager.get_topology_hints(pod, name), self.limits.max_topology_hints
-        )
+        hints = self.manager.get_topology_hints(pod, name, deadline=_deadline(context))
+        return hints_to_proto(hints, self.limits.max_topology_hints, max_bytes=self._reply_bytes)
 
     def GetPodTopologyHints(
         self, request: memorymanager_pb2.GetPodTopologyHintsRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.GetTopologyHintsResponse:
         pod = self._pod(request.pod)
-        return hints_to_proto(
-            self.manager.get_pod_topology_hints(pod), self.limits.max_topology_hints
-        )
+        hints = self.manager.get_pod_topology_hints(pod, deadline=_deadline(context))
+        return hints_to_proto(hints, self.limits.max_topology_hints, max_bytes=self._reply_bytes)
 
     def GetMemoryNUMANodes(
         self, request: memorymanager_pb2.GetMemoryNUMANodesRequest, context: grpc.ServicerContext
@@ -274,7 +288,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     ) -> memorymanager_pb2.AdmitResponse:
         pod = self._pod(request.pod)
         others = other_providers_from_proto(request.other_providers, pod, self.machine)
-        outcome = self.manager.admit(pod, others)
+        outcome = self.manager.admit(pod, others, deadline=_deadline(context))
         result = outcome.result
         if self.on_admission is not None:
             self.on_admission(result.admitted, result.reason)
@@ -285,7 +299,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     ) -> memorymanager_pb2.ExplainResponse:
         pod = self._pod(request.pod)
         others = other_providers_from_proto(request.other_providers, pod, self.machine)
-        explanation = self.manager.explain(pod, others)
+        explanation = self.manager.explain(pod, others, deadline=_deadline(context))
         resp = memorymanager_pb2.ExplainResponse(
             topology_manager_policy=explanation.topology_policy,
             topology_manager_scope=explanation.topology_scope,

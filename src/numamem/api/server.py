@@ -281,6 +281,7 @@ class Daemon:
             in_flight=lambda: pool.in_flight,
             max_in_flight=cfg.limits.max_concurrent_rpcs,
             fast_pool=self._fast_pool,
+            max_reply_bytes=cfg.limits.max_message_bytes,
         )
         for component in self._components:
             observe = getattr(component, "observe_rpc", None)

@@ -34,7 +34,10 @@ _MAPPING: tuple[tuple[type[errors.NumamemError], grpc.StatusCode, str], ...] = (
     (errors.NotFoundError, grpc.StatusCode.NOT_FOUND, "NOT_FOUND"),
     (errors.UnsupportedResourceError, grpc.StatusCode.RESOURCE_EXHAUSTED, "UNSUPPORTED_RESOURCE"),
     (errors.AllocationError, grpc.StatusCode.RESOURCE_EXHAUSTED, "ALLOCATION_FAILED"),
+    (errors.SearchBudgetError, grpc.StatusCode.RESOURCE_EXHAUSTED, "SEARCH_BUDGET_EXCEEDED"),
     (errors.LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED"),
+    (errors.DeadlineExceededError, grpc.StatusCode.DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED"),
+    (errors.ConflictError, grpc.StatusCode.ABORTED, "CONCURRENT_CHANGES"),
     (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),
     (errors.UnavailableError, grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE"),
     (errors.DurabilityUnknownError, grpc.StatusCode.UNAVAILABLE, "DURABILITY_UNKNOWN"),
@@ -51,6 +54,7 @@ OVERLOADED = "OVERLOADED"
 DEADLINE_EXPIRED_IN_QUEUE = "DEADLINE_EXPIRED_IN_QUEUE"
 UNDECODABLE_REQUEST = "UNDECODABLE_REQUEST"
 INTERNAL = "INTERNAL"
+REPLY_TOO_LARGE = "REPLY_TOO_LARGE"
 
 REASONS: dict[str, str] = {
     "INVALID_QUANTITY": "a quantity does not parse or does not fit (INVALID_ARGUMENT)",
@@ -59,6 +63,15 @@ REASONS: dict[str, str] = {
     "UNSUPPORTED_RESOURCE": "a memory type (hugepage size) this machine does not have",
     "ALLOCATION_FAILED": "the memory manager cannot satisfy the request (the kubelet's text)",
     "LIMIT_EXCEEDED": "a --max-* limit would be exceeded",
+    "SEARCH_BUDGET_EXCEEDED": (
+        "the admission's hint search or merge would exceed its work budget (README, "
+        "Large machines); the message names the budget and the input; nothing was changed"
+    ),
+    "DEADLINE_EXCEEDED": "the client's deadline passed during the search; nothing was changed",
+    "CONCURRENT_CHANGES": (
+        "other writes kept changing the state the admission was computed on; nothing was "
+        "changed, retry (ABORTED)"
+    ),
     "FAILED_PRECONDITION": "the system cannot answer in its state (e.g. an expired metric)",
     "UNAVAILABLE": "numamem cannot serve the request right now",
     "DURABILITY_UNKNOWN": (
@@ -76,6 +89,7 @@ REASONS: dict[str, str] = {
     DEADLINE_EXPIRED_IN_QUEUE: "the deadline passed while the request waited for a worker",
     UNDECODABLE_REQUEST: "the request bytes do not decode as the method's message",
     INTERNAL: "a bug; the message has the request id to find it in the daemon log",
+    REPLY_TOO_LARGE: "the reply would exceed --max-message-bytes (RESOURCE_EXHAUSTED)",
 }
 """Every ErrorInfo reason numamem sends, and what it means."""
 

@@ -39,6 +39,18 @@ MAX_QUANTITY = 64
 MAX_RESOURCES = 64
 MAX_PROVIDERS = 16
 MAX_HINTS_PER_RESOURCE = 65536
+MAX_HINT_LISTS = 64
+"""Hint lists (one per provider and resource) Admit and Explain accept for one container (or,
+pod scope, for the pod), summed over the other providers."""
+MAX_HINTS_PER_STEP = 65536
+"""Hints accepted for one container (or the pod), summed over every list of every provider:
+reading them stays a small part of the search budget (numamem.work.SEARCH_BUDGET)."""
+
+
+def max_hints_per_list(machine: Machine) -> int:
+    """A list holds at most one hint per (mask of the machine's nodes or any node, preferred),
+    2^(n+1) distinct hints on n nodes; more are repeats. Capped at MAX_HINTS_PER_RESOURCE."""
+    return min(MAX_HINTS_PER_RESOURCE, 2 << len(machine.node_ids))
 
 
 def check_string(value: str, field: str, *, required: bool = True) -> str:
@@ -220,6 +232,7 @@ def other_providers_from_proto(
     every NUMA id on the machine, and a resource marked ``no_preference`` must list no hints."""
     if len(msgs) > MAX_PROVIDERS:
         raise LimitExceededError(f"{field}: more than {MAX_PROVIDERS} providers ({len(msgs)})")
+    _check_steps(msgs, pod, field)
     out = []
     for i, msg in enumerate(msgs):
         where = f"{field}[{i}]"
@@ -237,6 +250,31 @@ def other_providers_from_proto(
     return out
 
 
+def _check_steps(msgs: Sequence[memorymanager_pb2.ProviderHints], pod: Pod, field: str) -> None:
+    """The bounds on what all providers give one container (or the pod) together, counted on
+    the messages before anything is converted."""
+    steps = [
+        (
+            f"{field}[*].containers[{quote(c.name)}]",
+            [m.containers[c.name] for m in msgs if c.name in m.containers],
+        )
+        for c in pod.all_containers()
+    ]
+    steps.append((f"{field}[*].pod", [m.pod for m in msgs if m.HasField("pod")]))
+    for where, answers in steps:
+        lists = sum(len(a.resources) for a in answers)
+        if lists > MAX_HINT_LISTS:
+            raise LimitExceededError(
+                f"{where}: {lists} hint lists over all providers, more than {MAX_HINT_LISTS} "
+                "(one per provider and resource)"
+            )
+        hints = sum(len(h.hints) for a in answers for h in a.resources.values())
+        if hints > MAX_HINTS_PER_STEP:
+            raise LimitExceededError(
+                f"{where}: {hints} hints over all providers, more than {MAX_HINTS_PER_STEP}"
+            )
+
+
 def _resource_hints(
     msg: memorymanager_pb2.ResourceHints, machine: Machine, field: str
 ) -> ProviderHints:
@@ -249,9 +287,11 @@ def _resource_hints(
         where = f"{field}.resources[{quote(resource)}]"
         check_string(resource, f"{field}.resources key")
         hints = msg.resources[resource]
-        if len(hints.hints) > MAX_HINTS_PER_RESOURCE:
+        most = max_hints_per_list(machine)
+        if len(hints.hints) > most:
             raise LimitExceededError(
-                f"{where}.hints: more than {MAX_HINTS_PER_RESOURCE} hints ({len(hints.hints)})"
+                f"{where}.hints: more than {most} hints ({len(hints.hints)}; a list on "
+                f"{len(machine.node_ids)} NUMA nodes has at most {most} distinct ones)"
             )
         if hints.no_preference:
             if hints.hints:

@@ -1,18 +1,17 @@
 """Why each NUMA mask is or is not a hint: the verdicts ``Explain`` shows.
 
 The first masks in kubelet's order (fewest nodes first, then lexicographic)
-get a verdict with the reason of the first test they fail (see
-:mod:`numamem.memorymanager.hints`); the rest are counted, not visited: a
-machine of n nodes has 2^n - 1 masks.
+get a verdict with the reason of the first test they fail (the tests are
+defined once, :meth:`~numamem.memorymanager.hints.HintSpace.failure`; this
+module words its findings); the rest are counted, not visited: a machine of n
+nodes has 2^n - 1 masks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from numamem.memorymanager.arithmetic import node_state
-from numamem.memorymanager.hints import HintSpace
-from numamem.memtypes import MemoryTable
+from numamem.memorymanager.hints import Failure, HintSpace
 from numamem.quantity import format_bytes
 from numamem.topologymanager import bitmask
 
@@ -39,38 +38,28 @@ def mask_verdicts(
 
 def why_not(space: HintSpace, bits: Sequence[int]) -> str:
     """The reason ``bits`` is not a hint (the first of kubelet's tests it fails), or ""."""
-    machine_state = space.machine_state
-    tables: dict[int, dict[str, MemoryTable]] = {}
-    for n in bits:
-        node = machine_state.get(n)
-        tables[n] = dict(node.memory_map or {}) if node is not None else {}
-    for name, size in space.requested.items():
-        missing = next((n for n in bits if name not in tables[n]), None)
-        if missing is not None:
-            return f"node {missing} has no {name}"
-        allocatable = sum(tables[n][name].allocatable for n in bits)
-        if allocatable < size:
-            return (
-                f"{name}: {format_bytes(allocatable)} allocatable < {format_bytes(size)} requested"
-            )
-    if len(bits) == 1:
-        cells = sorted(node_state(machine_state, bits[0]).cells or ())
-        if len(cells) > 1:
-            return f"node {bits[0]} belongs to the multi-NUMA group {cells}"
-    else:
-        for n in bits:
-            node = node_state(machine_state, n)
-            if node.number_of_assignments > 0:
-                cells = sorted(node.cells or ())
-                if len(cells) == 1:
-                    return f"node {n} already holds single-NUMA allocations"
-                if cells != list(bits):
-                    return f"node {n} belongs to the multi-NUMA group {cells}"
-    reusable = space.reuse.get(bitmask.new_mask(bits), {})
-    for name, size in space.requested.items():
-        free = sum(tables[n][name].free for n in bits)
-        extra = reusable.get(name, 0)
-        if free + extra < size:
-            more = f" + {format_bytes(extra)} reusable from init containers" if extra else ""
-            return f"{name}: {format_bytes(free)} free{more} < {format_bytes(size)} requested"
-    return ""
+    failure = space.failure(bitmask.new_mask(bits), bits)
+    return "" if failure is None else words(failure)
+
+
+def words(failure: Failure) -> str:
+    """What :meth:`HintSpace.failure` found, as Explain says it."""
+    if failure.test == 0:
+        return f"node {failure.node} is not one of the nodes hints are made of"
+    if failure.test == 1:
+        if failure.missing:
+            return f"node {failure.node} has no {failure.resource}"
+        return (
+            f"{failure.resource}: {format_bytes(failure.have)} allocatable < "
+            f"{format_bytes(failure.need)} requested"
+        )
+    if failure.test in (2, 3):
+        if failure.test == 3 and len(failure.cells) == 1:
+            return f"node {failure.node} already holds single-NUMA allocations"
+        return f"node {failure.node} belongs to the multi-NUMA group {list(failure.cells)}"
+    extra = failure.reusable
+    more = f" + {format_bytes(extra)} reusable from init containers" if extra else ""
+    return (
+        f"{failure.resource}: {format_bytes(failure.have)} free{more} < "
+        f"{format_bytes(failure.need)} requested"
+    )

@@ -14,7 +14,9 @@ node ids in lexicographic order):
 4. every type's summed *free* memory, plus what the pod's init containers left
    for exactly this mask, covers the request.
 
-A hint is *preferred* when its size is ``minAffinitySize``.
+A hint is *preferred* when its size is ``minAffinitySize``. The tests have one
+definition, :meth:`HintSpace.failure`, which says which test a mask fails and
+why (``Explain`` words it, :mod:`numamem.memorymanager.explain`).
 
 How :class:`HintSpace` finds the same hints without visiting every mask: by
 tests 2 and 3, a multi-node hint either consists of unused nodes only, or is
@@ -25,21 +27,16 @@ exactly an existing multi-NUMA group. So the hints are
   init-container reuse table, passing all four tests (a handful);
 * *up-sets*: sets of two or more unused nodes whose summed free memory (which
   is their allocatable: an unused node has nothing reserved) covers every
-  type. Adding a node never makes such a set fail, so they are searched
-  depth-first over the unused nodes in id order, and a branch is pruned as
-  soon as the best completion (the largest values left) cannot cover the
-  request: every branch followed ends in hints, so the cost grows with the
-  number of hints produced, not with 2^n.
+  type (:mod:`numamem.memorymanager.upsets` lists, counts and searches them).
 
-On that structure: iteration in kubelet's order (:meth:`iter_masks`, lazy),
-the first hints and the count of the rest (:meth:`listed`; the count is a
-dynamic program over the unused nodes' values capped at the request), the
-``findBestHint`` of the whole list (:meth:`best`) and of the hints that
-contain a mask (:meth:`best_superset`, ``extendTopologyManagerHint``), the
-preferred hints in integer order (what the merge's "narrowest" wants),
-membership tests, and :meth:`materialize` for small machines. The hints of
-every requested type are the same list, so one :class:`HintSpace` stands for
-all of them.
+On that structure: iteration in kubelet's order (:meth:`HintSpace.iter_masks`,
+lazy), the first hints and the count of the rest (:meth:`HintSpace.listed`),
+the ``findBestHint`` of the whole list (:meth:`HintSpace.best`) and of the hints
+that contain a mask (:meth:`HintSpace.best_superset`,
+``extendTopologyManagerHint``), membership tests, and what the merge asks of a
+rule-given list (:class:`~numamem.topologymanager.merge.HintFamily`). The hints
+of every requested type are the same list, so one HintSpace stands for all of
+them. Every search is charged to the space's :class:`~numamem.work.Work`.
 """
 
 from __future__ import annotations
@@ -50,21 +47,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from numamem.memorymanager.subsets import (
-    count_covering_subsets,
-    covers,
-    exists_subset,
-    prefix_sums,
-)
+from numamem.memorymanager.subsets import exists_subset
+from numamem.memorymanager.upsets import UpSets
 from numamem.memtypes import NUMANodeState
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.merge import HintFamily, orders_by_value, size_rank
+from numamem.topologymanager.merge import HintFamily, Order, size_rank
 from numamem.topologymanager.policy import TopologyHint
+from numamem.work import Work
 
 COUNT_STATE_BUDGET = 200_000
-"""States the counting dynamic program may hold before it settles for a lower bound."""
-MEET_ENUMERATION_LIMIT = 100_000
-"""Masks of one size :meth:`HintSpace.best_meet` compares by distance (prefer-closest-numa-nodes)."""
+"""States the counting dynamic program may visit (over all its steps, about 0.1 s) before
+:meth:`HintSpace.listed` settles for a lower bound of the hints it left out
+(``omitted_is_lower_bound``)."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +70,28 @@ class Listed:
     omitted_exact: bool = True
 
 
+@dataclass(frozen=True)
+class Failure:
+    """The first of kubelet's four tests a mask fails, with what it found.
+
+    Test 0 (before kubelet's): ``node`` is not one of the nodes hints are made of. Test 1: ``node`` lacks ``resource`` (``missing``), or the mask's allocatable ``have``
+    is below ``need``. Tests 2 and 3: ``node`` and its group ``cells``. Test 4: the free
+    memory ``have`` plus ``reusable`` is below ``need``.
+    """
+
+    test: int
+    node: int | None = None
+    resource: str = ""
+    missing: bool = False
+    have: int = 0
+    need: int = 0
+    reusable: int = 0
+    cells: tuple[int, ...] = ()
+
+
 @dataclass(eq=False)
 class HintSpace(HintFamily):
-    """Hints of one request on one machine state; read-only, safe to share between threads.
+    """Hints of one request on one machine state; read-only (its caches aside, one thread).
 
     ``nodes`` are the NUMA ids hints are made of (every node of the machine, or
     only those with CPUs under ``restrict-to-cpu-numa-nodes``); ``reuse`` maps
@@ -89,6 +102,7 @@ class HintSpace(HintFamily):
     requested: Mapping[str, int]
     reuse: Mapping[int, Mapping[str, int]]
     nodes: Sequence[int]
+    work: Work = field(default_factory=Work)
     _types: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,6 +114,7 @@ class HintSpace(HintFamily):
     @cached_property
     def _tables(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None]:
         """node -> (allocatable per type, free per type), or None when it lacks a requested type."""
+        self.work.spend(len(self.nodes))
         out: dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
         for n in self.nodes:
             node = self.machine_state.get(n)
@@ -133,42 +148,50 @@ class HintSpace(HintFamily):
         )
 
     @cached_property
-    def _values(self) -> list[tuple[int, ...]]:
-        """Per unused node, the value an up-set gets from it per type: min(free, allocatable)."""
-        out = []
-        for n in self.unused:
-            tables = self._tables[n]
-            assert tables is not None
-            out.append(tuple(min(a, f) for a, f in zip(*tables, strict=True)))
-        return out
+    def upsets(self) -> UpSets:
+        """The up-sets: a set of unused nodes passes tests 1 and 4 when its allocatable and
+        its free memory both cover the request. An unused node reserves nothing, so the
+        two are equal and one sum per type is tested; should a state say otherwise, both."""
+        tables = [self._tables[n] for n in self.unused]
+        if all(t is not None and t[0] == t[1] for t in tables):
+            values = [t[1] for t in tables if t is not None]
+            return UpSets(self.unused, values, self._need, self.work)
+        values = [t[0] + t[1] for t in tables if t is not None]
+        return UpSets(self.unused, values, self._need + self._need, self.work)
 
-    # --- the four tests ------------------------------------------------------------
+    def span(self) -> int:
+        return bitmask.new_mask(self.nodes)
 
-    def allocatable_fits(self, bits: Sequence[int]) -> bool:
-        """Test 1 (every node has every type, and allocatable covers the request)."""
-        sums = [0] * len(self._types)
+    # --- the four tests: their one definition -------------------------------------------
+
+    def failure(self, mask: int, bits: Sequence[int] | None = None) -> Failure | None:
+        """The first of kubelet's four tests ``mask`` fails, in kubelet's order; None when
+        it is a hint. ``bits`` are its node ids when the caller has them."""
+        bits = bitmask.get_bits(mask) if bits is None else bits
+        if not bits:
+            return Failure(1)
+        need = self._need
+        sums = [0] * len(need)
         for n in bits:
             tables = self._tables.get(n)
             if tables is None:
-                return False
+                if n not in self._tables:
+                    return Failure(0, n)  # not a node hints are made of (a reuse mask's)
+                return self._allocatable_failure(bits)
             for i, v in enumerate(tables[0]):
                 sums[i] += v
-        return all(s >= need for s, need in zip(sums, self._need, strict=True))
-
-    def qualifies(self, mask: int) -> bool:
-        """Whether ``mask`` is a hint: kubelet's four tests, in kubelet's order."""
-        bits = bitmask.get_bits(mask)
-        if not bits or not self.allocatable_fits(bits):
-            return False
+        if any(s < x for s, x in zip(sums, need, strict=True)):
+            return self._allocatable_failure(bits)
         if len(bits) == 1:
-            if len(self._cells(bits[0])) > 1:
-                return False
+            cells = self._cells(bits[0])
+            if len(cells) > 1:
+                return Failure(2, bits[0], cells=cells)
         else:
             for n in bits:
                 if self._assignments(n) > 0:
                     cells = self._cells(n)
-                    if len(cells) == 1 or list(cells) != bits:
-                        return False
+                    if len(cells) == 1 or list(cells) != list(bits):
+                        return Failure(3, n, cells=cells)
         reusable = self.reuse.get(mask, {})
         for i, t in enumerate(self._types):
             free = 0
@@ -176,9 +199,30 @@ class HintSpace(HintFamily):
                 tables = self._tables[n]
                 assert tables is not None
                 free += tables[1][i]
-            if free + reusable.get(t, 0) < self._need[i]:
-                return False
-        return True
+            extra = reusable.get(t, 0)
+            if free + extra < need[i]:
+                return Failure(4, resource=t, have=free, need=need[i], reusable=extra)
+        return None
+
+    def _allocatable_failure(self, bits: Sequence[int]) -> Failure:
+        """Test 1 in detail: the first type (in request order) some node lacks or whose
+        summed allocatable is too small."""
+        for t, size in self.requested.items():
+            tables = []
+            for n in bits:
+                node = self.machine_state.get(n)
+                table = (node.memory_map or {}).get(t) if node is not None else None
+                if table is None:
+                    return Failure(1, n, t, missing=True)
+                tables.append(table)
+            allocatable = sum(table.allocatable for table in tables)
+            if allocatable < size:
+                return Failure(1, resource=t, have=allocatable, need=size)
+        raise AssertionError("test 1 passes")  # pragma: no cover - callers saw it fail
+
+    def qualifies(self, mask: int) -> bool:
+        """Whether ``mask`` is a hint (passes the four tests)."""
+        return self.failure(mask) is None
 
     # --- minAffinitySize -------------------------------------------------------------
 
@@ -189,7 +233,7 @@ class HintSpace(HintFamily):
         candidates = [n for n in self.nodes if self._tables[n] is not None]
         allocs = [self._tables[n][0] for n in candidates]  # type: ignore[index]
         for k in range(1, len(candidates) + 1):
-            if exists_subset(allocs, k, self._need):
+            if exists_subset(allocs, k, self._need, self.work):
                 return k
         return len(self.nodes)
 
@@ -200,10 +244,11 @@ class HintSpace(HintFamily):
         """Whether ``mask`` is a preferred hint."""
         return self.preferred(mask) and self.qualifies(mask)
 
-    # --- the three kinds of hints -----------------------------------------------------
+    # --- singles and specials --------------------------------------------------------
 
     @cached_property
     def singles(self) -> tuple[int, ...]:
+        self.work.spend(len(self.nodes))
         return tuple(n for n in self.nodes if self.qualifies(1 << n))
 
     @cached_property
@@ -217,126 +262,13 @@ class HintSpace(HintFamily):
         for mask in self.reuse:
             if mask.bit_count() > 1:
                 candidates.add(mask)
+        self.work.spend(len(self.nodes) + len(candidates))
         return tuple(
             sorted(
-                (m for m in candidates if self.qualifies(m) and not self._is_upset(m)),
+                (m for m in candidates if self.qualifies(m) and not self.upsets.contains(m)),
                 key=_lex_key,
             )
         )
-
-    def _is_upset(self, mask: int) -> bool:
-        bits = bitmask.get_bits(mask)
-        unused = set(self.unused)
-        if len(bits) < 2 or any(n not in unused for n in bits):
-            return False
-        index = {n: i for i, n in enumerate(self.unused)}
-        return covers([self._values[index[n]] for n in bits], self._need)
-
-    # --- up-sets: depth-first, in lexicographic order ---------------------------------
-
-    @cached_property
-    def _suffix_best(self) -> list[list[tuple[int, ...]]]:
-        """[i][j] = per type, the largest sum of j values among unused nodes i, i+1, ..."""
-        m = len(self.unused)
-        table: list[list[tuple[int, ...]]] = []
-        for i in range(m + 1):
-            columns = [
-                sorted((v[t] for v in self._values[i:]), reverse=True)
-                for t in range(len(self._types))
-            ]
-            row = prefix_sums(columns, m - i)
-            table.append(row)
-        return table
-
-    @cached_property
-    def _suffix_worst(self) -> list[list[tuple[int, ...]]]:
-        """[i][j] = per type, the smallest sum of j values among unused nodes i, i+1, ..."""
-        m = len(self.unused)
-        table: list[list[tuple[int, ...]]] = []
-        for i in range(m + 1):
-            columns = [sorted(v[t] for v in self._values[i:]) for t in range(len(self._types))]
-            table.append(prefix_sums(columns, m - i))
-        return table
-
-    def _upsets_lex(self, k: int) -> Iterator[int]:
-        """Up-sets of size ``k`` in lexicographic order (as masks)."""
-        if k < 2 or k > len(self.unused):
-            return
-        yield from self._dfs_lex(k, 0, 0, tuple(0 for _ in self._types))
-
-    def _dfs_lex(self, k: int, start: int, mask: int, sums: tuple[int, ...]) -> Iterator[int]:
-        left = k - mask.bit_count()
-        if left == 0:
-            if all(s >= need for s, need in zip(sums, self._need, strict=True)):
-                yield mask
-            return
-        m = len(self.unused)
-        worst = self._suffix_worst[start][left]
-        if all(s + w >= need for s, w, need in zip(sums, worst, self._need, strict=True)):
-            # Every completion covers the request: the combinations themselves, in order.
-            weights = [1 << n for n in self.unused[start:]]
-            for combo in itertools.combinations(weights, left):
-                yield mask + sum(combo)
-            return
-        for i in range(start, m - left + 1):
-            value = self._values[i]
-            reach = self._suffix_best[i + 1][left - 1]
-            if any(
-                s + v + r < need
-                for s, v, r, need in zip(sums, value, reach, self._need, strict=True)
-            ):
-                continue
-            yield from self._dfs_lex(
-                k,
-                i + 1,
-                mask | (1 << self.unused[i]),
-                tuple(s + v for s, v in zip(sums, value, strict=True)),
-            )
-
-    # --- up-sets: smallest integer value first (colexicographic) -----------------------
-
-    @cached_property
-    def _prefix_best(self) -> list[list[tuple[int, ...]]]:
-        """[j][c] = per type, the largest sum of c values among unused nodes 0 .. j-1."""
-        m = len(self.unused)
-        table: list[list[tuple[int, ...]]] = []
-        for j in range(m + 1):
-            columns = [
-                sorted((v[t] for v in self._values[:j]), reverse=True)
-                for t in range(len(self._types))
-            ]
-            row = prefix_sums(columns, j)
-            table.append(row)
-        return table
-
-    def _upsets_colex(self, k: int, base: int = 0) -> Iterator[int]:
-        """Up-sets of size ``k`` containing the unused nodes of ``base``, smallest value first."""
-        forced = [i for i, n in enumerate(self.unused) if base >> n & 1]
-        if len(forced) != base.bit_count() or k < 2 or k > len(self.unused):
-            return
-        need = list(self._need)
-        for i in forced:
-            need = [x - v for x, v in zip(need, self._values[i], strict=True)]
-        free = [i for i in range(len(self.unused)) if i not in set(forced)]
-        yield from (
-            base | extra for extra in self._colex(free, k - len(forced), tuple(need), len(free))
-        )
-
-    def _colex(self, free: list[int], c: int, need: tuple[int, ...], limit: int) -> Iterator[int]:
-        """c-subsets of ``free[:limit]`` (indices into unused) covering ``need``, by value."""
-        if c == 0:
-            if all(x <= 0 for x in need):
-                yield 0
-            return
-        for j in range(c - 1, limit):
-            i = free[j]
-            value = self._values[i]
-            rest = tuple(x - v for x, v in zip(need, value, strict=True))
-            if not _reachable(self, free, j, c - 1, rest):
-                continue
-            top = 1 << self.unused[i]
-            for lower in self._colex(free, c - 1, rest, j):
-                yield lower | top
 
     # --- the hints in kubelet's order ---------------------------------------------------
 
@@ -345,7 +277,10 @@ class HintSpace(HintFamily):
         if "singles" in self.__dict__:
             yield from self.singles
             return
-        yield from (n for n in self.nodes if self.qualifies(1 << n))
+        for n in self.nodes:
+            self.work.spend(1)
+            if self.qualifies(1 << n):
+                yield n
 
     def iter_masks(self) -> Iterator[int]:
         """Every hint in kubelet's order (lazily)."""
@@ -354,7 +289,7 @@ class HintSpace(HintFamily):
         for m in self.specials:
             specials_by_size.setdefault(m.bit_count(), []).append(m)
         for k in range(2, len(self.nodes) + 1):
-            upsets = self._upsets_lex(k)
+            upsets = self.upsets.lex(k)
             yield from heapq.merge(upsets, specials_by_size.get(k, []), key=_lex_key)
 
     def __iter__(self) -> Iterator[TopologyHint]:
@@ -363,18 +298,36 @@ class HintSpace(HintFamily):
         for mask in self.iter_masks():
             yield TopologyHint(mask, mask.bit_count() == minimum)
 
-    def is_empty(self) -> bool:
-        return next(self.iter_masks(), None) is None
+    @cached_property
+    def _first(self) -> int | None:
+        """The first hint in kubelet's order (the narrowest), None when there is none."""
+        return next(self.iter_masks(), None)
 
-    def listed(self, limit: int, preferred_ceiling: int) -> Listed:
+    def is_empty(self) -> bool:
+        return self._first is None
+
+    def listed(
+        self,
+        limit: int,
+        preferred_ceiling: int,
+        cost: Callable[[int, bool], int] | None = None,
+        max_cost: int | None = None,
+    ) -> Listed:
         """The first ``limit`` hints, extended to include every preferred hint (up to
-        ``preferred_ceiling`` hints in all), and how many are left out."""
+        ``preferred_ceiling`` hints in all), and how many are left out. With ``cost`` (of a
+        hint's mask and preference), listing also stops before the costs exceed ``max_cost``
+        (the reply's bytes)."""
         minimum = self.min_affinity_size
         hints: list[TopologyHint] = []
+        spent = 0
         for mask in self.iter_masks():
             preferred = mask.bit_count() == minimum
             if len(hints) >= limit and (not preferred or len(hints) >= preferred_ceiling):
                 break
+            if cost is not None and max_cost is not None:
+                spent += cost(mask, preferred)
+                if spent > max_cost:
+                    break
             hints.append(TopologyHint(mask, preferred))
         total = self.count()
         if total is None:
@@ -383,7 +336,7 @@ class HintSpace(HintFamily):
 
     def count(self) -> int | None:
         """How many hints there are, or None when the counting program would be too large."""
-        upsets = count_covering_subsets(self._values, self._need, COUNT_STATE_BUDGET)
+        upsets = self.upsets.count(COUNT_STATE_BUDGET)
         if upsets is None:
             return None
         return len(self.singles) + len(self.specials) + upsets
@@ -396,7 +349,15 @@ class HintSpace(HintFamily):
         return max(seen - listed, 0)
 
     def materialize(self, limit: int) -> list[int] | None:
-        """Every hint's mask in kubelet's order, or None when there are more than ``limit``."""
+        """Every hint's mask in kubelet's order, or None when there are more than ``limit``
+        (known at once when the supersets of the smallest up-set alone are more)."""
+        upsets = self.upsets
+        if upsets.exist:
+            smallest = next(
+                (k for k in range(2, len(upsets.unused) + 1) if next(upsets.lex(k), None)), None
+            )
+            if smallest is not None and len(upsets.unused) - smallest >= limit.bit_length():
+                return None  # every superset of one up-set is one: 2^(unused - size) > limit
         masks = list(itertools.islice(self.iter_masks(), limit + 1))
         return None if len(masks) > limit else masks
 
@@ -408,8 +369,8 @@ class HintSpace(HintFamily):
         if k == 1:
             found += [1 << n for n in self.singles if base & ~(1 << n) == 0]
         found += [m for m in self.specials if m.bit_count() == k and base & ~m == 0]
-        if base & ~_mask_of(self.unused) == 0:
-            first = next(self._upsets_colex(k, base), None)
+        if base & ~self.upsets.mask == 0:
+            first = next(self.upsets.colex(k, base), None)
             if first is not None:
                 found.append(first)
         return min(found) if found else None
@@ -428,6 +389,8 @@ class HintSpace(HintFamily):
                 return TopologyHint(found, k == minimum)
         return None
 
+    # --- what the merge asks of a rule-given list -----------------------------------------
+
     def preferred_by_value(self) -> Iterator[int]:
         """The preferred hints (size ``minAffinitySize``), smallest integer value first."""
         k = self.min_affinity_size
@@ -435,94 +398,83 @@ class HintSpace(HintFamily):
             yield from (1 << n for n in self._iter_singles())
             return
         fixed = sorted(m for m in self.specials if m.bit_count() == k)
-        yield from heapq.merge(self._upsets_colex(k), fixed)
+        yield from heapq.merge(self.upsets.colex(k), fixed)
+
+    def best_preferred(self, order: Order, accept: Callable[[int], bool] | None) -> int | None:
+        """The preferred hint smallest under ``order`` that ``accept`` accepts: by value the
+        first of :meth:`preferred_by_value`; by distance the closest of the singles, or of the
+        specials of the preferred size and the best up-set of that size (a search,
+        :meth:`UpSets.best_of_size`)."""
+        if order.by_value:
+            return next((m for m in self.preferred_by_value() if accept is None or accept(m)), None)
+        k = self.min_affinity_size
+        if k == 1:
+            found = [1 << n for n in self._iter_singles()]
+        else:
+            found = [m for m in self.specials if m.bit_count() == k]
+        found = [m for m in found if accept is None or accept(m)]
+        upset = self.upsets.best_of_size(k, order, accept) if k >= 2 else None
+        if upset is not None:
+            found.append(upset)
+        return min(found, key=order.key) if found else None
 
     def narrowest_count(self) -> int | None:
         """The size of the narrowest hint (what the merge's ``bestNonPreferredAffinityCount`` takes):
         kubelet's order lists the smallest hints first."""
-        first = next(self.iter_masks(), None)
+        first = self._first
         return None if first is None else first.bit_count()
 
-    # --- the merge's AND with other lists (machines too large to list) --------------------
-
     def best_meet(
-        self, e: int, best_count: int, narrow_key: Callable[[int], tuple[int, ...]]
+        self,
+        e: int,
+        copies: int,
+        best_count: int,
+        order: Order,
+        below: tuple[int, ...] | None = None,
     ) -> int | None:
-        """The best nonzero ``e & h`` over the hints ``h``: sizes by :func:`size_rank` with
-        ``best_count``, then ``narrow_key`` (see :mod:`numamem.topologymanager.merge`).
+        """The best nonzero ``e & h1 & ... & h_copies`` over the hints ``h``: sizes by
+        :func:`size_rank` with ``best_count``, then ``order`` (see
+        :mod:`numamem.topologymanager.merge`); only if it ranks below ``below``.
 
-        ``e & {x}`` is ``{x}`` for a single; ``e & G`` for a special; for up-sets,
-        ``e & S`` is any X within the unused nodes of ``e`` that covers the request
-        together with every unused node outside ``e`` (those can always be added to
-        S): an upward-closed family, so its best size is ``best_count`` when it has
-        members that large and that small, else the nearest size it has.
+        An AND with a single ``{x}`` is ``{x}`` or empty, and ``{x}`` itself is one (take
+        it ``copies`` times). Otherwise the AND takes some specials T (at most ``copies``
+        of them, each possibly repeated) and the rest up-sets: ``e & AND(T)`` when they are
+        all specials, else ``e & AND(T)`` met with ``copies - |T|`` up-sets
+        (:meth:`UpSets.meet`).
         """
 
         def rank(mask: int) -> tuple[int, ...]:
-            return (*size_rank(mask.bit_count(), best_count), *narrow_key(mask))
+            return (*size_rank(mask.bit_count(), best_count), *order.key(mask))
 
-        found = [1 << x for x in self.singles if e >> x & 1]
-        found += [m & e for m in self.specials if m & e]
-        upset = self._best_upset_meet(e, best_count, narrow_key)
-        if upset is not None:
-            found.append(upset)
-        return min(found, key=rank) if found else None
+        best = below
+        found: int | None = None
 
-    def _best_upset_meet(
-        self, e: int, best_count: int, narrow_key: Callable[[int], tuple[int, ...]]
-    ) -> int | None:
-        inside = [i for i, n in enumerate(self.unused) if e >> n & 1]
-        outside = [i for i, n in enumerate(self.unused) if not e >> n & 1]
-        need = list(self._need)
-        for i in outside:
-            need = [x - v for x, v in zip(need, self._values[i], strict=True)]
-        rest = tuple(need)
-        if not inside or not covers([self._values[i] for i in inside], rest):
-            return None
-        smallest = max(1, 2 - len(outside))
-        if len(inside) < smallest:
-            return None
-        values = [self._values[i] for i in inside]
-        fewest = next(
-            c
-            for c in range(smallest, len(inside) + 1)
-            if all(x <= 0 for x in rest) or exists_subset(values, c, rest)
-        )
-        if fewest <= best_count <= len(inside):
-            size = best_count
-        elif best_count < fewest:
-            size = fewest
-        else:
-            size = len(inside)
-        members = self._colex(inside, size, rest, len(inside))
-        if orders_by_value(narrow_key):
-            return next(members, None)
-        return min(itertools.islice(members, MEET_ENUMERATION_LIMIT), key=narrow_key, default=None)
+        def offer(mask: int) -> None:
+            nonlocal best, found
+            r = rank(mask)
+            if best is None or r < best:
+                best, found = r, mask
+
+        for x in self.singles:
+            if e >> x & 1:
+                offer(1 << x)
+        specials = self.specials
+        for taken in range(min(copies, len(specials)) + 1):
+            for group in itertools.combinations(specials, taken):
+                self.work.spend(1)
+                base = e
+                for m in group:
+                    base &= m
+                if not base:
+                    continue
+                if taken:
+                    offer(base)
+                if taken < copies:
+                    upset = self.upsets.meet(base, copies - taken, best_count, order, best)
+                    if upset is not None:
+                        offer(upset)
+        return found
 
 
 def _lex_key(mask: int) -> tuple[int, ...]:
     return tuple(bitmask.get_bits(mask))
-
-
-def _mask_of(nodes: Sequence[int]) -> int:
-    return bitmask.new_mask(nodes)
-
-
-def _reachable(
-    space: HintSpace, free: list[int], limit: int, c: int, need: tuple[int, ...]
-) -> bool:
-    """Whether c of ``free[:limit]`` can still cover ``need`` (per type, the c largest values)."""
-    if c == 0:
-        return all(x <= 0 for x in need)
-    if c > limit:
-        return False
-    if len(free) == len(space.unused):  # nothing forced: the precomputed prefix table applies
-        best = space._prefix_best[free[limit - 1] + 1][c] if limit else tuple(0 for _ in need)
-        return all(b >= x for b, x in zip(best, need, strict=True))
-    for t, x in enumerate(need):
-        if x <= 0:
-            continue
-        top = sorted((space._values[i][t] for i in free[:limit]), reverse=True)[:c]
-        if sum(top) < x:
-            return False
-    return True

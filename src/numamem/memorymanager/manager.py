@@ -1,18 +1,20 @@
 """The memory manager (kubelet ``memory_manager.go``) with transactional, durable operations.
 
 Writers (Allocate, AddContainer, RemoveContainer, ReleasePod, SyncActivePods,
-Admit, start) take one lock and are linearizable. A mutating operation works on
-a fork of the committed state; when it succeeds and changed something, the
-whole new state goes to the :class:`StateStore` in **one** write, and only then
-becomes the committed state. When the operation or the write fails, the fork
-is dropped: memory and disk stay equal, and nothing is half-applied. (The
-kubelet writes after every sub-step and ignores write errors:
-kubernetes/kubernetes#141993.) When the write put the new state in place but
-could not sync its directory (:class:`~numamem.errors.DurabilityUnknownError`),
-the new state is committed, since it is what a restart reads, and the error
-still reaches the caller: the outcome is unknown. The ``max_pods`` limit is
-checked inside the same transaction, so concurrent admissions cannot
-overshoot it.
+Admit, start) are linearizable: each makes its change on a fork of the
+committed state and commits it under one lock, as **one** write of the whole
+state, before it is acknowledged (:mod:`numamem.memorymanager.versions`, which
+also explains failed and unknown-durability writes). The ``max_pods`` limit
+is checked in the same commit, so concurrent admissions cannot overshoot it.
+
+No search runs under the lock: Admit and Allocate, which search (hints, the
+merge, the Static policy's extension to a superset), compute their change
+outside it and commit it only if the state they computed on is still the
+committed one (:meth:`Versions.optimistic
+<numamem.memorymanager.versions.Versions.optimistic>`). Every search is
+charged to a :class:`~numamem.work.Work`: the search budget, and the caller's
+deadline (past it the operation raises DeadlineExceededError and changes
+nothing).
 
 Readers never wait for a writer's disk write. Committed states are never
 mutated; every reader takes the current one (the last acknowledged change)
@@ -20,7 +22,8 @@ without the lock: GetState, GetMemory, GetMemoryNUMANodes and
 GetAllocatableMemory, and also hints and Explain, which compute on that state
 (the Static policy keeps no state of its own; its init-container reuse is
 derived from the stored blocks). Consistency: a reader sees every change acknowledged
-before it started, and no change not yet durable.
+before it started, and no change not yet durable. A rejected admission is such
+a reader too: it decided on one committed version and commits nothing.
 
 Stale state (``removeStaleState``) is removed only after the sources are
 ready. With an ``active_pods`` callable the manager asks it, as the kubelet
@@ -34,29 +37,22 @@ then take no lock at all).
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 
 from numamem.config.model import ReservedMemory
-from numamem.errors import (
-    AllocationError,
-    ConfigError,
-    DurabilityUnknownError,
-    LimitExceededError,
-    NotFoundError,
-    quote,
-)
+from numamem.errors import AllocationError, ConfigError, NotFoundError, quote
 from numamem.logging import get_logger
 from numamem.memorymanager.containermap import ContainerMap
+from numamem.memorymanager.forked import AdmitOutcome, Explanation, admit_on_fork, explain_on_fork
 from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy import HintExplanation, NonePolicy, Policy
+from numamem.memorymanager.policy import NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
 from numamem.memorymanager.state import MemoryState, State, StateView
 from numamem.memorymanager.store import StateStore
-from numamem.memtypes import Block, ContainerRef, Snapshot
+from numamem.memorymanager.versions import Committed, Versions
+from numamem.memtypes import Block, ContainerRef
 from numamem.pod import Container, Pod
 from numamem.quantity import Quantity
 from numamem.topology import Machine
@@ -68,102 +64,11 @@ from numamem.topologymanager.policy import (
     TopologyHint,
     TopologyPolicy,
 )
+from numamem.work import Work
 
 _log = get_logger("memorymanager")
 
-
-@dataclass
-class AdmitOutcome:
-    """The result of :meth:`Manager.admit`: the topology decision and the blocks allocated."""
-
-    result: admission.AdmitResult
-    blocks: dict[str, list[Block]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, eq=False)
-class Committed:
-    """One committed version of the manager, published as a whole: readers take it once and
-    see a state, its container map and its pod names from the same commit (never a mix).
-
-    Nothing inside is mutated after publication. ``version`` grows by one per commit.
-    """
-
-    state: MemoryState
-    view: StateView
-    containers: ContainerMap
-    names: Mapping[str, tuple[str, str]]
-    """Pod uid -> (namespace, name) of pods with state, oldest recording first (a pod
-    re-created under a name another uid still holds is the last of that name)."""
-    version: int
-
-
-class _Rejected(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """Aborts an admission transaction without persisting anything."""
-
-
-class _TransactionProvider:
-    """The memory manager as a topology-manager hint provider, bound to one transaction."""
-
-    def __init__(self, policy: Policy, state: State) -> None:
-        self._policy = policy
-        self._state = state
-
-    def get_topology_hints(self, pod: Pod, container: Container) -> ProviderHints:
-        return self._policy.get_topology_hints(self._state, pod, container)
-
-    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
-        return self._policy.get_pod_topology_hints(self._state, pod)
-
-    def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
-        self._policy.allocate(self._state, pod, container, affinity)
-
-
-class _ExplainingProvider(_TransactionProvider):
-    """A transaction provider that also records what the policy considered."""
-
-    def __init__(self, policy: Policy, state: State) -> None:
-        super().__init__(policy, state)
-        self.explanations: dict[str, HintExplanation] = {}
-        self.allocated: set[str] = set()
-
-    def get_topology_hints(self, pod: Pod, container: Container) -> ProviderHints:
-        self.explanations[container.name] = self._policy.explain(self._state, pod, container)
-        return super().get_topology_hints(pod, container)
-
-    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
-        self.explanations[""] = self._policy.explain(self._state, pod, None)
-        return super().get_pod_topology_hints(pod)
-
-    def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
-        if affinity.affinity is None and container.name not in self.explanations:
-            # No affinity (the none policy, or no preference): the policy picks
-            # its own best hint, so explain that choice.
-            self.explanations[container.name] = self._policy.explain(self._state, pod, container)
-        super().allocate(pod, container, affinity)
-        self.allocated.add(container.name)
-
-
-@dataclass
-class ContainerExplanation:
-    """One hinting step of an explained admission ("" = the pod scope's single step)."""
-
-    container_name: str
-    explanation: HintExplanation
-    hints: ProviderHints
-    merged: TopologyHint
-    admitted: bool
-    others: list[tuple[str, ProviderHints]] = field(default_factory=list)
-    """The other providers' answers (name, hints) for this step; empty when it did not merge."""
-
-
-@dataclass
-class Explanation:
-    """The result of :meth:`Manager.explain`."""
-
-    topology_policy: str
-    topology_scope: str
-    outcome: AdmitOutcome
-    containers: list[ContainerExplanation]
+__all__ = ["AdmitOutcome", "Committed", "Explanation", "Manager", "new_policy"]
 
 
 class Manager:
@@ -182,15 +87,12 @@ class Manager:
     ) -> None:
         self.policy = policy
         self._store = store
+        self._versions = Versions(store, policy.name, max_pods, record_pod_names)
+        self._lock = self._versions.lock  # serialises writers, held across the store's write
         self._topology_policy = topology_policy
         self._topology_scope = topology_scope
         self._active_pods_fn = active_pods
-        self._max_pods = max_pods
-        self._lock = threading.Lock()  # serialises writers, held across the store's write
         self._active_lock = threading.Lock()  # guards _tracked_active (readers touch it too)
-        empty = MemoryState()
-        self._committed = Committed(empty, StateView(empty), ContainerMap(), {}, 0)
-        self._record_names = record_pod_names
         self._allocatable: list[Block] = []
         self._tracked_active: dict[str, frozenset[str]] | None = None
         self._stale_possible = active_pods is not None
@@ -235,93 +137,24 @@ class Manager:
                 raise RuntimeError("finish_start() before load()")
             work, containers, names, needs_write = self._loaded
             if needs_write:
-                self._store.save(self._snapshot(work, containers, names))
+                self._store.save(self._versions.snapshot(work, containers, names))
             self._store.restored()
             self._loaded = None
-            self._commit(work, containers, names)
+            self._versions.publish(work, containers, names)
             self._allocatable = self.policy.get_allocatable_memory(work)
             self.started = True
 
-    def _snapshot(
-        self, state: MemoryState, containers: ContainerMap, names: Mapping[str, tuple[str, str]]
-    ) -> Snapshot:
-        return Snapshot(
-            self.policy.name, state.machine_view(), state.pods_view(), containers.as_dict(), names
-        )
-
-    def _commit(
-        self, state: MemoryState, containers: ContainerMap, names: Mapping[str, tuple[str, str]]
-    ) -> None:
-        """Publish the new version in one assignment (readers never see half of it)."""
-        self._committed = Committed(
-            state, StateView(state), containers, names, self._committed.version + 1
-        )
+    @property
+    def _committed(self) -> Committed:
+        return self._versions.current
 
     @property
     def _state(self) -> MemoryState:
-        return self._committed.state
+        return self._versions.current.state
 
     @property
     def _containers(self) -> ContainerMap:
-        return self._committed.containers
-
-    @property
-    def _names(self) -> Mapping[str, tuple[str, str]]:
-        return self._committed.names
-
-    @contextlib.contextmanager
-    def _transaction(self, pod: Pod | None = None) -> Iterator[tuple[MemoryState, ContainerMap]]:
-        """Fork, run the body, check the pod limit, persist once if anything changed, commit.
-
-        The caller holds the lock. An exception from the body or the store drops
-        the fork; :class:`DurabilityUnknownError` commits it first (see the module
-        docstring). With ``record_pod_names``, ``pod``'s namespace and name are kept
-        while it has state (names of pods without state are dropped).
-        """
-        work = self._state.fork()
-        containers = self._containers.copy()
-        yield work, containers
-        self._check_pod_limit(work)
-        names = self._names_after(work, pod)
-        if not work.same_as(self._state) or containers != self._containers or names != self._names:
-            try:
-                self._store.save(self._snapshot(work, containers, names))
-            except DurabilityUnknownError as err:
-                if err.applied:  # a restart reads the new state: memory follows it
-                    self._commit(work, containers, names)
-                raise
-        self._commit(work, containers, names)
-
-    def _names_after(self, work: MemoryState, pod: Pod | None) -> Mapping[str, tuple[str, str]]:
-        names = self._names
-        pods = work.pods_view()
-        if (
-            self._record_names
-            and pod is not None
-            and (pod.namespace or pod.name)
-            and pod.uid in pods
-            and names.get(pod.uid) != (pod.namespace, pod.name)
-        ):
-            # Recorded last: the newest holder of a name is the last one (podresources Get).
-            names = {u: n for u, n in names.items() if u != pod.uid}
-            names[pod.uid] = (pod.namespace, pod.name)
-        if names and (work.pod_count() < self._state.pod_count() or len(names) > len(pods)):
-            # A pod lost its state (a scan only then): its name goes with it.
-            kept = {uid: n for uid, n in names.items() if uid in pods}
-            names = names if len(kept) == len(names) else kept
-        return names
-
-    def _check_pod_limit(self, work: MemoryState) -> None:
-        if self._max_pods is None or work.pod_count() <= self._max_pods:
-            return
-        committed = self._state.pods_view()
-        new = sorted(uid for uid in work.pods_view() if uid not in committed)
-        if not new:
-            return  # only pods that already had state (a limit lowered since): not refused
-        raise LimitExceededError(
-            f"pod.uid {quote(new[0])}: the memory manager holds {self._state.pod_count()} pods, its "
-            f"limit (--max-pods {self._max_pods}); release pods (SyncActivePods, ReleasePod) first"
-        )
+        return self._versions.current.containers
 
     # --- active pods and stale state ---------------------------------------
 
@@ -350,7 +183,7 @@ class Manager:
         if active is None:
             return []
         removed: list[ContainerRef] = []
-        with self._transaction() as (work, containers):
+        with self._versions.transaction() as (work, containers):
             for pod_uid, ctr, _ in list(work.iter_containers()):
                 if ctr not in active.get(pod_uid, ()):
                     self._remove_by_ref(work, containers, pod_uid, ctr)
@@ -394,27 +227,39 @@ class Manager:
     # --- operations ---------------------------------------------------------------
 
     def allocate(
-        self, pod: Pod, container_name: str, affinity: TopologyHint | None = None
+        self,
+        pod: Pod,
+        container_name: str,
+        affinity: TopologyHint | None = None,
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
     ) -> list[Block]:
-        """``Allocate``: stale-state cleanup first (its own write), then pin the container.
+        """``Allocate``: stale-state cleanup first (its own write), then pin the container,
+        computed outside the lock (see the module docstring).
 
         Idempotent: an allocated container keeps its blocks. Returns the
         container's blocks ([] when nothing was pinned).
         """
         container = _container(pod, container_name)
-        with self._lock:
-            self._touch(pod)
-            self._remove_stale_state_locked()
-            with self._transaction(pod) as (work, _):
-                self.policy.allocate(work, pod, container, affinity or NO_AFFINITY)
-            return self._state.get_memory_blocks(pod.uid, container_name) or []
+        self._touch(pod)
+        self._settle_stale_state()
+
+        def compute(fork: MemoryState, work: Work) -> tuple[bool, list[Block]]:
+            with work.stage(
+                lambda: f"pod {quote(pod.uid)}, container {quote(container_name)}: the allocation"
+            ):
+                self.policy.allocate(fork, pod, container, affinity or NO_AFFINITY, work)
+            return True, fork.get_memory_blocks(pod.uid, container_name) or []
+
+        return self._versions.optimistic(pod, compute, deadline, budget)
 
     def add_container(self, pod: Pod, container_name: str, container_id: str) -> None:
         """``AddContainer``: record the id; free the memory of earlier regular init containers."""
         _container(pod, container_name)
         with self._lock:
             self._touch(pod)
-            with self._transaction(pod) as (work, containers):
+            with self._versions.transaction(pod) as (work, containers):
                 containers.add(pod.uid, container_name, container_id)
                 for init in pod.init_containers:
                     if init.name == container_name:
@@ -436,7 +281,7 @@ class Manager:
                     container_id=quote(container_id, style="bare"),
                 )
                 return None
-            with self._transaction() as (work, containers):
+            with self._versions.transaction() as (work, containers):
                 self._remove_by_ref(work, containers, *ref)
             return ref
 
@@ -447,7 +292,7 @@ class Manager:
         Idempotent; returns the containers released.
         """
         with self._lock:
-            with self._transaction() as (work, containers):
+            with self._versions.transaction() as (work, containers):
                 names = set(work.pods_view().get(pod_uid, {}))
                 names |= {ctr for _, (uid, ctr) in containers.items() if uid == pod_uid}
                 for name in sorted(names):
@@ -461,80 +306,78 @@ class Manager:
             )
         return released
 
-    def get_topology_hints(self, pod: Pod, container_name: str) -> ProviderHints:
-        """Container-scope hints on the committed state; no lock unless stale state may exist."""
+    def get_topology_hints(
+        self, pod: Pod, container_name: str, *, deadline: float | None = None
+    ) -> ProviderHints:
+        """Container-scope hints on the committed state; no lock unless stale state may exist.
+
+        The Static policy's hints are lazy: whoever reads them runs the search, charged to
+        a Work with ``deadline``."""
         container = _container(pod, container_name)
         self._touch(pod)
         self._settle_stale_state()
-        return self.policy.get_topology_hints(self._state, pod, container)
+        return self.policy.get_topology_hints(self._state, pod, container, Work(deadline=deadline))
 
-    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
+    def get_pod_topology_hints(self, pod: Pod, *, deadline: float | None = None) -> ProviderHints:
         self._touch(pod)
         self._settle_stale_state()
-        return self.policy.get_pod_topology_hints(self._state, pod)
+        return self.policy.get_pod_topology_hints(self._state, pod, Work(deadline=deadline))
 
-    def admit(self, pod: Pod, others: Sequence[admission.GivenHints] = ()) -> AdmitOutcome:
+    def admit(
+        self,
+        pod: Pod,
+        others: Sequence[admission.GivenHints] = (),
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
+    ) -> AdmitOutcome:
         """Topology-manager admission of the whole pod, all-or-nothing in one write.
 
         ``others`` are other providers' hints, merged after the memory manager's
         (the merge does not depend on the order). A rejected pod
         (TopologyAffinityError, or a provider's Allocate error as
         UnexpectedAdmissionError) leaves no allocation behind; the kubelet would
-        keep the containers allocated before the failing one.
+        keep the containers allocated before the failing one. Hints, merges and
+        allocations are computed outside the lock (see the module docstring);
+        ``budget`` overrides :data:`~numamem.work.SEARCH_BUDGET`.
         """
-        if self._topology_policy is None:
+        topology_policy = self._topology_policy
+        if topology_policy is None:
             raise AllocationError("admission needs a topology manager policy")
-        with self._lock:
-            self._touch(pod)
-            self._remove_stale_state_locked()
-            outcome = AdmitOutcome(admission.AdmitResult(admitted=False))
-            try:
-                with self._transaction(pod) as (work, _):
-                    provider = _TransactionProvider(self.policy, work)
-                    outcome.result = admission.admit(
-                        pod, self._topology_policy, self._topology_scope, [provider, *others]
-                    )
-                    if not outcome.result.admitted:
-                        raise _Rejected
-            except _Rejected:
-                return outcome
-            for ctr in pod.all_containers():
-                outcome.blocks[ctr.name] = self._state.get_memory_blocks(pod.uid, ctr.name) or []
-            return outcome
+        self._touch(pod)
+        self._settle_stale_state()
 
-    def explain(self, pod: Pod, others: Sequence[admission.GivenHints] = ()) -> Explanation:
+        def compute(fork: MemoryState, work: Work) -> tuple[bool, AdmitOutcome]:
+            outcome = admit_on_fork(
+                fork, self.policy, topology_policy, self._topology_scope, pod, others, work
+            )
+            return outcome.result.admitted, outcome
+
+        return self._versions.optimistic(pod, compute, deadline, budget)
+
+    def explain(
+        self,
+        pod: Pod,
+        others: Sequence[admission.GivenHints] = (),
+        *,
+        deadline: float | None = None,
+    ) -> Explanation:
         """What :meth:`admit` would decide now, and why; changes nothing, takes no lock.
 
         Admission runs on a fork of the committed state that is always dropped,
         so nothing is written. Unlike Admit, stale state is not removed first.
-        Only the steps admission reached are explained: each hint request, and
-        each Allocate without an affinity (where the policy picks its own hint).
         """
         if self._topology_policy is None:
             raise AllocationError("explain needs a topology manager policy")
-        work = self._state.fork()
-        provider = _ExplainingProvider(self.policy, work)
-        result = admission.admit(
-            pod, self._topology_policy, self._topology_scope, [provider, *others]
+        return explain_on_fork(
+            self._state.fork(),
+            self.policy,
+            self._topology_policy,
+            self._topology_scope,
+            pod,
+            others,
+            Work(deadline=deadline),
         )
-        outcome = AdmitOutcome(result)
-        if result.admitted:
-            for ctr in pod.all_containers():
-                outcome.blocks[ctr.name] = work.get_memory_blocks(pod.uid, ctr.name) or []
-        containers = []
-        for name, explanation in provider.explanations.items():
-            answers = result.hints.get(name) or [None]  # no entry: allocated without a merge
-            containers.append(
-                ContainerExplanation(
-                    name,
-                    explanation,
-                    answers[0],
-                    result.merged.get(name, NO_AFFINITY),
-                    result.admitted if name == "" else name in provider.allocated,
-                    [(o.provider, a) for o, a in zip(others, answers[1:], strict=False)],
-                )
-            )
-        return Explanation(self._topology_policy.name, self._topology_scope, outcome, containers)
 
     # --- readers: the committed state, no lock ------------------------------------
 
@@ -564,7 +407,7 @@ class Manager:
     def pod_names(self) -> Mapping[str, tuple[str, str]]:
         """Pod uid -> (namespace, name), for pods with state whose Pod message named them
         (with ``record_pod_names``); the committed mapping, not a copy: do not mutate."""
-        return self._names
+        return self._versions.current.names
 
 
 def new_policy(

@@ -10,6 +10,7 @@ from numamem.memorymanager.state import State, StateReader
 from numamem.memtypes import Block
 from numamem.pod import Container, Pod
 from numamem.topologymanager.policy import ProviderHints, TopologyHint
+from numamem.work import Work
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,10 @@ class HintExplanation:
 class Policy(Protocol):
     """A memory manager policy: stateless past construction (the reuse table lives in the state).
 
-    Mutating methods run on a transaction's state under the manager's lock;
-    hints, explanations and allocatable memory may run concurrently on
-    committed states.
+    Mutating methods run on a transaction's fork (a private copy of a committed
+    state); hints, explanations and allocatable memory may run concurrently on
+    committed states. Searches are charged to the ``work`` given (a default budget
+    without deadline when None).
     """
 
     name: str
@@ -50,7 +52,12 @@ class Policy(Protocol):
         namespace, name, where recorded) name the pods in a refusal."""
 
     def allocate(
-        self, state: State, pod: Pod, container: Container, affinity: TopologyHint
+        self,
+        state: State,
+        pod: Pod,
+        container: Container,
+        affinity: TopologyHint,
+        work: Work | None = None,
     ) -> None:
         """Pin memory for one container. Idempotent: an allocated container is left alone."""
 
@@ -58,14 +65,18 @@ class Policy(Protocol):
         """Release a container's memory. Idempotent."""
 
     def get_topology_hints(
-        self, state: StateReader, pod: Pod, container: Container
+        self, state: StateReader, pod: Pod, container: Container, work: Work | None = None
     ) -> ProviderHints: ...
 
-    def get_pod_topology_hints(self, state: StateReader, pod: Pod) -> ProviderHints: ...
+    def get_pod_topology_hints(
+        self, state: StateReader, pod: Pod, work: Work | None = None
+    ) -> ProviderHints: ...
 
     def get_allocatable_memory(self, state: StateReader) -> list[Block]: ...
 
-    def explain(self, state: StateReader, pod: Pod, container: Container | None) -> HintExplanation:
+    def explain(
+        self, state: StateReader, pod: Pod, container: Container | None, work: Work | None = None
+    ) -> HintExplanation:
         """Why the hints for ``container`` (None: the pod scope) are what they are. Read-only."""
 
     def can_allocate_exclusively(self) -> bool: ...
@@ -80,7 +91,12 @@ class NonePolicy:
         return None
 
     def allocate(
-        self, state: State, pod: Pod, container: Container, affinity: TopologyHint
+        self,
+        state: State,
+        pod: Pod,
+        container: Container,
+        affinity: TopologyHint,
+        work: Work | None = None,
     ) -> None:
         return None
 
@@ -88,17 +104,21 @@ class NonePolicy:
         return None
 
     def get_topology_hints(
-        self, state: StateReader, pod: Pod, container: Container
+        self, state: StateReader, pod: Pod, container: Container, work: Work | None = None
     ) -> ProviderHints:
         return None
 
-    def get_pod_topology_hints(self, state: StateReader, pod: Pod) -> ProviderHints:
+    def get_pod_topology_hints(
+        self, state: StateReader, pod: Pod, work: Work | None = None
+    ) -> ProviderHints:
         return None
 
     def get_allocatable_memory(self, state: StateReader) -> list[Block]:
         return []
 
-    def explain(self, state: StateReader, pod: Pod, container: Container | None) -> HintExplanation:
+    def explain(
+        self, state: StateReader, pod: Pod, container: Container | None, work: Work | None = None
+    ) -> HintExplanation:
         return HintExplanation(note="the None policy pins no memory and gives no hints")
 
     def can_allocate_exclusively(self) -> bool:

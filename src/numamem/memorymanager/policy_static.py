@@ -91,6 +91,7 @@ from numamem.quantity import format_bytes
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.policy import TopologyHint
+from numamem.work import Work
 
 POLICY_NAME = "Static"
 _log = get_logger("memorymanager")
@@ -196,19 +197,24 @@ class StaticPolicy:
         machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
+        work: Work,
     ) -> HintSpace:
         nodes = sorted(machine_state) if self.numa_nodes is None else self.numa_nodes
-        return HintSpace(machine_state, requested, reuse, nodes)
+        return HintSpace(machine_state, requested, reuse, nodes, work)
 
     def get_topology_hints(
-        self, state: StateReader, pod: Pod, container: Container
+        self, state: StateReader, pod: Pod, container: Container, work: Work | None = None
     ) -> Hints | None:
-        return self._hints(state, pod, container)
+        return self._hints(state, pod, container, work or Work())
 
-    def get_pod_topology_hints(self, state: StateReader, pod: Pod) -> Hints | None:
-        return self._hints(state, pod, None)
+    def get_pod_topology_hints(
+        self, state: StateReader, pod: Pod, work: Work | None = None
+    ) -> Hints | None:
+        return self._hints(state, pod, None, work or Work())
 
-    def _hints(self, state: StateReader, pod: Pod, container: Container | None) -> Hints | None:
+    def _hints(
+        self, state: StateReader, pod: Pod, container: Container | None, work: Work
+    ) -> Hints | None:
         source = self._hint_source(state, pod, container)
         if isinstance(source, str):
             return None
@@ -216,7 +222,7 @@ class StaticPolicy:
         if blocks is not None:
             return regenerate_hints(blocks, requested)
         return self.calculate_hints(
-            state.machine_view(), requested, reusable_memory(state, pod, container)
+            state.machine_view(), requested, reusable_memory(state, pod, container), work
         )
 
     def calculate_hints(
@@ -224,10 +230,11 @@ class StaticPolicy:
         machine_state: Mapping[int, NUMANodeState | None],
         requested: Mapping[str, int],
         reuse: Mapping[int, Mapping[str, int]],
+        work: Work,
     ) -> Hints:
         """``calculateHints``: the same hints for every requested type; ``{}`` when no mask
         qualifies (which the topology manager reads as "no preference", as in the kubelet)."""
-        space = self.hint_space(machine_state, requested, reuse)
+        space = self.hint_space(machine_state, requested, reuse, work)
         if space.is_empty():
             return {}
         return dict.fromkeys(requested, space)
@@ -260,7 +267,9 @@ class StaticPolicy:
                 return requested, blocks, ctr.name
         return requested, None, ""
 
-    def explain(self, state: StateReader, pod: Pod, container: Container | None) -> HintExplanation:
+    def explain(
+        self, state: StateReader, pod: Pod, container: Container | None, work: Work | None = None
+    ) -> HintExplanation:
         source = self._hint_source(state, pod, container)
         if isinstance(source, str):
             return HintExplanation(note=source)
@@ -282,7 +291,7 @@ class StaticPolicy:
                 )
             return HintExplanation(dict(requested), note=note)
         space = self.hint_space(
-            state.machine_view(), requested, reusable_memory(state, pod, container)
+            state.machine_view(), requested, reusable_memory(state, pod, container), work or Work()
         )
         verdicts, omitted = mask_verdicts(space)
         minimum = space.min_affinity_size
@@ -303,7 +312,12 @@ class StaticPolicy:
     # --- allocate ------------------------------------------------------------
 
     def allocate(
-        self, state: State, pod: Pod, container: Container, affinity: TopologyHint
+        self,
+        state: State,
+        pod: Pod,
+        container: Container,
+        affinity: TopologyHint,
+        work: Work | None = None,
     ) -> None:
         if pod_qos(pod) != GUARANTEED:
             return
@@ -315,7 +329,7 @@ class StaticPolicy:
         machine_state = state.machine_view()
         reuse_table = reusable_memory(state, pod, container)
         self._check_types_exist(machine_state, requested)
-        space = self.hint_space(machine_state, requested, reuse_table)
+        space = self.hint_space(machine_state, requested, reuse_table, work or Work())
         best = affinity
         if affinity.affinity is None:
             if space.is_empty():
@@ -423,22 +437,6 @@ class StaticPolicy:
 
 def _no_drift(state: MachineState) -> dict[tuple[int, str], int]:
     return {(n, name): 0 for n, node in state.items() if node for name in (node.memory_map or {})}
-
-
-def find_best_hint(hints: Sequence[TopologyHint]) -> TopologyHint:
-    """``findBestHint`` over a list: preferred first, then the narrowest mask."""
-    best = TopologyHint(None, False)
-    for hint in hints:
-        if (
-            best.affinity is None
-            or (hint.preferred and not best.preferred)
-            or (
-                hint.preferred == best.preferred
-                and bitmask.is_narrower_than(hint.affinity or 0, best.affinity)
-            )
-        ):
-            best = hint
-    return best
 
 
 def regenerate_hints(blocks: Sequence[Block], requested: Mapping[str, int]) -> Hints | None:

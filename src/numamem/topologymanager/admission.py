@@ -3,11 +3,16 @@
 :func:`admit` gathers hints from every provider, merges them under the
 policy, rejects with ``TopologyAffinityError`` when the policy says no, and
 otherwise records the affinity of each container and asks every provider to
-allocate it; a provider error becomes ``UnexpectedAdmissionError``.
+allocate it; a provider error becomes ``UnexpectedAdmissionError`` (except a
+search stopped by its budget or deadline, which fails the whole operation: it
+decides nothing).
 
 It changes nothing itself: providers allocate into whatever state they were
 given, so a caller that wants all-or-nothing admission hands in providers bound
 to a transaction and discards it when :attr:`AdmitResult.admitted` is false.
+The merges are charged to ``work`` (the providers charge theirs to the same
+one), each step named (:meth:`~numamem.work.Work.stage`) so that a refusal
+says which container's hints or merge reached the budget.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from numamem.errors import NumamemError
+from numamem.errors import DeadlineExceededError, NumamemError, SearchBudgetError, quote
 from numamem.pod import Container, Pod
 from numamem.topologymanager.policy import (
     NO_AFFINITY,
@@ -26,6 +31,7 @@ from numamem.topologymanager.policy import (
     TopologyHint,
     TopologyPolicy,
 )
+from numamem.work import Work
 
 TOPOLOGY_AFFINITY_ERROR = "TopologyAffinityError"
 TOPOLOGY_AFFINITY_MESSAGE = "Resources cannot be allocated with Topology locality"
@@ -81,40 +87,68 @@ class AdmitResult:
 
 
 def admit(
-    pod: Pod, policy: TopologyPolicy, scope: str, providers: Sequence[HintProvider]
+    pod: Pod,
+    policy: TopologyPolicy,
+    scope: str,
+    providers: Sequence[HintProvider],
+    work: Work | None = None,
 ) -> AdmitResult:
     """Admit ``pod``; see the module docstring."""
+    work = Work() if work is None else work
     result = AdmitResult(admitted=True)
     containers = list(pod.all_containers())
     if policy.name == NONE:
         for container in containers:
             result.affinities[container.name] = NO_AFFINITY
-            if not _allocate(pod, container, NO_AFFINITY, providers, result):
-                return result
+            with work.stage(
+                f"pod {quote(pod.uid)}: the allocation of container {quote(container.name)}"
+            ):
+                if not _allocate(pod, container, NO_AFFINITY, providers, result):
+                    return result
         return result
+    nodes = policy.info.default_mask.bit_count()
     if scope == SCOPE_POD:
-        answers = [p.get_pod_topology_hints(pod) for p in providers]
-        best, ok = policy.merge(answers)
+        with work.stage(f"pod {quote(pod.uid)}: the pod's topology hints"):
+            answers = [p.get_pod_topology_hints(pod) for p in providers]
+        with work.stage(f"pod {quote(pod.uid)}: {_merge_of(answers, nodes)}"):
+            best, ok = policy.merge(answers, work)
         result.hints[""] = answers
         result.merged[""] = best
         if not ok:
             return _reject(result)
         for container in containers:
             result.affinities[container.name] = best
-            if not _allocate(pod, container, best, providers, result):
-                return result
+            with work.stage(
+                f"pod {quote(pod.uid)}: the allocation of container {quote(container.name)}"
+            ):
+                if not _allocate(pod, container, best, providers, result):
+                    return result
         return result
     for container in containers:
-        answers = [p.get_topology_hints(pod, container) for p in providers]
-        best, ok = policy.merge(answers)
+        where = f"pod {quote(pod.uid)}, container {quote(container.name)}"
+        with work.stage(f"{where}: the topology hints"):
+            answers = [p.get_topology_hints(pod, container) for p in providers]
+        with work.stage(f"{where}: {_merge_of(answers, nodes)}"):
+            best, ok = policy.merge(answers, work)
         result.hints[container.name] = answers
         result.merged[container.name] = best
         if not ok:
             return _reject(result)
         result.affinities[container.name] = best
-        if not _allocate(pod, container, best, providers, result):
-            return result
+        with work.stage(f"{where}: the allocation"):
+            if not _allocate(pod, container, best, providers, result):
+                return result
     return result
+
+
+def _merge_of(answers: Sequence[ProviderHints], nodes: int) -> str:
+    """What a merge merges, for a refusal's message."""
+    lists = sum(max(len(a or {}), 1) for a in answers)
+    hints = sum(len(lst) for a in answers for lst in (a or {}).values() if isinstance(lst, list))
+    return (
+        f"the merge of {lists} hint lists from {len(answers)} providers ({hints} listed hints "
+        f"besides the memory manager's) on {nodes} NUMA nodes"
+    )
 
 
 def _reject(result: AdmitResult) -> AdmitResult:
@@ -134,6 +168,8 @@ def _allocate(
     for provider in providers:
         try:
             provider.allocate(pod, container, hint)
+        except (SearchBudgetError, DeadlineExceededError):
+            raise  # the search stopped: no admission decision, the whole operation fails
         except NumamemError as err:
             result.admitted = False
             result.reason = UNEXPECTED_ADMISSION_ERROR

@@ -1,4 +1,4 @@
-"""The hint merge (kubelet ``HintMerger.Merge``) without the cartesian product.
+"""The hint merge (kubelet ``HintMerger.Merge``) without the cartesian product, exact on every input.
 
 kubelet merges by visiting every permutation: one hint from each resource list
 of each provider, ANDed together, and keeps the best by ``compare``. With 4
@@ -18,56 +18,61 @@ the largest of the lists' narrowest hint sizes: working through its cases, a
 hint of exactly B nodes beats every other size, a smaller size beats every
 larger one, and among sizes below B the larger wins, above B the smaller; one
 size ties break as for preferred hints. Every case is a comparison under the
-one order (preferred, then rank of the size, then the narrowest/closest key),
-so the visiting order never matters and the result is the minimum of the
-existing merged hints under that order.
+one order (preferred, then rank of the size, then :class:`Order`), so the
+visiting order never matters and the result is the minimum of the existing
+merged hints under that order.
 
-Which merged hints exist:
+Which merged hints exist, and how the minimum is found:
 
 * preferred ones need every list to offer the same mask as a preferred hint
   (or a preferred "any NUMA" hint): candidates come from the smallest list of
-  preferred masks (or, when only the memory manager constrains, from its
-  preferred masks in integer order, where the first that every list accepts
-  wins); each is checked against every list by membership;
+  preferred masks, each checked against every list by membership; when only
+  the memory manager's rule-given list constrains, its best preferred member
+  is searched directly (:meth:`HintFamily.best_preferred`: by value, the first
+  in integer order; by distance, a branch and bound over node sets by
+  (size, distance sum), which is the kubelet's order);
 * when none exists, the non-preferred minimum is searched among the nonzero
-  ANDs of one hint per list: on up to :data:`MOBIUS_MAX_NODES` nodes exactly,
-  by counting for every node set how many permutations AND to exactly it
-  (superset zeta transform of each list, their product, Möbius inversion:
-  O(lists · n · 2^n), whatever the list sizes); on larger machines by the set
-  of distinct ANDs (at most the product kubelet itself would visit), with the
-  memory manager's rule-given list listed when it is small, or its structure
-  used directly (:meth:`HintFamily.best_meet`) when it is the only such list.
-  The one case left: the same rule-given list for several resources (memory
-  and hugepages) that is too large to list, on more than 16 nodes, with no
-  preferred merged hint; kubelet's product is then at least 4096^2 = 1.7·10^7
-  permutations per admission. The ANDs of distinct members of that list can
-  form masks that no member is (kubelet's non-preferred merge picks among
-  them), so numamem takes the best of the exact single-member answer and of
-  the ANDs of the first members in kubelet's order as far as
-  :data:`AND_BUDGET` goes: a documented approximation that can only change
-  which non-preferred mask a best-effort admission starts from (Allocate then
-  extends it to a mask that fits, as it does kubelet's).
+  ANDs of one hint per list. The explicit lists (other providers' hints, and
+  the memory manager's list when it has at most :data:`MATERIALIZE_MEMBERS`
+  members) are first reduced without changing their ANDs: every mask is cut
+  to the nodes every list can still offer (a one-mask list cuts all others),
+  lists that became the whole remaining mask are dropped, and repeated lists
+  count at most n times (an AND of more members of one list is already an
+  AND of n of them). Their distinct ANDs are then taken list by list, smallest
+  first, pairwise; once a pairwise step would cost more than a counting step,
+  on up to :data:`MOBIUS_MAX_NODES` remaining nodes the rest is counted
+  instead: for every node set, how many choices AND to exactly it (superset
+  zeta transform of each list, their product, Möbius inversion: O(n · 2^n)
+  per list, whatever the list sizes). A rule-given list too large to list
+  (the memory manager's on a large machine, once per memory type it serves)
+  is met with each of those ANDs by its structure
+  (:meth:`HintFamily.best_meet`, exact for any number of copies).
 
-Explicit lists (other providers' hints) whose distinct ANDs exceed
-:data:`AND_BUDGET` on more than 16 nodes are refused with a
-LimitExceededError naming the budget, rather than merged for hours.
+Every step is charged to the caller's :class:`~numamem.work.Work`: a merge
+either gives kubelet's answer or is refused with
+:class:`~numamem.errors.SearchBudgetError` (or DeadlineExceededError) naming
+what it was merging. Nothing is approximated.
 """
 
 from __future__ import annotations
 
 import abc
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
-from numamem.errors import LimitExceededError
+from numamem.errors import SearchBudgetError
 from numamem.topologymanager import bitmask
+from numamem.work import Work
 
 MOBIUS_MAX_NODES = 16
+"""Remaining nodes up to which the distinct ANDs may be counted (2^n entries per list)."""
 MATERIALIZE_MEMBERS = 4096
-APPROXIMATE_MEMBERS = 4096
-AND_BUDGET = 5_000_000
-"""Pairwise ANDs the distinct-AND search may take on machines above MOBIUS_MAX_NODES."""
+"""A rule-given list with at most this many members is merged as an explicit list."""
+PAIRWISE_COST_FACTOR = 1.0
+"""Pairwise ANDs are taken while they cost at most this many counting steps (tests set 0
+to count always)."""
 
 Merged = tuple[int, bool]
 
@@ -80,12 +85,42 @@ class Hint(Protocol):
     def preferred(self) -> bool: ...
 
 
+class Order:
+    """How masks of one size compare: kubelet's narrowest (the integer value), or with
+    ``distances`` its closest (the sum of distances over ordered pairs of the mask's nodes,
+    self-pairs included, then the value). For masks of one size, comparing sums compares
+    the kubelet's averages."""
+
+    __slots__ = ("distances",)
+
+    def __init__(self, distances: Mapping[int, Mapping[int, int]] | None = None) -> None:
+        self.distances = distances
+
+    @property
+    def by_value(self) -> bool:
+        return self.distances is None
+
+    def total(self, mask: int) -> int:
+        """The sum of distances over ordered pairs of the mask's nodes (0 by value)."""
+        d = self.distances
+        if d is None:
+            return 0
+        bits = bitmask.get_bits(mask)
+        return sum(d[a][b] for a in bits for b in bits)
+
+    def key(self, mask: int) -> tuple[int, int]:
+        return (self.total(mask), mask)
+
+
+NARROWEST = Order()
+
+
 class HintFamily(abc.ABC):
     """A provider's hints for one resource given by rule instead of as a list.
 
-    Iterating yields the hints in kubelet's order. Every method is read-only.
-    (An abstract class rather than a Protocol: the merge tells families from
-    lists with ``isinstance`` on every list of every admission.)
+    Iterating yields the hints in kubelet's order. Every method is read-only and
+    charges its own :class:`~numamem.work.Work`. (An abstract class rather than a
+    Protocol: the merge tells families from lists with ``isinstance``.)
     """
 
     @abc.abstractmethod
@@ -95,12 +130,20 @@ class HintFamily(abc.ABC):
     def is_empty(self) -> bool: ...
 
     @abc.abstractmethod
+    def span(self) -> int:
+        """The mask of every node a hint may hold (hints are subsets of it)."""
+
+    @abc.abstractmethod
     def contains_preferred(self, mask: int) -> bool:
         """Whether ``mask`` is one of the preferred hints."""
 
     @abc.abstractmethod
     def preferred_by_value(self) -> Iterator[int]:
         """The preferred hints' masks, smallest integer first."""
+
+    @abc.abstractmethod
+    def best_preferred(self, order: Order, accept: Callable[[int], bool] | None) -> int | None:
+        """The preferred hint smallest under ``order`` that ``accept`` (if given) accepts."""
 
     @abc.abstractmethod
     def narrowest_count(self) -> int | None:
@@ -112,30 +155,38 @@ class HintFamily(abc.ABC):
 
     @abc.abstractmethod
     def best_meet(
-        self, e: int, best_count: int, narrow_key: Callable[[int], tuple[int, ...]]
+        self,
+        e: int,
+        copies: int,
+        best_count: int,
+        order: Order,
+        below: tuple[int, ...] | None = None,
     ) -> int | None:
-        """The smallest nonzero ``e & h`` over the hints ``h`` under :func:`size_rank`
-        (with ``best_count``), then ``narrow_key``; None when every such AND is empty."""
+        """The smallest nonzero ``e & h1 & ... & h_copies`` over hints ``h`` under
+        :func:`size_rank` (with ``best_count``), then ``order``; None when all are empty, or
+        when none ranks below ``below`` (a rank: size rank, then order key)."""
 
 
 HintList = Sequence[Hint] | HintFamily
 
 
 def merge(
-    lists: Sequence[HintList],
-    default: int,
-    narrow_key: Callable[[int], tuple[int, ...]],
+    lists: Sequence[HintList], default: int, order: Order = NARROWEST, work: Work | None = None
 ) -> Merged:
     """kubelet's merged hint over ``lists`` (already filtered: nil and empty lists replaced).
 
-    ``default`` is the mask of every NUMA node; ``narrow_key`` orders masks of
-    the same size (narrowest: the mask value; closest: distance, then value).
+    ``default`` is the mask of every NUMA node the topology manager uses; every family
+    must span only nodes of it.
     """
-    preferred = _best_preferred(lists, default, narrow_key)
+    work = Work() if work is None else work
+    for lst in lists:
+        if isinstance(lst, HintFamily) and lst.span() & ~default:
+            raise ValueError("a hint family spans nodes outside the default mask")
+    preferred = _best_preferred(lists, default, order, work)
     if preferred is not None:
         return preferred, True
-    best_count = _best_non_preferred_count(lists)
-    found = _best_non_preferred(lists, default, best_count, narrow_key)
+    best_count = _best_non_preferred_count(lists, work)
+    found = _best_non_preferred(lists, default, best_count, order, work)
     return (default, False) if found is None else (found, False)
 
 
@@ -149,7 +200,7 @@ def size_rank(count: int, best_count: int) -> tuple[int, int]:
 
 
 def _best_preferred(
-    lists: Sequence[HintList], default: int, key: Callable[[int], tuple[int, ...]]
+    lists: Sequence[HintList], default: int, order: Order, work: Work
 ) -> int | None:
     explicit: list[tuple[set[int], bool]] = []
     families: list[HintFamily] = []
@@ -158,6 +209,7 @@ def _best_preferred(
             if not any(lst is f for f in families):
                 families.append(lst)
             continue
+        work.spend(len(lst))
         masks = {h.affinity for h in lst if h.preferred and h.affinity is not None}
         any_node = any(h.preferred and h.affinity is None for h in lst)
         explicit.append((masks, any_node))
@@ -168,52 +220,37 @@ def _best_preferred(
         )
 
     def full_key(mask: int) -> tuple[int, ...]:
-        return (mask.bit_count(), *key(mask))
+        return (mask.bit_count(), *order.key(mask))
 
     constraining = [masks for masks, any_node in explicit if not any_node]
     if constraining:
         seed = min(constraining, key=len)
-        candidates = [m for m in seed if m & default and accepted(m)]
-        merged = {m & default for m in candidates}
+        work.spend(len(seed) * (len(explicit) + len(families) + 1))
+        merged = {m & default for m in seed if m & default and accepted(m)}
         return min(merged, key=full_key) if merged else None
     if families:
-        first = families[0]
-        if orders_by_value(key):
-            for mask in first.preferred_by_value():
-                if mask & default and accepted(mask):
-                    return mask & default
-            return None
-        found = [m & default for m in first.preferred_by_value() if m & default and accepted(m)]
-        return min(found, key=full_key) if found else None
+        # Every explicit list offers a preferred "any NUMA" hint: the first family's best
+        # preferred member that the other families also offer (members lie within default).
+        others = families[1:]
+        accept = (lambda m: all(f.contains_preferred(m) for f in others)) if others else None
+        return families[0].best_preferred(order, accept)
     # Every list offers a preferred "any NUMA" hint: the default mask, and any one list's mask.
     union = {m & default for masks, _ in explicit for m in masks if m & default}
     union.add(default)
     return min(union, key=full_key)
 
 
-def orders_by_value(key: Callable[[int], tuple[int, ...]]) -> bool:
-    """Whether ``key`` orders masks of one size by integer value (the narrowest order)."""
-    return getattr(key, "by_value", False) is True
-
-
-def by_value(mask: int) -> tuple[int, ...]:
-    """The narrowest order of masks of one size: the integer value (``IsNarrowerThan``)."""
-    return (mask,)
-
-
-by_value.by_value = True  # type: ignore[attr-defined]
-
-
 # --- non-preferred ---------------------------------------------------------------------
 
 
-def _best_non_preferred_count(lists: Sequence[HintList]) -> int:
+def _best_non_preferred_count(lists: Sequence[HintList], work: Work) -> int:
     """``bestNonPreferredAffinityCount``: the largest of the lists' narrowest hint sizes."""
     best = 0
     for lst in lists:
         if isinstance(lst, HintFamily):
             count = lst.narrowest_count()
         else:
+            work.spend(len(lst))
             narrowest: int | None = None
             for h in lst:
                 if h.affinity is not None and (
@@ -230,86 +267,115 @@ def _best_non_preferred(
     lists: Sequence[HintList],
     default: int,
     best_count: int,
-    narrow_key: Callable[[int], tuple[int, ...]],
+    order: Order,
+    work: Work,
 ) -> int | None:
     def rank(mask: int) -> tuple[int, ...]:
-        return (*size_rank(mask.bit_count(), best_count), *narrow_key(mask))
+        return (*size_rank(mask.bit_count(), best_count), *order.key(mask))
 
-    nodes = bitmask.get_bits(default)
-    if len(nodes) <= MOBIUS_MAX_NODES:
-        counted = _meets_by_counting(lists, nodes)
-        return min(counted, key=rank) if counted else None
-    explicit = [lst for lst in lists if not isinstance(lst, HintFamily)]
-    families: list[HintFamily] = [lst for lst in lists if isinstance(lst, HintFamily)]
-    meets: set[int] = _distinct_meets([_masks(lst, default) for lst in explicit], default)
-    unlisted: list[HintFamily] = []
-    for family in families:
+    explicit: list[set[int]] = []
+    families: list[HintFamily] = []
+    copies_of: list[int] = []
+    for lst in lists:
+        if isinstance(lst, HintFamily):
+            index = next((i for i, f in enumerate(families) if f is lst), None)
+            if index is None:
+                families.append(lst)
+                copies_of.append(1)
+            else:
+                copies_of[index] += 1
+            continue
+        work.spend(len(lst))
+        explicit.append({default if h.affinity is None else h.affinity & default for h in lst})
+    by_rule: list[tuple[HintFamily, int]] = []
+    for family, copies in zip(families, copies_of, strict=True):
         members = family.materialize(MATERIALIZE_MEMBERS)
-        if members is not None and len(meets) * len(set(members)) <= AND_BUDGET:
-            meets = _distinct_meets([members], default, start=meets)
+        if members is None:
+            by_rule.append((family, copies))
         else:
-            unlisted.append(family)
+            explicit.extend(set(members) for _ in range(copies))
+    if len(by_rule) > 1:
+        # Several different rule-given lists too large to list (no provider gives them: the
+        # memory manager answers with one). Listing all but one is what is left.
+        for family, copies in by_rule[1:]:
+            members = family.materialize(max(work.remaining(), 1))
+            if members is None:
+                raise SearchBudgetError(
+                    f"{work.what}: {len(by_rule)} different rule-given hint lists too large to "
+                    "list; the merge meets only one of them by its structure"
+                )
+            explicit.extend(set(members) for _ in range(copies))
+        by_rule = by_rule[:1]
+    meets = distinct_meets(explicit, default, work)
     if not meets:
         return None
-    if not unlisted:
+    if not by_rule:
         return min(meets, key=rank)
-    # One list given by rule: exact, from its structure. Several (the memory manager's
-    # one family for memory and each hugepage size, on a machine too large to list it):
-    # the single-family answer of each meet, plus the meets with the first members of
-    # each family as far as the budget goes (the approximation of the module docstring).
-    found: set[int] = set()
-    if all(f is unlisted[0] for f in unlisted):
-        found = {
-            m for e in meets if (m := unlisted[0].best_meet(e, best_count, narrow_key)) is not None
-        }
-    if len(unlisted) > 1:
-        approximate = set(meets)
-        for family in unlisted:
-            limit = min(APPROXIMATE_MEMBERS, AND_BUDGET // max(len(approximate), 1))
-            approximate = _distinct_meets(
-                [_first_members(family, max(limit, 1))], default, start=approximate
-            )
-        found |= approximate
-    return min(found, key=rank) if found else None
+    family, copies = by_rule[0]
 
+    def widest(e: int) -> tuple[int, int]:
+        """The best size rank any AND within ``e`` can have."""
+        return size_rank(min(best_count, e.bit_count()) if best_count >= 1 else 1, best_count)
 
-def _masks(lst: Sequence[Hint], default: int) -> list[int]:
-    return [default if h.affinity is None else h.affinity & default for h in lst]
-
-
-def _first_members(family: HintFamily, limit: int) -> list[int]:
-    out: list[int] = []
-    for hint in family:
-        if len(out) >= limit:
+    # The ANDs in order of the best size they can reach; each search starts from the best so
+    # far (the answer is the minimum over all of them, whatever the order).
+    found: int | None = None
+    found_rank: tuple[int, ...] | None = None
+    work.spend(len(meets))
+    for e in sorted(meets, key=lambda e: (widest(e), e)):
+        if found_rank is not None and widest(e) > found_rank[:2]:
             break
-        if hint.affinity is not None:
-            out.append(hint.affinity)
-    return out
+        work.spend(1)
+        best = family.best_meet(e, copies, best_count, order, found_rank)
+        if best is not None:
+            found, found_rank = best, rank(best)
+    return found
 
 
-def _distinct_meets(
-    lists: Sequence[Sequence[int]], default: int, start: set[int] | None = None
-) -> set[int]:
-    """Every nonzero AND of one mask per list (starting from ``start``, or the default mask)."""
-    current = {default} if start is None else start
-    spent = 0
-    for masks in lists:
-        unique = set(masks)
-        spent += len(current) * len(unique)
-        if spent > AND_BUDGET:
-            raise LimitExceededError(
-                f"other_providers: the providers' hints have more than {AND_BUDGET} combinations "
-                f"on a machine of {default.bit_count()} NUMA nodes; send fewer hints per resource "
-                "(the kubelet would take hours to merge them)"
-            )
-        current = {a & b for a in current for b in unique} - {0}
+def distinct_meets(lists: Sequence[set[int]], default: int, work: Work) -> set[int]:
+    """Every nonzero AND of one mask per list, the masks cut to ``default`` ({default} when
+    there are no lists); see the module docstring for the reductions and the two methods."""
+    g = default
+    pending = [s - {0} for s in lists]
+    while True:
+        if any(not s for s in pending):
+            return set()  # every choice through that list ANDs to nothing
+        work.spend(sum(len(s) for s in pending))
+        cut = g
+        for s in pending:
+            union = 0
+            for m in s:
+                union |= m
+            cut &= union
+        if cut == g:
+            break
+        g = cut
+        if not g:
+            return set()
+        pending = [{m & g for m in s} - {0} for s in pending]
+    n = g.bit_count()
+    counted = Counter(frozenset(s) for s in pending if s != {g})
+    reduced = sorted((s for s, times in counted.items() for _ in range(min(times, n))), key=len)
+    current = {g}
+    count_cost = n << n if n <= MOBIUS_MAX_NODES else None
+    for index, masks in enumerate(reduced):
+        pairs = len(current) * len(masks)
+        if count_cost is not None and pairs > PAIRWISE_COST_FACTOR * count_cost:
+            return _meets_by_counting(current, reduced[index:], g, work)
+        work.spend(pairs)
+        current = {a & b for a in current for b in masks}
+        current.discard(0)
         if not current:
-            break
+            return set()
     return current
 
 
-def _meets_by_counting(lists: Sequence[HintList], nodes: Sequence[int]) -> list[int]:
-    """The nonzero masks that some permutation ANDs to exactly, by the zeta/Möbius transform."""
+def _meets_by_counting(
+    start: set[int], lists: Sequence[frozenset[int]], g: int, work: Work
+) -> set[int]:
+    """The nonzero ANDs of one mask of ``start`` and one of each list, by the zeta/Möbius
+    transform over the nodes of ``g`` (every mask lies within ``g``)."""
+    nodes = bitmask.get_bits(g)
     n = len(nodes)
     size = 1 << n
     position = {node: i for i, node in enumerate(nodes)}
@@ -317,34 +383,28 @@ def _meets_by_counting(lists: Sequence[HintList], nodes: Sequence[int]) -> list[
     def compress(mask: int) -> int:
         out = 0
         for bit in bitmask.get_bits(mask):
-            if bit in position:
-                out |= 1 << position[bit]
+            out |= 1 << position[bit]
         return out
 
-    full = size - 1
-    product = [1] * size
-    seen: list[tuple[object, list[int]]] = []
-    for lst in lists:
-        cached = next((z for ident, z in seen if ident is lst), None)
-        if cached is None:
-            counts = [0] * size
-            if isinstance(lst, HintFamily):
-                members = lst.materialize(size)
-                assert members is not None  # at most 2^n - 1 distinct masks exist
-                for m in members:
-                    counts[compress(m)] += 1
-            else:
-                for h in lst:
-                    counts[full if h.affinity is None else compress(h.affinity)] += 1
-            cached = _superset_zeta(counts, n)
-            seen.append((lst, cached))
-        product = list(map(operator.mul, product, cached))
+    def zeta_of(masks: Iterator[int] | set[int] | frozenset[int]) -> list[int]:
+        counts = [0] * size
+        for m in masks:
+            counts[compress(m)] += 1
+        work.spend(n * size)
+        return _superset_zeta(counts, n)
+
+    work.spend(len(start) * n)
+    product = zeta_of(start)
+    for masks in lists:
+        work.spend(len(masks) * n + size)
+        product = list(map(operator.mul, product, zeta_of(masks)))
+    work.spend(n * size)
     exact = _superset_mobius(product, n)
-    meets = []
+    out = set()
     for index in range(1, size):
         if exact[index] > 0:
-            meets.append(sum(1 << nodes[i] for i in range(n) if index >> i & 1))
-    return meets
+            out.add(sum(1 << nodes[i] for i in range(n) if index >> i & 1))
+    return out
 
 
 def _superset_zeta(values: list[int], n: int) -> list[int]:

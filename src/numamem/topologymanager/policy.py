@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from numamem.errors import ConfigError
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.merge import HintFamily, HintList, by_value, merge
+from numamem.topologymanager.merge import NARROWEST, HintFamily, HintList, Order, merge
+from numamem.work import Work
 
 NONE = "none"
 BEST_EFFORT = "best-effort"
@@ -153,35 +155,16 @@ class NUMAInfo:
                 "cannot discover NUMA topology: error getting NUMA distances from cadvisor"
             )
 
-    def narrowest(self, m1: int, m2: int) -> int:
-        return m1 if bitmask.is_narrower_than(m1, m2) else m2
-
-    def closest(self, m1: int, m2: int) -> int:
-        if m1.bit_count() != m2.bit_count():
-            return self.narrowest(m1, m2)
-        d1, d2 = self.average_distance(m1), self.average_distance(m2)
-        if d1 == d2:
-            return m1 if m1 < m2 else m2
-        return m1 if d1 < d2 else m2
-
     def distance(self, a: int, b: int) -> int:
         """The sysfs distance from node ``a`` to node ``b`` (0 when the kernel reports none)."""
         return self._machine.distance(a, b) or 0
 
-    def total_distance(self, mask: int) -> int:
-        """The sum of distances over all ordered pairs of the mask's nodes, self-pairs included."""
-        bits = bitmask.get_bits(mask)
-        return sum(self.distance(a, b) for a in bits for b in bits)
-
-    def average_distance(self, mask: int) -> float:
-        """Mean distance over all ordered pairs of the mask's nodes, self-pairs included."""
-        count = mask.bit_count()
-        return self.total_distance(mask) / (count * count) if count else 0.0
-
-    def closest_key(self, mask: int) -> tuple[int, ...]:
-        """The order of :meth:`closest` among masks of one size: distance, then value (for equal
-        sizes, comparing totals is comparing averages)."""
-        return (self.total_distance(mask), mask)
+    @cached_property
+    def closest(self) -> Order:
+        """kubelet's ``Closest`` among masks of one size (``prefer-closest-numa-nodes``): the
+        smaller average distance over ordered pairs of nodes, self-pairs included, then the
+        smaller mask (for one size, comparing sums of distances compares the averages)."""
+        return Order({a: {b: self.distance(a, b) for b in self.nodes} for a in self.nodes})
 
 
 def filter_providers_hints(providers_hints: Sequence[ProviderHints]) -> list[HintList]:
@@ -230,8 +213,11 @@ class TopologyPolicy:
         self.info = info
         self.options = options
 
-    def merge(self, providers_hints: Sequence[ProviderHints]) -> tuple[TopologyHint, bool]:
-        """The merged hint and whether the pod (or container) is admitted."""
+    def merge(
+        self, providers_hints: Sequence[ProviderHints], work: Work | None = None
+    ) -> tuple[TopologyHint, bool]:
+        """The merged hint and whether the pod (or container) is admitted; the search is
+        charged to ``work`` (SearchBudgetError or DeadlineExceededError past it)."""
         if self.name == NONE:
             return NO_AFFINITY, True
         lists = filter_providers_hints(providers_hints)
@@ -239,7 +225,7 @@ class TopologyPolicy:
             lists = [single_numa_hints(hints) for hints in lists]
         closest = self.name != SINGLE_NUMA_NODE and self.options.prefer_closest_numa
         mask, preferred = merge(
-            lists, self.info.default_mask, self.info.closest_key if closest else by_value
+            lists, self.info.default_mask, self.info.closest if closest else NARROWEST, work
         )
         best = TopologyHint(mask, preferred)
         if self.name == SINGLE_NUMA_NODE and best.affinity == self.info.default_mask:

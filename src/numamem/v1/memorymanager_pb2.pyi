@@ -326,7 +326,9 @@ class TopologyHints(_message.Message):
     """Responses: how many hints were left out after the listed ones (0 = the
     list is complete). GetTopologyHints lists the first --max-topology-hints
     hints in kubelet's order plus every remaining preferred one (up to
-    65536 hints in all); Explain lists the first 256.
+    65536 hints in all), and stops before the reply would outgrow
+    --max-message-bytes (the resources share it equally); Explain lists the
+    first 256.
     """
     omitted_is_lower_bound: _builtins.bool
     """Responses: `omitted` is a lower bound (counting the rest exactly would

@@ -491,7 +491,7 @@ def write_cgroup_file(controller: Path, directory: Path, name: str, text: str) -
     ``kubepods`` tree (:func:`check_container_dir`); the file is opened without following
     a symlink and never created. An OSError names the file."""
     if name not in _WRITABLE:
-        raise ValueError(f"numamem never writes {name!r}")
+        raise ValueError(f"numamem never writes {quote(name)}")
     path = directory / name
     try:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
