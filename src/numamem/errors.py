@@ -71,6 +71,15 @@ def quote(value: object, *, style: QuoteStyle = "python", limit: int = QUOTE_BYT
     if not isinstance(value, str):
         value, style = repr(value), "bare"
     text = value
+    if len(text) <= limit and text.isascii() and text.isprintable() and "\\" not in text:
+        # The common case, in C: nothing to escape, nothing to cut (one byte per character).
+        if style == "bare":
+            return text
+        if style == "go":
+            if '"' not in text:
+                return f'"{text}"'
+        elif "'" not in text:
+            return f"'{text}'"
     head = text[: limit + 1]  # every character escapes to at least one byte
     if style == "python":
         mark = '"' if "'" in head and '"' not in head else "'"

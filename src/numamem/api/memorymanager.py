@@ -25,6 +25,7 @@ from numamem.api.convert import (
 )
 from numamem.api.residency import ResidencyView
 from numamem.api.validation import (
+    ConvertedPods,
     affinity_from_proto,
     check_string,
     container_in_pod,
@@ -153,19 +154,21 @@ def _deadline(context: grpc.ServicerContext) -> float | None:
 
 
 class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
-    """Thin translation between protos and :class:`Manager`; no state of its own."""
+    """Thin translation between protos and :class:`Manager`; no state of its own but the cache
+    of converted pods."""
 
     def __init__(self, manager: Manager, machine: Machine, limits: Limits) -> None:
         self.manager = manager
         self.machine = machine
         self.limits = limits
+        self._pods = ConvertedPods(machine, limits)
         self.on_admission: Callable[[bool, str], None] | None = None
         """Called after each admission with (admitted, reason); set by the metrics component."""
         self.residency: ResidencyView | None = None
         """GetResidency's and Explain's source; set by the wiring (:mod:`numamem.api.app`)."""
 
     def _pod(self, msg: memorymanager_pb2.Pod) -> Pod:
-        return pod_from_proto(msg, self.machine, self.limits)
+        return self._pods.get(msg)
 
     @property
     def _reply_bytes(self) -> int:

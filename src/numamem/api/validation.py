@@ -13,6 +13,8 @@ manager never looks at other pods (see :func:`pod_from_proto`).
 
 from __future__ import annotations
 
+import collections
+import threading
 from collections.abc import Mapping, Sequence
 
 from numamem.config.model import Limits
@@ -68,21 +70,25 @@ def _quantities(values: Mapping[str, str], field: str) -> dict[str, Quantity]:
         raise InvalidArgumentError(f"{field}: more than {MAX_RESOURCES} resources ({len(values)})")
     result = {}
     for name, text in sorted(values.items()):
-        where = f"{field}[{quote(name, style='go')}]"
         check_string(name, f"{field} resource name")
+
+        def where(name: str = name) -> str:  # only a refusal says where
+            return f"{field}[{quote(name, style='go')}]"
+
         if len(text) > MAX_QUANTITY:
-            raise InvalidArgumentError(f"{where}: quantity longer than {MAX_QUANTITY} characters")
+            raise InvalidArgumentError(f"{where()}: quantity longer than {MAX_QUANTITY} characters")
         try:
             q = parse_quantity(text)
         except QuantityError as err:
             raise InvalidArgumentError(
-                f"{where}: {quote(text)} is not a valid quantity: {err}"
+                f"{where()}: {quote(text)} is not a valid quantity: {err}"
             ) from err
-        if q.value < 0:
-            raise InvalidArgumentError(f"{where}: must not be negative, got {quote(text)}")
-        if is_memory_resource(name) and (q.value.denominator != 1 or q.value >= 1 << 63):
+        value = q.value
+        if value < 0:
+            raise InvalidArgumentError(f"{where()}: must not be negative, got {quote(text)}")
+        if is_memory_resource(name) and (value.denominator != 1 or value >= 1 << 63):
             raise InvalidArgumentError(
-                f"{where}: {quote(text)} is not a whole number of bytes below 2^63"
+                f"{where()}: {quote(text)} is not a whole number of bytes below 2^63"
             )
         result[name] = q
     return result
@@ -188,6 +194,40 @@ def pod_from_proto(
         for where, c in named:
             _check_hugepages(c, where, machine.hugepage_resources)
     return Pod(uid, msg.namespace, msg.name, inits, apps, computed)
+
+
+class ConvertedPods:
+    """:func:`pod_from_proto` remembered by the message's bytes: an agent sends the same pod
+    with each call for each of its containers (Allocate, AddContainer, hints), and its
+    conversion (quantities, defaulting, QoS) costs tens of microseconds, its serialization
+    a few. A refusal is not remembered. Bounded: :data:`MAX_ENTRIES` pods of at most
+    :data:`MAX_KEY_BYTES` serialized bytes each (larger ones are converted every time).
+    The converted pods are immutable and shared; thread-safe.
+    """
+
+    MAX_ENTRIES = 256
+    MAX_KEY_BYTES = 8192
+
+    def __init__(self, machine: Machine, limits: Limits) -> None:
+        self.machine, self.limits = machine, limits
+        self._pods: collections.OrderedDict[bytes, Pod] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, msg: memorymanager_pb2.Pod) -> Pod:
+        key = msg.SerializeToString(deterministic=True)
+        if len(key) > self.MAX_KEY_BYTES:
+            return pod_from_proto(msg, self.machine, self.limits)
+        with self._lock:
+            pod = self._pods.get(key)
+            if pod is not None:
+                self._pods.move_to_end(key)
+                return pod
+        pod = pod_from_proto(msg, self.machine, self.limits)
+        with self._lock:
+            self._pods[key] = pod
+            if len(self._pods) > self.MAX_ENTRIES:
+                self._pods.popitem(last=False)
+        return pod
 
 
 def container_in_pod(pod: Pod, name: str, field: str = "container_name") -> str:
