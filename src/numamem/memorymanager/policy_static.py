@@ -332,13 +332,15 @@ class StaticPolicy:
         space = self.hint_space(machine_state, requested, reuse_table, work or Work())
         best = affinity
         if affinity.affinity is None:
-            if space.is_empty():
+            # The hints of every type are the same; the kubelet looks at those of memory. Every
+            # hint has at least minAffinitySize nodes, so best() finds one iff there is one.
+            found = space.best() if MEMORY in requested else None
+            if found is None and (MEMORY in requested or space.is_empty()):
                 raise AllocationError(
                     "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough "
                     "memory is available"
                 )
-            # The hints of every type are the same; the kubelet looks at those of memory.
-            default = (space.best() if MEMORY in requested else None) or TopologyHint(None, False)
+            default = found or TopologyHint(None, False)
             if not default.preferred and affinity.preferred:
                 raise AllocationError("[memorymanager] failed to find the default preferred hint")
             best = default
