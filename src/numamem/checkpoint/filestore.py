@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from numamem.checkpoint.fs import REAL, FileSystem
+from numamem.checkpoint.fs import REAL, FileSystem, StrPath
 from numamem.errors import PATH_QUOTE_BYTES, DurabilityUnknownError, PersistenceError, quote
 from numamem.logging import get_logger
 
@@ -42,8 +43,15 @@ def _no_fault(stage: str, target: Path) -> None:
     return None
 
 
-def _temp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{secrets.token_hex(6)}")
+_TEMPS = itertools.count()
+_RUN = secrets.token_hex(3)
+"""Temp names are unique within a process (a counter) and across processes (the pid and a
+random tag drawn once; ``O_EXCL`` guards the rest)."""
+
+
+def _temp_name(path: Path) -> str:
+    head, name = os.path.split(os.fspath(path))
+    return f"{head}/.{name}.tmp-{os.getpid():x}{_RUN}-{next(_TEMPS)}"
 
 
 def error_text(err: BaseException) -> str:
@@ -106,7 +114,7 @@ def atomic_write_all(
     each file's stages ("open", "write", "fsync", "close", "rename", "dirsync").
     """
     hook = faults or _no_fault
-    temps: list[Path] = []
+    temps: list[str] = []
     try:
         for path, data in files:
             temps.append(_write_temp(path, data, hook, fs))
@@ -119,7 +127,7 @@ def atomic_write_all(
     for n, ((path, _), tmp) in enumerate(zip(files, temps, strict=True)):
         try:
             hook("rename", path)
-            fs.replace(tmp, path)
+            fs.replace(tmp, os.fspath(path))
         except Exception as err:
             for left in temps[n:]:
                 _unlink_quietly(fs, left)
@@ -131,7 +139,7 @@ def atomic_write_all(
     try:
         for path, _ in files:
             hook("dirsync", path)
-        fsync_dir(files[0][0].parent, fs)
+        fsync_dir(os.path.dirname(os.fspath(files[0][0])), fs)
     except Exception as err:
         named = ", ".join(quote(path, limit=PATH_QUOTE_BYTES) for path, _ in files)
         raise DurabilityUnknownError(
@@ -141,7 +149,7 @@ def atomic_write_all(
         ) from err
 
 
-def _write_temp(path: Path, data: bytes, hook: FaultHook, fs: FileSystem) -> Path:
+def _write_temp(path: Path, data: bytes, hook: FaultHook, fs: FileSystem) -> str:
     """``data`` in a new fsynced and closed temp file beside ``path``; PersistenceError (the
     temp removed) on any Exception, the descriptor closed on anything."""
     tmp = _temp_name(path)
@@ -200,7 +208,7 @@ def observed(observers: Sequence[WriteObserver]) -> Iterator[None]:
                 _log.exception("a checkpoint write observer failed")
 
 
-def fsync_dir(directory: Path, fs: FileSystem = REAL) -> None:
+def fsync_dir(directory: StrPath, fs: FileSystem = REAL) -> None:
     """fsync ``directory`` (its entries: creates, renames, removals); the fd never leaks."""
     fd = fs.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -250,7 +258,7 @@ def remove_stale_temps(directory: Path, name: str, fs: FileSystem = REAL) -> lis
     return removed
 
 
-def _unlink_quietly(fs: FileSystem, path: Path) -> None:
+def _unlink_quietly(fs: FileSystem, path: StrPath) -> None:
     with contextlib.suppress(OSError):
         fs.unlink(path)
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+StrPath = str | os.PathLike[str]
+"""A path as a string or a :class:`~pathlib.Path` (the hot paths pass strings)."""
+
 
 class FileSystem:
     """The real file system (``os``). Subclasses observe or replace single operations."""
 
-    def open(self, path: Path, flags: int, mode: int = 0o600) -> int:
+    def open(self, path: StrPath, flags: int, mode: int = 0o600) -> int:
         return os.open(path, flags, mode)
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
@@ -35,16 +38,16 @@ class FileSystem:
     def close(self, fd: int) -> None:
         os.close(fd)
 
-    def replace(self, src: Path, dst: Path) -> None:
+    def replace(self, src: StrPath, dst: StrPath) -> None:
         os.replace(src, dst)
 
-    def rename(self, src: Path, dst: Path) -> None:
+    def rename(self, src: StrPath, dst: StrPath) -> None:
         os.rename(src, dst)
 
-    def link(self, src: Path, dst: Path) -> None:
+    def link(self, src: StrPath, dst: StrPath) -> None:
         os.link(src, dst)
 
-    def unlink(self, path: Path) -> None:
+    def unlink(self, path: StrPath) -> None:
         os.unlink(path)
 
     # --- reads (no effect on what a power loss keeps) -------------------------------
