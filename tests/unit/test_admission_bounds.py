@@ -5,7 +5,6 @@ limit, and the bounds Admit's validation puts on other providers' hints."""
 from __future__ import annotations
 
 import random
-import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -127,13 +126,12 @@ def test_forty_nodes_prefer_closest_gives_the_kubelets_answer() -> None:
         "cpu",
         {"c0": {"cpu": [TopologyHint(mask([0, 1]), False), TopologyHint(mask(range(22)), False)]}},
     )
-    began = time.perf_counter()
     outcome = mgr.admit(guaranteed("p", "38Gi"), [other])
-    elapsed = time.perf_counter() - began
     assert outcome.result.admitted
     assert outcome.result.merged["c0"] == TopologyHint(mask(range(12, 22)), False)
     assert [b.numa_affinity for b in outcome.blocks["c0"]] == [tuple(range(12, 22))]
-    assert elapsed < 1.0  # 10-25 ms here (make bench); it took 20 s and gave another answer
+    # About 5,000 search steps (3 ms in make bench); it took 20 s and gave another answer.
+    assert outcome.steps < 20_000
 
 
 def test_the_forty_node_shape_against_every_permutation() -> None:
@@ -166,9 +164,8 @@ def test_forty_nodes_prefer_closest_with_the_memory_manager_alone() -> None:
     branch and bound: 8 of the mutually close nodes 12-21, the smallest such mask."""
     m, reserved = machine(40, cluster_distance(12, 21))
     mgr = manager(m, reserved, closest=True)
-    began = time.perf_counter()
     outcome = mgr.admit(guaranteed("p", "30Gi"))
-    assert time.perf_counter() - began < 1.0
+    assert outcome.steps < 200_000  # about 85,000: bounded and counted (timed in make bench)
     assert outcome.result.merged["c0"] == TopologyHint(mask(range(12, 20)), True)
 
 
@@ -192,9 +189,8 @@ def test_a_thousand_lists_of_one_hint_are_merged_at_once() -> None:
     per list); one-hint lists now cut the others and drop out, so the merge takes no time."""
     m, reserved = machine(16, lambda a, b: 10 if a == b else 20, memory=8 * GI)
     mgr = manager(m, reserved)
-    began = time.perf_counter()
     outcome = mgr.admit(guaranteed("p", "2Gi"), one_hint_lists(1024, 16))
-    assert time.perf_counter() - began < 0.1
+    assert outcome.steps < 50_000  # the zeta transforms took 1024 * 16 * 2^16 steps
     assert outcome.result.admitted
     # Every hint holds node 3: the AND of all of them does, and node 3 alone is the best size.
     assert outcome.result.merged["c0"] == TopologyHint(mask([3]), False)
@@ -437,11 +433,11 @@ def test_release_pod_does_not_wait_for_an_expensive_admission() -> None:
         i += 1
     worker.join(10)
     assert not errors
-    assert len(busy) > 10, "the expensive admission ended too soon to measure"
-    # Never behind the search (which runs for 1.5 s): a release waits at most for the
-    # interpreter, which the search yields every few hundred microseconds.
-    assert max(busy) < 0.1
-    assert statistics.median(busy) < statistics.median(idle) + 0.005
+    # Releases commit while the search runs (each loop turn checks it still runs): had the
+    # search held the writer lock, the first release would have waited for its end. How
+    # long a release takes meanwhile is a benchmark figure (make bench), not a test.
+    assert len(busy) > 10, "the releases did not run beside the expensive admission"
+    assert idle
 
 
 # --- replies within the message limit ----------------------------------------------------------
