@@ -33,7 +33,7 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench import hard_paths, large_numa
+from bench import hard_paths, large_numa, targets
 from numamem.api.convert import hints_to_proto
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
@@ -87,6 +87,8 @@ class Scale:
     journal_records: int = 50000
     numa_reps: int = 200
     hard_reps: int = 20
+    target_iterations: int = 2000
+    compactions: int = 6
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -791,11 +793,16 @@ def main() -> int:
             journal_records=2000,
             numa_reps=20,
             hard_reps=3,
+            target_iterations=200,
+            compactions=1,
         )
         if args.quick
         else Scale()
     )
-    phases = ["memory", "hints", "numa", "hard", "metacache", "podresources", "startup", "metrics"]
+    phases = [
+        "memory", "targets", "hints", "numa", "hard", "metacache", "podresources", "startup",
+        "metrics",
+    ]  # fmt: skip
     chosen = args.only or phases
     root = Path(tempfile.mkdtemp(prefix="nmbench-", dir="/tmp"))
     report = Report()
@@ -809,6 +816,8 @@ def main() -> int:
             floor_phase(report, d, s)
             if "memory" in chosen:
                 memory_manager_phase(report, d, s)
+        if "targets" in chosen:
+            targets.phase(report, root, s.target_iterations, s.compactions)
         if "hints" in chosen:
             hint_phase(report, root, s)
         if "numa" in chosen:
@@ -835,6 +844,7 @@ def main() -> int:
         print(f"{label.ljust(width)}  {a:>16}  {b:>12}  {c}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    report.figures["rows"] = [list(row) for row in report.rows]
     out.write_text(json.dumps(report.figures, indent=2, sort_keys=True) + "\n")
     print(
         f"\n{len(report.figures)} figures written to {out.relative_to(REPO)} in {report.figures['bench_seconds']:.0f} s"

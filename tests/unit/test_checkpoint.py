@@ -733,3 +733,35 @@ def test_a_large_file_is_written_in_fsynced_pieces(tmp_path: Path) -> None:
     fs.log.clear()
     atomic_write(tmp_path / "small", b"x" * STREAM_BYTES, fs=fs)
     assert [op.kind for op in fs.log].count("fsync") == 1
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "change", "remove"]),
+            st.text(alphabet="ab-_Zé\u00ff", min_size=1, max_size=4),
+            st.integers(1, 3),
+        ),
+        max_size=40,
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_the_incremental_encoder_writes_what_a_fresh_one_writes(
+    steps: list[tuple[str, str, int]],
+) -> None:
+    """V1Encoder keeps pods in Go's key order and their texts beside them; after any sequence
+    of adds, changes and removals its bytes are a fresh encoder's."""
+    encoder = kubelet.V1Encoder()
+    machine = {0: NUMANodeState(0, {"memory": MemoryTable(8, 1, 7, 0, 7)}, [0])}
+    assignments: dict[str, dict[str, list[Block]]] = {}
+    for op, pod, n in steps:
+        if op == "remove":
+            assignments.pop(pod, None)
+        else:
+            assignments = {
+                **assignments,
+                pod: {f"c{i}": [Block((0,), "memory", n)] for i in range(n)},
+            }
+        assert encoder.encode("Static", machine, assignments) == kubelet.encode_v1(
+            "Static", machine, assignments
+        )

@@ -77,8 +77,12 @@ def _blocks(out: _Out, type_name: str, blocks: RawBlocks) -> None:
     out.parts.append("]")
 
 
-def _go_string_key(text: str) -> bytes:
+def go_key(text: str) -> bytes:
+    """A map key's sort key in Go's order (its bytes)."""
     return text.encode("utf-8", "surrogatepass")
+
+
+_go_string_key = go_key
 
 
 def _node(out: _Out, node: NUMANodeState) -> None:

@@ -23,6 +23,7 @@ as the kubelet does with the gate off.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -34,10 +35,10 @@ from numamem.checkpoint.gospew import (
     V1_TYPE,
     RawEntries,
     RawPodEntries,
+    go_key,
     render_checkpoint,
     render_entry,
     render_node,
-    sorted_keys,
 )
 from numamem.errors import CheckpointError, CorruptCheckpointError, quote
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
@@ -133,12 +134,20 @@ class V1Encoder:
     The memory manager never mutates a committed pod mapping (a change makes a
     new one), so identity means "unchanged": a write then renders only the
     pods that changed and the machine state, instead of the whole state. The
-    cache holds the mappings it saw (so identity cannot be recycled) and drops
-    pods that are gone. Not thread-safe: one encoder per store.
+    pods are kept in Go's key order (with their texts in lists beside them), so
+    a write neither sorts nor rebuilds the lists: it finds the changed pods by
+    identity, renders them, and joins. The cache holds the mappings it saw (so
+    identity cannot be recycled) and drops pods that are gone. Not thread-safe:
+    one encoder per store.
     """
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[object, str, str]] = {}
+        self._order: list[str] = []
+        """The cached pods in Go's key order, with their sort keys and texts beside them."""
+        self._keys: list[bytes] = []
+        self._spews: list[str] = []
+        self._jsons: list[str] = []
         self._nodes: dict[int, tuple[NUMANodeState, str, str]] = {}
 
     def _node_texts(self, node_id: int, node: NUMANodeState) -> tuple[str, str]:
@@ -151,15 +160,32 @@ class V1Encoder:
         self._nodes[node_id] = (node.copy(), spew, js)
         return spew, js
 
-    def _texts(
-        self, pod: str, containers: Mapping[str, Sequence[Block] | None] | None
-    ) -> tuple[str, str]:
-        hit = self._cache.get(pod)
-        if hit is not None and hit[0] is containers:
-            return hit[1], hit[2]
-        spew, js = render_entry(pod, containers), _entry_json(pod, containers)
-        self._cache[pod] = (containers, spew, js)
-        return spew, js
+    def _entries(self, assignments: RawAssignments) -> tuple[list[str], list[str]]:
+        """The spew and JSON texts of every pod, in Go's key order (the lists are kept:
+        callers must not change them)."""
+        cache = self._cache
+        if cache.keys() != assignments.keys():
+            for pod in cache.keys() - assignments.keys():
+                i = bisect.bisect_left(self._keys, go_key(pod))
+                del self._order[i], self._keys[i], self._spews[i], self._jsons[i]
+                del cache[pod]
+            for pod in assignments.keys() - cache.keys():
+                key = go_key(pod)
+                i = bisect.bisect_left(self._keys, key)
+                containers = assignments[pod]
+                spew, js = render_entry(pod, containers), _entry_json(pod, containers)
+                cache[pod] = (containers, spew, js)
+                self._order.insert(i, pod)
+                self._keys.insert(i, key)
+                self._spews.insert(i, spew)
+                self._jsons.insert(i, js)
+        for i, pod in enumerate(self._order):
+            containers = assignments[pod]
+            if cache[pod][0] is not containers:
+                spew, js = render_entry(pod, containers), _entry_json(pod, containers)
+                cache[pod] = (containers, spew, js)
+                self._spews[i], self._jsons[i] = spew, js
+        return self._spews, self._jsons
 
     def encode(
         self,
@@ -168,22 +194,20 @@ class V1Encoder:
         assignments: RawAssignments,
     ) -> bytes:
         """The V1 file bytes, byte-identical to what the kubelet writes for the same state."""
-        if len(self._cache) > len(assignments):
-            self._cache = {p: v for p, v in self._cache.items() if p in assignments}
-        texts = [self._texts(pod, assignments[pod]) for pod in sorted_keys(assignments)]
+        spews, jsons = self._entries(assignments)
         nodes = {
             k: self._node_texts(k, n) for k, n in (machine_state or {}).items() if n is not None
         }
         if len(self._nodes) > len(nodes):
             self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
-        spews = {id(n): nodes[k][0] for k, n in (machine_state or {}).items() if n is not None}
+        node_spews = {id(n): nodes[k][0] for k, n in (machine_state or {}).items() if n is not None}
         checksum = fnv1a_32(
             render_checkpoint(
                 policy_name,
                 machine_state,
                 assignments,
-                entry_texts=[t[0] for t in texts],
-                node_text=lambda node: spews[id(node)],
+                entry_texts=spews,
+                node_text=lambda node: node_spews[id(node)],
             ).encode("utf-8", "replace")
         )
         if machine_state is None:
@@ -199,7 +223,7 @@ class V1Encoder:
             )
         out = ['{"policyName":', go_string(policy_name), ',"machineState":', ms]
         if assignments:
-            out += [',"entries":{', ",".join(t[1] for t in texts), "}"]
+            out += [',"entries":{', ",".join(jsons), "}"]
         out += [',"checksum":', str(checksum), "}"]
         return "".join(out).encode("utf-8", "replace")
 
