@@ -36,8 +36,9 @@ from typing import Any
 
 import pytest
 
+from numamem.checkpoint.containerfile import encode_containers
 from numamem.checkpoint.kubelet import encode_v1
-from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, encode_containers
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
 from numamem.client import NumamemClient, state_from_proto
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import FakeNode, write_sysfs

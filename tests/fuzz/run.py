@@ -45,7 +45,8 @@ from grpc_status import rpc_status
 from numamem.api.convert import state_from_proto
 from numamem.api.podresources import TokenBucket
 from numamem.api.status import DOMAIN, REASONS
-from numamem.checkpoint.mmstore import CONTAINERS_FILE, decode_container_file
+from numamem.checkpoint.containerfile import decode_container_file
+from numamem.checkpoint.mmstore import CONTAINERS_FILE
 from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
 from numamem.memorymanager.invariants import violations
 from numamem.testing.daemon import DaemonProcess

@@ -14,6 +14,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from numamem.checkpoint import kubelet
+from numamem.checkpoint.containerfile import (
+    ContainerFileEncoder,
+    decode_container_file,
+    decode_containers,
+    encode_containers,
+)
 from numamem.checkpoint.filestore import PartialWriteError, atomic_write, atomic_write_all
 from numamem.checkpoint.fnv import fnv1a_32, fnv1a_32_reference
 from numamem.checkpoint.gojson import go_string
@@ -22,8 +28,6 @@ from numamem.checkpoint.mmstore import (
     CONTAINERS_FILE,
     STATE_FILE,
     KubeletStateStore,
-    decode_containers,
-    encode_containers,
 )
 from numamem.errors import (
     CheckpointError,
@@ -765,3 +769,43 @@ def test_the_incremental_encoder_writes_what_a_fresh_one_writes(
         assert encoder.encode("Static", machine, assignments) == kubelet.encode_v1(
             "Static", machine, assignments
         )
+
+
+_ids = st.text(alphabet='ab-_Zé\u00ff"\\', min_size=1, max_size=4)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["map", "unmap", "name", "rename", "unname", "clear"]),
+            _ids,
+            _ids,
+        ),
+        max_size=40,
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_the_incremental_container_file_is_the_full_encoding(
+    steps: list[tuple[str, str, str]],
+) -> None:
+    """ContainerFileEncoder diffs against its last call; after any sequence of adds, changes,
+    removals, re-recordings (a name moves to the end of ``order``) and emptyings, its bytes
+    are encode_containers' bytes, and they decode to what was encoded."""
+    encoder = ContainerFileEncoder()
+    entries: dict[str, tuple[str, str]] = {}
+    names: dict[str, tuple[str, str]] = {}
+    for op, key, value in steps:
+        if op == "map":
+            entries = {**entries, key: (value, key)}
+        elif op == "unmap":
+            entries = {k: v for k, v in entries.items() if k != key}
+        elif op in ("name", "rename"):
+            names = {k: v for k, v in names.items() if k != key or op == "name"}
+            names[key] = ("ns", value)
+        elif op == "unname":
+            names = {k: v for k, v in names.items() if k != key}
+        else:
+            entries, names = {}, {}
+        data = encoder.encode(entries, names)
+        assert data == encode_containers(entries, names)
+        assert decode_container_file(data) == (entries, names)

@@ -20,13 +20,9 @@ from numamem.api.podresources import (
     merge_pod,
     own_pods,
 )
+from numamem.checkpoint.containerfile import decode_container_file, encode_containers
 from numamem.checkpoint.fnv import fnv1a_32
-from numamem.checkpoint.mmstore import (
-    CONTAINERS_FILE,
-    KubeletStateStore,
-    decode_container_file,
-    encode_containers,
-)
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.store import InMemoryStore, StateStore

@@ -35,12 +35,16 @@ reads a file first.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from numamem.checkpoint import kubelet
+from numamem.checkpoint.containerfile import (
+    ContainerFileEncoder,
+    decode_container_file,
+    encode_containers,
+)
 from numamem.checkpoint.filestore import (
     FaultHook,
     PartialWriteError,
@@ -50,11 +54,9 @@ from numamem.checkpoint.filestore import (
     read_file,
     remove_stale_temps,
 )
-from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.errors import (
     CheckpointError,
-    CorruptCheckpointError,
     DurabilityUnknownError,
     PersistenceError,
 )
@@ -94,8 +96,9 @@ class KubeletStateStore:
         self.faults = faults
         self._last_state: bytes | None = None
         self._encoder = kubelet.V1Encoder()
-        self._last_map: dict[str, ContainerRef] = {}
-        self._last_names: dict[str, tuple[str, str]] = {}
+        self._map_encoder = ContainerFileEncoder()
+        self._last_map: Mapping[str, ContainerRef] = {}
+        self._last_names: Mapping[str, tuple[str, str]] = {}
         self._map_dirty = False
         self._map_unusable: str | None = None
         self.writes = 0
@@ -184,12 +187,10 @@ class KubeletStateStore:
         )
         new_map, new_names = dict(snapshot.container_map), dict(snapshot.pod_names)
         old_map, old_names = self._last_map, self._last_names
-        adds = any(old_map.get(cid) != ref for cid, ref in new_map.items()) or any(
-            old_names.get(uid) != name for uid, name in new_names.items()
-        )
+        adds = not (new_map.items() <= old_map.items() and new_names.items() <= old_names.items())
         map_item = None
-        if adds or new_map != old_map or new_names != old_names or self._map_dirty:
-            map_item = (self.containers_path, encode_containers(new_map, new_names))
+        if adds or new_map != old_map or list(new_names) != list(old_names) or self._map_dirty:
+            map_item = (self.containers_path, self._map_encoder.encode(new_map, new_names))
         state_item = (self.state_path, state) if state != self._last_state else None
         ordered = (map_item, state_item) if adds else (state_item, map_item)
         files = [item for item in ordered if item is not None]
@@ -243,7 +244,7 @@ class KubeletStateStore:
             observer(time.perf_counter() - started, written)
 
     def _best_effort_map(
-        self, entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]]
+        self, entries: Mapping[str, ContainerRef], names: Mapping[str, tuple[str, str]]
     ) -> None:
         try:
             atomic_write(
@@ -258,50 +259,3 @@ class KubeletStateStore:
             _log.warning(
                 "could not roll back the container map; its extra ids are inert", error=str(err)
             )
-
-
-def encode_containers(
-    entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]] | None = None
-) -> bytes:
-    """``{"checksum": FNV-1a-32 of the body, "containers": {id: [pod, container]},
-    "order": [uid, ...], "pods": {uid: [namespace, name]}}`` (``order`` and ``pods`` only
-    when there are names, so a file without them is the same as before they existed).
-    ``order`` lists the uids of ``names`` in their order (oldest recording first: the
-    newest holder of a name is its last uid); a reader that ignores it loses only that.
-
-    Canonical JSON (sorted keys, compact); the body is everything but the checksum
-    and, since "checksum" sorts first, the file is the body with the checksum
-    spliced in front (one serialisation instead of two).
-    """
-    body: dict[str, object] = {
-        "containers": {cid: [pod, ctr] for cid, (pod, ctr) in entries.items()}
-    }
-    if names:
-        body["pods"] = {uid: [namespace, name] for uid, (namespace, name) in names.items()}
-        body["order"] = list(names)
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    return b'{"checksum":%d,' % fnv1a_32(canonical) + canonical[1:]
-
-
-def decode_containers(data: bytes) -> dict[str, ContainerRef]:
-    return decode_container_file(data)[0]
-
-
-def decode_container_file(
-    data: bytes,
-) -> tuple[dict[str, ContainerRef], dict[str, tuple[str, str]]]:
-    """The container map and the pod names; raises CheckpointError."""
-    try:
-        doc = json.loads(data)
-        stored = doc.pop("checksum")
-        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        result = {str(cid): (str(ref[0]), str(ref[1])) for cid, ref in doc["containers"].items()}
-        names = {str(uid): (str(n[0]), str(n[1])) for uid, n in doc.get("pods", {}).items()}
-        order = [str(uid) for uid in doc.get("order", ())]
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
-        raise CheckpointError(f"cannot decode container map: {err}") from err
-    if fnv1a_32(canonical.encode()) != stored:
-        raise CorruptCheckpointError(stored, fnv1a_32(canonical.encode()))
-    ordered = {uid: names[uid] for uid in order if uid in names}
-    ordered.update((uid, n) for uid, n in names.items() if uid not in ordered)
-    return result, ordered

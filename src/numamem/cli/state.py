@@ -238,7 +238,8 @@ def show(state_dir: Path, *, as_json: bool) -> int:
 def _names(state_dir: Path) -> dict[str, tuple[str, str]]:
     """The pod names recorded beside the container map (none when the file is missing or
     does not decode: ``state verify`` reports that)."""
-    from numamem.checkpoint.mmstore import CONTAINERS_FILE, decode_container_file
+    from numamem.checkpoint.containerfile import decode_container_file
+    from numamem.checkpoint.mmstore import CONTAINERS_FILE
     from numamem.errors import CheckpointError
 
     try:
@@ -250,7 +251,8 @@ def _names(state_dir: Path) -> dict[str, tuple[str, str]]:
 def check_files(state_dir: Path) -> dict[str, Any] | int:
     """The offline checks of the state files: a report (``problems`` empty when they pass),
     or an exit code when the state file cannot be read."""
-    from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, decode_containers
+    from numamem.checkpoint.containerfile import decode_containers
+    from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
     from numamem.errors import CheckpointError
     from numamem.memorymanager.invariants import violations
 

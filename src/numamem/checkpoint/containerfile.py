@@ -1,0 +1,131 @@
+"""numamem's container file (``numamem_containers``): container ids and pod names, checksummed.
+
+``{"checksum": FNV-1a-32 of the body, "containers": {id: [pod, container]}, "order": [uid,
+...], "pods": {uid: [namespace, name]}}`` (``order`` and ``pods`` only when there are
+names, so a file without them is the same as before they existed). ``order`` lists the
+uids of the names in their order (oldest recording first: the newest holder of a name is
+its last uid); a reader that ignores it loses only that. The body is canonical JSON
+(sorted keys, compact) and, since "checksum" sorts first, the file is the body with the
+checksum spliced in front.
+
+:func:`encode_containers` builds the file from scratch; :class:`ContainerFileEncoder`
+builds the same bytes from what changed since its last call (the memory manager writes
+this file with every admission of a named pod, so its cost must follow the change, not
+the number of containers on the node).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Callable, Mapping
+
+from numamem.checkpoint.fnv import fnv1a_32
+from numamem.errors import CheckpointError, CorruptCheckpointError
+from numamem.memtypes import ContainerRef
+
+Names = Mapping[str, tuple[str, str]]
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _file(canonical: bytes) -> bytes:
+    return b'{"checksum":%d,' % fnv1a_32(canonical) + canonical[1:]
+
+
+def encode_containers(entries: Mapping[str, ContainerRef], names: Names | None = None) -> bytes:
+    """The file for ``entries`` and ``names`` (see the module), in one serialisation."""
+    body: dict[str, object] = {
+        "containers": {cid: [pod, ctr] for cid, (pod, ctr) in entries.items()}
+    }
+    if names:
+        body["pods"] = {uid: [namespace, name] for uid, (namespace, name) in names.items()}
+        body["order"] = list(names)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _file(canonical)
+
+
+class _SortedMembers:
+    """The ``"key":value`` members of one JSON object in sorted key order, kept across calls.
+
+    :meth:`members` diffs the mapping against the one it saw last (two set differences of
+    item views, in C) and re-renders only the keys that were added, removed or changed.
+    """
+
+    def __init__(self, render: Callable[[str, tuple[str, str]], str]) -> None:
+        self._render = render
+        self._values: dict[str, tuple[str, str]] = {}
+        self._keys: list[str] = []
+        self._parts: list[str] = []
+        self.key_json: dict[str, str] = {}
+        """Each key as a JSON string (the ``order`` list reuses them)."""
+        self._joined = ""
+
+    def members(self, mapping: Mapping[str, tuple[str, str]]) -> str:
+        if mapping == self._values:  # the common case (one dict comparison, in C)
+            return self._joined
+        stale = self._values.items() - mapping.items()
+        fresh = mapping.items() - self._values.items()
+        for key, _ in stale:
+            i = bisect.bisect_left(self._keys, key)
+            del self._keys[i], self._parts[i], self._values[key], self.key_json[key]
+        for key, value in fresh:
+            i = bisect.bisect_left(self._keys, key)
+            self.key_json[key] = _json(key)
+            self._keys.insert(i, key)
+            self._parts.insert(i, self.key_json[key] + ":" + self._render(key, value))
+            self._values[key] = value
+        self._joined = ",".join(self._parts)
+        return self._joined
+
+
+class ContainerFileEncoder:
+    """:func:`encode_containers`, byte for byte, at the cost of what changed since the last call.
+
+    Holds the texts of the last mapping it encoded (not the caller's mappings, which it
+    never keeps or changes). Not thread-safe: one encoder per store.
+    """
+
+    def __init__(self) -> None:
+        self._containers = _SortedMembers(lambda _, ref: _json([ref[0], ref[1]]))
+        self._pods = _SortedMembers(lambda _, name: _json([name[0], name[1]]))
+        self._order: list[str] = []
+        self._order_text = ""
+
+    def encode(self, entries: Mapping[str, ContainerRef], names: Names | None = None) -> bytes:
+        parts = ['{"containers":{', self._containers.members(entries), "}"]
+        if names:
+            pods = self._pods.members(names)
+            order = list(names)
+            if order != self._order:
+                self._order = order
+                self._order_text = ",".join(map(self._pods.key_json.__getitem__, order))
+            parts += [',"order":[', self._order_text, '],"pods":{', pods, "}"]
+        parts.append("}")
+        return _file("".join(parts).encode())
+
+
+def decode_containers(data: bytes) -> dict[str, ContainerRef]:
+    return decode_container_file(data)[0]
+
+
+def decode_container_file(
+    data: bytes,
+) -> tuple[dict[str, ContainerRef], dict[str, tuple[str, str]]]:
+    """The container map and the pod names; raises CheckpointError."""
+    try:
+        doc = json.loads(data)
+        stored = doc.pop("checksum")
+        canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        result = {str(cid): (str(ref[0]), str(ref[1])) for cid, ref in doc["containers"].items()}
+        names = {str(uid): (str(n[0]), str(n[1])) for uid, n in doc.get("pods", {}).items()}
+        order = [str(uid) for uid in doc.get("order", ())]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        raise CheckpointError(f"cannot decode container map: {err}") from err
+    if fnv1a_32(canonical.encode()) != stored:
+        raise CorruptCheckpointError(stored, fnv1a_32(canonical.encode()))
+    ordered = {uid: names[uid] for uid in order if uid in names}
+    ordered.update((uid, n) for uid, n in names.items() if uid not in ordered)
+    return result, ordered
