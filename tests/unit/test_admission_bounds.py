@@ -216,6 +216,25 @@ def test_a_search_past_the_budget_is_refused_by_name_and_changes_nothing() -> No
     assert to_status(info.value)[2] == "SEARCH_BUDGET_EXCEEDED"
 
 
+@pytest.mark.parametrize("preferred", [True, False])
+def test_distance_sums_of_wide_hints_are_charged(preferred: bool) -> None:
+    """Another provider's 16,384 hints of 32 nodes each on 64 nodes, under prefer-closest:
+    scoring one by distance sums 1,024 distances. The scores were not charged: the merge
+    spent 50,000 steps and took 1.2 s (65,536 such hints: 200,000 steps and 5 s, the
+    budget's 2,000,000 steps being about 0.1-0.3 s). Charged, it is refused by name, at once."""
+    m, reserved = machine(64, lambda a, b: 10 if a == b else 20 + abs(a - b))
+    mgr = manager(m, reserved, closest=True)
+    rnd = random.Random(5)
+    hints = [TopologyHint(mask(rnd.sample(range(64), 32)), preferred) for _ in range(16_384)]
+    best_effort = Pod("p", "ns", "p", (), (Container("c0", {}, {}),))
+    other = GivenHints("gpu", {"c0": {"gpu": hints}})
+    start = time.perf_counter()
+    with pytest.raises(SearchBudgetError, match=r"2,000,000 steps, the search budget") as info:
+        mgr.admit(best_effort, [other])
+    assert time.perf_counter() - start < 1.0
+    assert "pod 'p', container 'c0': the merge of 2 hint lists" in str(info.value)
+
+
 # --- deadlines ------------------------------------------------------------------------------
 
 
