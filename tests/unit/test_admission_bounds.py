@@ -235,6 +235,27 @@ def test_distance_sums_of_wide_hints_are_charged(preferred: bool) -> None:
     assert "pod 'p', container 'c0': the merge of 2 hint lists" in str(info.value)
 
 
+def test_counting_merges_are_charged() -> None:
+    """6 lists of 300 random hints on 16 nodes: after two lists taken pairwise, the rest is
+    counted: a zeta transform of 16 * 2^16 entries for each of 5 sets of masks, and a Möbius
+    inversion, 6 million steps. Refused by name at once. With the transforms uncharged (the
+    issue's 16 nodes x 1,024 lists took 65 s), this merge took 900,000 steps, within the
+    budget, and no other test noticed."""
+    m, reserved = machine(16, lambda a, b: 10 if a == b else 20, memory=8 * GI)
+    mgr = manager(m, reserved)
+    rnd = random.Random(11)
+    answer: ProviderHints = {
+        f"r{r}": [TopologyHint(rnd.randrange(1, 1 << 16), False) for _ in range(300)]
+        for r in range(6)
+    }
+    best_effort = Pod("p", "ns", "p", (), (Container("c0", {}, {}),))
+    start = time.perf_counter()
+    with pytest.raises(SearchBudgetError, match=r"2,000,000 steps, the search budget") as info:
+        mgr.admit(best_effort, [GivenHints("dev", {"c0": answer})])
+    assert time.perf_counter() - start < 1.0
+    assert "the merge of 7 hint lists from 2 providers" in str(info.value)
+
+
 # --- deadlines ------------------------------------------------------------------------------
 
 
