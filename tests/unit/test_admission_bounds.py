@@ -212,6 +212,9 @@ def test_a_search_past_the_budget_is_refused_by_name_and_changes_nothing() -> No
     )
     assert "on 40 NUMA nodes" in message and "200,000 steps" in message
     assert "SEARCH_BUDGET" in message
+    # ... and what would let it through (it named the budget and the value, not the fix).
+    assert "To admit it, make the search smaller: fewer or narrower hints" in message
+    assert "prefer-closest-numa-nodes=false" in message
     assert to_status(info.value)[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert to_status(info.value)[2] == "SEARCH_BUDGET_EXCEEDED"
 

@@ -64,7 +64,7 @@ from typing import Protocol
 
 from numamem.errors import SearchBudgetError
 from numamem.topologymanager import bitmask
-from numamem.work import Work
+from numamem.work import FIX, Work
 
 MOBIUS_MAX_NODES = 16
 """Remaining nodes up to which the distinct ANDs may be counted (2^n entries per list)."""
@@ -319,7 +319,9 @@ def _best_non_preferred(
             if members is None:
                 raise SearchBudgetError(
                     f"{work.what}: {len(by_rule)} different rule-given hint lists too large to "
-                    "list; the merge meets only one of them by its structure"
+                    f"list within the {work.limit:,} steps of the search budget (SEARCH_BUDGET); "
+                    "the merge meets only one of them by its structure. "
+                    f"{FIX}"
                 )
             explicit.extend(set(members) for _ in range(copies))
         by_rule = by_rule[:1]
