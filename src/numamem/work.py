@@ -38,6 +38,12 @@ SEARCH_BUDGET = 2_000_000
 """Steps one admission (every container's hints, merge and allocation), one Explain, one
 Allocate or one hint listing may take: about 0.1-0.3 s of this search on a 2 GHz core.
 Realistic pods take a few hundred to a few tens of thousands (README, Large machines)."""
+FIX = (
+    "To admit it, make the search smaller: fewer or narrower hints from other providers, "
+    "restrict-to-cpu-numa-nodes=true or prefer-closest-numa-nodes=false in "
+    "--topology-manager-policy-options, or a larger SEARCH_BUDGET in numamem/work.py"
+)
+"""What a refusal for the budget tells the operator to do."""
 PAUSE_EVERY = 512
 """Steps between two pauses for other threads (and two looks at the deadline)."""
 
@@ -71,8 +77,8 @@ class Work:
         if self.spent > self.limit:
             raise SearchBudgetError(
                 f"{self.what}: the search needs more than {self.limit:,} steps, the search "
-                "budget (SEARCH_BUDGET); refused rather than approximated (see README, Large "
-                "machines)"
+                f"budget (SEARCH_BUDGET); refused rather than approximated, nothing changed. "
+                f"{FIX} (see README, Large machines)"
             )
         if self.spent >= self._next_clock:
             self._next_clock = self.spent + PAUSE_EVERY

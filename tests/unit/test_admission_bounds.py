@@ -212,8 +212,51 @@ def test_a_search_past_the_budget_is_refused_by_name_and_changes_nothing() -> No
     )
     assert "on 40 NUMA nodes" in message and "200,000 steps" in message
     assert "SEARCH_BUDGET" in message
+    # ... and what would let it through (it named the budget and the value, not the fix).
+    assert "To admit it, make the search smaller: fewer or narrower hints" in message
+    assert "prefer-closest-numa-nodes=false" in message
     assert to_status(info.value)[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert to_status(info.value)[2] == "SEARCH_BUDGET_EXCEEDED"
+
+
+@pytest.mark.parametrize("preferred", [True, False])
+def test_distance_sums_of_wide_hints_are_charged(preferred: bool) -> None:
+    """Another provider's 16,384 hints of 32 nodes each on 64 nodes, under prefer-closest:
+    scoring one by distance sums 1,024 distances. The scores were not charged: the merge
+    spent 50,000 steps and took 1.2 s (65,536 such hints: 200,000 steps and 5 s, the
+    budget's 2,000,000 steps being about 0.1-0.3 s). Charged, it is refused by name, at once."""
+    m, reserved = machine(64, lambda a, b: 10 if a == b else 20 + abs(a - b))
+    mgr = manager(m, reserved, closest=True)
+    rnd = random.Random(5)
+    hints = [TopologyHint(mask(rnd.sample(range(64), 32)), preferred) for _ in range(16_384)]
+    best_effort = Pod("p", "ns", "p", (), (Container("c0", {}, {}),))
+    other = GivenHints("gpu", {"c0": {"gpu": hints}})
+    start = time.perf_counter()
+    with pytest.raises(SearchBudgetError, match=r"2,000,000 steps, the search budget") as info:
+        mgr.admit(best_effort, [other])
+    assert time.perf_counter() - start < 1.0
+    assert "pod 'p', container 'c0': the merge of 2 hint lists" in str(info.value)
+
+
+def test_counting_merges_are_charged() -> None:
+    """6 lists of 300 random hints on 16 nodes: after two lists taken pairwise, the rest is
+    counted: a zeta transform of 16 * 2^16 entries for each of 5 sets of masks, and a Möbius
+    inversion, 6 million steps. Refused by name at once. With the transforms uncharged (the
+    issue's 16 nodes x 1,024 lists took 65 s), this merge took 900,000 steps, within the
+    budget, and no other test noticed."""
+    m, reserved = machine(16, lambda a, b: 10 if a == b else 20, memory=8 * GI)
+    mgr = manager(m, reserved)
+    rnd = random.Random(11)
+    answer: ProviderHints = {
+        f"r{r}": [TopologyHint(rnd.randrange(1, 1 << 16), False) for _ in range(300)]
+        for r in range(6)
+    }
+    best_effort = Pod("p", "ns", "p", (), (Container("c0", {}, {}),))
+    start = time.perf_counter()
+    with pytest.raises(SearchBudgetError, match=r"2,000,000 steps, the search budget") as info:
+        mgr.admit(best_effort, [GivenHints("dev", {"c0": answer})])
+    assert time.perf_counter() - start < 1.0
+    assert "the merge of 7 hint lists from 2 providers" in str(info.value)
 
 
 # --- deadlines ------------------------------------------------------------------------------

@@ -171,12 +171,17 @@ def space_cases(draw: st.DrawFn, max_nodes: int = 9, min_nodes: int = 1) -> Spac
 
 
 def distances_for(ids: Sequence[int], draw: st.DrawFn) -> dict[int, dict[int, int]]:
+    """Symmetric tables mostly; now and then an asymmetric one (an ACPI SLIT may be, and the
+    kernel reports it as it is: the distance from a to b in node a's row, b to a in b's)."""
+    symmetric = draw(st.integers(0, 3)) > 0
     table: dict[int, dict[int, int]] = {a: {} for a in ids}
     for i, a in enumerate(ids):
         table[a][a] = 10
         for b in ids[i + 1 :]:
             d = draw(st.sampled_from([11, 12, 20, 21, 32]))
             table[a][b] = table[b][a] = d
+            if not symmetric:
+                table[b][a] = draw(st.sampled_from([11, 12, 20, 21, 32]))
     return table
 
 
@@ -290,6 +295,22 @@ def test_best_meet_is_the_best_and(case: SpaceCase, data: st.DataObject) -> None
             assert space.best_meet(e, copies, best_count, order, rank) is None
             above = (*rank[:-1], rank[-1] + 1)
             assert space.best_meet(e, copies, best_count, order, above) == want
+
+
+def test_prefer_closest_with_asymmetric_distances_is_kubelets() -> None:
+    """Distances 0->1 of 11 and 1->0 of 31: the pair {0, 1} averages 62/4, farther than {0, 2}
+    and {1, 2} (60/4 each); the kubelet takes {0, 2}. The branch and bound counted each pair
+    as twice one of its two distances and took {0, 1} (42/4)."""
+    distances = {0: {0: 10, 1: 11, 2: 20}, 1: {0: 31, 1: 10, 2: 20}, 2: {0: 20, 1: 20, 2: 10}}
+    node = {MEMORY: MemoryTable(5 * GI, GI, 4 * GI, 0, 4 * GI)}
+    state: MachineState = {n: NUMANodeState(0, dict(node), [n]) for n in range(3)}
+    space = HintSpace(state, {MEMORY: 6 * GI}, {}, [0, 1, 2])
+    expected = ref.calculate_hints(state, {MEMORY: 6 * GI}, {}, [0, 1, 2])
+    lists = [expected]
+    want = ref.merge(lists, [0, 1, 2], True, distances)
+    assert want == TopologyHint(0b101, True)
+    assert space.best_preferred(Order(distances), None) == 0b101
+    assert space.best_meet(0b111, 1, 2, Order(distances)) == 0b101
 
 
 @examples(300)

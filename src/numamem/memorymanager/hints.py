@@ -416,7 +416,7 @@ class HintSpace(HintFamily):
         upset = self.upsets.best_of_size(k, order, accept) if k >= 2 else None
         if upset is not None:
             found.append(upset)
-        return min(found, key=order.key) if found else None
+        return min(found, key=order.charged_key(self.work)) if found else None
 
     def narrowest_count(self) -> int | None:
         """The size of the narrowest hint (what the merge's ``bestNonPreferredAffinityCount`` takes):
@@ -443,8 +443,10 @@ class HintSpace(HintFamily):
         (:meth:`UpSets.meet`).
         """
 
+        order_key = order.charged_key(self.work)
+
         def rank(mask: int) -> tuple[int, ...]:
-            return (*size_rank(mask.bit_count(), best_count), *order.key(mask))
+            return (*size_rank(mask.bit_count(), best_count), *order_key(mask))
 
         best = below
         found: int | None = None

@@ -28,8 +28,9 @@ is the answer, and a branch is cut as soon as the nodes left cannot make it
 feasible. By distance it is a branch and bound: nodes are taken in the order
 of a lower bound of their share of the sum, the first feasible subset found is
 the incumbent, and a branch is cut when its lower bound (the sum so far plus,
-for the nodes still to take, the least each can add: its self distance, twice
-its distances to the nodes taken, and its smallest distances to the others)
+for the nodes still to take, the least each can add: its self distance, its
+distances to and from the nodes taken (tables need not be symmetric), and its
+smallest distances to the others)
 and the smallest value it can still reach are not below the incumbent's. Every
 node visited and every candidate scored is charged to the :class:`~numamem.work.Work`,
 so a search either finishes or is refused by name.
@@ -249,8 +250,10 @@ class Ground:
         ids = pos.ids
         selfd = [distances[x][x] for x in ids]
         least_of = [least[x] for x in ids]
-        row_of = [[distances[x][y] for y in ids] for x in ids]
-        toward = [0] * m  # toward[j]: the distances from node j to the nodes taken so far
+        # Both directions of each pair: a distance table need not be symmetric (an ACPI SLIT
+        # may not be; the kubelet sums d[a][b] over ordered pairs as the kernel reports them).
+        row_of = [[distances[x][y] + distances[y][x] for y in ids] for x in ids]
+        toward = [0] * m  # toward[j]: the distances between node j and the nodes taken so far
         excluded: list[int] = []
         best: list[int] = [1 << 62, 1 << 62] if below is None else list(below)  # the incumbent
         found: list[int | None] = [None]
@@ -260,7 +263,7 @@ class Ground:
             shares = heapq.nsmallest(
                 r,
                 (
-                    selfd[j] + 2 * toward[j] + least_of[j][min(r - 1, len(least_of[j]) - 1)]
+                    selfd[j] + toward[j] + least_of[j][min(r - 1, len(least_of[j]) - 1)]
                     for j in range(i, m)
                 ),
             )
@@ -282,7 +285,7 @@ class Ground:
             if bound(i, r, total, mask) >= (best[0], best[1]):
                 return
             # take node i
-            added = selfd[i] + 2 * toward[i]
+            added = selfd[i] + toward[i]
             row = row_of[i]
             for j in range(i + 1, m):
                 toward[j] += row[j]

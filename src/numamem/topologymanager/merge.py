@@ -64,7 +64,7 @@ from typing import Protocol
 
 from numamem.errors import SearchBudgetError
 from numamem.topologymanager import bitmask
-from numamem.work import Work
+from numamem.work import FIX, Work
 
 MOBIUS_MAX_NODES = 16
 """Remaining nodes up to which the distinct ANDs may be counted (2^n entries per list)."""
@@ -110,6 +110,19 @@ class Order:
 
     def key(self, mask: int) -> tuple[int, int]:
         return (self.total(mask), mask)
+
+    def charged_key(self, work: Work) -> Callable[[int], tuple[int, int]]:
+        """:meth:`key`, charging ``work`` one step per ordered pair a distance sum adds (a
+        key of k nodes sums k^2 distances: 1,024 for 32 nodes, far more than one step)."""
+        if self.distances is None:
+            return self.key
+        key = self.key
+
+        def charged(mask: int) -> tuple[int, int]:
+            work.spend(mask.bit_count() ** 2)
+            return key(mask)
+
+        return charged
 
 
 NARROWEST = Order()
@@ -219,8 +232,10 @@ def _best_preferred(
             f.contains_preferred(mask) for f in families
         )
 
+    order_key = order.charged_key(work)
+
     def full_key(mask: int) -> tuple[int, ...]:
-        return (mask.bit_count(), *order.key(mask))
+        return (mask.bit_count(), *order_key(mask))
 
     constraining = [masks for masks, any_node in explicit if not any_node]
     if constraining:
@@ -270,8 +285,10 @@ def _best_non_preferred(
     order: Order,
     work: Work,
 ) -> int | None:
+    order_key = order.charged_key(work)
+
     def rank(mask: int) -> tuple[int, ...]:
-        return (*size_rank(mask.bit_count(), best_count), *order.key(mask))
+        return (*size_rank(mask.bit_count(), best_count), *order_key(mask))
 
     explicit: list[set[int]] = []
     families: list[HintFamily] = []
@@ -302,7 +319,9 @@ def _best_non_preferred(
             if members is None:
                 raise SearchBudgetError(
                     f"{work.what}: {len(by_rule)} different rule-given hint lists too large to "
-                    "list; the merge meets only one of them by its structure"
+                    f"list within the {work.limit:,} steps of the search budget (SEARCH_BUDGET); "
+                    "the merge meets only one of them by its structure. "
+                    f"{FIX}"
                 )
             explicit.extend(set(members) for _ in range(copies))
         by_rule = by_rule[:1]
