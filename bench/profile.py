@@ -104,7 +104,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pods", type=int, default=0, help="3-container pods admitted first")
     parser.add_argument("--names", action="store_true", help="with --podresources-socket")
     args = parser.parse_args(argv)
-    nlog.configure("warning", "console", cache=False)
     root = Path(tempfile.mkdtemp(prefix="nmprof-", dir=TMPFS if TMPFS.is_dir() else None))
     config = {"podresources_socket": str(root / "pr.sock")} if args.names else {}
     try:
@@ -142,4 +141,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # Logging as the daemon's default level: only here, so that main() called from a test
+    # leaves the test session's logging (and its captured streams) alone.
+    nlog.configure("warning", "console", cache=False)
     sys.exit(main(sys.argv[1:]))
