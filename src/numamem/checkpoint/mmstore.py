@@ -1,13 +1,20 @@
 """The memory manager's store: ``memory_manager_state`` (kubelet format) plus numamem's container map.
 
 ``<state-dir>/memory_manager_state`` holds exactly what the kubelet's file holds
-(V1 written; V1, V2 and V3 read), so a kubelet and numamem can take over each
-other's state. The container id -> (pod, container) map, which the kubelet
+(V1 written, or V3 as kubelet master writes it with pod-level resource managers
+on; V1, V2 and V3 read), so a kubelet and numamem can take over each other's
+state. Pod-level entries (``podEntries``, KEP-5526) are kept only with the
+``PodLevelResourceManagers`` gate on (``pod_level``); with it off a file holding
+any refuses the start, naming the pods and the fix (deviation: the kubelet drops
+them silently, and the memory they hold would be reserved with nothing owning it).
+The container id -> (pod, container) map, which the kubelet
 rebuilds from the container runtime at start, lives in numamem's own file
 ``<state-dir>/numamem_containers`` (never inside the kubelet's file), with
 the namespace and name of each pod with state when the manager records them
 (the podresources API lists pods by name; the kubelet knows them from the API
-server). Names follow the same rules as ids: a new or changed name is an add.
+server), and which containers of a pod allocated as a whole hold memory of their
+own (``exclusive``; the others share its pool). Names follow the same rules as
+ids: a new or changed name is an add.
 
 Write order keeps the two files consistent without a shared transaction. Both
 files of one operation are written by one
@@ -38,6 +45,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from numamem.checkpoint import kubelet
@@ -57,6 +65,7 @@ from numamem.errors import (
     CorruptCheckpointError,
     DurabilityUnknownError,
     PersistenceError,
+    quote,
 )
 from numamem.logging import get_logger
 from numamem.memtypes import ContainerRef, Snapshot
@@ -85,8 +94,16 @@ class KubeletStateStore:
     """
 
     def __init__(
-        self, state_dir: str | Path, faults: FaultHook | None = None, fs: FileSystem = REAL
+        self,
+        state_dir: str | Path,
+        faults: FaultHook | None = None,
+        fs: FileSystem = REAL,
+        *,
+        pod_level: bool = False,
     ) -> None:
+        """``pod_level``: the ``PodLevelResourceManagers`` gate (pod-level entries are kept,
+        and the file is written as V3)."""
+        self.pod_level = pod_level
         self.fs = fs
         self.dir = Path(state_dir)
         self.state_path = self.dir / STATE_FILE
@@ -94,8 +111,10 @@ class KubeletStateStore:
         self.faults = faults
         self._last_state: bytes | None = None
         self._encoder = kubelet.V1Encoder()
+        self._encoder_v3 = kubelet.V3Encoder()
         self._last_map: dict[str, ContainerRef] = {}
         self._last_names: dict[str, tuple[str, str]] = {}
+        self._last_exclusive: dict[str, frozenset[str]] = {}
         self._map_dirty = False
         self._map_unusable: str | None = None
         self.writes = 0
@@ -121,38 +140,59 @@ class KubeletStateStore:
                 f'[memorymanager] configured policy "{policy_name}" differs from state checkpoint policy '
                 f'"{loaded.policy_name}"',
             )
-        if loaded.format != "v1":
+        if loaded.pod_entries and not self.pod_level:
+            pods = ", ".join(quote(uid) for uid in sorted(loaded.pod_entries)[:5])
+            more = len(loaded.pod_entries) - min(len(loaded.pod_entries), 5)
+            raise CheckpointError(
+                f'{self.state_path} holds pod-level memory assignments ("podEntries", KEP-5526) of '
+                f"pods {pods}{f' and {more} more' if more else ''}, which numamem keeps only with "
+                "the PodLevelResourceManagers feature gate on (the memory they hold would be "
+                "reserved with nothing to release it); fix: start with --feature-gates "
+                "PodLevelResources=true,PodLevelResourceManagers=true (or featureGates in "
+                f"--config), or drain the node, remove {self.state_path} and restart numamem"
+            )
+        written = "v3" if self.pod_level else "v1"
+        if loaded.format != written:
             _log.info(
-                "memory manager state read in an older/newer format; it is rewritten as V1 at the "
-                "next change",
+                f"memory manager state read in another format; it is rewritten as "
+                f"{written.upper()} at the next change",
                 format=loaded.format,
                 path=str(self.state_path),
             )
         self._last_state = data
-        containers, names = self._read_containers()
+        record = self._read_containers()
+        containers, names = record.containers, record.names
         live = {(p, c) for p, ctrs in loaded.assignments.items() for c in ctrs}
         kept = {cid: ref for cid, ref in containers.items() if ref in live}
         kept_names = {uid: n for uid, n in names.items() if uid in loaded.assignments}
-        if len(kept) != len(containers) or len(kept_names) != len(names):
-            _log.info(
-                "dropped container ids and pod names without memory state",
-                dropped=len(containers) - len(kept) + len(names) - len(kept_names),
-            )
+        kept_exclusive = {
+            uid: n for uid, n in record.exclusive.items() if uid in loaded.pod_entries
+        }
+        dropped = len(containers) - len(kept) + len(names) - len(kept_names)
+        if dropped or len(kept_exclusive) != len(record.exclusive):
+            _log.info("dropped container ids and pod names without memory state", dropped=dropped)
             self._map_dirty = True
         self._last_map, self._last_names = kept, kept_names
+        self._last_exclusive = kept_exclusive
         return Snapshot(
-            loaded.policy_name, loaded.machine_state, loaded.assignments, kept, kept_names
+            loaded.policy_name,
+            loaded.machine_state,
+            loaded.assignments,
+            kept,
+            kept_names,
+            loaded.pod_entries,
+            kept_exclusive,
         )
 
-    def _read_containers(self) -> tuple[dict[str, ContainerRef], dict[str, tuple[str, str]]]:
+    def _read_containers(self) -> ContainerFile:
         data = read_file(self.containers_path, self.fs)
         if data is None:
-            return {}, {}
+            return ContainerFile()
         try:
-            return decode_container_file(data)
+            return read_container_file(data)
         except CheckpointError as err:
             self._map_unusable = str(err)
-            return {}, {}
+            return ContainerFile()
 
     def restored(self) -> None:
         """The restored state was accepted: remove temp files, set an unusable map aside."""
@@ -179,21 +219,43 @@ class KubeletStateStore:
         use) or DurabilityUnknownError (every file holds the new state; the
         directory sync failed).
         """
-        state = self._encoder.encode(
-            snapshot.policy_name, snapshot.machine_state, snapshot.assignments
-        )
+        if self.pod_level:
+            state = self._encoder_v3.encode(
+                snapshot.policy_name,
+                snapshot.machine_state,
+                snapshot.assignments,
+                snapshot.pod_entries,
+            )
+        else:
+            state = self._encoder.encode(
+                snapshot.policy_name, snapshot.machine_state, snapshot.assignments
+            )
         new_map, new_names = dict(snapshot.container_map), dict(snapshot.pod_names)
+        new_exclusive = dict(snapshot.exclusive)
         old_map, old_names = self._last_map, self._last_names
-        adds = any(old_map.get(cid) != ref for cid, ref in new_map.items()) or any(
-            old_names.get(uid) != name for uid, name in new_names.items()
+        old_exclusive = self._last_exclusive
+        adds = (
+            any(old_map.get(cid) != ref for cid, ref in new_map.items())
+            or any(old_names.get(uid) != name for uid, name in new_names.items())
+            or any(old_exclusive.get(uid) != ex for uid, ex in new_exclusive.items())
         )
         map_item = None
-        if adds or new_map != old_map or new_names != old_names or self._map_dirty:
-            map_item = (self.containers_path, encode_containers(new_map, new_names))
+        if (
+            adds
+            or new_map != old_map
+            or new_names != old_names
+            or new_exclusive != old_exclusive
+            or self._map_dirty
+        ):
+            map_item = (
+                self.containers_path,
+                encode_containers(new_map, new_names, new_exclusive),
+            )
         state_item = (self.state_path, state) if state != self._last_state else None
         ordered = (map_item, state_item) if adds else (state_item, map_item)
         files = [item for item in ordered if item is not None]
         self._last_map, self._last_names = new_map, new_names
+        self._last_exclusive = new_exclusive
         if not files:
             return
         unknown: DurabilityUnknownError | None = None
@@ -205,8 +267,9 @@ class KubeletStateStore:
         except PartialWriteError as err:
             if adds:  # the map is in place, the state is not: take the map back (inert anyway)
                 self._last_map, self._last_names = old_map, old_names
+                self._last_exclusive = old_exclusive
                 self._observe_state(state_item, started, written=False)
-                self._best_effort_map(old_map, old_names)
+                self._best_effort_map(old_map, old_names, old_exclusive)
                 raise
             # The state is in place, the map that only removes ids is not: its stale ids are
             # inert (dropped at restore) and it is written again with the next change.
@@ -219,6 +282,7 @@ class KubeletStateStore:
             files = [file for file in files if file is not map_item]
         except PersistenceError:
             self._last_map, self._last_names = old_map, old_names
+            self._last_exclusive = old_exclusive
             self._observe_state(state_item, started, written=False)
             raise
         else:
@@ -243,12 +307,15 @@ class KubeletStateStore:
             observer(time.perf_counter() - started, written)
 
     def _best_effort_map(
-        self, entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]]
+        self,
+        entries: dict[str, ContainerRef],
+        names: dict[str, tuple[str, str]],
+        exclusive: dict[str, frozenset[str]],
     ) -> None:
         try:
             atomic_write(
                 self.containers_path,
-                encode_containers(entries, names),
+                encode_containers(entries, names, exclusive),
                 faults=self.faults,
                 fs=self.fs,
             )
@@ -261,11 +328,15 @@ class KubeletStateStore:
 
 
 def encode_containers(
-    entries: dict[str, ContainerRef], names: dict[str, tuple[str, str]] | None = None
+    entries: dict[str, ContainerRef],
+    names: dict[str, tuple[str, str]] | None = None,
+    exclusive: dict[str, frozenset[str]] | None = None,
 ) -> bytes:
     """``{"checksum": FNV-1a-32 of the body, "containers": {id: [pod, container]},
-    "order": [uid, ...], "pods": {uid: [namespace, name]}}`` (``order`` and ``pods`` only
-    when there are names, so a file without them is the same as before they existed).
+    "exclusive": {uid: [container, ...]}, "order": [uid, ...], "pods": {uid: [namespace,
+    name]}}`` (``order`` and ``pods`` only when there are names, ``exclusive`` only when a
+    pod allocated as a whole has containers with memory of their own, so a file without
+    them is the same as before they existed).
     ``order`` lists the uids of ``names`` in their order (oldest recording first: the
     newest holder of a name is its last uid); a reader that ignores it loses only that.
 
@@ -279,6 +350,8 @@ def encode_containers(
     if names:
         body["pods"] = {uid: [namespace, name] for uid, (namespace, name) in names.items()}
         body["order"] = list(names)
+    if exclusive:
+        body["exclusive"] = {uid: sorted(ctrs) for uid, ctrs in exclusive.items()}
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return b'{"checksum":%d,' % fnv1a_32(canonical) + canonical[1:]
 
@@ -291,6 +364,21 @@ def decode_container_file(
     data: bytes,
 ) -> tuple[dict[str, ContainerRef], dict[str, tuple[str, str]]]:
     """The container map and the pod names; raises CheckpointError."""
+    record = read_container_file(data)
+    return record.containers, record.names
+
+
+@dataclass
+class ContainerFile:
+    """What ``numamem_containers`` holds (see :func:`encode_containers`)."""
+
+    containers: dict[str, ContainerRef] = field(default_factory=dict)
+    names: dict[str, tuple[str, str]] = field(default_factory=dict)
+    exclusive: dict[str, frozenset[str]] = field(default_factory=dict)
+
+
+def read_container_file(data: bytes) -> ContainerFile:
+    """Decode and verify ``numamem_containers``; raises CheckpointError."""
     try:
         doc = json.loads(data)
         stored = doc.pop("checksum")
@@ -298,10 +386,14 @@ def decode_container_file(
         result = {str(cid): (str(ref[0]), str(ref[1])) for cid, ref in doc["containers"].items()}
         names = {str(uid): (str(n[0]), str(n[1])) for uid, n in doc.get("pods", {}).items()}
         order = [str(uid) for uid in doc.get("order", ())]
+        exclusive = {
+            str(uid): frozenset(str(c) for c in ctrs)
+            for uid, ctrs in doc.get("exclusive", {}).items()
+        }
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
         raise CheckpointError(f"cannot decode container map: {err}") from err
     if fnv1a_32(canonical.encode()) != stored:
         raise CorruptCheckpointError(stored, fnv1a_32(canonical.encode()))
     ordered = {uid: names[uid] for uid in order if uid in names}
     ordered.update((uid, n) for uid, n in names.items() if uid not in ordered)
-    return result, ordered
+    return ContainerFile(result, ordered, exclusive)
