@@ -157,3 +157,12 @@ def state_from_proto(resp: memorymanager_pb2.GetStateResponse) -> tuple[MachineS
         for pod, entry in resp.entries.items()
     }
     return machine, assignments
+
+
+def pod_entries_from_proto(resp: memorymanager_pb2.GetStateResponse) -> dict[str, list[Block]]:
+    """The pod-level entries of a GetState answer (pods allocated as a whole, KEP-5526)."""
+    return {
+        pod: [Block(tuple(b.numa_affinity), b.type, b.size) for b in entry.pod_blocks.blocks]
+        for pod, entry in resp.entries.items()
+        if entry.HasField("pod_blocks")
+    }

@@ -43,6 +43,7 @@ from numamem.errors import (
 )
 from numamem.logging import get_logger
 from numamem.memorymanager import options as mm_options
+from numamem.memorymanager import podlevel
 from numamem.memorymanager.drift import AUTO
 from numamem.memorymanager.explain import MAX_EXPLAINED_MASKS
 from numamem.memorymanager.manager import AdmitOutcome, Manager, new_policy
@@ -63,6 +64,26 @@ SERVICE_NAME = memorymanager_pb2.DESCRIPTOR.services_by_name["MemoryManager"].fu
 _log = get_logger("memorymanager")
 
 
+ISOLATION = {
+    podlevel.HOST: memorymanager_pb2.RESOURCE_ISOLATION_HOST,
+    podlevel.POD: memorymanager_pb2.RESOURCE_ISOLATION_POD,
+    podlevel.CONTAINER: memorymanager_pb2.RESOURCE_ISOLATION_CONTAINER,
+}
+
+
+def pod_level_to_proto(plan: podlevel.Plan) -> memorymanager_pb2.PodLevelExplanation:
+    return memorymanager_pb2.PodLevelExplanation(
+        budget=plan.budget,
+        exclusive=[
+            memorymanager_pb2.ContainerRequest(container_name=name, requested=requested)
+            for name, requested in plan.exclusive.items()
+        ],
+        shared=plan.shared,
+        pool=plan.pool,
+        rejection=plan.rejection,
+    )
+
+
 def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2.AdmitResponse:
     result = outcome.result
     resp = memorymanager_pb2.AdmitResponse(
@@ -78,6 +99,7 @@ def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2
                 affinity=hint_to_proto(result.affinities.get(ctr.name, tm.NO_AFFINITY)),
                 blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
             )
+        resp.pod_blocks.extend(blocks_to_proto(outcome.pod_blocks or []))
     return resp
 
 
@@ -106,7 +128,7 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
             path=str(Path(config.proc_root) / "iomem"),
         )
     if store is None:
-        store = KubeletStateStore(config.state_dir)
+        store = state_store(config)
     state_file = str(Path(config.state_dir) / STATE_FILE)
     sysfs_root = config.sysfs_root
 
@@ -129,6 +151,7 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
         config.reserved_memory,
         restricted_to,
         static_options,
+        config.feature_gates,
     )
     for warning in warnings:
         _log.warning(warning)
@@ -139,6 +162,14 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
         config.topology_manager_scope,
         max_pods=config.limits.max_pods,
         record_pod_names=config.podresources_socket is not None,
+    )
+
+
+def state_store(config: Config, fs: FileSystem = REAL) -> KubeletStateStore:
+    """The memory manager's store for ``config`` (V3 and pod-level entries with the
+    ``PodLevelResourceManagers`` gate)."""
+    return KubeletStateStore(
+        config.state_dir, fs=fs, pod_level=config.feature_gates.pod_level_resource_managers
     )
 
 
@@ -165,7 +196,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         """GetResidency's and Explain's source; set by the wiring (:mod:`numamem.api.app`)."""
 
     def _pod(self, msg: memorymanager_pb2.Pod) -> Pod:
-        return pod_from_proto(msg, self.machine, self.limits)
+        return pod_from_proto(msg, self.machine, self.limits, gates=self.manager.policy.gates)
 
     @property
     def _reply_bytes(self) -> int:
@@ -184,6 +215,27 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         )
         blocks = self.manager.allocate(pod, name, affinity, deadline=_deadline(context))
         return memorymanager_pb2.AllocateResponse(blocks=blocks_to_proto(blocks))
+
+    def AllocatePod(
+        self, request: memorymanager_pb2.AllocatePodRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.AllocatePodResponse:
+        pod = self._pod(request.pod)
+        affinity = (
+            affinity_from_proto(request.affinity, self.machine)
+            if request.HasField("affinity")
+            else None
+        )
+        pod_blocks, containers = self.manager.allocate_pod(
+            pod, affinity, deadline=_deadline(context)
+        )
+        resp = memorymanager_pb2.AllocatePodResponse()
+        if pod_blocks is not None:
+            resp.pod_blocks.blocks.extend(blocks_to_proto(pod_blocks))
+            resp.pod_blocks.SetInParent()
+        for name, blocks in containers.items():
+            resp.containers[name].blocks.extend(blocks_to_proto(blocks))
+            resp.containers[name].SetInParent()
+        return resp
 
     def AddContainer(
         self, request: memorymanager_pb2.AddContainerRequest, context: grpc.ServicerContext
@@ -243,7 +295,18 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         check_string(request.pod_uid, "pod_uid")
         check_string(request.container_name, "container_name")
         blocks = self.manager.get_memory(request.pod_uid, request.container_name)
-        return memorymanager_pb2.GetMemoryResponse(blocks=blocks_to_proto(blocks))
+        isolation = self.manager.isolation_level(request.pod_uid, request.container_name)
+        return memorymanager_pb2.GetMemoryResponse(
+            blocks=blocks_to_proto(blocks), isolation=ISOLATION[isolation]
+        )
+
+    def GetPodMemory(
+        self, request: memorymanager_pb2.GetPodMemoryRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.GetPodMemoryResponse:
+        blocks = self.manager.get_pod_memory(check_string(request.pod_uid, "pod_uid"))
+        return memorymanager_pb2.GetPodMemoryResponse(
+            blocks=blocks_to_proto(blocks or []), allocated=blocks is not None
+        )
 
     def GetState(
         self, request: memorymanager_pb2.GetStateRequest, context: grpc.ServicerContext
@@ -256,12 +319,20 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         for node_id, node in state.machine_view().items():
             if node is not None:
                 resp.machine_state[node_id].CopyFrom(node_state_to_proto(node))
+        pod_entries = state.pod_entries()
         for pod_uid, containers in state.pods():
             entry = resp.entries[pod_uid]
             entry.namespace, entry.name = committed.names.get(pod_uid, ("", ""))
+            pod_blocks = pod_entries.get(pod_uid)
+            exclusive = state.exclusive_containers(pod_uid)
             for name, blocks in containers.items():
                 entry.containers[name].blocks.extend(blocks_to_proto(blocks))
-                entry.containers[name].SetInParent()
+                entry.containers[name].isolation = ISOLATION[
+                    podlevel.isolation_level(blocks, pod_blocks, exclusive, name)
+                ]
+            if pod_blocks is not None:
+                entry.pod_blocks.blocks.extend(blocks_to_proto(pod_blocks))
+                entry.pod_blocks.SetInParent()
         return resp
 
     def SyncActivePods(
@@ -272,7 +343,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
                 f"pods: {len(request.pods)} pods exceed --max-pods {self.limits.max_pods}"
             )
         pods = [
-            pod_from_proto(p, self.machine, self.limits, f"pods[{i}]")
+            pod_from_proto(p, self.machine, self.limits, f"pods[{i}]", self.manager.policy.gates)
             for i, p in enumerate(request.pods)
         ]
         uids = [p.uid for p in pods]
@@ -330,6 +401,8 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
                 )
                 for v in ctr.explanation.masks
             )
+        if explanation.pod_level is not None:
+            resp.pod_level.CopyFrom(pod_level_to_proto(explanation.pod_level))
         if self.residency is not None:
             resp.residency.extend(self.residency.for_pod(pod.uid))
         return resp
@@ -349,7 +422,7 @@ class MemoryManagerComponent:
     service_names: Sequence[str] = (SERVICE_NAME,)
 
     def __init__(self, config: Config, machine: Machine, fs: FileSystem = REAL) -> None:
-        self.store = KubeletStateStore(config.state_dir, fs=fs)
+        self.store = state_store(config, fs)
         self.manager = build_manager(config, machine, self.store)
         self.servicer = MemoryManagerServicer(self.manager, machine, config.limits)
 
