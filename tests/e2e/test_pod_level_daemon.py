@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from numamem.api.convert import pod_entries_from_proto, state_from_proto
-from numamem.client import NumamemClient
+from numamem.client import NumamemClient, error_reason
 from numamem.memorymanager.invariants import violations
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
 from numamem.testing.daemon import DaemonProcess
@@ -290,3 +291,66 @@ def test_a_kubelet_written_v3_file_is_taken_over_and_refused_with_the_gates_off(
         assert set(isolation.values()) == {mm.RESOURCE_ISOLATION_POD}
         assert c.admit(mixed_pod()).admitted  # idempotent on the taken-over entry
         assert served(c)[2] == pods
+
+
+def cli(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "numamem", *args, "--socket", d.socket],
+        capture_output=True, text=True, cwd=REPO, check=False, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_cli_reads_spec_resources_and_explain_shows_the_budget_and_a_refusal(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    d = start(short_root, daemon_factory, *GATES)
+    explained = cli(d, "explain", "-f", "examples/pod-level.yaml")
+    assert explained.returncode == 0, explained.stderr
+    assert "pod-level budget: memory 8Gi" in explained.stdout
+    assert "memory of their own: log-agent (memory 512Mi), db (memory 4Gi)" in explained.stdout
+    assert "sharing: setup, mesh, exporter" in explained.stdout
+    assert "shared pool: memory 3.50Gi" in explained.stdout
+    out = cli(d, "admit", "--no-start", "-f", "examples/pod-level.yaml")
+    assert out.returncode == 0, out.stderr
+    assert "pod-level allocation (the pod's budget): memory 8Gi on 0" in out.stdout
+    with NumamemClient(d.socket) as c:
+        [uid] = c.get_state().entries
+        assert c.get_pod_memory(uid).allocated
+        # A budget its exclusive containers use up, with a shared container: refused by the
+        # pod-scope hints (no possible affinity) or by AllocatePod, with the kubelet's reason.
+        full = mixed_pod()
+        full.uid = "full"
+        for key in ("memory",):
+            full.requests[key] = full.limits[key] = "4608Mi"  # 512Mi + 4Gi, nothing shared
+        explanation = c.explain(full)
+        assert explanation.pod_level.rejection == (
+            "pod rejected, sum of exclusive container memory requests equals pod budget, "
+            "leaving no memory for shared containers"
+        )
+        resp = c.admit(full)
+        assert not resp.admitted
+        assert resp.reason == "TopologyAffinityError"  # single-numa-node: the empty hint lists
+        assert "full" not in c.get_state().entries
+        # AllocatePod itself (the kubelet's admit reason EmptyPodSharedPoolError), and a regular
+        # init container without requests when the sidecars use up the budget.
+        init_starved = mixed_pod()
+        init_starved.uid = "init-starved"
+        init_starved.requests["memory"] = init_starved.limits["memory"] = "512Mi"
+        del (
+            init_starved.containers[0].requests["memory"],
+            init_starved.containers[0].limits["memory"],
+        )
+        del init_starved.containers[0].requests[HP], init_starved.containers[0].limits[HP]
+        for pod, text in [
+            (full, explanation.pod_level.rejection),
+            (
+                init_starved,
+                "pod rejected, pod has shared init containers but no memory available for them",
+            ),
+        ]:
+            with pytest.raises(grpc.RpcError) as info:
+                c.allocate_pod(pod)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert error_reason(info.value) == "EMPTY_POD_SHARED_POOL"
+            assert info.value.details() == text
+        assert set(c.get_state().entries) == {uid}
