@@ -589,8 +589,15 @@ def test_release_only_at_the_last_container_and_init_containers_free_no_memory()
     consistent(mgr)
 
 
-def test_container_scope_pins_only_the_equivalent_guaranteed_containers() -> None:
-    mgr = build(scope="container")
+@pytest.mark.parametrize(
+    ("scope", "topology"), [("container", "best-effort"), ("pod", "none"), ("container", "none")]
+)
+def test_container_scope_pins_only_the_equivalent_guaranteed_containers(
+    scope: str, topology: str
+) -> None:
+    """The container scope, and the policy none in either scope (the kubelet's none scope
+    allocates container by container)."""
+    mgr = build(scope=scope, topology=topology)
     pod = example_pod()
     outcome = mgr.admit(pod)
     assert outcome.result.admitted
