@@ -125,6 +125,14 @@ VALIDATION = [
         SHARED_INIT.format("memory"),
     ),
     (
+        "the same with apps that share (a pod the API server lets through)",
+        (own("log", 4 * GI, sidecar=True), shared("setup")),
+        (shared("a"),),
+        4 * GI,
+        0,
+        SHARED_INIT.format("memory"),
+    ),
+    (
         "the same init container before that sidecar",
         (shared("setup"), own("log", 4 * GI, sidecar=True)),
         (own("a", 1 * MI),),
