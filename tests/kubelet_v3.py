@@ -97,13 +97,16 @@ def v3_data(
     pod_entries: Mapping[str, Sequence[Block]],
 ) -> str:
     """The ``data`` string: ``{policyName, machineState, entries, podEntries}``."""
-    doc = _legacy(policy, machine_state, entries)
+    return _dumps(_with_pods(_legacy(policy, machine_state, entries), pod_entries))
+
+
+def _with_pods(doc: dict[str, Any], pod_entries: Mapping[str, Sequence[Block]]) -> dict[str, Any]:
     if pod_entries:
         doc["podEntries"] = {
             pod: ({"memoryBlocks": _blocks(pod_entries[pod])} if pod_entries[pod] else {})
             for pod in sorted(pod_entries)
         }
-    return _dumps(doc)
+    return doc
 
 
 def encode(
@@ -129,11 +132,7 @@ def encode_v2(
 ) -> bytes:
     """The V2 file a v1.36-era kubelet with the gate on writes: V1 plus ``podEntries``, the
     checksum over the V2 struct (``PodEntries`` rendered before ``Checksum``)."""
-    doc = _legacy(policy, machine_state, entries)
-    if pod_entries:
-        doc["podEntries"] = json.loads(v3_data(policy, machine_state, {}, pod_entries))[
-            "podEntries"
-        ]
+    doc = _with_pods(_legacy(policy, machine_state, entries), pod_entries)
     text = render_checkpoint(policy, machine_state, entries, pod_entries=pod_entries)
     doc["checksum"] = fnv1a_32(text.encode("utf-8"))
     return _dumps(doc).encode("utf-8")
