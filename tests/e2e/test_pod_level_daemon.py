@@ -236,7 +236,7 @@ def test_with_the_gates_off_the_pod_is_skipped_and_v1_is_written(
     assert set(data) == {"policyName", "machineState", "checksum"}  # V1, as before
 
 
-def kubelet_file(root: Path) -> bytes:
+def kubelet_file() -> bytes:
     """What a kubelet (master, gates on) leaves for the mixed pod on this machine: written by
     the test-side kubelet encoder from the partition of spec 5.2, not by numamem."""
     alloc_memory = 16 * GI - GI - GI  # reserved 1Gi on node 0, 1Gi of hugepages per node
@@ -272,7 +272,7 @@ def test_a_kubelet_written_v3_file_is_taken_over_and_refused_with_the_gates_off(
 ) -> None:
     state_dir = short_root / "state"
     state_dir.mkdir(mode=0o700)
-    written = kubelet_file(short_root)
+    written = kubelet_file()
     (state_dir / "memory_manager_state").write_bytes(written)
     refused = DaemonProcess(short_root).run_to_exit(*daemon_args(short_root))
     assert refused.returncode != 0

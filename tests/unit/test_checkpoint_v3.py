@@ -119,15 +119,6 @@ def test_random_v3_states_equal_the_kubelets_bytes_and_round_trip(
     assert {k: v for k, v in json.loads(data).items() if k not in ("data", "dataChecksum")} == v1
 
 
-MS = {
-    0: NUMANodeState(
-        1, {"memory": MemoryTable(8 * 2**30, 2**30, 7 * 2**30, 2 * 2**30, 5 * 2**30)}, [0]
-    )
-}
-POD_BLOCKS = (Block((0,), "memory", 2 * 2**30),)
-ENTRIES = {"p1": {"app": (Block((0,), "memory", 2**30),), "shared": POD_BLOCKS}}
-
-
 GI = 2**30
 MS = {0: NUMANodeState(1, {"memory": MemoryTable(8 * GI, GI, 7 * GI, 2 * GI, 5 * GI)}, [0])}
 POD_BLOCKS = (Block((0,), "memory", 2 * GI),)
