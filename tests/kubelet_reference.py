@@ -20,8 +20,12 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from numamem.memorymanager.policy_static import Hints, StaticPolicy
-from numamem.memtypes import NUMANodeState
+from numamem.config.model import FeatureGates
+from numamem.errors import AllocationError, EmptyPodSharedPoolError
+from numamem.memorymanager.policy_static import Hints, StaticPolicy, regenerate_hints
+from numamem.memorymanager.state import State, StateReader
+from numamem.memtypes import Block, NUMANodeState
+from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.topologymanager.policy import (
     BEST_EFFORT,
     NO_AFFINITY,
@@ -337,3 +341,201 @@ class ReferenceTopologyPolicy(TopologyPolicy):
         if self.name == BEST_EFFORT:
             return best, True
         return best, best.preferred
+
+
+# --- pod-level resources (KEP-5526) ---------------------------------------------------------
+#
+# Transcribed from the memory-manager spec, section 5, independently of
+# numamem.memorymanager.podlevel: the container's and the pod's requests under the gate,
+# validatePodScopeResources, AllocatePod's partition, its pod-scope hints and the
+# pod-level branch of RemoveContainer.
+
+
+def ref_equivalent_guaranteed(container: Container) -> bool:
+    for name in ("cpu", "memory"):
+        req, lim = container.requests.get(name), container.limits.get(name)
+        if req is None or req.value == 0 or lim is None or lim.value != req.value:
+            return False
+    return True
+
+
+def ref_container_requested(pod: Pod, container: Container) -> dict[str, int]:
+    """getContainerRequestedResources with PodLevelResourceManagers on."""
+    if pod.pod_level_resources_set and not ref_equivalent_guaranteed(container):
+        return {}
+    return {
+        name: int(q.value)
+        for name, q in container.requests.items()
+        if name == "memory" or name.startswith("hugepages-")
+    }
+
+
+def ref_pod_budget(pod: Pod) -> dict[str, int]:
+    """getPodRequestedResources for a pod that sets pod-level resources."""
+    return {
+        name: int(q.value)
+        for name, q in pod.requests.items()
+        if (name == "memory" or name.startswith("hugepages-")) and q.value > 0
+    }
+
+
+def ref_validate(pod: Pod, total: dict[str, int]) -> str | None:
+    shared = False
+    exclusive: dict[str, int] = {}
+    order = sorted(total, key=lambda n: (n != "memory", n))
+    for c in pod.init_containers:
+        reqs = ref_container_requested(pod, c)
+        if c.restart_policy != "Always":
+            if not reqs:
+                for r in order:
+                    if exclusive.get(r, 0) >= total[r]:
+                        return f"pod rejected, pod has shared init containers but no {r} available for them"
+        elif not reqs:
+            shared = True
+        else:
+            for r, v in reqs.items():
+                exclusive[r] = exclusive.get(r, 0) + v
+    for c in pod.containers:
+        reqs = ref_container_requested(pod, c)
+        if not reqs:
+            shared = True
+        for r, v in reqs.items():
+            exclusive[r] = exclusive.get(r, 0) + v
+    if shared:
+        for r in order:
+            if exclusive.get(r, 0) >= total[r]:
+                return (
+                    f"pod rejected, sum of exclusive container {r} requests equals pod budget, "
+                    "leaving no memory for shared containers"
+                )
+    return None
+
+
+def ref_blocks(bits: list[int], sizes: dict[str, int]) -> list[Block]:
+    return [
+        Block(tuple(bits), r, sizes[r])
+        for r in sorted(sizes, key=lambda n: (n != "memory", n))
+        if sizes[r] > 0
+    ]
+
+
+class ReferencePodLevelPolicy(ReferenceStaticPolicy):
+    """The reference Static policy with the pod-level gates on and the pod-level operations
+    transcribed from the spec (the mask choice is the Allocate's, over the reference hints)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, gates=FeatureGates(True, True), **kwargs)  # type: ignore[arg-type]
+
+    def get_pod_topology_hints(  # type: ignore[override]
+        self, state: StateReader, pod: Pod, work: object = None
+    ) -> Hints | None:
+        if not pod.pod_level_resources_set or pod_qos(pod) != GUARANTEED:
+            return super().get_pod_topology_hints(state, pod)
+        total = ref_pod_budget(pod)
+        if ref_validate(pod, total) is not None:
+            return {r: [] for r in total}
+        if not total:
+            return None
+        blocks = state.get_pod_memory_blocks(pod.uid)
+        if blocks is not None:
+            return regenerate_hints(blocks, total)
+        for c in pod.all_containers():
+            blocks = state.get_memory_blocks(pod.uid, c.name)
+            if blocks is not None:
+                return regenerate_hints(blocks, total)
+        return self.calculate_hints(state.machine_view(), total, {})
+
+    def allocate_pod(  # type: ignore[override]
+        self, state: State, pod: Pod, affinity: TopologyHint, work: object = None
+    ) -> None:
+        if pod_qos(pod) != GUARANTEED or not pod.pod_level_resources_set:
+            return
+        if state.get_pod_memory_blocks(pod.uid) is not None:
+            return
+        total = ref_pod_budget(pod)
+        rejection = ref_validate(pod, total)
+        if rejection is not None:
+            raise EmptyPodSharedPoolError(rejection)
+        if any(state.get_memory_blocks(pod.uid, c.name) for c in pod.all_containers()):
+            raise AllocationError("container-level memory before AllocatePod")
+        machine = state.machine_view()
+        bits, _ = self._place(machine, total, {}, affinity, None)
+        exclusive: dict[str, list[Block]] = {}
+        own: list[str] = []
+        sidecars: dict[str, int] = {}
+        for c in pod.init_containers:
+            reqs = ref_container_requested(pod, c)
+            pool = {r: total[r] - sidecars.get(r, 0) for r in total}
+            if not reqs:
+                if c.restart_policy == "Always":
+                    continue
+                exclusive[c.name] = ref_blocks(bits, pool)
+                continue
+            exclusive[c.name] = ref_blocks(bits, reqs)
+            own.append(c.name)
+            if c.restart_policy == "Always":
+                for r, v in reqs.items():
+                    sidecars[r] = sidecars.get(r, 0) + v
+        app_pool = {r: total[r] - sidecars.get(r, 0) for r in total}
+        for c in pod.containers:
+            reqs = ref_container_requested(pod, c)
+            if not reqs:
+                continue
+            exclusive[c.name] = ref_blocks(bits, reqs)
+            own.append(c.name)
+            for r, v in reqs.items():
+                if v > 0 and r in app_pool:
+                    app_pool[r] -= v
+        shared = ref_blocks(bits, app_pool)
+        changed = {n: (s.copy() if n in bits and s is not None else s) for n, s in machine.items()}
+        for r in sorted(total, key=lambda n: (n != "memory", n)):
+            ref_reserve(changed, bits, r, total[r])
+        state.adopt_machine_state(changed)
+        state.set_pod_memory_blocks(pod.uid, ref_blocks(bits, total), own)
+        for c in pod.all_containers():
+            state.set_memory_blocks(pod.uid, c.name, exclusive.get(c.name, shared))
+
+    def remove_container(self, state: State, pod_uid: str, container_name: str) -> None:
+        pod_blocks = state.get_pod_memory_blocks(pod_uid)
+        if pod_blocks is None:
+            super().remove_container(state, pod_uid, container_name)
+            return
+        state.delete(pod_uid, container_name)
+        if state.container_names(pod_uid):
+            return
+        machine = {n: (s.copy() if s is not None else s) for n, s in state.machine_view().items()}
+        for b in pod_blocks:
+            size = b.size
+            for n in b.numa_affinity or ():
+                node = machine[n]
+                assert node is not None
+                node.number_of_assignments -= 1
+                if node.number_of_assignments == 0:
+                    node.cells = [n]
+                table = (node.memory_map or {}).get(b.type)
+                if size == 0 or table is None or table.reserved == 0:
+                    continue
+                take = min(table.reserved, size)
+                table.reserved -= take
+                table.free += take
+                size -= take
+        state.adopt_machine_state(machine)
+        state.delete_pod(pod_uid)
+
+
+def ref_reserve(
+    machine: dict[int, NUMANodeState | None], bits: list[int], r: str, size: int
+) -> None:
+    """updateMachineState."""
+    for n in bits:
+        node = machine[n]
+        assert node is not None
+        node.number_of_assignments += 1
+        node.cells = list(bits)
+        table = (node.memory_map or {}).get(r)
+        if size == 0 or table is None or table.free <= 0:
+            continue
+        take = min(table.free, size)
+        table.reserved += take
+        table.free -= take
+        size -= take

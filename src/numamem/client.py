@@ -122,6 +122,18 @@ class NumamemClient:
             req.affinity.CopyFrom(affinity)
         return self.call(self.memory.Allocate, req, request_id)
 
+    def allocate_pod(
+        self,
+        pod: memorymanager_pb2.Pod,
+        affinity: memorymanager_pb2.TopologyHint | None = None,
+        request_id: str | None = None,
+    ) -> memorymanager_pb2.AllocatePodResponse:
+        """Pin a pod that sets pod-level resources as a whole (AllocatePod, KEP-5526)."""
+        req = memorymanager_pb2.AllocatePodRequest(pod=pod)
+        if affinity is not None:
+            req.affinity.CopyFrom(affinity)
+        return self.call(self.memory.AllocatePod, req, request_id)
+
     def add_container(
         self,
         pod: memorymanager_pb2.Pod,
@@ -170,6 +182,12 @@ class NumamemClient:
     ) -> list[memorymanager_pb2.MemoryBlock]:
         req = memorymanager_pb2.GetMemoryRequest(pod_uid=pod_uid, container_name=container_name)
         return list(self.call(self.memory.GetMemory, req, request_id).blocks)
+
+    def get_pod_memory(
+        self, pod_uid: str, request_id: str | None = None
+    ) -> memorymanager_pb2.GetPodMemoryResponse:
+        req = memorymanager_pb2.GetPodMemoryRequest(pod_uid=pod_uid)
+        return self.call(self.memory.GetPodMemory, req, request_id)
 
     def get_state(self, request_id: str | None = None) -> memorymanager_pb2.GetStateResponse:
         return self.call(self.memory.GetState, memorymanager_pb2.GetStateRequest(), request_id)

@@ -213,6 +213,14 @@ class UnsupportedResourceError(AllocationError):
     """A container requests a memory type (hugepage size) the machine does not have."""
 
 
+class EmptyPodSharedPoolError(AllocationError):
+    """A pod's pod-level budget leaves nothing for the containers that share it (the kubelet's
+    ``validatePodScopeResources``, KEP-5526). Admission refuses the pod with the kubelet's
+    reason :attr:`admission_reason` and this text."""
+
+    admission_reason = "EmptyPodSharedPoolError"
+
+
 class ReservedMemoryError(ConfigError):
     """The reserved-memory configuration contradicts the machine or node allocatable."""
 

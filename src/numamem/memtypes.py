@@ -107,3 +107,8 @@ class Snapshot:
     pod_names: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """Pod uid -> (namespace, name) of pods with state, as their Pod messages gave them (for
     the podresources API, which names pods; the kubelet's file has only uids)."""
+    pod_entries: Mapping[str, ContainerBlocks] = field(default_factory=dict)
+    """Pod uid -> pod-level blocks (the kubelet's ``podEntries``, KEP-5526)."""
+    exclusive: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Pod uid -> the containers of a pod allocated as a whole that hold memory of their own
+    (numamem's record, kept beside the container map; not in the kubelet's file)."""

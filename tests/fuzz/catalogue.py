@@ -37,6 +37,7 @@ PODRESOURCES_FILES: tuple[FileDescriptor, ...] = (
 WRITES = frozenset(
     {
         "/numamem.v1.MemoryManager/Allocate",
+        "/numamem.v1.MemoryManager/AllocatePod",
         "/numamem.v1.MemoryManager/AddContainer",
         "/numamem.v1.MemoryManager/RemoveContainer",
         "/numamem.v1.MemoryManager/ReleasePod",

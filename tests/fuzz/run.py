@@ -433,14 +433,15 @@ class Model:
         }
 
     def _apply_memory_manager(self, name: str, request: Any, response: Any) -> None:
-        if name == "Allocate" or (name == "Admit" and response.admitted):
+        if name in ("Allocate", "AllocatePod") or (name == "Admit" and response.admitted):
             self.mm_may_hold.add(request.pod.uid)
             inits = {c.name for c in request.pod.init_containers}
-            pinned = (
-                [(request.container_name, list(response.blocks))]
-                if name == "Allocate"
-                else [(c.container_name, list(c.blocks)) for c in response.containers]
-            )
+            if name == "Allocate":
+                pinned = [(request.container_name, list(response.blocks))]
+            elif name == "AllocatePod":
+                pinned = [(c, list(b.blocks)) for c, b in response.containers.items()]
+            else:
+                pinned = [(c.container_name, list(c.blocks)) for c in response.containers]
             for ctr, blocks in pinned:
                 if blocks:
                     key = (request.pod.uid, ctr)

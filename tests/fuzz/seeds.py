@@ -118,6 +118,24 @@ def _allocate(rng: random.Random) -> Message:
     return req
 
 
+def _allocate_pod(rng: random.Random) -> Message:
+    """AllocatePod of a pod that sets pod-level resources (its containers' sum, plus a shared
+    256Mi) or not; the daemon under the fuzzer runs with the gates off, so it is refused."""
+    p = pod(rng.randrange(MM_PODS))
+    if rng.random() < 0.7:
+        mib = sum(_mib(c.requests.get("memory", "0")) for c in p.containers) + 256
+        p.requests["cpu"] = p.limits["cpu"] = str(len(p.containers) + 1)
+        p.requests["memory"] = p.limits["memory"] = f"{mib}Mi"
+    req = mm.AllocatePodRequest(pod=p)
+    if rng.random() < 0.3:
+        req.affinity.CopyFrom(_affinity(rng))
+    return req
+
+
+def _mib(quantity: str) -> int:
+    return int(quantity[:-2]) * (1024 if quantity.endswith("Gi") else 1)
+
+
 def _mm_add_container(rng: random.Random) -> Message:
     p, name = _pod_and_container(rng)
     return mm.AddContainerRequest(
@@ -335,6 +353,10 @@ def _reflection(rng: random.Random) -> Message:
 SEEDS: dict[str, Seed] = {
     "/numamem.v1.Topology/GetMachineInfo": _empty(topology_pb2.GetMachineInfoRequest),
     "/numamem.v1.MemoryManager/Allocate": _allocate,
+    "/numamem.v1.MemoryManager/AllocatePod": _allocate_pod,
+    "/numamem.v1.MemoryManager/GetPodMemory": lambda rng: mm.GetPodMemoryRequest(
+        pod_uid=f"uid-{rng.randrange(MM_PODS)}"
+    ),
     "/numamem.v1.MemoryManager/AddContainer": _mm_add_container,
     "/numamem.v1.MemoryManager/RemoveContainer": _remove_container,
     "/numamem.v1.MemoryManager/ReleasePod": lambda rng: mm.ReleasePodRequest(

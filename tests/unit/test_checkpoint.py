@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.containerfile import (
+    ContainerFile,
     ContainerFileEncoder,
-    decode_container_file,
     decode_containers,
     encode_containers,
+    read_container_file,
 )
 from numamem.checkpoint.filestore import PartialWriteError, atomic_write, atomic_write_all
 from numamem.checkpoint.fnv import fnv1a_32, fnv1a_32_reference
@@ -777,7 +778,7 @@ _ids = st.text(alphabet='ab-_Zé\u00ff"\\', min_size=1, max_size=4)
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["map", "unmap", "name", "rename", "unname", "clear"]),
+            st.sampled_from(["map", "unmap", "name", "rename", "unname", "own", "unown", "clear"]),
             _ids,
             _ids,
         ),
@@ -789,11 +790,13 @@ def test_the_incremental_container_file_is_the_full_encoding(
     steps: list[tuple[str, str, str]],
 ) -> None:
     """ContainerFileEncoder diffs against its last call; after any sequence of adds, changes,
-    removals, re-recordings (a name moves to the end of ``order``) and emptyings, its bytes
+    removals, re-recordings (a name moves to the end of ``order``), exclusive containers and
+    emptyings, its bytes
     are encode_containers' bytes, and they decode to what was encoded."""
     encoder = ContainerFileEncoder()
     entries: dict[str, tuple[str, str]] = {}
     names: dict[str, tuple[str, str]] = {}
+    exclusive: dict[str, frozenset[str]] = {}
     for op, key, value in steps:
         if op == "map":
             entries = {**entries, key: (value, key)}
@@ -804,8 +807,12 @@ def test_the_incremental_container_file_is_the_full_encoding(
             names[key] = ("ns", value)
         elif op == "unname":
             names = {k: v for k, v in names.items() if k != key}
+        elif op == "own":
+            exclusive = {**exclusive, key: exclusive.get(key, frozenset()) | {value}}
+        elif op == "unown":
+            exclusive = {k: v for k, v in exclusive.items() if k != key}
         else:
-            entries, names = {}, {}
-        data = encoder.encode(entries, names)
-        assert data == encode_containers(entries, names)
-        assert decode_container_file(data) == (entries, names)
+            entries, names, exclusive = {}, {}, {}
+        data = encoder.encode(entries, names, exclusive)
+        assert data == encode_containers(entries, names, exclusive)
+        assert read_container_file(data) == ContainerFile(entries, names, exclusive)

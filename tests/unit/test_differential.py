@@ -11,6 +11,10 @@ node ids sparse ones, distances random ones, requests multi-node ones, and
 other providers' lists every kubelet shape: nil, empty, any-node hints and
 masks of nodes the topology manager does not use.
 
+Admissions include pods that set pod-level resources (KEP-5526) with the feature gates on,
+in both scopes, against the reference's transcription of AllocatePod, its hints and its
+release (and with the gates off, where such pods are skipped).
+
 ``NUMAMEM_DIFFERENTIAL_EXAMPLES`` sets the examples per test (``make soak``
 runs thousands; ``make test`` a few hundred in all).
 """
@@ -28,15 +32,17 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from numamem.config.model import FeatureGates
 from numamem.errors import SearchBudgetError
 from numamem.memorymanager import hints as hints_module
 from numamem.memorymanager.hints import HintSpace
+from numamem.memorymanager.invariants import violations
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.store import InMemoryStore
 from numamem.memorymanager.subsets import count_covering_subsets, exists_subset
 from numamem.memtypes import MEMORY, MachineState, MemoryTable, NUMANodeState
-from numamem.pod import Container, Pod
+from numamem.pod import Container, Pod, aggregate_container_resources
 from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topologymanager import merge as merge_module
@@ -584,6 +590,50 @@ def admission_pods(draw: st.DrawFn, index: int, hugepages: bool) -> Pod:
 
 
 @st.composite
+def pod_level_pods(draw: st.DrawFn, index: int, hugepages: bool) -> Pod:
+    """A pod that sets pod-level resources, as the API server lets through: its budget covers
+    the aggregate requests of its equivalent-Guaranteed containers (exactly, now and then,
+    which leaves a shared pool empty), the others request nothing or not requests == limits."""
+
+    def container(name: str, sidecar: bool = False) -> Container:
+        kind = draw(st.integers(0, 2))
+        restart = "Always" if sidecar else ""
+        if kind == 0:
+            return Container(name, restart_policy=restart)
+        res = {"cpu": Quantity.from_int(1), MEMORY: q(draw(st.integers(1, 12)) * 256 * MI)}
+        if hugepages and draw(st.booleans()):
+            res["hugepages-1Gi"] = q(draw(st.integers(0, 2)) * GI)
+        if kind == 1:  # not equivalent-Guaranteed: shares the pod's pool
+            return Container(name, {MEMORY: res[MEMORY]}, {}, restart)
+        return Container(name, res, dict(res), restart)
+
+    inits = tuple(
+        container(f"init{i}", sidecar=draw(st.booleans())) for i in range(draw(st.integers(0, 2)))
+    )
+    apps = tuple(container(f"app{i}") for i in range(draw(st.integers(1, 3))))
+    plain = Pod(f"pod-{index}", "ns", f"p{index}", inits, apps)
+    exclusive = Pod(
+        plain.uid,
+        init_containers=tuple(c for c in inits if c.limits),
+        containers=tuple(c for c in apps if c.limits),
+    )
+    budget = {
+        name: qty.value
+        for name, qty in aggregate_container_resources(exclusive).items()
+        if name != "cpu"
+    }
+    budget[MEMORY] = budget.get(MEMORY, 0) + draw(st.sampled_from([0, 0, 256 * MI, GI, 3 * GI]))
+    if budget[MEMORY] == 0:
+        budget[MEMORY] = 256 * MI
+    if hugepages and draw(st.booleans()):
+        budget["hugepages-1Gi"] = budget.get("hugepages-1Gi", 0) + draw(st.integers(0, 1)) * GI
+    resources = {name: q(int(value)) for name, value in budget.items() if value}
+    resources["cpu"] = Quantity.from_int(8)
+    limits = dict(resources) if draw(st.integers(0, 9)) > 0 else {MEMORY: resources[MEMORY]}
+    return Pod(plain.uid, "ns", plain.name, inits, apps, "", resources, limits)
+
+
+@st.composite
 def other_providers(draw: st.DrawFn, pod: Pod, nodes: Sequence[int]) -> list[GivenHints]:
     outside = [max(nodes) + 1, max(nodes) + 5]  # ids of no node (Admit's validation refuses
     # them; the manager and the merge take them as the kubelet does: they AND to nothing)
@@ -606,6 +656,8 @@ class AdmissionScenario:
     scope: str
     options: dict[str, str]
     ops: list[tuple[str, Any]] = field(default_factory=list)
+    pod_level: bool = False
+    """The pod-level feature gates are on (KEP-5526)."""
 
 
 @st.composite
@@ -619,6 +671,7 @@ def admission_scenarios(draw: st.DrawFn) -> AdmissionScenario:
     scenario = AdmissionScenario(
         machine, reserved, draw(st.sampled_from(POLICIES)), draw(st.sampled_from(SCOPES)), options
     )
+    scenario.pod_level = draw(st.integers(0, 2)) == 0
     hugepages = bool(machine.hugepage_resources)
     made: list[Pod] = []
     for step in range(draw(st.integers(1, 8))):
@@ -626,7 +679,14 @@ def admission_scenarios(draw: st.DrawFn) -> AdmissionScenario:
         if kind == "remove" and made:
             scenario.ops.append(("remove", draw(st.sampled_from(made)).uid))
             continue
-        pod = draw(admission_pods(step, hugepages))
+        pod_level = (
+            draw(st.integers(0, 2)) == 0 if scenario.pod_level else draw(st.integers(0, 19)) == 0
+        )
+        if pod_level:
+            pod = draw(pod_level_pods(step, hugepages))
+            event("pod-level pod" + ("" if scenario.pod_level else " (gates off)"))
+        else:
+            pod = draw(admission_pods(step, hugepages))
         made.append(pod)
         if kind == "allocate":
             bits = draw(st.sets(st.sampled_from(machine.node_ids), max_size=2))
@@ -642,15 +702,17 @@ def admission_scenarios(draw: st.DrawFn) -> AdmissionScenario:
 def managers(scenario: AdmissionScenario) -> tuple[Manager, Manager]:
     topology, _ = new_policy(scenario.policy, scenario.machine, scenario.options)
     restricted = topology.info.nodes if topology.options.restrict_to_cpu_numa_nodes else None
+    gates = FeatureGates(True, True) if scenario.pod_level else None
     ours = Manager(
-        StaticPolicy(scenario.machine, scenario.reserved, restricted),
+        StaticPolicy(scenario.machine, scenario.reserved, restricted, gates=gates),
         InMemoryStore(),
         topology,
         scenario.scope,
     )
     reference_topology = ref.ReferenceTopologyPolicy(topology.name, topology.info, topology.options)
+    reference = ref.ReferencePodLevelPolicy if scenario.pod_level else ref.ReferenceStaticPolicy
     theirs = Manager(
-        ref.ReferenceStaticPolicy(scenario.machine, scenario.reserved, restricted),
+        reference(scenario.machine, scenario.reserved, restricted),
         InMemoryStore(),
         reference_topology,
         scenario.scope,
@@ -662,7 +724,15 @@ def managers(scenario: AdmissionScenario) -> tuple[Manager, Manager]:
 
 def comparable(outcome: Any) -> tuple[Any, ...]:
     r = outcome.result
-    return (r.admitted, r.reason, r.message, r.affinities, r.merged, outcome.blocks)
+    return (
+        r.admitted,
+        r.reason,
+        r.message,
+        r.affinities,
+        r.merged,
+        outcome.blocks,
+        outcome.pod_blocks,
+    )
 
 
 def materialized(hints: ProviderHints) -> ProviderHints:
@@ -690,6 +760,8 @@ def test_admissions_are_kubelets(scenario: AdmissionScenario) -> None:
                 assume(False)
             got = ours.admit(pod, others)
             event(f"{scenario.policy}: {got.result.reason or 'admitted'}")
+            if pod.pod_level_resources_set and scenario.pod_level:
+                event(f"pod-level, {scenario.scope} scope: {got.result.reason or 'admitted'}")
             assert comparable(got) == comparable(expected)
         elif kind == "allocate":
             pod, affinity = arg
@@ -710,6 +782,15 @@ def test_admissions_are_kubelets(scenario: AdmissionScenario) -> None:
             theirs.release_pod(arg)
         assert ours.reader().get_machine_state() == theirs.reader().get_machine_state()
         assert ours.reader().get_memory_assignments() == theirs.reader().get_memory_assignments()
+        assert (
+            ours.reader().get_pod_memory_assignments()
+            == theirs.reader().get_pod_memory_assignments()
+        )
+        assert not violations(
+            ours.reader().get_machine_state(),
+            ours.reader().get_memory_assignments(),
+            ours.reader().get_pod_memory_assignments(),
+        )
 
 
 @examples(100)

@@ -17,11 +17,14 @@ from pathlib import Path
 import grpc
 
 from numamem.api.convert import (
+    ISOLATION,
+    admit_outcome_to_proto,
     answer_to_proto,
     blocks_to_proto,
     hint_to_proto,
     hints_to_proto,
     node_state_to_proto,
+    pod_level_to_proto,
 )
 from numamem.api.residency import ResidencyView
 from numamem.api.validation import (
@@ -44,9 +47,10 @@ from numamem.errors import (
 )
 from numamem.logging import get_logger
 from numamem.memorymanager import options as mm_options
+from numamem.memorymanager import podlevel
 from numamem.memorymanager.drift import AUTO
 from numamem.memorymanager.explain import MAX_EXPLAINED_MASKS
-from numamem.memorymanager.manager import AdmitOutcome, Manager, new_policy
+from numamem.memorymanager.manager import Manager, new_policy
 from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
@@ -62,24 +66,6 @@ from numamem.v1 import common_pb2, memorymanager_pb2, memorymanager_pb2_grpc
 
 SERVICE_NAME = memorymanager_pb2.DESCRIPTOR.services_by_name["MemoryManager"].full_name
 _log = get_logger("memorymanager")
-
-
-def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2.AdmitResponse:
-    result = outcome.result
-    resp = memorymanager_pb2.AdmitResponse(
-        admitted=result.admitted,
-        result=memorymanager_pb2.ADMITTED if result.admitted else memorymanager_pb2.REJECTED,
-        reason=result.reason,
-        message=result.message,
-    )
-    if result.admitted:
-        for ctr in pod.all_containers():
-            resp.containers.add(
-                container_name=ctr.name,
-                affinity=hint_to_proto(result.affinities.get(ctr.name, tm.NO_AFFINITY)),
-                blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
-            )
-    return resp
 
 
 def build_manager(config: Config, machine: Machine, store: StateStore | None = None) -> Manager:
@@ -107,7 +93,7 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
             path=str(Path(config.proc_root) / "iomem"),
         )
     if store is None:
-        store = KubeletStateStore(config.state_dir)
+        store = state_store(config)
     state_file = str(Path(config.state_dir) / STATE_FILE)
     sysfs_root = config.sysfs_root
 
@@ -130,6 +116,7 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
         config.reserved_memory,
         restricted_to,
         static_options,
+        config.feature_gates,
     )
     for warning in warnings:
         _log.warning(warning)
@@ -140,6 +127,14 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
         config.topology_manager_scope,
         max_pods=config.limits.max_pods,
         record_pod_names=config.podresources_socket is not None,
+    )
+
+
+def state_store(config: Config, fs: FileSystem = REAL) -> KubeletStateStore:
+    """The memory manager's store for ``config`` (V3 and pod-level entries with the
+    ``PodLevelResourceManagers`` gate)."""
+    return KubeletStateStore(
+        config.state_dir, fs=fs, pod_level=config.feature_gates.pod_level_resource_managers
     )
 
 
@@ -161,7 +156,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         self.manager = manager
         self.machine = machine
         self.limits = limits
-        self._pods = ConvertedPods(machine, limits)
+        self._pods = ConvertedPods(machine, limits, gates=manager.policy.gates)
         self.on_admission: Callable[[bool, str], None] | None = None
         """Called after each admission with (admitted, reason); set by the metrics component."""
         self.residency: ResidencyView | None = None
@@ -187,6 +182,27 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         )
         blocks = self.manager.allocate(pod, name, affinity, deadline=_deadline(context))
         return memorymanager_pb2.AllocateResponse(blocks=blocks_to_proto(blocks))
+
+    def AllocatePod(
+        self, request: memorymanager_pb2.AllocatePodRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.AllocatePodResponse:
+        pod = self._pod(request.pod)
+        affinity = (
+            affinity_from_proto(request.affinity, self.machine)
+            if request.HasField("affinity")
+            else None
+        )
+        pod_blocks, containers = self.manager.allocate_pod(
+            pod, affinity, deadline=_deadline(context)
+        )
+        resp = memorymanager_pb2.AllocatePodResponse()
+        if pod_blocks is not None:
+            resp.pod_blocks.blocks.extend(blocks_to_proto(pod_blocks))
+            resp.pod_blocks.SetInParent()
+        for name, blocks in containers.items():
+            resp.containers[name].blocks.extend(blocks_to_proto(blocks))
+            resp.containers[name].SetInParent()
+        return resp
 
     def AddContainer(
         self, request: memorymanager_pb2.AddContainerRequest, context: grpc.ServicerContext
@@ -246,7 +262,18 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         check_string(request.pod_uid, "pod_uid")
         check_string(request.container_name, "container_name")
         blocks = self.manager.get_memory(request.pod_uid, request.container_name)
-        return memorymanager_pb2.GetMemoryResponse(blocks=blocks_to_proto(blocks))
+        isolation = self.manager.isolation_level(request.pod_uid, request.container_name)
+        return memorymanager_pb2.GetMemoryResponse(
+            blocks=blocks_to_proto(blocks), isolation=ISOLATION[isolation]
+        )
+
+    def GetPodMemory(
+        self, request: memorymanager_pb2.GetPodMemoryRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.GetPodMemoryResponse:
+        blocks = self.manager.get_pod_memory(check_string(request.pod_uid, "pod_uid"))
+        return memorymanager_pb2.GetPodMemoryResponse(
+            blocks=blocks_to_proto(blocks or []), allocated=blocks is not None
+        )
 
     def GetState(
         self, request: memorymanager_pb2.GetStateRequest, context: grpc.ServicerContext
@@ -259,12 +286,20 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         for node_id, node in state.machine_view().items():
             if node is not None:
                 resp.machine_state[node_id].CopyFrom(node_state_to_proto(node))
+        pod_entries = state.pod_entries()
         for pod_uid, containers in state.pods():
             entry = resp.entries[pod_uid]
             entry.namespace, entry.name = committed.names.get(pod_uid, ("", ""))
+            pod_blocks = pod_entries.get(pod_uid)
+            exclusive = state.exclusive_containers(pod_uid)
             for name, blocks in containers.items():
                 entry.containers[name].blocks.extend(blocks_to_proto(blocks))
-                entry.containers[name].SetInParent()
+                entry.containers[name].isolation = ISOLATION[
+                    podlevel.isolation_level(blocks, pod_blocks, exclusive, name)
+                ]
+            if pod_blocks is not None:
+                entry.pod_blocks.blocks.extend(blocks_to_proto(pod_blocks))
+                entry.pod_blocks.SetInParent()
         return resp
 
     def SyncActivePods(
@@ -275,7 +310,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
                 f"pods: {len(request.pods)} pods exceed --max-pods {self.limits.max_pods}"
             )
         pods = [
-            pod_from_proto(p, self.machine, self.limits, f"pods[{i}]")
+            pod_from_proto(p, self.machine, self.limits, f"pods[{i}]", self.manager.policy.gates)
             for i, p in enumerate(request.pods)
         ]
         uids = [p.uid for p in pods]
@@ -333,6 +368,8 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
                 )
                 for v in ctr.explanation.masks
             )
+        if explanation.pod_level is not None:
+            resp.pod_level.CopyFrom(pod_level_to_proto(explanation.pod_level))
         if self.residency is not None:
             resp.residency.extend(self.residency.for_pod(pod.uid))
         return resp
@@ -352,7 +389,7 @@ class MemoryManagerComponent:
     service_names: Sequence[str] = (SERVICE_NAME,)
 
     def __init__(self, config: Config, machine: Machine, fs: FileSystem = REAL) -> None:
-        self.store = KubeletStateStore(config.state_dir, fs=fs)
+        self.store = state_store(config, fs)
         self.manager = build_manager(config, machine, self.store)
         self.servicer = MemoryManagerServicer(self.manager, machine, config.limits)
 

@@ -19,6 +19,11 @@ committed state (no lock, no wait on a disk write):
   larger than what reuses it keeps the rest until the app's AddContainer
   releases it, and is listed until then; with the kubelet's answer merged in,
   the kubelet's container list is the pod's and it is never listed.
+  A pod allocated as a whole (pod-level resources, KEP-5526) has its pod-level
+  memory in ``PodResources.memory`` (field 5, as the kubelet 1.37 reports it),
+  and only its containers with memory of their own list memory; those sharing
+  the pod's pool are listed without (``GetResourceIsolationLevel`` ``pod``).
+  ``PodResources.cpu_ids`` (field 4) is the kubelet's, when merged.
 * ``GetAllocatableResources``: one memory entry per NUMA node and memory type,
   as GetAllocatableMemory returns.
 * ``Get``: that pod, or NOT_FOUND with the kubelet's text. (Deviation: the
@@ -74,6 +79,7 @@ from numamem.api.server import (
 )
 from numamem.errors import quote
 from numamem.logging import get_logger
+from numamem.memorymanager import podlevel
 from numamem.memorymanager.manager import Committed, Manager
 from numamem.memorymanager.state import StateView
 from numamem.memtypes import Block
@@ -157,17 +163,29 @@ def own_pods(state: StateView, names: Mapping[str, tuple[str, str]]) -> list[pr.
     (recorded last in ``names``) last.
     """
     recorded = {uid: i for i, uid in enumerate(names)}
+    pod_entries = state.pod_entries()
     keyed = []
     for uid, containers in state.pods():
         namespace, name = names.get(uid, ("", uid))
-        listed = ((ctr, memory_to_proto(blocks)) for ctr, blocks in sorted(containers.items()))
-        pod = pr.PodResources(
-            name=name,
-            namespace=namespace,
+        pod_blocks = pod_entries.get(uid)
+        if pod_blocks is None:
+            listed = [(ctr, memory_to_proto(blocks)) for ctr, blocks in sorted(containers.items())]
             # A container without memory is a regular init container whose memory the app
             # containers reuse (every other container of a pod with state holds its request):
             # the kubelet never lists those.
-            containers=[pr.ContainerResources(name=c, memory=m) for c, m in listed if m],
+            listed = [(c, m) for c, m in listed if m]
+        else:
+            exclusive = state.exclusive_containers(uid)
+            listed = [
+                (ctr, memory_to_proto(blocks) if ctr in exclusive else [])
+                for ctr, blocks in sorted(containers.items())
+                if podlevel.isolation_level(blocks, pod_blocks, exclusive, ctr) != podlevel.HOST
+            ]
+        pod = pr.PodResources(
+            name=name,
+            namespace=namespace,
+            containers=[pr.ContainerResources(name=c, memory=m) for c, m in listed],
+            memory=memory_to_proto(pod_blocks or ()),
         )
         keyed.append(((namespace, name, recorded.get(uid, -1), uid), pod))
     keyed.sort(key=lambda item: item[0])
@@ -190,6 +208,8 @@ def merge_pod(kubelet: pr.PodResources, ours: pr.PodResources) -> pr.PodResource
     for container in merged.containers:
         del container.memory[:]
         container.memory.extend(memory.get(container.name, []))
+    del merged.memory[:]
+    merged.memory.extend(ours.memory)
     return merged
 
 

@@ -33,6 +33,7 @@ _MAPPING: tuple[tuple[type[errors.NumamemError], grpc.StatusCode, str], ...] = (
     (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
     (errors.NotFoundError, grpc.StatusCode.NOT_FOUND, "NOT_FOUND"),
     (errors.UnsupportedResourceError, grpc.StatusCode.RESOURCE_EXHAUSTED, "UNSUPPORTED_RESOURCE"),
+    (errors.EmptyPodSharedPoolError, grpc.StatusCode.INVALID_ARGUMENT, "EMPTY_POD_SHARED_POOL"),
     (errors.AllocationError, grpc.StatusCode.RESOURCE_EXHAUSTED, "ALLOCATION_FAILED"),
     (errors.SearchBudgetError, grpc.StatusCode.RESOURCE_EXHAUSTED, "SEARCH_BUDGET_EXCEEDED"),
     (errors.LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED"),
@@ -62,6 +63,10 @@ REASONS: dict[str, str] = {
     "NOT_FOUND": "the pod, container, pool, region or metric does not exist",
     "UNSUPPORTED_RESOURCE": "a memory type (hugepage size) this machine does not have",
     "ALLOCATION_FAILED": "the memory manager cannot satisfy the request (the kubelet's text)",
+    "EMPTY_POD_SHARED_POOL": (
+        "AllocatePod: the pod's pod-level budget leaves nothing for its shared containers "
+        "(the kubelet's EmptyPodSharedPoolError text; Admit answers it as that reason)"
+    ),
     "LIMIT_EXCEEDED": "a --max-* limit would be exceeded",
     "SEARCH_BUDGET_EXCEEDED": (
         "the admission's hint search or merge would exceed its work budget (README, "

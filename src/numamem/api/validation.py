@@ -9,6 +9,12 @@ needs (known hugepage sizes, existing NUMA nodes, bounded sizes). Requests
 missing for a limited resource default to the limit, as the API server's
 defaulting does. Hugepage rules apply to Guaranteed pods only: the memory
 manager never looks at other pods (see :func:`pod_from_proto`).
+
+Pod-level resources (``requests``/``limits`` of the Pod, KEP-2837) get the API
+server's defaulting and rules: only cpu, memory and hugepages, requests <= limits,
+requests that cover the containers' aggregate requests and limits that cover each
+app container's limit (so that a pod-level budget is never smaller than what its
+containers take exclusively).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import collections
 import threading
 from collections.abc import Mapping, Sequence
 
-from numamem.config.model import Limits
+from numamem.config.model import FeatureGates, Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError, QuantityError, quote
 from numamem.memtypes import is_memory_resource
 from numamem.pod import (
@@ -26,7 +32,10 @@ from numamem.pod import (
     RESTART_ALWAYS,
     Container,
     Pod,
+    aggregate_container_resources,
     compute_pod_qos,
+    is_supported_pod_level_resource,
+    with_defaulted_pod_resources,
     with_defaulted_requests,
 )
 from numamem.quantity import Quantity, parse_quantity
@@ -138,8 +147,46 @@ def _check_hugepages(container: Container, field: str, known: Sequence[str]) -> 
             )
 
 
+def _pod_level(pod: Pod, field: str) -> None:
+    """The API server's rules on pod-level resources (``validatePodResources`` and
+    ``validatePodResourceConsistency``), after its defaulting."""
+    for kind, values in (("requests", pod.requests), ("limits", pod.limits)):
+        for res_name in values:
+            if not is_supported_pod_level_resource(res_name):
+                raise InvalidArgumentError(
+                    f"{field}.{kind}[{quote(res_name, style='go')}]: not a pod-level resource; the "
+                    "pod level takes cpu, memory and hugepages-<size>"
+                )
+    for res_name, req in pod.requests.items():
+        lim = pod.limits.get(res_name)
+        if lim is not None and req.value > lim.value:
+            raise InvalidArgumentError(
+                f"{field}.requests[{quote(res_name, style='go')}]: {req} must be less than or "
+                f"equal to the limit {lim}"
+            )
+    for res_name, aggregate in aggregate_container_resources(pod).items():
+        pod_req = pod.requests.get(res_name)
+        if pod_req is not None and aggregate.value > pod_req.value:
+            raise InvalidArgumentError(
+                f"{field}.requests[{quote(res_name, style='go')}]: {pod_req} must be greater than or "
+                f"equal to aggregate container requests of {aggregate}"
+            )
+    for i, ctr in enumerate(pod.containers):
+        for res_name, ctr_limit in ctr.limits.items():
+            lim = pod.limits.get(res_name)
+            if lim is not None and ctr_limit.value > lim.value:
+                raise InvalidArgumentError(
+                    f"{field}.containers[{i}].limits[{quote(res_name, style='go')}]: {ctr_limit} "
+                    f"must be less than or equal to pod limits of {lim}"
+                )
+
+
 def pod_from_proto(
-    msg: memorymanager_pb2.Pod, machine: Machine, limits: Limits, field: str = "pod"
+    msg: memorymanager_pb2.Pod,
+    machine: Machine,
+    limits: Limits,
+    field: str = "pod",
+    gates: FeatureGates | None = None,
 ) -> Pod:
     """A validated core :class:`Pod`; raises InvalidArgumentError or LimitExceededError.
 
@@ -184,7 +231,10 @@ def pod_from_proto(
         seen.add(c.name)
     inits = tuple(c for _, c in named[: len(msg.init_containers)])
     apps = tuple(c for _, c in named[len(msg.init_containers) :])
-    computed = compute_pod_qos(Pod(uid, init_containers=inits, containers=apps))
+    pod = Pod(uid, init_containers=inits, containers=apps)
+    if msg.requests or msg.limits:
+        pod = _with_pod_resources(msg, pod, field)
+    computed = compute_pod_qos(pod, (gates or FeatureGates()).pod_level_resources)
     if msg.qos_class and msg.qos_class != computed:
         raise InvalidArgumentError(
             f"{field}.qos_class: {quote(msg.qos_class)} contradicts the requests and limits, which make "
@@ -193,7 +243,22 @@ def pod_from_proto(
     if computed == GUARANTEED:
         for where, c in named:
             _check_hugepages(c, where, machine.hugepage_resources)
-    return Pod(uid, msg.namespace, msg.name, inits, apps, computed)
+        if pod.requests or pod.limits:
+            _check_hugepages(
+                Container("", pod.requests, pod.limits), field, machine.hugepage_resources
+            )
+    return Pod(uid, msg.namespace, msg.name, inits, apps, computed, pod.requests, pod.limits)
+
+
+def _with_pod_resources(msg: memorymanager_pb2.Pod, pod: Pod, field: str) -> Pod:
+    """``pod`` with the message's pod-level resources, defaulted and checked (:func:`_pod_level`)."""
+    requests = _quantities(msg.requests, f"{field}.requests")
+    limits = _quantities(msg.limits, f"{field}.limits")
+    pod = with_defaulted_pod_resources(
+        Pod(pod.uid, "", "", pod.init_containers, pod.containers, "", requests, limits)
+    )
+    _pod_level(pod, field)
+    return pod
 
 
 class ConvertedPods:
@@ -208,21 +273,21 @@ class ConvertedPods:
     MAX_ENTRIES = 256
     MAX_KEY_BYTES = 8192
 
-    def __init__(self, machine: Machine, limits: Limits) -> None:
-        self.machine, self.limits = machine, limits
+    def __init__(self, machine: Machine, limits: Limits, gates: FeatureGates | None = None) -> None:
+        self.machine, self.limits, self.gates = machine, limits, gates
         self._pods: collections.OrderedDict[bytes, Pod] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, msg: memorymanager_pb2.Pod) -> Pod:
         key = msg.SerializeToString(deterministic=True)
         if len(key) > self.MAX_KEY_BYTES:
-            return pod_from_proto(msg, self.machine, self.limits)
+            return pod_from_proto(msg, self.machine, self.limits, gates=self.gates)
         with self._lock:
             pod = self._pods.get(key)
             if pod is not None:
                 self._pods.move_to_end(key)
                 return pod
-        pod = pod_from_proto(msg, self.machine, self.limits)
+        pod = pod_from_proto(msg, self.machine, self.limits, gates=self.gates)
         with self._lock:
             self._pods[key] = pod
             if len(self._pods) > self.MAX_ENTRIES:

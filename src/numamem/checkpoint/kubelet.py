@@ -1,13 +1,16 @@
-"""The kubelet ``memory_manager_state`` format: read V1, V2 and V3; write V1.
+"""The kubelet ``memory_manager_state`` format: read V1, V2 and V3; write V1 or V3.
 
-Writing: V1 (``policyName``, ``machineState``, ``entries`` omitted when empty,
+Writing V1 (``policyName``, ``machineState``, ``entries`` omitted when empty,
 ``checksum``) as compact JSON exactly as Go's ``json.Marshal`` writes it, with
 the checksum over the go-spew text under the legacy type name
 ``state.MemoryManagerCheckpoint``: the one format every kubelet since v1.21
-reads.
+reads. Writing V3 (:class:`V3Encoder`, with pod-level resource managers on) as
+kubelet master does: those V1 fields (the legacy checksum too, for a rollback),
+then ``data``, the JSON of ``{policyName, machineState, entries, podEntries}``
+(both omitted when empty), and ``dataChecksum = FNV-1a-32("(string)" + data)``.
+Pod-level entries exist only inside ``data``.
 
-Reading follows the newest kubelet (master, V3-capable), with the pod-level
-resources gate off:
+Reading follows the newest kubelet (master, V3-capable):
 
 1. V3: the outer JSON, then ``data`` as JSON, then ``dataChecksum =
    FNV-1a-32("(string)" + data)``. When V3 fails and the file carries a
@@ -17,8 +20,9 @@ resources gate off:
 3. V1, whose checksum may be 0, or the hash under the legacy or the
    ``MemoryManagerCheckpointV1`` type name. The V1 error is the one reported.
 
-Pod-level entries (``podEntries``) are read for verification and then dropped,
-as the kubelet does with the gate off.
+Pod-level entries (``podEntries`` of V2, or inside V3's ``data``) are returned in
+:attr:`Loaded.pod_entries`; whether they are kept is the store's decision (the
+``PodLevelResourceManagers`` gate).
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class Loaded:
     machine_state: dict[int, NUMANodeState | None]
     assignments: dict[str, dict[str, tuple[Block, ...]]]
     format: str  # "v1", "v2" or "v3"
+    pod_entries: dict[str, tuple[Block, ...]] = field(default_factory=dict)
+    """Pod uid -> pod-level blocks (V2, V3); a ``null`` entry is one without blocks."""
 
 
 # --- encoding ------------------------------------------------------------------
@@ -226,6 +232,56 @@ class V1Encoder:
             out += [',"entries":{', ",".join(jsons), "}"]
         out += [',"checksum":', str(checksum), "}"]
         return "".join(out).encode("utf-8", "replace")
+
+
+class V3Encoder:
+    """Encodes V3 checkpoints byte-identical to kubelet master's (``MarshalCheckpoint`` of
+    ``MemoryManagerCheckpointV3``): the V1 encoding with ``data`` and ``dataChecksum``
+    appended. ``data`` repeats the V1 fields but the checksum, so it is cut from the V1
+    text (its machine state and entries are the same ``json.Marshal`` output), with the
+    pod-level entries added. Not thread-safe: one encoder per store."""
+
+    def __init__(self) -> None:
+        self._v1 = V1Encoder()
+
+    def encode(
+        self,
+        policy_name: str,
+        machine_state: Mapping[int, NUMANodeState | None] | None,
+        assignments: RawAssignments,
+        pod_entries: Mapping[str, Sequence[Block]],
+    ) -> bytes:
+        v1 = self._v1.encode(policy_name, machine_state, assignments)
+        # The last ',"checksum":' is V1's own: inside strings a quote is always escaped.
+        head = v1[: v1.rindex(b',"checksum":')].decode("utf-8")
+        pods = ""
+        if pod_entries:
+            pods = (
+                ',"podEntries":{'
+                + ",".join(
+                    f"{go_string(pod)}:"
+                    + (
+                        f'{{"memoryBlocks":{_blocks_json(pod_entries[pod])}}}'
+                        if pod_entries[pod]
+                        else "{}"
+                    )
+                    for pod in _sorted_str(pod_entries)
+                )
+                + "}"
+            )
+        data = head + pods + "}"
+        tail = f',"data":{go_string(data)},"dataChecksum":{string_checksum(data)}}}'
+        return v1[:-1] + tail.encode("utf-8", "replace")
+
+
+def encode_v3(
+    policy_name: str,
+    machine_state: Mapping[int, NUMANodeState | None] | None,
+    assignments: RawAssignments,
+    pod_entries: Mapping[str, Sequence[Block]],
+) -> bytes:
+    """The V3 file bytes, byte-identical to what kubelet master writes for the same state."""
+    return V3Encoder().encode(policy_name, machine_state, assignments, pod_entries)
 
 
 def encode_v1(
@@ -418,7 +474,8 @@ def _loaded(cp: Checkpoint, fmt: str) -> Loaded:
         pod: {c: tuple(b or ()) for c, b in (ctrs or {}).items()}
         for pod, ctrs in (cp.entries or {}).items()
     }
-    return Loaded(cp.policy_name, dict(cp.machine_state or {}), assignments, fmt)
+    pods = {pod: tuple(b or ()) for pod, b in (cp.pod_entries or {}).items()}
+    return Loaded(cp.policy_name, dict(cp.machine_state or {}), assignments, fmt, pods)
 
 
 def _v3_payload(tree: Any) -> bool:

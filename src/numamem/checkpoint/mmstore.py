@@ -1,13 +1,20 @@
 """The memory manager's store: ``memory_manager_state`` (kubelet format) plus numamem's container map.
 
 ``<state-dir>/memory_manager_state`` holds exactly what the kubelet's file holds
-(V1 written; V1, V2 and V3 read), so a kubelet and numamem can take over each
-other's state. The container id -> (pod, container) map, which the kubelet
+(V1 written, or V3 as kubelet master writes it with pod-level resource managers
+on; V1, V2 and V3 read), so a kubelet and numamem can take over each other's
+state. Pod-level entries (``podEntries``, KEP-5526) are kept only with the
+``PodLevelResourceManagers`` gate on (``pod_level``); with it off a file holding
+any refuses the start, naming the pods and the fix (deviation: the kubelet drops
+them silently, and the memory they hold would be reserved with nothing owning it).
+The container id -> (pod, container) map, which the kubelet
 rebuilds from the container runtime at start, lives in numamem's own file
 ``<state-dir>/numamem_containers`` (never inside the kubelet's file), with
 the namespace and name of each pod with state when the manager records them
 (the podresources API lists pods by name; the kubelet knows them from the API
-server). Names follow the same rules as ids: a new or changed name is an add.
+server), and which containers of a pod allocated as a whole hold memory of their
+own (``exclusive``; the others share its pool). Names follow the same rules as
+ids: a new or changed name is an add.
 
 Write order keeps the two files consistent without a shared transaction. Both
 files of one operation are written by one
@@ -41,9 +48,10 @@ from pathlib import Path
 
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.containerfile import (
+    ContainerFile,
     ContainerFileEncoder,
-    decode_container_file,
     encode_containers,
+    read_container_file,
 )
 from numamem.checkpoint.filestore import (
     FaultHook,
@@ -59,6 +67,7 @@ from numamem.errors import (
     CheckpointError,
     DurabilityUnknownError,
     PersistenceError,
+    quote,
 )
 from numamem.logging import get_logger
 from numamem.memtypes import ContainerRef, Snapshot
@@ -87,8 +96,16 @@ class KubeletStateStore:
     """
 
     def __init__(
-        self, state_dir: str | Path, faults: FaultHook | None = None, fs: FileSystem = REAL
+        self,
+        state_dir: str | Path,
+        faults: FaultHook | None = None,
+        fs: FileSystem = REAL,
+        *,
+        pod_level: bool = False,
     ) -> None:
+        """``pod_level``: the ``PodLevelResourceManagers`` gate (pod-level entries are kept,
+        and the file is written as V3)."""
+        self.pod_level = pod_level
         self.fs = fs
         self.dir = Path(state_dir)
         self.state_path = self.dir / STATE_FILE
@@ -96,9 +113,11 @@ class KubeletStateStore:
         self.faults = faults
         self._last_state: bytes | None = None
         self._encoder = kubelet.V1Encoder()
+        self._encoder_v3 = kubelet.V3Encoder()
         self._map_encoder = ContainerFileEncoder()
         self._last_map: Mapping[str, ContainerRef] = {}
         self._last_names: Mapping[str, tuple[str, str]] = {}
+        self._last_exclusive: Mapping[str, frozenset[str]] = {}
         self._map_dirty = False
         self._map_unusable: str | None = None
         self.writes = 0
@@ -124,38 +143,59 @@ class KubeletStateStore:
                 f'[memorymanager] configured policy "{policy_name}" differs from state checkpoint policy '
                 f'"{loaded.policy_name}"',
             )
-        if loaded.format != "v1":
+        if loaded.pod_entries and not self.pod_level:
+            pods = ", ".join(quote(uid) for uid in sorted(loaded.pod_entries)[:5])
+            more = len(loaded.pod_entries) - min(len(loaded.pod_entries), 5)
+            raise CheckpointError(
+                f'{self.state_path} holds pod-level memory assignments ("podEntries", KEP-5526) of '
+                f"pods {pods}{f' and {more} more' if more else ''}, which numamem keeps only with "
+                "the PodLevelResourceManagers feature gate on (the memory they hold would be "
+                "reserved with nothing to release it); fix: start with --feature-gates "
+                "PodLevelResources=true,PodLevelResourceManagers=true (or featureGates in "
+                f"--config), or drain the node, remove {self.state_path} and restart numamem"
+            )
+        written = "v3" if self.pod_level else "v1"
+        if loaded.format != written:
             _log.info(
-                "memory manager state read in an older/newer format; it is rewritten as V1 at the "
-                "next change",
+                f"memory manager state read in another format; it is rewritten as "
+                f"{written.upper()} at the next change",
                 format=loaded.format,
                 path=str(self.state_path),
             )
         self._last_state = data
-        containers, names = self._read_containers()
+        record = self._read_containers()
+        containers, names = record.containers, record.names
         live = {(p, c) for p, ctrs in loaded.assignments.items() for c in ctrs}
         kept = {cid: ref for cid, ref in containers.items() if ref in live}
         kept_names = {uid: n for uid, n in names.items() if uid in loaded.assignments}
-        if len(kept) != len(containers) or len(kept_names) != len(names):
-            _log.info(
-                "dropped container ids and pod names without memory state",
-                dropped=len(containers) - len(kept) + len(names) - len(kept_names),
-            )
+        kept_exclusive = {
+            uid: n for uid, n in record.exclusive.items() if uid in loaded.pod_entries
+        }
+        dropped = len(containers) - len(kept) + len(names) - len(kept_names)
+        if dropped or len(kept_exclusive) != len(record.exclusive):
+            _log.info("dropped container ids and pod names without memory state", dropped=dropped)
             self._map_dirty = True
         self._last_map, self._last_names = kept, kept_names
+        self._last_exclusive = kept_exclusive
         return Snapshot(
-            loaded.policy_name, loaded.machine_state, loaded.assignments, kept, kept_names
+            loaded.policy_name,
+            loaded.machine_state,
+            loaded.assignments,
+            kept,
+            kept_names,
+            loaded.pod_entries,
+            kept_exclusive,
         )
 
-    def _read_containers(self) -> tuple[dict[str, ContainerRef], dict[str, tuple[str, str]]]:
+    def _read_containers(self) -> ContainerFile:
         data = read_file(self.containers_path, self.fs)
         if data is None:
-            return {}, {}
+            return ContainerFile()
         try:
-            return decode_container_file(data)
+            return read_container_file(data)
         except CheckpointError as err:
             self._map_unusable = str(err)
-            return {}, {}
+            return ContainerFile()
 
     def restored(self) -> None:
         """The restored state was accepted: remove temp files, set an unusable map aside."""
@@ -182,19 +222,43 @@ class KubeletStateStore:
         use) or DurabilityUnknownError (every file holds the new state; the
         directory sync failed).
         """
-        state = self._encoder.encode(
-            snapshot.policy_name, snapshot.machine_state, snapshot.assignments
-        )
+        if self.pod_level:
+            state = self._encoder_v3.encode(
+                snapshot.policy_name,
+                snapshot.machine_state,
+                snapshot.assignments,
+                snapshot.pod_entries,
+            )
+        else:
+            state = self._encoder.encode(
+                snapshot.policy_name, snapshot.machine_state, snapshot.assignments
+            )
         new_map, new_names = dict(snapshot.container_map), dict(snapshot.pod_names)
+        new_exclusive = dict(snapshot.exclusive)
         old_map, old_names = self._last_map, self._last_names
-        adds = not (new_map.items() <= old_map.items() and new_names.items() <= old_names.items())
+        old_exclusive = self._last_exclusive
+        adds = not (
+            new_map.items() <= old_map.items()
+            and new_names.items() <= old_names.items()
+            and new_exclusive.items() <= old_exclusive.items()
+        )
         map_item = None
-        if adds or new_map != old_map or list(new_names) != list(old_names) or self._map_dirty:
-            map_item = (self.containers_path, self._map_encoder.encode(new_map, new_names))
+        if (
+            adds
+            or new_map != old_map
+            or list(new_names) != list(old_names)
+            or new_exclusive != old_exclusive
+            or self._map_dirty
+        ):
+            map_item = (
+                self.containers_path,
+                self._map_encoder.encode(new_map, new_names, new_exclusive),
+            )
         state_item = (self.state_path, state) if state != self._last_state else None
         ordered = (map_item, state_item) if adds else (state_item, map_item)
         files = [item for item in ordered if item is not None]
         self._last_map, self._last_names = new_map, new_names
+        self._last_exclusive = new_exclusive
         if not files:
             return
         unknown: DurabilityUnknownError | None = None
@@ -206,8 +270,9 @@ class KubeletStateStore:
         except PartialWriteError as err:
             if adds:  # the map is in place, the state is not: take the map back (inert anyway)
                 self._last_map, self._last_names = old_map, old_names
+                self._last_exclusive = old_exclusive
                 self._observe_state(state_item, started, written=False)
-                self._best_effort_map(old_map, old_names)
+                self._best_effort_map(old_map, old_names, old_exclusive)
                 raise
             # The state is in place, the map that only removes ids is not: its stale ids are
             # inert (dropped at restore) and it is written again with the next change.
@@ -220,6 +285,7 @@ class KubeletStateStore:
             files = [file for file in files if file is not map_item]
         except PersistenceError:
             self._last_map, self._last_names = old_map, old_names
+            self._last_exclusive = old_exclusive
             self._observe_state(state_item, started, written=False)
             raise
         else:
@@ -244,12 +310,15 @@ class KubeletStateStore:
             observer(time.perf_counter() - started, written)
 
     def _best_effort_map(
-        self, entries: Mapping[str, ContainerRef], names: Mapping[str, tuple[str, str]]
+        self,
+        entries: Mapping[str, ContainerRef],
+        names: Mapping[str, tuple[str, str]],
+        exclusive: Mapping[str, frozenset[str]],
     ) -> None:
         try:
             atomic_write(
                 self.containers_path,
-                encode_containers(entries, names),
+                encode_containers(entries, names, exclusive),
                 faults=self.faults,
                 fs=self.fs,
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from numamem.cli.common import (
@@ -187,6 +187,8 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
                 ]
             )
         print_table(["CONTAINER", "AFFINITY", "BLOCKS"], rows)
+        if resp.pod_blocks:
+            print(f"pod-level allocation (the pod's budget): {_blocks_text(resp.pod_blocks)}")
         if started:
             print("container ids: " + " ".join(map(shown, started)))
             print("release with: numamem release <container id>...")
@@ -277,6 +279,29 @@ def _nodes_text(nodes: Sequence[int]) -> str:
     return "{" + (",".join(map(str, nodes)) or "any") + "}"
 
 
+def _blocks_text(blocks: Sequence[memorymanager_pb2.MemoryBlock]) -> str:
+    return ", ".join(
+        f"{b.type} {human_bytes(b.size)} on {','.join(map(str, b.numa_affinity))}" for b in blocks
+    )
+
+
+def _sizes_text(sizes: Mapping[str, int]) -> str:
+    return ", ".join(f"{shown(k)} {human_bytes(v)}" for k, v in sorted(sizes.items())) or "nothing"
+
+
+def _print_pod_level(plan: memorymanager_pb2.PodLevelExplanation) -> None:
+    """How the pod's pod-level budget divides (KEP-5526)."""
+    print(f"pod-level budget: {_sizes_text(plan.budget)}")
+    exclusive = ", ".join(
+        f"{shown(c.container_name)} ({_sizes_text(c.requested)})" for c in plan.exclusive
+    )
+    print(f"  memory of their own: {exclusive or 'none'}")
+    print(f"  sharing: {', '.join(map(shown, plan.shared)) or 'none'}")
+    print(f"  shared pool: {_sizes_text(plan.pool)}")
+    if plan.rejection:
+        print(f"  refused: {guarded(plan.rejection)} (EmptyPodSharedPoolError)")
+
+
 def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
     pod = _pod(args)
     if isinstance(pod, int):
@@ -297,6 +322,8 @@ def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
             f"pod {shown(pod.uid)} would be rejected: {guarded(decision.reason)}: "
             f"{guarded(decision.message)}"
         )
+    if resp.HasField("pod_level"):
+        _print_pod_level(resp.pod_level)
     if not resp.containers:
         print("nothing to explain: no container reached hinting or allocation")
     for ctr in resp.containers:

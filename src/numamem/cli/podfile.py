@@ -2,7 +2,8 @@
 
 Reads ``metadata.uid/name/namespace``, ``spec.initContainers`` and
 ``spec.containers`` (``name``, ``resources.requests/limits``,
-``restartPolicy``) and ``status.qosClass``. ``metadata.uid`` is required: the
+``restartPolicy``), the pod-level ``spec.resources.requests/limits`` (KEP-2837)
+and ``status.qosClass``. ``metadata.uid`` is required: the
 memory manager keys its state by pod uid, and ``kubectl get pod NAME -o yaml``
 prints it. :func:`load_pods` also reads ``kind: List`` documents (``kubectl get
 pods -o yaml``) and several YAML documents in one file.
@@ -84,10 +85,13 @@ def _pod(doc: dict[str, Any], path: str) -> memorymanager_pb2.Pod:
             f"the manifest from the API server (kubectl get pod {name or 'NAME'} -o yaml) or add a "
             "metadata.uid"
         )
+    pod_requests, pod_limits = _resources(spec.get("resources"), f"{path}: spec.resources")
     return memorymanager_pb2.Pod(
         uid=uid,
         namespace=namespace,
         name=name,
+        requests=pod_requests,
+        limits=pod_limits,
         init_containers=[
             _container(c, f"{path}: spec.initContainers[{i}]")
             for i, c in enumerate(spec.get("initContainers") or [])
@@ -108,18 +112,23 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def _resources(value: Any, where: str) -> tuple[dict[str, str], dict[str, str]]:
+    """``resources.requests`` and ``resources.limits`` as quantity strings."""
+    resources = _mapping(value, where)
+    requests = _mapping(resources.get("requests"), f"{where}.requests")
+    limits = _mapping(resources.get("limits"), f"{where}.limits")
+    return (
+        {str(k): str(v) for k, v in requests.items()},
+        {str(k): str(v) for k, v in limits.items()},
+    )
+
+
 def _container(value: Any, where: str) -> memorymanager_pb2.Container:
     c = _mapping(value, where)
-    resources = _mapping(c.get("resources"), f"{where}.resources")
+    requests, limits = _resources(c.get("resources"), f"{where}.resources")
     return memorymanager_pb2.Container(
         name=str(c.get("name") or ""),
-        requests={
-            str(k): str(v)
-            for k, v in _mapping(resources.get("requests"), f"{where}.resources.requests").items()
-        },
-        limits={
-            str(k): str(v)
-            for k, v in _mapping(resources.get("limits"), f"{where}.resources.limits").items()
-        },
+        requests=requests,
+        limits=limits,
         restart_policy=str(c.get("restartPolicy") or ""),
     )

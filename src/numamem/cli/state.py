@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from numamem.api.convert import pod_entries_from_proto
 from numamem.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -56,6 +57,7 @@ MACHINE_FLAGS = (
     "--topology-manager-policy",
     "--topology-manager-scope",
     "--topology-manager-policy-options",
+    "--feature-gates",
 )
 """The ``numamem serve`` flags ``state verify`` and ``state diff`` read (with ``--config``):
 what the memory manager's start-up check depends on."""
@@ -128,8 +130,12 @@ def live(args: argparse.Namespace, client: NumamemClient) -> int:
         for uid, entry in resp.entries.items()
         if entry.namespace or entry.name
     }
-    render(resp.policy_name, machine, assignments, names)
+    render(resp.policy_name, machine, assignments, names, pod_entries_from_proto(resp))
     return EXIT_OK
+
+
+POD_LEVEL = "(pod-level)"
+"""The CONTAINER column of a pod-level block (pod-level resources, KEP-5526)."""
 
 
 def render(
@@ -137,9 +143,11 @@ def render(
     machine: Mapping[int, NUMANodeState | None],
     assignments: Mapping[str, Mapping[str, Sequence[Block]]],
     names: Mapping[str, tuple[str, str]] | None = None,
+    pod_entries: Mapping[str, Sequence[Block]] | None = None,
 ) -> None:
     """The per-NUMA table, then one line per block; pods as ``namespace/name (uid)`` where
-    their names were recorded."""
+    their names were recorded; a pod allocated as a whole shows its pod-level blocks first
+    (container ``(pod-level)``)."""
     from numamem.memorymanager.drift import pod_label
 
     print(f"policy: {policy}")
@@ -180,6 +188,7 @@ def render(
         ],
         rows,
     )
+    pod_entries = pod_entries or {}
     blocks = [
         [
             pod_label(pod, names or {}),
@@ -188,9 +197,12 @@ def render(
             ",".join(map(str, b.numa_affinity or ())),
             human_bytes(b.size),
         ]
-        for pod in sorted(assignments)
-        for ctr in sorted(assignments[pod])
-        for b in assignments[pod][ctr]
+        for pod in sorted(set(assignments) | set(pod_entries))
+        for ctr, pod_blocks in (
+            *([(POD_LEVEL, pod_entries[pod])] if pod in pod_entries else []),
+            *sorted(assignments.get(pod, {}).items()),
+        )
+        for b in pod_blocks
     ]
     if blocks:
         print()
@@ -225,13 +237,23 @@ def show(state_dir: Path, *, as_json: bool) -> int:
     if isinstance(loaded, int):
         return loaded
     if as_json:
-        from numamem.checkpoint.kubelet import encode_v1
+        from numamem.checkpoint.kubelet import encode_v1, encode_v3
 
-        print_json(
-            json.loads(encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments))
-        )
+        if loaded.pod_entries:
+            text = encode_v3(
+                loaded.policy_name, loaded.machine_state, loaded.assignments, loaded.pod_entries
+            )
+        else:
+            text = encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments)
+        print_json(json.loads(text))
         return EXIT_OK
-    render(loaded.policy_name, loaded.machine_state, loaded.assignments, _names(state_dir))
+    render(
+        loaded.policy_name,
+        loaded.machine_state,
+        loaded.assignments,
+        _names(state_dir),
+        loaded.pod_entries,
+    )
     return EXIT_OK
 
 
@@ -276,10 +298,17 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
             f"{loaded.format.upper()} checkpoint, checksum valid, policy "
             f"{quote(loaded.policy_name)}, {plural(len(loaded.machine_state), 'NUMA node')}, "
             f"{plural(containers, 'container')} in {plural(len(loaded.assignments), 'pod')}"
+            + (
+                f", {plural(len(loaded.pod_entries), 'pod')} allocated as a whole (pod-level)"
+                if loaded.pod_entries
+                else ""
+            )
         ),
     )
     if loaded.machine_state:
-        report["problems"] += violations(loaded.machine_state, loaded.assignments)
+        report["problems"] += violations(
+            loaded.machine_state, loaded.assignments, loaded.pod_entries
+        )
     elif loaded.assignments:
         report["problems"].append("machine state is empty but there are memory assignments")
     path = state_dir / CONTAINERS_FILE
@@ -348,14 +377,13 @@ def run_verify(args: argparse.Namespace) -> int:
 def _against_machine(cfg: Any) -> dict[str, Any]:
     """What numamem serve with ``cfg`` would do with the state at start: ``result`` matches,
     rebaselined or refused, with the message it would print."""
-    from numamem.api.memorymanager import build_manager
-    from numamem.checkpoint.mmstore import KubeletStateStore
+    from numamem.api.memorymanager import build_manager, state_store
     from numamem.errors import NumamemError, StateMismatchError
     from numamem.topology.sysfs import discover
 
     try:
         machine = discover(cfg.sysfs_root)
-        manager = build_manager(cfg, machine, KubeletStateStore(cfg.state_dir))
+        manager = build_manager(cfg, machine, state_store(cfg))
         manager.load()
     except StateMismatchError as err:
         return {"result": "refused", "message": str(err)}
@@ -389,16 +417,17 @@ def _against_machine(cfg: Any) -> dict[str, Any]:
 def run_diff(args: argparse.Namespace) -> int:
     """Stored vs recomputed (this machine, this configuration, the stored blocks): exit 0 when
     they are equal, 1 when they differ (as diff(1)), with a one-line verdict either way."""
-    from numamem.api.memorymanager import build_manager
-    from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
+    from numamem.api.memorymanager import build_manager, state_store
+    from numamem.checkpoint.mmstore import STATE_FILE
     from numamem.errors import CheckpointError, NumamemError
     from numamem.memorymanager.drift import diff_states, replay_strict
+    from numamem.memorymanager.podlevel import accounted_assignments
     from numamem.topology.sysfs import discover
 
     try:
         cfg = _configured(args)
         machine = discover(cfg.sysfs_root)
-        manager = build_manager(cfg, machine, KubeletStateStore(cfg.state_dir))
+        manager = build_manager(cfg, machine, state_store(cfg))
     except NumamemError as err:
         return fail(str(err))
     policy = manager.policy
@@ -411,7 +440,11 @@ def run_diff(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     recomputed = policy.default_machine_state()
-    misfits = replay_strict(recomputed, loaded.assignments, _names(Path(cfg.state_dir)))
+    misfits = replay_strict(
+        recomputed,
+        accounted_assignments(loaded.assignments, loaded.pod_entries),
+        _names(Path(cfg.state_dir)),
+    )
     differing = {
         (d.node, d.resource, d.field) for d in diff_states(loaded.machine_state, recomputed)
     }

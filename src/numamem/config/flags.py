@@ -26,7 +26,9 @@ from numamem.config.model import (
     Config,
 )
 from numamem.config.syntax import (
+    merge_feature_gates,
     parse_eviction_hard,
+    parse_feature_gates,
     parse_key_values,
     parse_reserved_memory,
     parse_reserved_resources,
@@ -153,6 +155,18 @@ FLAGS: tuple[Flag, ...] = (
         "default; 'memory.available<0%' disables that signal, as in the kubelet)",
         DEFAULT_EVICTION_HARD,
         yaml_key="evictionHard",
+        metavar="LIST",
+    ),
+    Flag(
+        "--feature-gates",
+        "feature_gates",
+        "kubelet feature gates, kubelet syntax 'PodLevelResources=true,PodLevelResourceManagers=true' "
+        "(both off by default; both on: the memory manager allocates pods that set pod-level "
+        "resources, KEP-5526, and writes memory_manager_state as V3, as kubelet 1.37 does); a "
+        "gate set here overrides the file's",
+        "none",
+        yaml_key="featureGates",
+        kind="list",
         metavar="LIST",
     ),
     Flag(
@@ -447,6 +461,9 @@ def flag_dest(f: Flag) -> str:
 
 def apply_value(cfg: Config, f: Flag, raw: Any, where: str) -> Config:
     """``cfg`` with the flag's setting converted from ``raw`` (a flag string or a YAML value)."""
+    if f.attr == "feature_gates":
+        settings, _ = parse_feature_gates(raw, where)
+        return replace(cfg, feature_gates=merge_feature_gates(cfg.feature_gates, settings))
     value = _convert(f, raw, where)
     if f.attr.startswith("limits."):
         return replace(cfg, limits=replace(cfg.limits, **{f.attr.split(".", 1)[1]: value}))
@@ -567,6 +584,7 @@ def describe(cfg: Config) -> dict[str, Any]:
         "topology_manager_policy": cfg.topology_manager_policy,
         "topology_manager_scope": cfg.topology_manager_scope,
         "topology_manager_policy_options": dict(cfg.topology_manager_policy_options),
+        "feature_gates": list(cfg.feature_gates.enabled()),
         "health": None if cfg.health_port is None else f"{cfg.health_address}:{cfg.health_port}",
         "metrics": None
         if cfg.metrics_port is None

@@ -6,6 +6,7 @@ import argparse
 
 from numamem.config.flags import FLAGS, apply_value, flag_dest
 from numamem.config.model import Config
+from numamem.config.syntax import check_feature_gates
 from numamem.config.yamlfile import apply_yaml
 
 
@@ -19,4 +20,5 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if raw is None:
             continue
         cfg = apply_value(cfg, f, raw, f.name)
+    check_feature_gates(cfg.feature_gates)
     return cfg

@@ -30,6 +30,10 @@ EVICTION_SIGNALS = (
 DEFAULT_SOCKET = "/run/numamem/numamem.sock"
 DEFAULT_STATE_DIR = "/var/lib/numamem"
 DEFAULT_EVICTION_HARD = "memory.available<100Mi"
+POD_LEVEL_RESOURCES = "PodLevelResources"
+POD_LEVEL_RESOURCE_MANAGERS = "PodLevelResourceManagers"
+FEATURE_GATES = (POD_LEVEL_RESOURCE_MANAGERS, POD_LEVEL_RESOURCES)
+"""The kubelet feature gates numamem knows (``--feature-gates``, ``featureGates``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,32 @@ class EvictionThreshold:
     signal: str
     quantity: Quantity | None = None
     percentage: Fraction | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureGates:
+    """The kubelet feature gates numamem honours, both off by default (as in the kubelet 1.37).
+
+    ``PodLevelResources`` (KEP-2837) lets a pod's ``spec.resources`` decide its QoS class;
+    ``PodLevelResourceManagers`` (KEP-5526) makes the memory manager allocate for it. A pod
+    that sets pod-level resources is left alone by the memory manager unless both are on.
+    """
+
+    pod_level_resources: bool = False
+    pod_level_resource_managers: bool = False
+
+    @property
+    def pod_level(self) -> bool:
+        """Both gates: the memory manager allocates pods by their pod-level resources."""
+        return self.pod_level_resources and self.pod_level_resource_managers
+
+    def enabled(self) -> tuple[str, ...]:
+        """The names of the gates that are on, as the kubelet spells them."""
+        on = {
+            POD_LEVEL_RESOURCE_MANAGERS: self.pod_level_resource_managers,
+            POD_LEVEL_RESOURCES: self.pod_level_resources,
+        }
+        return tuple(name for name in FEATURE_GATES if on[name])
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +115,7 @@ class Config:
     topology_manager_scope: str = "container"
     topology_manager_policy_options: tuple[tuple[str, str], ...] = ()
     memory_manager_policy_options: tuple[tuple[str, str], ...] = ()
+    feature_gates: FeatureGates = field(default_factory=FeatureGates)
     proc_root: str = "/proc"
     health_port: int | None = None
     health_address: str = "127.0.0.1"

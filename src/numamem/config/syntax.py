@@ -13,8 +13,12 @@ from typing import Any
 
 from numamem.config.model import (
     EVICTION_SIGNALS,
+    FEATURE_GATES,
+    POD_LEVEL_RESOURCE_MANAGERS,
+    POD_LEVEL_RESOURCES,
     RESERVABLE_RESOURCES,
     EvictionThreshold,
+    FeatureGates,
     ReservedMemory,
 )
 from numamem.errors import ConfigError, QuantityError, quote
@@ -184,3 +188,71 @@ def parse_reserved_memory(raw: Any, where: str) -> tuple[ReservedMemory, ...]:
                 )
             entries.append(ReservedMemory(int(node_text), tuple(limits_pairs)))
     return tuple(entries)
+
+
+_GO_BOOLS = {
+    **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+    **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
+}
+"""What Go's ``strconv.ParseBool`` accepts (the kubelet's ``--feature-gates`` values)."""
+
+
+def parse_feature_gates(
+    raw: Any, where: str, *, strict: bool = True
+) -> tuple[dict[str, bool], list[str]]:
+    """kubelet ``--feature-gates`` (``Name=bool,...``, repeatable) or the YAML ``featureGates``
+    mapping (booleans): the gates numamem knows (:data:`FEATURE_GATES`) and the names of the
+    others. An unknown name is an error naming the known ones, unless not ``strict`` (the
+    ``featureGates`` of a KubeletConfiguration, which holds every gate of the kubelet's);
+    later settings of a gate win."""
+    if isinstance(raw, Mapping):
+        pairs: list[tuple[str, Any]] = [(str(k), v) for k, v in raw.items()]
+        for name, value in pairs:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: {name}: expected true or false, got {quote(value)}")
+    else:
+        pairs = []
+        for item in raw if isinstance(raw, list) else [raw]:
+            if not isinstance(item, str):
+                raise ConfigError(f"{where}: expected 'Name=true,...', got {quote(item)}")
+            for part in filter(None, (p.strip() for p in item.split(","))):
+                name, sep, text = part.partition("=")
+                if not sep or not name.strip():
+                    raise ConfigError(f"{where}: malformed pair {quote(part)}, expect string=bool")
+                value = _GO_BOOLS.get(text.strip())
+                if value is None:
+                    raise ConfigError(
+                        f"{where}: invalid value of {name.strip()}={text.strip()}: expected "
+                        "true or false"
+                    )
+                pairs.append((name.strip(), value))
+    known: dict[str, bool] = {}
+    others: list[str] = []
+    for name, value in pairs:
+        if name in FEATURE_GATES:
+            known[name] = bool(value)
+        elif strict:
+            raise ConfigError(
+                f"{where}: unrecognized feature gate: {name} (numamem knows "
+                f"{', '.join(FEATURE_GATES)})"
+            )
+        else:
+            others.append(name)
+    return known, others
+
+
+def merge_feature_gates(gates: FeatureGates, settings: Mapping[str, bool]) -> FeatureGates:
+    """``gates`` with ``settings`` (gate name -> value) applied."""
+    return FeatureGates(
+        settings.get(POD_LEVEL_RESOURCES, gates.pod_level_resources),
+        settings.get(POD_LEVEL_RESOURCE_MANAGERS, gates.pod_level_resource_managers),
+    )
+
+
+def check_feature_gates(gates: FeatureGates) -> None:
+    """The gates' dependency: the pod-level resource managers act on pod-level resources."""
+    if gates.pod_level_resource_managers and not gates.pod_level_resources:
+        raise ConfigError(
+            f"--feature-gates: {POD_LEVEL_RESOURCE_MANAGERS}=true needs {POD_LEVEL_RESOURCES}=true "
+            "(the pod-level resource managers allocate by pod-level resources, KEP-5526)"
+        )

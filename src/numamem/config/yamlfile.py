@@ -16,6 +16,7 @@ import yaml
 from numamem.config.flags import YAML_KEYS, apply_value
 from numamem.config.kubelet_fields import API_GROUP, KIND, KUBELET_FIELDS
 from numamem.config.model import Config
+from numamem.config.syntax import merge_feature_gates, parse_feature_gates
 from numamem.errors import PATH_QUOTE_BYTES, ConfigError, quote
 
 
@@ -56,6 +57,12 @@ def apply_yaml(cfg: Config, path: str) -> Config:
             known = ", ".join(sorted(YAML_KEYS))
             also = " (and the other fields of a KubeletConfiguration)" if kubelet else ""
             raise ConfigError(f"{where}: unknown field; known fields: {known}{also}")
+        if f.attr == "feature_gates":
+            # A KubeletConfiguration names every kubelet gate: numamem reads its own two.
+            settings, others = parse_feature_gates(value, where, strict=not kubelet)
+            ignored += [f"featureGates.{name}" for name in others]
+            cfg = replace(cfg, feature_gates=merge_feature_gates(cfg.feature_gates, settings))
+            continue
         cfg = apply_value(cfg, f, value, where)
     return replace(cfg, ignored_kubelet_fields=tuple(ignored)) if ignored else cfg
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from numamem.errors import AllocationError
+from numamem.memorymanager import podlevel
 from numamem.memorymanager.policy import HintExplanation, Policy
+from numamem.memorymanager.requests import container_requested_resources, pod_requested_resources
 from numamem.memorymanager.state import MemoryState, State
 from numamem.memtypes import Block
-from numamem.pod import Container, Pod
+from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.topologymanager import admission
 from numamem.topologymanager.policy import NO_AFFINITY, ProviderHints, TopologyHint, TopologyPolicy
 from numamem.work import Work
@@ -30,6 +33,8 @@ class AdmitOutcome:
 
     result: admission.AdmitResult
     blocks: dict[str, list[Block]] = field(default_factory=dict)
+    pod_blocks: list[Block] | None = None
+    """The pod-level blocks of a pod allocated as a whole (KEP-5526), when admitted."""
     steps: int = 0
     """Search steps the admission took (its :class:`~numamem.work.Work`), for budgets' sake."""
 
@@ -51,6 +56,15 @@ class ForkProvider:
     def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
         self._policy.allocate(self._state, pod, container, affinity, self._work)
 
+    def allocate_pod(self, pod: Pod, affinity: TopologyHint) -> None:
+        self._policy.allocate_pod(self._state, pod, affinity, self._work)
+
+
+def allocated_as_pod(policy: Policy, pod: Pod) -> bool:
+    """Whether the topology manager's pod scope allocates ``pod`` as a whole (``AllocatePod``):
+    pod-level resource managers on and pod-level resources set (KEP-5526)."""
+    return policy.gates.pod_level and pod.pod_level_resources_set
+
 
 def admit_on_fork(
     fork: MemoryState,
@@ -63,7 +77,9 @@ def admit_on_fork(
 ) -> AdmitOutcome:
     """Admit ``pod`` into ``fork`` (changed only when admitted: then it holds the blocks)."""
     provider = ForkProvider(policy, fork, work)
-    result = admission.admit(pod, topology_policy, scope, [provider, *others], work)
+    result = admission.admit(
+        pod, topology_policy, scope, [provider, *others], work, allocated_as_pod(policy, pod)
+    )
     return _outcome(result, fork, pod, work)
 
 
@@ -75,6 +91,7 @@ def _outcome(
     if result.admitted:
         for ctr in pod.all_containers():
             outcome.blocks[ctr.name] = fork.get_memory_blocks(pod.uid, ctr.name) or []
+        outcome.pod_blocks = fork.get_pod_memory_blocks(pod.uid)
     return outcome
 
 
@@ -109,6 +126,12 @@ class ExplainingProvider(ForkProvider):
         super().allocate(pod, container, affinity)
         self.allocated.add(container.name)
 
+    def allocate_pod(self, pod: Pod, affinity: TopologyHint) -> None:
+        if affinity.affinity is None and "" not in self.explanations:
+            self.explanations[""] = self._policy.explain(self._state, pod, None, self._work)
+        super().allocate_pod(pod, affinity)
+        self.allocated.add("")
+
 
 @dataclass
 class ContainerExplanation:
@@ -131,6 +154,22 @@ class Explanation:
     topology_scope: str
     outcome: AdmitOutcome
     containers: list[ContainerExplanation]
+    pod_level: podlevel.Plan | None = None
+    """How the pod's pod-level budget divides (a Guaranteed pod that sets pod-level resources,
+    with the gates on, under the Static policy); None otherwise."""
+
+
+def pod_level_plan(policy: Policy, pod: Pod) -> podlevel.Plan | None:
+    """The :class:`~numamem.memorymanager.podlevel.Plan` of ``pod``, when it has one."""
+    if not (policy.can_allocate_exclusively() and policy.gates.pod_level):
+        return None
+    if not pod.pod_level_resources_set or pod_qos(pod) != GUARANTEED:
+        return None
+    try:
+        budget = pod_requested_resources(pod, pod_level=True)
+    except AllocationError:
+        return None
+    return podlevel.plan(pod, budget, lambda c: container_requested_resources(c, pod, True))
 
 
 def explain_on_fork(
@@ -148,7 +187,9 @@ def explain_on_fork(
     Allocate without an affinity (where the policy picks its own hint).
     """
     provider = ExplainingProvider(policy, fork, work)
-    result = admission.admit(pod, topology_policy, scope, [provider, *others], work)
+    result = admission.admit(
+        pod, topology_policy, scope, [provider, *others], work, allocated_as_pod(policy, pod)
+    )
     outcome = _outcome(result, fork, pod, work)
     containers = []
     for name, explanation in provider.explanations.items():
@@ -163,4 +204,6 @@ def explain_on_fork(
                 [(o.provider, a) for o, a in zip(others, answers[1:], strict=False)],
             )
         )
-    return Explanation(topology_policy.name, scope, outcome, containers)
+    return Explanation(
+        topology_policy.name, scope, outcome, containers, pod_level_plan(policy, pod)
+    )

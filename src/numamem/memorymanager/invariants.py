@@ -8,6 +8,10 @@
    affinity of every block on it; a node without has ``cells == [self]``.
 4. Per group and type: the reserved sum over the group equals the sizes of the
    blocks whose affinity is exactly that group.
+
+A pod allocated as a whole (pod-level resources, KEP-5526) counts by its pod-level
+blocks, not its containers' (which partition them); its pod-level entry needs
+container entries, and its containers' blocks lie on the pod's nodes.
 """
 
 from __future__ import annotations
@@ -15,15 +19,29 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from numamem.memorymanager.podlevel import accounted_assignments
 from numamem.memtypes import MEMORY, Block, NUMANodeState
 
 
 def violations(
     machine_state: Mapping[int, NUMANodeState | None],
     assignments: Mapping[str, Mapping[str, Sequence[Block]]],
+    pod_entries: Mapping[str, Sequence[Block]] | None = None,
 ) -> list[str]:
     """Every broken invariant as one line; [] when the state is consistent."""
     problems: list[str] = []
+    for pod, pod_blocks in sorted((pod_entries or {}).items()):
+        if not assignments.get(pod):
+            problems.append(f"pod {pod}: pod-level entry without container entries")
+        nodes = {n for b in pod_blocks for n in b.numa_affinity or ()}
+        for ctr, blocks in sorted(assignments.get(pod, {}).items()):
+            outside = {n for b in blocks for n in b.numa_affinity or ()} - nodes
+            if outside:
+                problems.append(
+                    f"pod {pod} container {ctr}: blocks on nodes {sorted(outside)} outside the "
+                    f"pod-level allocation {sorted(nodes)}"
+                )
+    assignments = accounted_assignments(assignments, pod_entries or {})
     counts: dict[int, int] = defaultdict(int)
     groups: dict[int, set[tuple[int, ...]]] = defaultdict(set)
     block_sums: dict[tuple[tuple[int, ...], str], int] = defaultdict(int)

@@ -40,11 +40,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from numamem.config.model import ReservedMemory
-from numamem.errors import AllocationError, ConfigError, NotFoundError, quote
+from numamem.config.model import FeatureGates, ReservedMemory
+from numamem.errors import (
+    AllocationError,
+    ConfigError,
+    FailedPreconditionError,
+    NotFoundError,
+    quote,
+)
 from numamem.logging import get_logger
+from numamem.memorymanager import podlevel
 from numamem.memorymanager.containermap import ContainerMap
-from numamem.memorymanager.forked import AdmitOutcome, Explanation, admit_on_fork, explain_on_fork
+from numamem.memorymanager.forked import (
+    AdmitOutcome,
+    Explanation,
+    admit_on_fork,
+    allocated_as_pod,
+    explain_on_fork,
+)
 from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.policy import NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
@@ -121,6 +134,8 @@ class Manager:
             restored = MemoryState(
                 snapshot.machine_state if snapshot else None,
                 {p: dict(c) for p, c in snapshot.assignments.items()} if snapshot else None,
+                snapshot.pod_entries if snapshot else None,
+                snapshot.exclusive if snapshot else None,
             )
             work = restored.fork()
             names = dict(snapshot.pod_names) if snapshot else {}
@@ -251,6 +266,49 @@ class Manager:
             ):
                 self.policy.allocate(fork, pod, container, affinity or NO_AFFINITY, work)
             return True, fork.get_memory_blocks(pod.uid, container_name) or []
+
+        return self._versions.optimistic(pod, compute, deadline, budget)
+
+    def allocate_pod(
+        self,
+        pod: Pod,
+        affinity: TopologyHint | None = None,
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
+    ) -> tuple[list[Block] | None, dict[str, list[Block]]]:
+        """``AllocatePod`` (KEP-5526): pin a pod that sets pod-level resources as a whole, with
+        ``affinity`` as its hint (the topology manager's for its first container), as the
+        topology manager's pod scope does. Stale-state cleanup first, computed outside the
+        lock, idempotent (an allocated pod keeps its blocks), like :meth:`allocate`.
+
+        Returns the pod-level blocks (None when nothing was pinned: a pod that is not
+        Guaranteed) and every container's blocks. Raises FailedPreconditionError for a pod
+        that does not set pod-level resources or with a feature gate off (such a pod is
+        allocated container by container), EmptyPodSharedPoolError and Allocate's errors.
+        """
+        if not allocated_as_pod(self.policy, pod):
+            gates = self.policy.gates
+            why = (
+                "the pod sets no pod-level resources (spec.resources): allocate its containers "
+                "one by one (Allocate)"
+                if not pod.pod_level_resources_set
+                else "it needs --feature-gates PodLevelResources=true,PodLevelResourceManagers=true"
+                f" (on now: {', '.join(gates.enabled()) or 'none'})"
+            )
+            raise FailedPreconditionError(f"pod.uid {quote(pod.uid)}: AllocatePod: {why}")
+        self._touch(pod)
+        self._settle_stale_state()
+
+        def compute(
+            fork: MemoryState, work: Work
+        ) -> tuple[bool, tuple[list[Block] | None, dict[str, list[Block]]]]:
+            with work.stage(lambda: f"pod {quote(pod.uid)}: the pod-level allocation"):
+                self.policy.allocate_pod(fork, pod, affinity or NO_AFFINITY, work)
+            blocks = {
+                c.name: fork.get_memory_blocks(pod.uid, c.name) or [] for c in pod.all_containers()
+            }
+            return True, (fork.get_pod_memory_blocks(pod.uid), blocks)
 
         return self._versions.optimistic(pod, compute, deadline, budget)
 
@@ -392,6 +450,21 @@ class Manager:
     def get_memory(self, pod_uid: str, container_name: str) -> list[Block]:
         return self._state.get_memory_blocks(pod_uid, container_name) or []
 
+    def get_pod_memory(self, pod_uid: str) -> list[Block] | None:
+        """``GetPodMemory``: the pod-level blocks, or None when the pod has none."""
+        return self._state.get_pod_memory_blocks(pod_uid)
+
+    def isolation_level(self, pod_uid: str, container_name: str) -> str:
+        """``GetResourceIsolationLevel`` from the committed state: ``host`` (no blocks),
+        ``pod`` (shares its pod's pool) or ``container`` (:func:`.podlevel.isolation_level`)."""
+        state = self._state
+        return podlevel.isolation_level(
+            state.get_memory_blocks(pod_uid, container_name),
+            state.get_pod_memory_blocks(pod_uid),
+            state.exclusive_containers(pod_uid),
+            container_name,
+        )
+
     def get_memory_numa_nodes(self, pod_uid: str, container_name: str) -> list[int] | None:
         """NUMA ids for ``cpuset.mems``; None (leave unset) when the container has no blocks."""
         nodes = {n for b in self.get_memory(pod_uid, container_name) for n in b.numa_affinity or ()}
@@ -417,6 +490,7 @@ def new_policy(
     reserved_memory: Sequence[ReservedMemory],
     numa_nodes: Sequence[int] | None = None,
     options: StaticOptions | None = None,
+    gates: FeatureGates | None = None,
 ) -> Policy:
     """``NewManager``'s policy selection: ``None`` or ``Static`` (case-sensitive).
 
@@ -424,10 +498,10 @@ def new_policy(
     ``restrict-to-cpu-numa-nodes``); None is every node.
     """
     if name == NonePolicy.name:
-        return NonePolicy()
+        return NonePolicy(gates)
     if name == StaticPolicy.name:
         reserved = get_system_reserved_memory(machine, node_allocatable, reserved_memory)
-        return StaticPolicy(machine, reserved, numa_nodes, options)
+        return StaticPolicy(machine, reserved, numa_nodes, options, gates)
     if name == "BestEffort":
         raise ConfigError(f'policy {quote(name, style="go")} is not available for platform "linux"')
     raise ConfigError(f"unknown policy: {quote(name, style='go')}")

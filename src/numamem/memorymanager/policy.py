@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from numamem.config.model import FeatureGates
 from numamem.memorymanager.state import State, StateReader
 from numamem.memtypes import Block
 from numamem.pod import Container, Pod
@@ -46,6 +47,8 @@ class Policy(Protocol):
     """
 
     name: str
+    gates: FeatureGates
+    """The feature gates (pod-level resources, KEP-5526)."""
 
     def start(self, state: State, pod_names: Mapping[str, tuple[str, str]] | None = None) -> None:
         """Validate (and for Static, initialise) the restored state. ``pod_names`` (uid ->
@@ -60,6 +63,11 @@ class Policy(Protocol):
         work: Work | None = None,
     ) -> None:
         """Pin memory for one container. Idempotent: an allocated container is left alone."""
+
+    def allocate_pod(
+        self, state: State, pod: Pod, affinity: TopologyHint, work: Work | None = None
+    ) -> None:
+        """Pin a pod allocated as a whole (``AllocatePod``, KEP-5526). Idempotent."""
 
     def remove_container(self, state: State, pod_uid: str, container_name: str) -> None:
         """Release a container's memory. Idempotent."""
@@ -87,6 +95,9 @@ class NonePolicy:
 
     name = "None"
 
+    def __init__(self, gates: FeatureGates | None = None) -> None:
+        self.gates = gates or FeatureGates()
+
     def start(self, state: State, pod_names: Mapping[str, tuple[str, str]] | None = None) -> None:
         return None
 
@@ -97,6 +108,11 @@ class NonePolicy:
         container: Container,
         affinity: TopologyHint,
         work: Work | None = None,
+    ) -> None:
+        return None
+
+    def allocate_pod(
+        self, state: State, pod: Pod, affinity: TopologyHint, work: Work | None = None
     ) -> None:
         return None
 

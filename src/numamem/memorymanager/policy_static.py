@@ -2,13 +2,10 @@
 
 Guaranteed pods get their memory and hugepages pinned to NUMA nodes:
 
-* hints are the NUMA masks whose summed allocatable fits the request, whose
-  nodes obey the multi-NUMA group rules, and whose summed free memory (plus
-  this pod's reusable init-container memory for exactly that mask) fits;
-  "preferred" means the minimal number of nodes whose *allocatable* could hold
-  the request. They are kubelet's hints in kubelet's order, given by rule
-  (:class:`~numamem.memorymanager.hints.HintSpace`) rather than by visiting
-  all 2^n masks, so hints and admission stay fast on large machines;
+* hints (:mod:`~numamem.memorymanager.static_hints`) are kubelet's hints in
+  kubelet's order, given by rule (:class:`~numamem.memorymanager.hints.HintSpace`)
+  rather than by visiting all 2^n masks, so hints and admission stay fast on
+  large machines;
 * Allocate takes the topology manager's affinity (or the default hint),
   extends an insufficient affinity to the narrowest superset, checks the group
   rule and reserves each memory type lowest node first
@@ -42,26 +39,34 @@ and states the kubelet itself handles):
   order, and reserved memory equals the blocks in any order of Allocate calls
   and across restarts (:mod:`~numamem.memorymanager.reuse`).
 
-Pod-scope hints regenerate from the first container that has blocks using the
-*pod's* request, as the released upstream code does (descriptions of the
-algorithm say "its own container request"; the code, which clients observe,
-passes the pod request).
+Pod-level resources (KEP-5526, :mod:`~numamem.memorymanager.podlevel`): with both
+feature gates on, a pod that sets ``spec.resources`` asks for its pod-level budget in
+the pod scope (:meth:`StaticPolicy.allocate_pod`: one allocation, partitioned among its
+containers), and only its equivalent-Guaranteed containers ask for memory of their own
+(container scope); its pod-scope hints regenerate from its pod-level blocks (#141070),
+``allocate_pod`` leaves an allocated pod alone (#141077), the last container's removal
+releases the budget, and Start replays the pod-level blocks instead of the containers'.
+With either gate off such a pod gets no hints and nothing pinned ("Allocation skipped,
+pod is using pod-level resources"). Deviations: the pod-level entry and its containers
+are written in one atomic write with the machine state (the kubelet writes each
+sub-step, kubernetes#141993), and Start refuses a pod-level entry without container
+entries, naming the pod (as kubernetes#141994 proposes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from numamem.config.model import FeatureGates
 from numamem.errors import (
     AllocationError,
-    InvalidArgumentError,
     ReservedMemoryError,
     StateMismatchError,
     UnsupportedResourceError,
     quote,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager import drift
+from numamem.memorymanager import drift, podlevel
 from numamem.memorymanager.arithmetic import (
     affinity_satisfies,
     copy_for_write,
@@ -73,21 +78,17 @@ from numamem.memorymanager.arithmetic import (
     update_machine_state,
     violates_numa_allocations,
 )
-from numamem.memorymanager.explain import mask_verdicts
-from numamem.memorymanager.hints import HintSpace
 from numamem.memorymanager.options import StaticOptions, verify_hugepages
-from numamem.memorymanager.policy import HintExplanation, MaskVerdict
 from numamem.memorymanager.requests import (
-    Requested,
     container_requested_resources,
     pod_requested_resources,
 )
 from numamem.memorymanager.reserved import SystemReservedMemory
-from numamem.memorymanager.reuse import reusable_memory, update_init_container_blocks
+from numamem.memorymanager.reuse import ReuseTable, reusable_memory, update_init_container_blocks
 from numamem.memorymanager.state import State, StateReader
+from numamem.memorymanager.static_hints import Hints, HintSource, StaticHints, regenerate_hints
 from numamem.memtypes import MEMORY, Block, MachineState, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
-from numamem.quantity import format_bytes
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.policy import TopologyHint
@@ -96,15 +97,13 @@ from numamem.work import Work
 POLICY_NAME = "Static"
 _log = get_logger("memorymanager")
 
-Hints = dict[str, list[TopologyHint] | HintSpace]
+__all__ = ["POLICY_NAME", "HintSource", "Hints", "StaticPolicy", "regenerate_hints"]
+
+_resource_order = podlevel.resource_order
+"""Block order: memory first, then hugepages by name (Go's order is random)."""
 
 
-def _resource_order(name: str) -> tuple[bool, str]:
-    """Block order: memory first, then hugepages by name (Go's order is random)."""
-    return (name != MEMORY, name)
-
-
-class StaticPolicy:
+class StaticPolicy(StaticHints):
     """The Static policy. Keeps no state between calls: safe for concurrent readers."""
 
     name = POLICY_NAME
@@ -115,6 +114,7 @@ class StaticPolicy:
         system_reserved: SystemReservedMemory,
         numa_nodes: Sequence[int] | None = None,
         options: StaticOptions | None = None,
+        gates: FeatureGates | None = None,
     ) -> None:
         """``NewPolicyStatic``: the reserved ``memory`` summed over nodes must be > 0."""
         if sum(node.get(MEMORY, 0) for node in system_reserved.values()) <= 0:
@@ -126,6 +126,8 @@ class StaticPolicy:
         self.numa_nodes = None if numa_nodes is None else tuple(sorted(numa_nodes))
         """The nodes hints and allocations may use; None: every node of the machine state."""
         self.options = options or StaticOptions()
+        self.gates = gates or FeatureGates()
+        """The feature gates: pod-level resources are the policy's business only with both."""
         self.drift: dict[tuple[int, str], int] = {}
         """Set by :meth:`start`: (node, type) -> TotalMemSize now minus stored (0 when equal)."""
         self.last_verdict: drift.Verdict | None = None
@@ -148,7 +150,13 @@ class StaticPolicy:
         re-baselines the state (the manager then writes it once).
         """
         machine_state = state.get_machine_state()
-        assignments = state.get_memory_assignments()
+        containers = state.get_memory_assignments()
+        pod_entries = (
+            state.get_pod_memory_assignments() if self.gates.pod_level_resource_managers else {}
+        )
+        self._refuse_orphan_pod_entries(containers, pod_entries, pod_names or {})
+        # Pods allocated as a whole are accounted by their pod-level blocks.
+        assignments = podlevel.accounted_assignments(containers, pod_entries)
         if not machine_state:
             if assignments:
                 raise StateMismatchError(
@@ -190,123 +198,25 @@ class StaticPolicy:
             )
             state.set_machine_state(verdict.rebaseline)
 
-    # --- hints -------------------------------------------------------------
-
-    def hint_space(
+    def _refuse_orphan_pod_entries(
         self,
-        machine_state: Mapping[int, NUMANodeState | None],
-        requested: Mapping[str, int],
-        reuse: Mapping[int, Mapping[str, int]],
-        work: Work,
-    ) -> HintSpace:
-        nodes = sorted(machine_state) if self.numa_nodes is None else self.numa_nodes
-        return HintSpace(machine_state, requested, reuse, nodes, work)
-
-    def get_topology_hints(
-        self, state: StateReader, pod: Pod, container: Container, work: Work | None = None
-    ) -> Hints | None:
-        return self._hints(state, pod, container, work or Work())
-
-    def get_pod_topology_hints(
-        self, state: StateReader, pod: Pod, work: Work | None = None
-    ) -> Hints | None:
-        return self._hints(state, pod, None, work or Work())
-
-    def _hints(
-        self, state: StateReader, pod: Pod, container: Container | None, work: Work
-    ) -> Hints | None:
-        source = self._hint_source(state, pod, container)
-        if isinstance(source, str):
-            return None
-        requested, blocks, _ = source
-        if blocks is not None:
-            return regenerate_hints(blocks, requested)
-        return self.calculate_hints(
-            state.machine_view(), requested, reusable_memory(state, pod, container), work
-        )
-
-    def calculate_hints(
-        self,
-        machine_state: Mapping[int, NUMANodeState | None],
-        requested: Mapping[str, int],
-        reuse: Mapping[int, Mapping[str, int]],
-        work: Work,
-    ) -> Hints:
-        """``calculateHints``: the same hints for every requested type; ``{}`` when no mask
-        qualifies (which the topology manager reads as "no preference", as in the kubelet)."""
-        space = self.hint_space(machine_state, requested, reuse, work)
-        if space.is_empty():
-            return {}
-        return dict.fromkeys(requested, space)
-
-    def _hint_source(
-        self, state: StateReader, pod: Pod, container: Container | None
-    ) -> tuple[Requested, list[Block] | None, str] | str:
-        """The request, the stored blocks hints derive from and their container, or why no hints.
-
-        ``container`` None is the pod scope: the pod's request, and the blocks of
-        the first container that has any.
-        """
-        qos = pod_qos(pod)
-        if qos != GUARANTEED:
-            return f"the pod's QoS class is {qos}; only Guaranteed pods get NUMA hints"
-        try:
-            if container is None:
-                requested = pod_requested_resources(pod)
-            else:
-                requested = container_requested_resources(container)
-        except AllocationError as err:
-            return f"{err}; no hints"
-        if not requested:
-            return "no memory or hugepages requested; no hints"
-        if container is not None:
-            return requested, state.get_memory_blocks(pod.uid, container.name), container.name
-        for ctr in pod.all_containers():
-            blocks = state.get_memory_blocks(pod.uid, ctr.name)
-            if blocks is not None:
-                return requested, blocks, ctr.name
-        return requested, None, ""
-
-    def explain(
-        self, state: StateReader, pod: Pod, container: Container | None, work: Work | None = None
-    ) -> HintExplanation:
-        source = self._hint_source(state, pod, container)
-        if isinstance(source, str):
-            return HintExplanation(note=source)
-        requested, blocks, owner = source
-        if blocks is not None:
-            if regenerate_hints(blocks, requested) is None:
-                stored = ", ".join(f"{b.type} {format_bytes(b.size)}" for b in blocks)
-                note = (
-                    f"container {quote(owner)} already holds {stored}, which does not match the request; "
-                    "no preference"
-                )
-                if container is None:
-                    note += " (in the pod scope the kubelet compares the pod's request with one container's blocks)"
-                elif pod.is_regular_init_container(owner):
-                    note += " (later containers reuse an init container's memory)"
-            else:
-                note = (
-                    f"container {quote(owner)} is already allocated; the hints repeat its affinity"
-                )
-            return HintExplanation(dict(requested), note=note)
-        space = self.hint_space(
-            state.machine_view(), requested, reusable_memory(state, pod, container), work or Work()
-        )
-        verdicts, omitted = mask_verdicts(space)
-        minimum = space.min_affinity_size
-        return HintExplanation(
-            dict(requested),
-            [
-                MaskVerdict(
-                    tuple(bitmask.get_bits(mask)),
-                    offered=not reason,
-                    preferred=not reason and mask.bit_count() == minimum,
-                    reason=reason,
-                )
-                for mask, reason in verdicts
-            ],
-            omitted_masks=omitted,
+        containers: Mapping[str, Mapping[str, Sequence[Block]]],
+        pod_entries: Mapping[str, Sequence[Block]],
+        pod_names: Mapping[str, tuple[str, str]],
+    ) -> None:
+        """A pod-level entry without container entries is an allocation a kubelet left half
+        written (kubernetes#141993): refused, naming the pods, as kubernetes#141994 proposes.
+        (The kubelet accepts it, and its pod then looks allocated while nothing is reserved.)"""
+        orphans = [pod for pod in sorted(pod_entries) if not containers.get(pod)]
+        if not orphans:
+            return
+        state_file = self.options.state_file
+        pods = ", ".join(drift.pod_label(pod, pod_names) for pod in orphans)
+        raise StateMismatchError(
+            f"[memorymanager] (pod: {pods}, container: ) the pod-level memory assignment has no "
+            "container assignments: an allocation interrupted before its containers were written "
+            f"(kubernetes#141993)\n  in {state_file}; fix: drain the node, remove {state_file} "
+            "and restart numamem"
         )
 
     # --- allocate ------------------------------------------------------------
@@ -321,13 +231,86 @@ class StaticPolicy:
     ) -> None:
         if pod_qos(pod) != GUARANTEED:
             return
+        if pod.pod_level_resources_set and not self.gates.pod_level:
+            return  # "Allocation skipped, pod is using pod-level resources"
         if state.get_memory_blocks(pod.uid, container.name) is not None:
             return
-        requested = container_requested_resources(container)
+        requested = container_requested_resources(
+            container, pod, self.gates.pod_level_resource_managers
+        )
         if not requested:
             return
         machine_state = state.machine_view()
-        reuse_table = reusable_memory(state, pod, container)
+        bits, reuse = self._place(
+            machine_state, requested, reusable_memory(state, pod, container), affinity, work
+        )
+        blocks = []
+        changed = copy_for_write(machine_state, bits)
+        for name in sorted(requested, key=_resource_order):
+            size = requested[name]
+            blocks.append(Block(tuple(bits), name, size))
+            to_reserve = max(size - reuse.get(name, 0), 0)
+            update_machine_state(changed, bits, name, to_reserve)
+        state.adopt_machine_state(changed)
+        state.set_memory_blocks(pod.uid, container.name, blocks)
+        update_init_container_blocks(state, pod, container, blocks)
+
+    def allocate_pod(
+        self, state: State, pod: Pod, affinity: TopologyHint, work: Work | None = None
+    ) -> None:
+        """``AllocatePod`` (KEP-5526): one allocation of the pod's pod-level budget on the NUMA
+        nodes ``affinity`` gives (the topology manager's hint for the pod's first container;
+        the default hint when it has none, extended when too narrow, exactly as
+        :meth:`allocate`), partitioned among its containers (:func:`.podlevel.partition`).
+
+        Does nothing for a pod that is not Guaranteed, does not set pod-level resources (or
+        with a gate off), or already has its pod-level entry (kubernetes#141077). Raises
+        EmptyPodSharedPoolError when the budget leaves its shared containers nothing, and
+        the Allocate errors. Deviation: a pod whose containers already hold container-level
+        blocks (a client's earlier Allocate calls) is refused; the kubelet overwrites
+        their entries and keeps their memory reserved.
+        """
+        if pod_qos(pod) != GUARANTEED or not self._allocated_as_pod(pod):
+            return
+        if state.get_pod_memory_blocks(pod.uid) is not None:
+            return
+        try:
+            budget = pod_requested_resources(pod, pod_level=True)
+        except AllocationError as err:
+            _log.error("pod-level allocation skipped", pod_uid=quote(pod.uid), error=str(err))
+            return
+        exclusive_of = self.exclusive_of(pod)
+        podlevel.check_pod_scope_resources(pod, budget, exclusive_of)
+        held = [c.name for c in pod.all_containers() if state.get_memory_blocks(pod.uid, c.name)]
+        if held:
+            raise AllocationError(
+                f"[memorymanager] pod {quote(pod.uid)}: container {quote(held[0])} already holds "
+                "container-level memory; a pod allocated by its pod-level resources gets all of "
+                "it in one allocation: release the pod (ReleasePod) first"
+            )
+        machine_state = state.machine_view()
+        bits, _ = self._place(machine_state, budget, {}, affinity, work)
+        plan = podlevel.partition(pod, budget, bits, exclusive_of)
+        changed = copy_for_write(machine_state, bits)
+        for name in sorted(budget, key=_resource_order):
+            update_machine_state(changed, bits, name, budget[name])  # the budget, once
+        # One commit of all of it (the kubelet writes each step: kubernetes#141993).
+        state.adopt_machine_state(changed)
+        state.set_pod_memory_blocks(pod.uid, plan.pod_blocks, plan.exclusive)
+        for name, blocks in plan.containers.items():
+            state.set_memory_blocks(pod.uid, name, blocks)
+
+    def _place(
+        self,
+        machine_state: Mapping[int, NUMANodeState | None],
+        requested: Mapping[str, int],
+        reuse_table: ReuseTable,
+        affinity: TopologyHint,
+        work: Work | None,
+    ) -> tuple[list[int], Mapping[str, int]]:
+        """The NUMA nodes an allocation of ``requested`` takes, and the memory it reuses there:
+        the affinity, or the default hint, extended to the narrowest superset that fits,
+        checked against the group rules. Raises AllocationError with the kubelet's texts."""
         self._check_types_exist(machine_state, requested)
         space = self.hint_space(machine_state, requested, reuse_table, work or Work())
         best = affinity
@@ -372,16 +355,7 @@ class StaticPolicy:
         reuse = reuse_table.get(mask, {})
         if self.options.free_hugepages is not None:
             verify_hugepages(self.machine, self.options.free_hugepages, bits, requested, reuse)
-        blocks = []
-        changed = copy_for_write(machine_state, bits)
-        for name in sorted(requested, key=_resource_order):
-            size = requested[name]
-            blocks.append(Block(tuple(bits), name, size))
-            to_reserve = max(size - reuse.get(name, 0), 0)
-            update_machine_state(changed, bits, name, to_reserve)
-        state.adopt_machine_state(changed)
-        state.set_memory_blocks(pod.uid, container.name, blocks)
-        update_init_container_blocks(state, pod, container, blocks)
+        return bits, reuse
 
     def _check_types_exist(
         self, machine_state: Mapping[int, NUMANodeState | None], requested: Mapping[str, int]
@@ -414,11 +388,25 @@ class StaticPolicy:
     # --- remove ------------------------------------------------------------
 
     def remove_container(self, state: State, pod_uid: str, container_name: str) -> None:
-        """Release the container's blocks (lowest node first) and reset dissolved groups."""
+        """Release the container's blocks (lowest node first) and reset dissolved groups.
+
+        A container of a pod allocated as a whole releases nothing itself: its entry goes,
+        and the last container's removal releases the pod-level budget and its entry."""
+        if self.gates.pod_level_resource_managers:
+            pod_blocks = state.get_pod_memory_blocks(pod_uid)
+            if pod_blocks is not None:
+                state.delete(pod_uid, container_name)
+                if not state.container_names(pod_uid):
+                    self._release(state, pod_blocks)
+                    state.delete_pod(pod_uid)
+                return
         blocks = state.get_memory_blocks(pod_uid, container_name)
         if blocks is None:
             return
         state.delete(pod_uid, container_name)
+        self._release(state, blocks)
+
+    def _release(self, state: State, blocks: Sequence[Block]) -> None:
         touched = {n for b in blocks for n in b.numa_affinity or ()}
         machine_state = copy_for_write(state.machine_view(), touched)
         release_memory(machine_state, blocks)
@@ -439,19 +427,3 @@ class StaticPolicy:
 
 def _no_drift(state: MachineState) -> dict[tuple[int, str], int]:
     return {(n, name): 0 for n, node in state.items() if node for name in (node.memory_map or {})}
-
-
-def regenerate_hints(blocks: Sequence[Block], requested: Mapping[str, int]) -> Hints | None:
-    """``regenerateHints``: the stored affinity as preferred hints, or None on any mismatch."""
-    hints: dict[str, list[TopologyHint]] = {name: [] for name in requested}
-    if len(blocks) != len(requested):
-        return None
-    for block in blocks:
-        if block.type not in requested or block.size != requested[block.type]:
-            return None
-        try:
-            mask = bitmask.new_mask(block.numa_affinity or ())
-        except InvalidArgumentError:
-            return None
-        hints[block.type].append(TopologyHint(mask, True))
-    return dict(hints)

@@ -38,6 +38,8 @@ def reusable_memory(state: StateReader, pod: Pod, container: Container | None) -
     In the kubelet's order (each init container in spec order, then the others, each
     once) it equals the kubelet's ``initContainersReusableMemory`` of the pod."""
     table: ReuseTable = {}
+    if state.get_pod_memory_blocks(pod.uid) is not None:
+        return table  # allocated as a whole (KEP-5526): its budget is reserved once
     for init in pod.init_containers:
         if container is not None and init.name == container.name:
             break

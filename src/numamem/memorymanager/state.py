@@ -2,9 +2,13 @@
 
 The value types (tables, node states, blocks) are in :mod:`numamem.memtypes`.
 
-A state is the kubelet's machine state and assignments, nothing else: the
-Static policy's init-container reuse is derived from the stored blocks
-(:func:`numamem.memorymanager.reuse.reusable_memory`), so a restart restores it.
+A state is the kubelet's machine state, container assignments and pod-level
+assignments (``podEntries``, KEP-5526), plus one record of numamem's own: which
+containers of a pod allocated as a whole hold memory of their own
+(:meth:`MemoryState.exclusive_containers`; the podresources API and GetMemory report
+the others as sharing the pod's pool). The Static policy's init-container reuse is
+derived from the stored blocks (:func:`numamem.memorymanager.reuse.reusable_memory`),
+so a restart restores it.
 
 Copy rules:
 
@@ -23,7 +27,7 @@ Copy rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Protocol
 
@@ -49,6 +53,13 @@ class StateReader(Protocol):
 
     def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]: ...
 
+    def get_pod_memory_blocks(self, pod_uid: str) -> list[Block] | None:
+        """The pod-level blocks (a copy), or None when the pod has no pod-level entry."""
+
+    def get_pod_memory_assignments(self) -> dict[str, list[Block]]: ...
+
+    def exclusive_containers(self, pod_uid: str) -> frozenset[str]: ...
+
 
 class State(StateReader, Protocol):
     """Reader plus writers (kubelet ``state.State``); policies work on this."""
@@ -63,21 +74,42 @@ class State(StateReader, Protocol):
 
     def delete(self, pod_uid: str, container_name: str) -> None: ...
 
+    def container_names(self, pod_uid: str) -> list[str]:
+        """The pod's containers with an entry (in no particular order)."""
+
+    def set_pod_memory_blocks(
+        self, pod_uid: str, blocks: Sequence[Block], exclusive: Collection[str] = ()
+    ) -> None:
+        """Store the pod-level entry and which of its containers hold memory of their own."""
+
+    def delete_pod(self, pod_uid: str) -> None:
+        """Remove the pod-level entry (the newest kubelet's ``DeletePod``: containers stay)."""
+
 
 class MemoryState:
     """In-memory :class:`State`. Not thread-safe: the manager serialises access."""
 
-    __slots__ = ("_machine", "_pods")
+    __slots__ = ("_exclusive", "_machine", "_pod_blocks", "_pods")
 
     def __init__(
         self,
         machine: Mapping[int, NUMANodeState | None] | None = None,
         assignments: Mapping[str, Mapping[str, list[Block] | tuple[Block, ...]]] | None = None,
+        pod_entries: Mapping[str, Sequence[Block]] | None = None,
+        exclusive: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         self._machine: MachineState = clone_machine_state(machine or {})
         self._pods: dict[str, dict[str, ContainerBlocks]] = {
             pod: {ctr: tuple(blocks) for ctr, blocks in ctrs.items()}
             for pod, ctrs in (assignments or {}).items()
+        }
+        self._pod_blocks: dict[str, ContainerBlocks] = {
+            pod: tuple(blocks) for pod, blocks in (pod_entries or {}).items()
+        }
+        self._exclusive: dict[str, frozenset[str]] = {
+            pod: frozenset(names)
+            for pod, names in (exclusive or {}).items()
+            if names and pod in self._pod_blocks
         }
 
     # --- reader -------------------------------------------------------------
@@ -93,6 +125,18 @@ class MemoryState:
     def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]:
         return {pod: {ctr: list(b) for ctr, b in ctrs.items()} for pod, ctrs in self._pods.items()}
 
+    def get_pod_memory_blocks(self, pod_uid: str) -> list[Block] | None:
+        blocks = self._pod_blocks.get(pod_uid)
+        return None if blocks is None else list(blocks)
+
+    def get_pod_memory_assignments(self) -> dict[str, list[Block]]:
+        return {pod: list(blocks) for pod, blocks in self._pod_blocks.items()}
+
+    def exclusive_containers(self, pod_uid: str) -> frozenset[str]:
+        """The containers of a pod allocated as a whole that hold memory of their own (the
+        others share its pool); empty when unknown (a pod restored from a kubelet's file)."""
+        return self._exclusive.get(pod_uid, frozenset())
+
     # --- cheap, non-copying access for the manager and the codec ------------
 
     def machine_view(self) -> Mapping[int, NUMANodeState | None]:
@@ -102,6 +146,17 @@ class MemoryState:
     def pods_view(self) -> Mapping[str, Mapping[str, ContainerBlocks]]:
         """The live assignments. Callers must not mutate them."""
         return self._pods
+
+    def pod_entries_view(self) -> Mapping[str, ContainerBlocks]:
+        """The live pod-level assignments. Callers must not mutate them."""
+        return self._pod_blocks
+
+    def exclusive_view(self) -> Mapping[str, frozenset[str]]:
+        """The live record of :meth:`exclusive_containers`. Callers must not mutate it."""
+        return self._exclusive
+
+    def container_names(self, pod_uid: str) -> list[str]:
+        return list(self._pods.get(pod_uid, ()))
 
     def iter_containers(self) -> Iterator[tuple[str, str, ContainerBlocks]]:
         for pod, ctrs in self._pods.items():
@@ -140,9 +195,24 @@ class MemoryState:
         else:
             del self._pods[pod_uid]
 
+    def set_pod_memory_blocks(
+        self, pod_uid: str, blocks: Sequence[Block], exclusive: Collection[str] = ()
+    ) -> None:
+        self._pod_blocks[pod_uid] = tuple(blocks)
+        if exclusive:
+            self._exclusive[pod_uid] = frozenset(exclusive)
+        else:
+            self._exclusive.pop(pod_uid, None)
+
+    def delete_pod(self, pod_uid: str) -> None:
+        self._pod_blocks.pop(pod_uid, None)
+        self._exclusive.pop(pod_uid, None)
+
     def clear_state(self) -> None:
         self._machine = {}
         self._pods = {}
+        self._pod_blocks = {}
+        self._exclusive = {}
 
     # --- transactions -------------------------------------------------------
 
@@ -151,11 +221,18 @@ class MemoryState:
         other = MemoryState.__new__(MemoryState)
         other._machine = dict(self._machine)  # node states are copied on write
         other._pods = dict(self._pods)
+        other._pod_blocks = dict(self._pod_blocks)
+        other._exclusive = dict(self._exclusive)
         return other
 
     def same_as(self, other: MemoryState) -> bool:
         """Whether two states hold equal machine state and assignments (what is persisted)."""
-        return self._machine == other._machine and self._pods == other._pods
+        return (
+            self._machine == other._machine
+            and self._pods == other._pods
+            and self._pod_blocks == other._pod_blocks
+            and self._exclusive == other._exclusive
+        )
 
 
 class StateView:
@@ -182,6 +259,19 @@ class StateView:
 
     def get_memory_assignments(self) -> dict[str, dict[str, list[Block]]]:
         return self._state.get_memory_assignments()
+
+    def get_pod_memory_blocks(self, pod_uid: str) -> list[Block] | None:
+        return self._state.get_pod_memory_blocks(pod_uid)
+
+    def get_pod_memory_assignments(self) -> dict[str, list[Block]]:
+        return self._state.get_pod_memory_assignments()
+
+    def pod_entries(self) -> Mapping[str, ContainerBlocks]:
+        """Pod uid -> pod-level blocks (read-only, not copied)."""
+        return MappingProxyType(self._state.pod_entries_view())
+
+    def exclusive_containers(self, pod_uid: str) -> frozenset[str]:
+        return self._state.exclusive_containers(pod_uid)
 
     def pods(self) -> Iterator[tuple[str, Mapping[str, ContainerBlocks]]]:
         """(pod uid, container name -> blocks) for every pod, without copying the blocks."""

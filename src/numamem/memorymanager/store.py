@@ -56,4 +56,6 @@ class InMemoryStore:
             {pod: dict(ctrs) for pod, ctrs in snapshot.assignments.items()},
             dict(snapshot.container_map),
             dict(snapshot.pod_names),
+            dict(snapshot.pod_entries),
+            dict(snapshot.exclusive),
         )

@@ -112,6 +112,8 @@ class Versions:
             state.pods_view(),
             containers.as_dict(),
             names,
+            state.pod_entries_view(),
+            state.exclusive_view(),
         )
 
     def publish(self, state: MemoryState, containers: ContainerMap, names: Names) -> None:

@@ -7,6 +7,12 @@ allocate it; a provider error becomes ``UnexpectedAdmissionError`` (except a
 search stopped by its budget or deadline, which fails the whole operation: it
 decides nothing).
 
+A pod allocated as a whole (``pod_level``: pod-level resource managers, KEP-5526, in
+the pod scope) is merged once as usual; its hint is then stored for every container and
+each provider allocates the pod in one call (``AllocatePod``) instead of container by
+container. A provider error that names its own admission reason
+(``EmptyPodSharedPoolError``) keeps it; any other is ``UnexpectedAdmissionError``.
+
 It changes nothing itself: providers allocate into whatever state they were
 given, so a caller that wants all-or-nothing admission hands in providers bound
 to a transaction and discards it when :attr:`AdmitResult.admitted` is false.
@@ -48,6 +54,9 @@ class HintProvider(Protocol):
     def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
         """Allocate for one container; raise a NumamemError to reject the pod."""
 
+    def allocate_pod(self, pod: Pod, affinity: TopologyHint) -> None:
+        """Allocate a pod as a whole (``AllocatePod``); raise a NumamemError to reject it."""
+
 
 @dataclass(frozen=True)
 class GivenHints:
@@ -73,6 +82,9 @@ class GivenHints:
     def allocate(self, pod: Pod, container: Container, affinity: TopologyHint) -> None:
         return None
 
+    def allocate_pod(self, pod: Pod, affinity: TopologyHint) -> None:
+        return None
+
 
 @dataclass
 class AdmitResult:
@@ -92,12 +104,16 @@ def admit(
     scope: str,
     providers: Sequence[HintProvider],
     work: Work | None = None,
+    pod_level: bool = False,
 ) -> AdmitResult:
-    """Admit ``pod``; see the module docstring."""
+    """Admit ``pod``; see the module docstring (``pod_level``: the pod is allocated as a whole
+    in the pod scope)."""
     work = Work() if work is None else work
     result = AdmitResult(admitted=True)
     containers = list(pod.all_containers())
     if policy.name == NONE:
+        # The kubelet's none scope: container by container whatever the scope, a pod that
+        # sets pod-level resources too (only its equivalent-Guaranteed containers are pinned).
         for container in containers:
             result.affinities[container.name] = NO_AFFINITY
             with work.stage(
@@ -116,6 +132,18 @@ def admit(
         result.merged[""] = best
         if not ok:
             return _reject(result)
+        if pod_level:
+            for container in containers:
+                result.affinities[container.name] = best
+            with work.stage(f"pod {quote(pod.uid)}: the pod-level allocation"):
+                for provider in providers:
+                    try:
+                        provider.allocate_pod(pod, best)
+                    except (SearchBudgetError, DeadlineExceededError):
+                        raise
+                    except NumamemError as err:
+                        return _refuse(result, err)
+            return result
         for container in containers:
             result.affinities[container.name] = best
             with work.stage(
@@ -171,8 +199,19 @@ def _allocate(
         except (SearchBudgetError, DeadlineExceededError):
             raise  # the search stopped: no admission decision, the whole operation fails
         except NumamemError as err:
-            result.admitted = False
-            result.reason = UNEXPECTED_ADMISSION_ERROR
-            result.message = f"Allocate failed due to {err}, which is unexpected"
+            _refuse(result, err)
             return False
     return True
+
+
+def _refuse(result: AdmitResult, err: NumamemError) -> AdmitResult:
+    """``GetPodAdmitResult``: an error with an admission reason of its own keeps its reason
+    and text; any other is unexpected."""
+    result.admitted = False
+    reason = getattr(err, "admission_reason", None)
+    if isinstance(reason, str):
+        result.reason, result.message = reason, str(err)
+    else:
+        result.reason = UNEXPECTED_ADMISSION_ERROR
+        result.message = f"Allocate failed due to {err}, which is unexpected"
+    return result

@@ -24,6 +24,38 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ResourceIsolation:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ResourceIsolationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResourceIsolation.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESOURCE_ISOLATION_UNSPECIFIED: _ResourceIsolation.ValueType  # 0
+    RESOURCE_ISOLATION_HOST: _ResourceIsolation.ValueType  # 1
+    """No blocks: the node's shared memory."""
+    RESOURCE_ISOLATION_POD: _ResourceIsolation.ValueType  # 2
+    """Shares the pod-level allocation of its pod with the pod's other shared
+    containers (its blocks are the pod's shared pool).
+    """
+    RESOURCE_ISOLATION_CONTAINER: _ResourceIsolation.ValueType  # 3
+    """Its blocks are its own."""
+
+class ResourceIsolation(_ResourceIsolation, metaclass=_ResourceIsolationEnumTypeWrapper):
+    """How isolated a container's memory is (the kubelet's
+    GetResourceIsolationLevel, KEP-5526).
+    """
+
+RESOURCE_ISOLATION_UNSPECIFIED: ResourceIsolation.ValueType  # 0
+RESOURCE_ISOLATION_HOST: ResourceIsolation.ValueType  # 1
+"""No blocks: the node's shared memory."""
+RESOURCE_ISOLATION_POD: ResourceIsolation.ValueType  # 2
+"""Shares the pod-level allocation of its pod with the pod's other shared
+containers (its blocks are the pod's shared pool).
+"""
+RESOURCE_ISOLATION_CONTAINER: ResourceIsolation.ValueType  # 3
+"""Its blocks are its own."""
+Global___ResourceIsolation: _TypeAlias = ResourceIsolation  # noqa: Y015
+
 class _AdmitResult:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -254,23 +286,77 @@ Global___Container: _TypeAlias = Container  # noqa: Y015
 class Pod(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class RequestsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class LimitsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     UID_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     INIT_CONTAINERS_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
     QOS_CLASS_FIELD_NUMBER: _builtins.int
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
     uid: _builtins.str
     namespace: _builtins.str
     name: _builtins.str
     qos_class: _builtins.str
     """Empty: computed like Kubernetes GetPodQOS after defaulting missing
-    requests to limits.
+    requests to limits (with PodLevelResources on and pod-level resources
+    set, from those).
     """
     @_builtins.property
     def init_containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
     @_builtins.property
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Container]: ...
+    @_builtins.property
+    def requests(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The pod-level resources (spec.resources, KEP-2837): cpu, memory and
+        hugepages-<size>. With --feature-gates
+        PodLevelResources=true,PodLevelResourceManagers=true the memory manager
+        allocates the pod by them; with either gate off it leaves such a pod
+        alone, as the kubelet does.
+        """
+
+    @_builtins.property
+    def limits(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
@@ -280,10 +366,12 @@ class Pod(_message.Message):
         init_containers: _abc.Iterable[Global___Container] | None = ...,
         containers: _abc.Iterable[Global___Container] | None = ...,
         qos_class: _builtins.str = ...,
+        requests: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        limits: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "init_containers", b"init_containers", "name", b"name", "namespace", b"namespace", "qos_class", b"qos_class", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "init_containers", b"init_containers", "limits", b"limits", "name", b"name", "namespace", b"namespace", "qos_class", b"qos_class", "requests", b"requests", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -510,6 +598,85 @@ class AllocateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AllocateResponse: _TypeAlias = AllocateResponse  # noqa: Y015
+
+@_typing.final
+class AllocatePodRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_FIELD_NUMBER: _builtins.int
+    AFFINITY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pod(self) -> Global___Pod: ...
+    @_builtins.property
+    def affinity(self) -> Global___TopologyHint:
+        """The topology manager's hint for the pod (its first container's). Absent
+        = no affinity stored (the policy picks the default hint).
+        """
+
+    def __init__(
+        self,
+        *,
+        pod: Global___Pod | None = ...,
+        affinity: Global___TopologyHint | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "pod", b"pod"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "pod", b"pod"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocatePodRequest: _TypeAlias = AllocatePodRequest  # noqa: Y015
+
+@_typing.final
+class AllocatePodResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ContainersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___MemoryBlocks: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___MemoryBlocks | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    POD_BLOCKS_FIELD_NUMBER: _builtins.int
+    CONTAINERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pod_blocks(self) -> Global___MemoryBlocks:
+        """The pod-level blocks (its budget on the chosen nodes); absent when
+        nothing was pinned (a pod that is not Guaranteed).
+        """
+
+    @_builtins.property
+    def containers(self) -> _containers.MessageMap[_builtins.str, Global___MemoryBlocks]:
+        """Every container's blocks: its own, or the pod's shared pool."""
+
+    def __init__(
+        self,
+        *,
+        pod_blocks: Global___MemoryBlocks | None = ...,
+        containers: _abc.Mapping[_builtins.str, Global___MemoryBlocks] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod_blocks", b"pod_blocks"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "pod_blocks", b"pod_blocks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocatePodResponse: _TypeAlias = AllocatePodResponse  # noqa: Y015
 
 @_typing.final
 class AddContainerRequest(_message.Message):
@@ -822,20 +989,66 @@ class GetMemoryResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BLOCKS_FIELD_NUMBER: _builtins.int
+    ISOLATION_FIELD_NUMBER: _builtins.int
+    isolation: Global___ResourceIsolation.ValueType
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryBlock]: ...
     def __init__(
         self,
         *,
         blocks: _abc.Iterable[Global___MemoryBlock] | None = ...,
+        isolation: Global___ResourceIsolation.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "isolation", b"isolation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetMemoryResponse: _TypeAlias = GetMemoryResponse  # noqa: Y015
+
+@_typing.final
+class GetPodMemoryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_UID_FIELD_NUMBER: _builtins.int
+    pod_uid: _builtins.str
+    def __init__(
+        self,
+        *,
+        pod_uid: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pod_uid", b"pod_uid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPodMemoryRequest: _TypeAlias = GetPodMemoryRequest  # noqa: Y015
+
+@_typing.final
+class GetPodMemoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    ALLOCATED_FIELD_NUMBER: _builtins.int
+    allocated: _builtins.bool
+    """Whether the pod has a pod-level allocation."""
+    @_builtins.property
+    def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryBlock]: ...
+    def __init__(
+        self,
+        *,
+        blocks: _abc.Iterable[Global___MemoryBlock] | None = ...,
+        allocated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated", "blocks", b"blocks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPodMemoryResponse: _TypeAlias = GetPodMemoryResponse  # noqa: Y015
 
 @_typing.final
 class GetStateRequest(_message.Message):
@@ -857,16 +1070,20 @@ class MemoryBlocks(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BLOCKS_FIELD_NUMBER: _builtins.int
+    ISOLATION_FIELD_NUMBER: _builtins.int
+    isolation: Global___ResourceIsolation.ValueType
+    """In GetState: the container's isolation (unspecified elsewhere)."""
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryBlock]: ...
     def __init__(
         self,
         *,
         blocks: _abc.Iterable[Global___MemoryBlock] | None = ...,
+        isolation: Global___ResourceIsolation.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "isolation", b"isolation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -900,6 +1117,7 @@ class PodAssignments(_message.Message):
     CONTAINERS_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
+    POD_BLOCKS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """The pod's namespace and name, where numamem recorded them (with
     --podresources-socket, from the Pod message that admitted it); empty otherwise.
@@ -907,16 +1125,23 @@ class PodAssignments(_message.Message):
     name: _builtins.str
     @_builtins.property
     def containers(self) -> _containers.MessageMap[_builtins.str, Global___MemoryBlocks]: ...
+    @_builtins.property
+    def pod_blocks(self) -> Global___MemoryBlocks:
+        """The pod-level allocation of a pod allocated as a whole (the kubelet's
+        podEntries, KEP-5526); absent otherwise.
+        """
+
     def __init__(
         self,
         *,
         containers: _abc.Mapping[_builtins.str, Global___MemoryBlocks] | None = ...,
         namespace: _builtins.str = ...,
         name: _builtins.str = ...,
+        pod_blocks: Global___MemoryBlocks | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod_blocks", b"pod_blocks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "name", b"name", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "name", b"name", "namespace", b"namespace", "pod_blocks", b"pod_blocks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1197,6 +1422,7 @@ class AdmitResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
+    POD_BLOCKS_FIELD_NUMBER: _builtins.int
     admitted: _builtins.bool
     """Equal to `result == ADMITTED`; proto3 JSON omits it when false."""
     reason: _builtins.str
@@ -1205,6 +1431,12 @@ class AdmitResponse(_message.Message):
     result: Global___AdmitResult.ValueType
     @_builtins.property
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerAdmission]: ...
+    @_builtins.property
+    def pod_blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryBlock]:
+        """When admitted as a whole (pod-level resources in the pod scope): the
+        pod-level blocks.
+        """
+
     def __init__(
         self,
         *,
@@ -1213,10 +1445,11 @@ class AdmitResponse(_message.Message):
         message: _builtins.str = ...,
         containers: _abc.Iterable[Global___ContainerAdmission] | None = ...,
         result: Global___AdmitResult.ValueType = ...,
+        pod_blocks: _abc.Iterable[Global___MemoryBlock] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "containers", b"containers", "message", b"message", "reason", b"reason", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "containers", b"containers", "message", b"message", "pod_blocks", b"pod_blocks", "reason", b"reason", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1448,6 +1681,7 @@ class ExplainResponse(_message.Message):
     DECISION_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
     RESIDENCY_FIELD_NUMBER: _builtins.int
+    POD_LEVEL_FIELD_NUMBER: _builtins.int
     topology_manager_policy: _builtins.str
     topology_manager_scope: _builtins.str
     @_builtins.property
@@ -1467,6 +1701,12 @@ class ExplainResponse(_message.Message):
         per-type breakdown (NodeResidency.types); empty when none is pinned.
         """
 
+    @_builtins.property
+    def pod_level(self) -> Global___PodLevelExplanation:
+        """How the pod's pod-level budget divides (a Guaranteed pod that sets
+        pod-level resources, with the feature gates on); absent otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -1475,14 +1715,151 @@ class ExplainResponse(_message.Message):
         decision: Global___AdmitResponse | None = ...,
         containers: _abc.Iterable[Global___ContainerExplanation] | None = ...,
         residency: _abc.Iterable[Global___ContainerResidency] | None = ...,
+        pod_level: Global___PodLevelExplanation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "pod_level", b"pod_level"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "decision", b"decision", "residency", b"residency", "topology_manager_policy", b"topology_manager_policy", "topology_manager_scope", b"topology_manager_scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "decision", b"decision", "pod_level", b"pod_level", "residency", b"residency", "topology_manager_policy", b"topology_manager_policy", "topology_manager_scope", b"topology_manager_scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExplainResponse: _TypeAlias = ExplainResponse  # noqa: Y015
+
+@_typing.final
+class PodLevelExplanation(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class BudgetEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class PoolEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    BUDGET_FIELD_NUMBER: _builtins.int
+    EXCLUSIVE_FIELD_NUMBER: _builtins.int
+    SHARED_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
+    REJECTION_FIELD_NUMBER: _builtins.int
+    rejection: _builtins.str
+    """The kubelet's refusal (reason EmptyPodSharedPoolError) when the pool is
+    empty for shared containers; empty otherwise.
+    """
+    @_builtins.property
+    def budget(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The pod-level requests of memory and hugepages: resource -> bytes."""
+
+    @_builtins.property
+    def exclusive(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerRequest]:
+        """The equivalent-Guaranteed containers (own cpu and memory requests equal
+        their limits), which get blocks of their own requests.
+        """
+
+    @_builtins.property
+    def shared(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The other containers: they share the pod's pool in the pod scope (a
+        regular init container gets the budget minus the sidecars' before it),
+        and the node's shared memory in the container scope.
+        """
+
+    @_builtins.property
+    def pool(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The pool the shared long-running containers share: the budget minus the
+        sidecars' and app containers' own requests.
+        """
+
+    def __init__(
+        self,
+        *,
+        budget: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        exclusive: _abc.Iterable[Global___ContainerRequest] | None = ...,
+        shared: _abc.Iterable[_builtins.str] | None = ...,
+        pool: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        rejection: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "exclusive", b"exclusive", "pool", b"pool", "rejection", b"rejection", "shared", b"shared"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PodLevelExplanation: _TypeAlias = PodLevelExplanation  # noqa: Y015
+
+@_typing.final
+class ContainerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class RequestedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONTAINER_NAME_FIELD_NUMBER: _builtins.int
+    REQUESTED_FIELD_NUMBER: _builtins.int
+    container_name: _builtins.str
+    @_builtins.property
+    def requested(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        container_name: _builtins.str = ...,
+        requested: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_name", b"container_name", "requested", b"requested"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContainerRequest: _TypeAlias = ContainerRequest  # noqa: Y015
 
 @_typing.final
 class GetResidencyRequest(_message.Message):

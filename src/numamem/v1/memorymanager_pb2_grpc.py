@@ -39,6 +39,11 @@ class MemoryManagerStub:
                 request_serializer=numamem_dot_v1_dot_memorymanager__pb2.AllocateRequest.SerializeToString,
                 response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.AllocateResponse.FromString,
                 _registered_method=True)
+        self.AllocatePod = channel.unary_unary(
+                '/numamem.v1.MemoryManager/AllocatePod',
+                request_serializer=numamem_dot_v1_dot_memorymanager__pb2.AllocatePodRequest.SerializeToString,
+                response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.AllocatePodResponse.FromString,
+                _registered_method=True)
         self.AddContainer = channel.unary_unary(
                 '/numamem.v1.MemoryManager/AddContainer',
                 request_serializer=numamem_dot_v1_dot_memorymanager__pb2.AddContainerRequest.SerializeToString,
@@ -79,6 +84,11 @@ class MemoryManagerStub:
                 request_serializer=numamem_dot_v1_dot_memorymanager__pb2.GetMemoryRequest.SerializeToString,
                 response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.GetMemoryResponse.FromString,
                 _registered_method=True)
+        self.GetPodMemory = channel.unary_unary(
+                '/numamem.v1.MemoryManager/GetPodMemory',
+                request_serializer=numamem_dot_v1_dot_memorymanager__pb2.GetPodMemoryRequest.SerializeToString,
+                response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.GetPodMemoryResponse.FromString,
+                _registered_method=True)
         self.GetState = channel.unary_unary(
                 '/numamem.v1.MemoryManager/GetState',
                 request_serializer=numamem_dot_v1_dot_memorymanager__pb2.GetStateRequest.SerializeToString,
@@ -111,6 +121,18 @@ class MemoryManagerServicer:
 
     def Allocate(self, request, context):
         """Allocate pins one container of a Guaranteed pod (idempotent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AllocatePod(self, request, context):
+        """AllocatePod pins a Guaranteed pod that sets pod-level resources as a whole
+        (the kubelet's AllocatePod, KEP-5526: one NUMA-aligned allocation of its
+        pod-level requests, partitioned among its containers), as Admit does in
+        the pod scope; idempotent. FAILED_PRECONDITION without pod-level
+        resources or without --feature-gates
+        PodLevelResources=true,PodLevelResourceManagers=true.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -176,6 +198,14 @@ class MemoryManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPodMemory(self, request, context):
+        """GetPodMemory returns the pod-level blocks of a pod allocated as a whole
+        (the kubelet's GetPodMemory, KEP-5526).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetState(self, request, context):
         """GetState returns the whole memory manager state.
         """
@@ -229,6 +259,11 @@ def add_MemoryManagerServicer_to_server(servicer, server):
                     request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.AllocateRequest.FromString,
                     response_serializer=numamem_dot_v1_dot_memorymanager__pb2.AllocateResponse.SerializeToString,
             ),
+            'AllocatePod': grpc.unary_unary_rpc_method_handler(
+                    servicer.AllocatePod,
+                    request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.AllocatePodRequest.FromString,
+                    response_serializer=numamem_dot_v1_dot_memorymanager__pb2.AllocatePodResponse.SerializeToString,
+            ),
             'AddContainer': grpc.unary_unary_rpc_method_handler(
                     servicer.AddContainer,
                     request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.AddContainerRequest.FromString,
@@ -268,6 +303,11 @@ def add_MemoryManagerServicer_to_server(servicer, server):
                     servicer.GetMemory,
                     request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.GetMemoryRequest.FromString,
                     response_serializer=numamem_dot_v1_dot_memorymanager__pb2.GetMemoryResponse.SerializeToString,
+            ),
+            'GetPodMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPodMemory,
+                    request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.GetPodMemoryRequest.FromString,
+                    response_serializer=numamem_dot_v1_dot_memorymanager__pb2.GetPodMemoryResponse.SerializeToString,
             ),
             'GetState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetState,
@@ -322,6 +362,33 @@ class MemoryManager:
             '/numamem.v1.MemoryManager/Allocate',
             numamem_dot_v1_dot_memorymanager__pb2.AllocateRequest.SerializeToString,
             numamem_dot_v1_dot_memorymanager__pb2.AllocateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AllocatePod(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/numamem.v1.MemoryManager/AllocatePod',
+            numamem_dot_v1_dot_memorymanager__pb2.AllocatePodRequest.SerializeToString,
+            numamem_dot_v1_dot_memorymanager__pb2.AllocatePodResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -538,6 +605,33 @@ class MemoryManager:
             '/numamem.v1.MemoryManager/GetMemory',
             numamem_dot_v1_dot_memorymanager__pb2.GetMemoryRequest.SerializeToString,
             numamem_dot_v1_dot_memorymanager__pb2.GetMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPodMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/numamem.v1.MemoryManager/GetPodMemory',
+            numamem_dot_v1_dot_memorymanager__pb2.GetPodMemoryRequest.SerializeToString,
+            numamem_dot_v1_dot_memorymanager__pb2.GetPodMemoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

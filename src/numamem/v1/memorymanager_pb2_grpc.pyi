@@ -36,6 +36,14 @@ class MemoryManagerStub:
     def __new__(cls, channel: _aio.Channel) -> MemoryManagerAsyncStub: ...
     Allocate: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.AllocateRequest, _memorymanager_pb2.AllocateResponse]
     """Allocate pins one container of a Guaranteed pod (idempotent)."""
+    AllocatePod: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.AllocatePodRequest, _memorymanager_pb2.AllocatePodResponse]
+    """AllocatePod pins a Guaranteed pod that sets pod-level resources as a whole
+    (the kubelet's AllocatePod, KEP-5526: one NUMA-aligned allocation of its
+    pod-level requests, partitioned among its containers), as Admit does in
+    the pod scope; idempotent. FAILED_PRECONDITION without pod-level
+    resources or without --feature-gates
+    PodLevelResources=true,PodLevelResourceManagers=true.
+    """
     AddContainer: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.AddContainerRequest, _memorymanager_pb2.AddContainerResponse]
     """AddContainer records the runtime id of a container and frees the memory
     of earlier regular init containers of the pod.
@@ -59,6 +67,10 @@ class MemoryManagerStub:
     """GetAllocatableMemory returns the allocatable memory per node and type."""
     GetMemory: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.GetMemoryRequest, _memorymanager_pb2.GetMemoryResponse]
     """GetMemory returns the blocks of one container."""
+    GetPodMemory: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.GetPodMemoryRequest, _memorymanager_pb2.GetPodMemoryResponse]
+    """GetPodMemory returns the pod-level blocks of a pod allocated as a whole
+    (the kubelet's GetPodMemory, KEP-5526).
+    """
     GetState: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.GetStateRequest, _memorymanager_pb2.GetStateResponse]
     """GetState returns the whole memory manager state."""
     SyncActivePods: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.SyncActivePodsRequest, _memorymanager_pb2.SyncActivePodsResponse]
@@ -89,6 +101,14 @@ class MemoryManagerAsyncStub(MemoryManagerStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Allocate: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.AllocateRequest, _memorymanager_pb2.AllocateResponse]  # type: ignore[assignment]
     """Allocate pins one container of a Guaranteed pod (idempotent)."""
+    AllocatePod: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.AllocatePodRequest, _memorymanager_pb2.AllocatePodResponse]  # type: ignore[assignment]
+    """AllocatePod pins a Guaranteed pod that sets pod-level resources as a whole
+    (the kubelet's AllocatePod, KEP-5526: one NUMA-aligned allocation of its
+    pod-level requests, partitioned among its containers), as Admit does in
+    the pod scope; idempotent. FAILED_PRECONDITION without pod-level
+    resources or without --feature-gates
+    PodLevelResources=true,PodLevelResourceManagers=true.
+    """
     AddContainer: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.AddContainerRequest, _memorymanager_pb2.AddContainerResponse]  # type: ignore[assignment]
     """AddContainer records the runtime id of a container and frees the memory
     of earlier regular init containers of the pod.
@@ -112,6 +132,10 @@ class MemoryManagerAsyncStub(MemoryManagerStub):
     """GetAllocatableMemory returns the allocatable memory per node and type."""
     GetMemory: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.GetMemoryRequest, _memorymanager_pb2.GetMemoryResponse]  # type: ignore[assignment]
     """GetMemory returns the blocks of one container."""
+    GetPodMemory: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.GetPodMemoryRequest, _memorymanager_pb2.GetPodMemoryResponse]  # type: ignore[assignment]
+    """GetPodMemory returns the pod-level blocks of a pod allocated as a whole
+    (the kubelet's GetPodMemory, KEP-5526).
+    """
     GetState: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.GetStateRequest, _memorymanager_pb2.GetStateResponse]  # type: ignore[assignment]
     """GetState returns the whole memory manager state."""
     SyncActivePods: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.SyncActivePodsRequest, _memorymanager_pb2.SyncActivePodsResponse]  # type: ignore[assignment]
@@ -145,6 +169,20 @@ class MemoryManagerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_memorymanager_pb2.AllocateResponse, _abc.Awaitable[_memorymanager_pb2.AllocateResponse]]:
         """Allocate pins one container of a Guaranteed pod (idempotent)."""
+
+    @_abc_1.abstractmethod
+    def AllocatePod(
+        self,
+        request: _memorymanager_pb2.AllocatePodRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memorymanager_pb2.AllocatePodResponse, _abc.Awaitable[_memorymanager_pb2.AllocatePodResponse]]:
+        """AllocatePod pins a Guaranteed pod that sets pod-level resources as a whole
+        (the kubelet's AllocatePod, KEP-5526: one NUMA-aligned allocation of its
+        pod-level requests, partitioned among its containers), as Admit does in
+        the pod scope; idempotent. FAILED_PRECONDITION without pod-level
+        resources or without --feature-gates
+        PodLevelResources=true,PodLevelResourceManagers=true.
+        """
 
     @_abc_1.abstractmethod
     def AddContainer(
@@ -216,6 +254,16 @@ class MemoryManagerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_memorymanager_pb2.GetMemoryResponse, _abc.Awaitable[_memorymanager_pb2.GetMemoryResponse]]:
         """GetMemory returns the blocks of one container."""
+
+    @_abc_1.abstractmethod
+    def GetPodMemory(
+        self,
+        request: _memorymanager_pb2.GetPodMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memorymanager_pb2.GetPodMemoryResponse, _abc.Awaitable[_memorymanager_pb2.GetPodMemoryResponse]]:
+        """GetPodMemory returns the pod-level blocks of a pod allocated as a whole
+        (the kubelet's GetPodMemory, KEP-5526).
+        """
 
     @_abc_1.abstractmethod
     def GetState(

@@ -113,20 +113,33 @@ class PodResources(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     CONTAINERS_FIELD_NUMBER: _builtins.int
+    CPU_IDS_FIELD_NUMBER: _builtins.int
+    MEMORY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     namespace: _builtins.str
     @_builtins.property
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerResources]: ...
+    @_builtins.property
+    def cpu_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Pod-level allocations (kubelet 1.37, KEP-5526): the CPUs and memory of a
+        pod allocated as a whole; its containers then list only the resources
+        that are their own.
+        """
+
+    @_builtins.property
+    def memory(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerMemory]: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         namespace: _builtins.str = ...,
         containers: _abc.Iterable[Global___ContainerResources] | None = ...,
+        cpu_ids: _abc.Iterable[_builtins.int] | None = ...,
+        memory: _abc.Iterable[Global___ContainerMemory] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "name", b"name", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["containers", b"containers", "cpu_ids", b"cpu_ids", "memory", b"memory", "name", b"name", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
