@@ -314,3 +314,46 @@ def test_health_list_reports_every_service(config: Config) -> None:
         }
     finally:
         daemon.shutdown()
+
+
+def test_the_signal_handler_takes_no_lock_and_the_serving_loop_logs_the_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Python signal handler runs on the main thread between two bytecodes, possibly while
+    that thread holds the log stream's lock. Before, the SIGTERM handler logged: a SIGTERM
+    while the main thread was writing a line (``serve`` releases its held lines right at
+    READY=1) hung the daemon for good (seen as a stop that timed out in
+    test_systemd_notify). Now the handler only writes a byte to the self-pipe; the serving
+    loop wakes and logs."""
+    from numamem.api import server
+
+    stream = threading.Lock()  # structlog's per-stream lock, non-reentrant as structlog's is
+
+    class StreamLogger:
+        def __init__(self) -> None:
+            self.lines: list[tuple[str, dict[str, object]]] = []
+
+        def info(self, event: str, **kw: object) -> None:
+            with stream:
+                self.lines.append((event, kw))
+
+    log = StreamLogger()
+    monkeypatch.setattr(server, "_log", log)
+    daemon = Daemon(Config(socket=str(tmp_path / "s.sock"), state_dir=str(tmp_path)), lambda c: [])
+    read_end, write_end = os.pipe()
+    daemon._wake = (read_end, write_end)
+    handled = threading.Event()
+
+    def main_thread_writing_a_line() -> None:
+        with stream:
+            daemon._on_signal(15, None)
+        handled.set()
+
+    threading.Thread(target=main_thread_writing_a_line, daemon=True).start()
+    try:
+        assert handled.wait(5), "the signal handler waited for a lock its own thread held"
+        daemon._serve_until_stopped()  # returns at once: the handler's byte is in the pipe
+        assert log.lines == [("signal received, shutting down", {"signal": "SIGTERM"})]
+    finally:
+        os.close(read_end)
+        os.close(write_end)

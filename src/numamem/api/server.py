@@ -48,6 +48,7 @@ import errno
 import fcntl
 import os
 import pwd
+import select
 import signal
 import socket
 import stat
@@ -170,7 +171,9 @@ class Daemon:
     _stopping_sent: bool = False
     _ready_sent: bool = False
     _announced: str = ""
-    _stop: threading.Event = field(default_factory=threading.Event)
+    _signal: int | None = None
+    _wake: tuple[int, int] | None = None
+    """The self-pipe a signal handler writes to (read end, write end), open while run() runs."""
     _lock_fd: int | None = None
     _server: grpc.Server | None = None
     _health_server: grpc.Server | None = None
@@ -190,6 +193,9 @@ class Daemon:
         # code; CPython makes it wait up to the switch interval (5 ms by default). The
         # checkpoint writer is such a thread, and every durable RPC waits for it.
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        self._wake = (read_end, write_end)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         try:
@@ -200,21 +206,32 @@ class Daemon:
         finally:
             self.shutdown()
             self.notifier.close()
+            self._wake = None
+            os.close(read_end)
+            os.close(write_end)
         return 0
 
     def _serve_until_stopped(self) -> None:
-        """The serving loop of the main thread: waits for SIGTERM/SIGINT, and pings the
-        service manager's watchdog (``WatchdogSec=``) every half period meanwhile."""
+        """The serving loop of the main thread: waits for SIGTERM/SIGINT (a byte on the
+        self-pipe), and pings the service manager's watchdog (``WatchdogSec=``) every half
+        period meanwhile."""
+        assert self._wake is not None
         interval = self.notifier.watchdog_interval
-        if interval is None:
-            self._stop.wait()
-            return
-        while not self._stop.wait(interval):
+        while not select.select([self._wake[0]], [], [], interval)[0]:
             self.notifier.watchdog()
+        name = signal.Signals(self._signal).name if self._signal is not None else "?"
+        _log.info("signal received, shutting down", signal=name)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        _log.info("signal received, shutting down", signal=signal.Signals(signum).name)
-        self._stop.set()
+        """Record the signal and wake the serving loop; nothing else. A Python signal handler
+        runs on the main thread between two bytecodes, possibly while that thread holds a
+        lock (the log stream's, an Event's condition): taking any lock here (logging,
+        ``Event.set``) could wait forever for the thread it interrupted. ``os.write`` to a
+        non-blocking pipe takes none; a full pipe already holds a wake-up."""
+        self._signal = signum
+        if self._wake is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wake[1], b"\0")
 
     def start(self) -> None:
         """Steps 1-6 of the module docstring. On error, everything this start did is undone
