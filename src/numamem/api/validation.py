@@ -235,11 +235,18 @@ def pod_from_proto(
     if msg.requests or msg.limits:
         pod = _with_pod_resources(msg, pod, field)
     computed = compute_pod_qos(pod, (gates or FeatureGates()).pod_level_resources)
-    if msg.qos_class and msg.qos_class != computed:
+    # A pod that sets pod-level resources exists only where the API server's PodLevelResources
+    # is on, so its status.qosClass is computed from them whatever this node's gate says;
+    # the kubelet reads that class (GetPodQOS) and, with its gates off, skips the pod.
+    given = {computed}
+    if pod.pod_level_resources_set:
+        given.add(compute_pod_qos(pod, True))
+    if msg.qos_class and msg.qos_class not in given:
         raise InvalidArgumentError(
             f"{field}.qos_class: {quote(msg.qos_class)} contradicts the requests and limits, which make "
             f"the pod {computed}; leave qos_class empty or send the pod's status.qosClass"
         )
+    computed = msg.qos_class or computed
     if computed == GUARANTEED:
         for where, c in named:
             _check_hugepages(c, where, machine.hugepage_resources)
