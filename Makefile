@@ -80,13 +80,14 @@ SOAK_SEED ?= $(shell date +%s)
 SOAK_POWERLOSS_SEEDS ?= $(shell seq -s, $(SOAK_SEED) $$(($(SOAK_SEED) + 9)))
 SOAK_FUZZ_REQUESTS ?= 100000
 SOAK_FUZZ_SEED ?=
-# The crash harness, the fuzzer with SOAK_FUZZ_REQUESTS requests (a new seed unless
+# The crash harness (then a quarter as long with pod-level pods), the fuzzer with SOAK_FUZZ_REQUESTS requests (a new seed unless
 # SOAK_FUZZ_SEED; make test sends 4000), the differential tests against kubelet's
 # exponential algorithms with SOAK_EXAMPLES examples each (make test runs 150-300), the
 # fault matrix under three more seeds and the power-loss simulation over more and longer
 # workloads (seeds printed).
 soak: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $(SOAK_SECONDS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $$(($(SOAK_SECONDS) / 4)) --pod-level
 	$(BIN)/python -m tests.fuzz --requests $(SOAK_FUZZ_REQUESTS) $(if $(SOAK_FUZZ_SEED),--seed $(SOAK_FUZZ_SEED),)
 	NUMAMEM_DIFFERENTIAL_EXAMPLES=$(SOAK_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_differential.py
 	for seed in $(SOAK_SEED) $$(($(SOAK_SEED) + 1)) $$(($(SOAK_SEED) + 2)); do \

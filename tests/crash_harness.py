@@ -13,6 +13,11 @@ restart the harness checks that
 * every pod with memory state is listed by name on the podresources socket (names are
   written before the state);
 * both checkpoints verify and equal what the daemon serves.
+
+With ``pod_level`` the daemon runs with the pod-level feature gates in the pod scope and
+the memory clients admit pods that set pod-level resources (KEP-5526) too: such a pod is
+one allocation whose entry and containers are written together, so after a kill its
+pod-level entry is there exactly when its containers are, and it goes with its last one.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 
 import grpc
 
+from numamem.api.convert import pod_entries_from_proto
 from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient, error_reason, state_from_proto
 from numamem.memorymanager.invariants import violations
@@ -47,12 +53,15 @@ class Report:
     """Resizes acknowledged (refusals included)."""
     kills: int = 0
     restarts: int = 0
+    pod_level_seen: int = 0
+    """Pod-level entries seen at restarts (pods allocated as a whole that survived a kill)."""
     lost: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
-            f"operations={self.operations} resizes={self.resizes} kills={self.kills} restarts={self.restarts} "
+            f"operations={self.operations} resizes={self.resizes} kills={self.kills} "
+            f"restarts={self.restarts} pod_level_seen={self.pod_level_seen} "
             f"lost={len(self.lost)} violations={len(self.violations)}"
         )
 
@@ -68,14 +77,42 @@ def _pod(uid: str, sizes: list[int]) -> mm.Pod:
     return mm.Pod(uid=uid, namespace="crash", name=f"name-{uid}", containers=containers)
 
 
+def _pod_level_pod(uid: str, rng: random.Random) -> mm.Pod:
+    """A Guaranteed pod by its pod-level resources: a sidecar and app containers, each with
+    memory of its own (requests == limits) or sharing the pod's pool (no requests)."""
+    own = 0
+
+    def container(name: str, restart: str = "") -> mm.Container:
+        nonlocal own
+        if rng.random() < 0.5:
+            return mm.Container(name=name, restart_policy=restart)
+        size = rng.choice([128, 256, 512])
+        own += size
+        res = {"cpu": "1", "memory": f"{size}Mi"}
+        return mm.Container(name=name, requests=res, limits=res, restart_policy=restart)
+
+    inits = [container("side", "Always")] if rng.random() < 0.5 else []
+    apps = [container(f"c{i}") for i in range(rng.randint(1, 3))]
+    budget = {"cpu": "8", "memory": f"{own + rng.choice([128, 512])}Mi"}
+    return mm.Pod(
+        uid=uid, namespace="crash", name=f"name-{uid}", init_containers=inits, containers=apps,
+        requests=budget, limits=budget,
+    )  # fmt: skip
+
+
+def _names(pod: mm.Pod) -> set[str]:
+    return {c.name for c in [*pod.init_containers, *pod.containers]}
+
+
 class MemoryClient(threading.Thread):
     """Admits pods, resizes and releases their containers; ``present`` and ``sizes`` are the
     acknowledged model."""
 
-    def __init__(self, n: int, rng: random.Random) -> None:
+    def __init__(self, n: int, rng: random.Random, pod_level: bool = False) -> None:
         super().__init__(daemon=True)
         self.n = n
         self.rng = rng
+        self.pod_level = pod_level
         self.present: dict[str, set[str]] = {}  # pod uid -> containers with memory, acknowledged
         self.pods: dict[str, mm.Pod] = {}
         self.sizes: dict[tuple[str, str], int] = {}  # acknowledged memory (Mi) per container
@@ -96,8 +133,12 @@ class MemoryClient(threading.Thread):
             pass  # the daemon died under us; in_flight stays set
 
     def step(self, client: NumamemClient) -> None:
-        if self.present and self.rng.random() < 0.25:
-            self.resize(client)
+        resizable = sorted(
+            (uid, name) for uid, names in self.present.items() for name in names
+            if (uid, name) in self.sizes
+        )  # fmt: skip
+        if resizable and self.rng.random() < 0.25:
+            self.resize(client, *self.rng.choice(resizable))
         elif self.present and self.rng.random() < 0.45:
             uid = self.rng.choice(sorted(self.present))
             name = self.rng.choice(sorted(self.present[uid]))
@@ -112,24 +153,27 @@ class MemoryClient(threading.Thread):
         else:
             uid = f"m{self.n}-{self.next_pod}"
             self.next_pod += 1
-            pod = _pod(
-                uid, [self.rng.choice([128, 256, 512, 1024]) for _ in range(self.rng.randint(1, 3))]
-            )
+            if self.pod_level and self.rng.random() < 0.5:
+                pod = _pod_level_pod(uid, self.rng)
+            else:
+                pod = _pod(
+                    uid,
+                    [self.rng.choice([128, 256, 512, 1024]) for _ in range(self.rng.randint(1, 3))],
+                )
             self.pods[uid] = pod
             self.in_flight = ("admit", uid, "")
             resp = client.admit(pod)
             if resp.admitted:
-                self.present[uid] = {c.name for c in pod.containers}
-                self.sizes.update(
-                    ((uid, c.name), int(c.requests["memory"][:-2])) for c in pod.containers
-                )
+                self.present[uid] = _names(pod)
+                if not pod.requests:  # resized: pods without pod-level resources
+                    self.sizes.update(
+                        ((uid, c.name), int(c.requests["memory"][:-2])) for c in pod.containers
+                    )
         self.in_flight = None
         self.ops += 1
 
-    def resize(self, client: NumamemClient) -> None:
+    def resize(self, client: NumamemClient, uid: str, name: str) -> None:
         """Resize one pinned container (grow, shrink, or to its size); a refusal changes nothing."""
-        uid = self.rng.choice(sorted(self.present))
-        name = self.rng.choice(sorted(self.present[uid]))
         size = self.rng.choice([128, 256, 512, 1024, 2048, 4096, 12288])
         pod = mm.Pod()
         pod.CopyFrom(self.pods[uid])
@@ -192,7 +236,13 @@ class CacheClient(threading.Thread):
 
 class Harness:
     def __init__(
-        self, root: Path, seed: int, memory_clients: int = 3, cache_clients: int = 8
+        self,
+        root: Path,
+        seed: int,
+        memory_clients: int = 3,
+        cache_clients: int = 8,
+        *,
+        pod_level: bool = False,
     ) -> None:
         self.root = root
         self.rng = random.Random(seed)
@@ -215,10 +265,21 @@ class Harness:
                 # Pod names are written before the state: every pod with state is named.
                 "--podresources-socket",
                 str(root / "run" / "podresources.sock"),
+                *(
+                    [
+                        "--feature-gates",
+                        "PodLevelResources=true,PodLevelResourceManagers=true",
+                        "--topology-manager-scope",
+                        "pod",
+                    ]
+                    if pod_level
+                    else []
+                ),
             ],
         )
         self.memory = [
-            MemoryClient(n, random.Random(self.rng.random())) for n in range(memory_clients)
+            MemoryClient(n, random.Random(self.rng.random()), pod_level)
+            for n in range(memory_clients)
         ]
         self.cache = [
             CacheClient(n, random.Random(self.rng.random())) for n in range(cache_clients)
@@ -276,11 +337,23 @@ class Harness:
     def _verify_memory(self, state: mm.GetStateResponse) -> None:
         served = {pod: set(entry.containers) for pod, entry in state.entries.items()}
         machine, entries = state_from_proto(state)
-        for problem in violations(machine, entries):
+        pod_entries = pod_entries_from_proto(state)
+        self.report.pod_level_seen += len(pod_entries)
+        for problem in violations(machine, entries, pod_entries):
             self._problem("violation", f"invariant: {problem}")
         on_disk = kubelet.load((Path(self.daemon.state_dir) / "memory_manager_state").read_bytes())
         if {p: set(c) for p, c in on_disk.assignments.items()} != served:
             self._problem("violation", "memory_manager_state differs from what the daemon serves")
+        if {p: list(b) for p, b in on_disk.pod_entries.items()} != pod_entries:
+            self._problem("violation", "the pod-level entries on disk differ from the served ones")
+        for client in self.memory:
+            for uid in set(served) & set(client.pods):
+                whole = bool(client.pods[uid].requests)
+                if whole != (uid in pod_entries):
+                    self._problem(
+                        "violation",
+                        f"pod {uid}: pod-level entry {uid in pod_entries}, expected {whole}",
+                    )
         known: set[str] = set()
         for client in self.memory:
             known.update(client.pods)
@@ -299,7 +372,7 @@ class Harness:
             if flight and flight[0] == "admit":
                 uid = flight[1]
                 got = served.get(uid, set())
-                full = {c.name for c in client.pods[uid].containers}
+                full = _names(client.pods[uid])
                 if got and got != full:
                     self._problem(
                         "violation",
@@ -368,7 +441,7 @@ def _restart_thread(old: MemoryClient | CacheClient) -> MemoryClient | CacheClie
     """A thread can run once: carry the model over to a fresh one."""
     fresh: MemoryClient | CacheClient
     if isinstance(old, MemoryClient):
-        fresh = MemoryClient(old.n, old.rng)
+        fresh = MemoryClient(old.n, old.rng, old.pod_level)
         fresh.present, fresh.pods, fresh.next_pod, fresh.ops = (
             old.present,
             old.pods,
@@ -382,8 +455,8 @@ def _restart_thread(old: MemoryClient | CacheClient) -> MemoryClient | CacheClie
     return fresh
 
 
-def run(root: Path, seed: int, rounds: int) -> Report:
-    harness = Harness(root, seed)
+def run(root: Path, seed: int, rounds: int, *, pod_level: bool = False) -> Report:
+    harness = Harness(root, seed, pod_level=pod_level)
     try:
         for _ in range(rounds):
             harness.round()

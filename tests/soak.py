@@ -25,9 +25,14 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--pod-level",
+        action="store_true",
+        help="the pod-level feature gates in the pod scope, half the pods by pod-level resources",
+    )
     args = parser.parse_args()
     root = short_tmpdir()
-    harness = Harness(root, args.seed)
+    harness = Harness(root, args.seed, pod_level=args.pod_level)
     deadline = time.monotonic() + args.seconds
     started = time.monotonic()
     try:
@@ -41,7 +46,8 @@ def main() -> int:
     finally:
         harness.daemon.kill()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"soak seed={args.seed} seconds={args.seconds:.0f} {report.summary()}")
+    mode = " pod-level" if args.pod_level else ""
+    print(f"soak{mode} seed={args.seed} seconds={args.seconds:.0f} {report.summary()}")
     for line in (report.lost + report.violations)[:20]:
         print(f"  {line}")
     return 1 if report.lost or report.violations else 0

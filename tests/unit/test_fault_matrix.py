@@ -5,6 +5,10 @@ in-process daemon, :func:`numamem.testing.server.serve_in_process`, with the pod
 socket on, so that admissions write the pod names too):
 
 * ``memory_manager_state`` and ``numamem_containers`` by Admit (names first, then state);
+  ``memory_manager_state`` also by the Admit of a pod that sets pod-level resources (KEP-5526,
+  with the feature gates in the pod scope: its pod-level entry, its containers and the
+  record of which hold memory of their own in one write) and by the removal of its last
+  container (which releases the pod's budget and its entry);
   ``numamem_containers`` alone by AddContainer (an id added: the map first) and after the
   state by RemoveContainer (an id removed: the map last, a failure there is logged);
 * ``sys_advisor_state.journal`` by a metacache write (append, fsync, and the cut-off after
@@ -50,6 +54,7 @@ from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
 from numamem.checkpoint.mmstore import STATE_FILE as MM_FILE
 from numamem.client import error_reason
+from numamem.config.model import FeatureGates
 from numamem.metacache.cache import State
 from numamem.metacache.journal import JOURNAL_FILE
 from numamem.metacache.journal_store import JournalPersister
@@ -89,6 +94,8 @@ def cells() -> list[Cell]:
     out += [
         Cell(CONTAINERS_FILE, step, s) for step in ("admit", "add-id", "remove-id") for s in ATOMIC
     ]
+    out += [Cell(MM_FILE, step, s) for step in POD_LEVEL_STEPS for s in ATOMIC]
+    out += [Cell(CONTAINERS_FILE, "admit-pod-level", s) for s in ATOMIC]
     out += [Cell(SNAPSHOT_FILE, step, s) for step in ("compact", "rewrite") for s in ATOMIC]
     out += [Cell(JOURNAL_FILE, "append", s) for s in ("append", "append-fsync")]
     out += [
@@ -103,6 +110,7 @@ def cells() -> list[Cell]:
     # the fault; for the journal also with the cut-off failing, and with the retried
     # directory sync of a journal swap failing.
     out += [Cell(MM_FILE, "admit", SHORT), Cell(CONTAINERS_FILE, "add-id", SHORT)]
+    out += [Cell(MM_FILE, "admit-pod-level", SHORT)]
     out += [Cell(SNAPSHOT_FILE, step, SHORT) for step in ("compact", "rewrite")]
     out += [Cell(JOURNAL_FILE, step, SHORT) for step in ("append", "compact", "rewrite")]
     out += [Cell(JOURNAL_FILE, "append", SHORT, ("truncate",))]
@@ -110,6 +118,11 @@ def cells() -> list[Cell]:
     out += [Cell(JOURNAL_FILE, "swap-retry", "dirsync-retry")]
     return out
 
+
+POD_LEVEL_STEPS = ("admit-pod-level", "release-pod-level")
+"""Steps on a daemon with the pod-level feature gates in the pod scope."""
+MM_STEPS = ("admit", "add-id", "remove-id", *POD_LEVEL_STEPS)
+"""Steps that change the memory manager (the others change the metacache)."""
 
 SHORT = "short-write"
 """Not a hook stage: the file system writes half of the first buffer, then the next write
@@ -175,6 +188,23 @@ def pod(uid: str) -> mm.Pod:
     )
 
 
+def pod_level_pod(uid: str) -> mm.Pod:
+    """A Guaranteed pod by its pod-level resources: ``own`` with memory of its own, ``shared``
+    sharing the rest of the pod's 512Mi."""
+    budget = res("512Mi")
+    return mm.Pod(
+        uid=uid,
+        namespace="ns",
+        name=f"name-{uid}",
+        requests=budget,
+        limits=budget,
+        containers=[
+            mm.Container(name="own", requests=res("128Mi"), limits=res("128Mi")),
+            mm.Container(name="shared"),
+        ],
+    )
+
+
 def info(pod_uid: str, cpu: float) -> mc.ContainerInfo:
     return mc.ContainerInfo(pod_uid=pod_uid, container_name="c", cpu_request=cpu)
 
@@ -184,6 +214,7 @@ class Harness:
     server: InProcessServer
     store: KubeletStateStore
     persister: JournalPersister
+    pod_level: bool = False
 
     @property
     def client(self):  # type: ignore[no-untyped-def]
@@ -193,21 +224,27 @@ class Harness:
         committed = next(
             c for c in self.server.daemon._components if isinstance(c, MemoryManagerComponent)
         ).manager.committed()
+        view = committed.view
+        pods = view.pod_entries()
         return normalised(
-            committed.view.get_memory_assignments(),
-            committed.view.get_machine_state(),
+            view.get_memory_assignments(),
+            view.get_machine_state(),
             dict(committed.containers.as_dict()),
             dict(committed.names),
+            {p: list(b) for p, b in pods.items()},
+            {p: view.exclusive_containers(p) for p in pods if view.exclusive_containers(p)},
         )
 
     def manager_restart(self) -> tuple[object, ...]:
-        snapshot = KubeletStateStore(self.store.dir).restore("Static")
+        snapshot = KubeletStateStore(self.store.dir, pod_level=self.pod_level).restore("Static")
         assert snapshot is not None
         return normalised(
             {p: {c: list(b) for c, b in ctrs.items()} for p, ctrs in snapshot.assignments.items()},
             dict(snapshot.machine_state),
             dict(snapshot.container_map),
             dict(snapshot.pod_names),
+            {p: list(b) for p, b in snapshot.pod_entries.items()},
+            dict(snapshot.exclusive),
         )
 
     def cache_memory(self) -> bytes:
@@ -243,26 +280,42 @@ def normalised(
     machine: dict[int, object],
     container_map: dict[str, tuple[str, str]],
     names: dict[str, tuple[str, str]],
+    pod_entries: dict[str, list[object]],
+    exclusive: dict[str, frozenset[str]],
 ) -> tuple[object, ...]:
     """What a restart keeps: ids and names of containers and pods with state (the rest is
-    inert by the container map's rules)."""
+    inert by the container map's rules), the pod-level entries and which containers of
+    those pods hold memory of their own."""
     live = {(p, c) for p, ctrs in assignments.items() for c in ctrs}
     return (
         assignments,
         machine,
         {cid: ref for cid, ref in container_map.items() if ref in live},
         {uid: n for uid, n in names.items() if uid in assignments},
+        pod_entries,
+        exclusive,
     )
 
 
 @contextmanager
-def harness(root: Path) -> Iterator[Harness]:
-    with serve_in_process(root=root, podresources_socket=str(root / "pr.sock")) as server:
+def harness(root: Path, pod_level: bool = False) -> Iterator[Harness]:
+    gates = (
+        {
+            "feature_gates": FeatureGates(True, True),
+            # The pod scope allocates such a pod as a whole (policy none allocates container
+            # by container, as the kubelet's none scope does).
+            "topology_manager_policy": "best-effort",
+            "topology_manager_scope": "pod",
+        }
+        if pod_level
+        else {}
+    )
+    with serve_in_process(root=root, podresources_socket=str(root / "pr.sock"), **gates) as server:
         memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
         cache = next(c for c in server.daemon._components if isinstance(c, MetaCacheComponent))
         assert cache.persister is not None
         cache.persister.min_compact_bytes = 10**12  # compactions only when a cell asks
-        yield Harness(server, memory.store, cache.persister)
+        yield Harness(server, memory.store, cache.persister, pod_level)
 
 
 # --- one cell ----------------------------------------------------------------------------
@@ -332,6 +385,16 @@ def the_step(h: Harness, cell: Cell) -> tuple[Callable[[], object], Callable[[],
             lambda: client.admit(pod("new")),
             lambda: "new" in dict(h.manager_restart()[0]),  # type: ignore[call-overload]
         )
+    if cell.step == "admit-pod-level":
+        return (
+            lambda: client.admit(pod_level_pod("new")),
+            lambda: "new" in h.manager_restart()[4],  # type: ignore[operator]
+        )
+    if cell.step == "release-pod-level":
+        return (
+            lambda: client.remove_container("cid-pl-shared"),
+            lambda: "pl" not in h.manager_restart()[4],  # type: ignore[operator]
+        )
     if cell.step == "add-id":
         return (
             lambda: client.add_container(pod("a"), "c", "cid-a2"),
@@ -354,10 +417,16 @@ def the_step(h: Harness, cell: Cell) -> tuple[Callable[[], object], Callable[[],
 def test_a_fault_at_any_step_loses_nothing_and_wedges_nothing(
     tmp_path: Path, cell: Cell, fault: str
 ) -> None:
-    with harness(tmp_path) as h:
+    with harness(tmp_path, cell.step in POD_LEVEL_STEPS) as h:
         client = h.client
         assert client.admit(pod("a")).admitted
         client.add_container(pod("a"), "c", "cid-a")
+        if h.pod_level:
+            assert client.admit(pod_level_pod("pl")).admitted
+            for name in ("own", "shared"):
+                client.add_container(pod_level_pod("pl"), name, f"cid-pl-{name}")
+            assert client.remove_container("cid-pl-own")  # the pod keeps its budget
+            assert "pl" in h.manager_restart()[4]  # type: ignore[operator]
         writes, compacted = history(cell, fault)
         if compacted:
             client.set_container_info(info("m0", 0))
@@ -405,9 +474,9 @@ def test_a_fault_at_any_step_loses_nothing_and_wedges_nothing(
             assert changed, outcome
         elif outcome.reason == "CHECKPOINT_WRITE_FAILED":
             assert not changed, outcome  # not applied, and not resurrected by a restart
-        if not changed or cell.step not in ("admit", "add-id", "remove-id"):
+        if not changed or cell.step not in MM_STEPS:
             assert restart_mm == before_mm, outcome
-        if not changed or cell.step in ("admit", "add-id", "remove-id"):
+        if not changed or cell.step in MM_STEPS:
             assert restart_cache == before_cache, outcome
 
         # The fault goes: the next write of each component answers and is durable.

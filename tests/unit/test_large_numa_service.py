@@ -8,7 +8,7 @@ from math import comb
 import grpc
 import pytest
 
-from numamem.config.model import Limits
+from numamem.config.model import FeatureGates, Limits
 from numamem.errors import ConfigError
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes
@@ -160,3 +160,50 @@ def test_restrict_needs_a_cpu_node_and_max_allowable_stops_at_64() -> None:
         parse_policy_options({"max-allowable-numa-nodes": "65"})
     with pytest.raises(ConfigError, match='bad value for option "restrict-to-cpu-numa-nodes"'):
         parse_policy_options({"restrict-to-cpu-numa-nodes": "maybe"})
+
+
+def test_pod_level_pods_on_64_nodes_take_the_budget_as_the_request() -> None:
+    """64 nodes of 11Gi allocatable (10Gi on node 0), the pod-level gates in the pod scope: a
+    pod whose pod-level budget (40Gi) needs 4 nodes gets one allocation on the narrowest
+    fitting group, steered by a CPU provider's pod hints, its exclusive container inside it;
+    the hints, the merge and the admission search all take the budget as the request."""
+    nodes = standard_nodes(64, memory_gib=16)
+    with serve_in_process(
+        nodes,
+        topology_manager_policy="best-effort",
+        topology_manager_scope="pod",
+        topology_manager_policy_options=(("max-allowable-numa-nodes", "64"),),
+        feature_gates=FeatureGates(True, True),
+    ) as server:
+        client = server.client
+        budget = {"cpu": "8", "memory": "40Gi"}
+        p = mm.Pod(
+            uid="big", namespace="ns", name="big", requests=budget, limits=budget,
+            containers=[container("own", "8Gi"), mm.Container(name="shared")],
+        )  # fmt: skip
+        hints = client.get_pod_topology_hints(p).hints["memory"]
+        assert list(hints.hints[0].numa_nodes) == [0, 1, 2, 3]
+        assert all(len(h.numa_nodes) == 4 for h in hints.hints if h.preferred)
+        cpu = mm.ProviderHints(
+            provider="cpu",
+            pod=mm.ResourceHints(resources={"cpu": mm.TopologyHints(hints=[hint(8, 9, 10, 11)])}),
+        )
+        resp = client.admit(p, other_providers=[cpu])
+        assert resp.admitted, resp.message
+        assert {tuple(b.numa_affinity) for b in resp.pod_blocks} == {(8, 9, 10, 11)}
+        assert sum(b.size for b in resp.pod_blocks) == 40 * GI
+        blocks = {
+            c.container_name: [(b.size, list(b.numa_affinity)) for b in c.blocks]
+            for c in resp.containers
+        }
+        assert blocks == {"own": [(8 * GI, [8, 9, 10, 11])], "shared": [(32 * GI, [8, 9, 10, 11])]}
+        # The next such pod takes the next free group; the budget is reserved once.
+        second = mm.Pod(uid="big2", namespace="ns", name="big2", requests=budget, limits=budget,
+                        containers=[mm.Container(name="shared")])  # fmt: skip
+        resp = client.admit(second)
+        assert resp.admitted, resp.message
+        assert {tuple(b.numa_affinity) for b in resp.pod_blocks} == {(0, 1, 2, 3)}
+        reserved = sum(
+            n.memory_map["memory"].reserved for n in client.get_state().machine_state.values()
+        )
+        assert reserved == 80 * GI

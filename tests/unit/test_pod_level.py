@@ -125,6 +125,14 @@ VALIDATION = [
         SHARED_INIT.format("memory"),
     ),
     (
+        "the same with apps that share (a pod the API server lets through)",
+        (own("log", 4 * GI, sidecar=True), shared("setup")),
+        (shared("a"),),
+        4 * GI,
+        0,
+        SHARED_INIT.format("memory"),
+    ),
+    (
         "the same init container before that sidecar",
         (shared("setup"), own("log", 4 * GI, sidecar=True)),
         (own("a", 1 * MI),),
@@ -589,8 +597,15 @@ def test_release_only_at_the_last_container_and_init_containers_free_no_memory()
     consistent(mgr)
 
 
-def test_container_scope_pins_only_the_equivalent_guaranteed_containers() -> None:
-    mgr = build(scope="container")
+@pytest.mark.parametrize(
+    ("scope", "topology"), [("container", "best-effort"), ("pod", "none"), ("container", "none")]
+)
+def test_container_scope_pins_only_the_equivalent_guaranteed_containers(
+    scope: str, topology: str
+) -> None:
+    """The container scope, and the policy none in either scope (the kubelet's none scope
+    allocates container by container)."""
+    mgr = build(scope=scope, topology=topology)
     pod = example_pod()
     outcome = mgr.admit(pod)
     assert outcome.result.admitted

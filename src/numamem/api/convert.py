@@ -10,11 +10,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from numamem.memorymanager import podlevel
+from numamem.memorymanager.forked import AdmitOutcome
 from numamem.memorymanager.hints import HintSpace
 from numamem.memtypes import Block, MachineState, MemoryTable, NUMANodeState
+from numamem.pod import Pod
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.merge import Hint
-from numamem.topologymanager.policy import ProviderHints
+from numamem.topologymanager.policy import NO_AFFINITY, ProviderHints
 from numamem.v1 import memorymanager_pb2
 
 Assignments = dict[str, dict[str, list[Block]]]
@@ -166,3 +169,42 @@ def pod_entries_from_proto(resp: memorymanager_pb2.GetStateResponse) -> dict[str
         for pod, entry in resp.entries.items()
         if entry.HasField("pod_blocks")
     }
+
+
+ISOLATION = {
+    podlevel.HOST: memorymanager_pb2.RESOURCE_ISOLATION_HOST,
+    podlevel.POD: memorymanager_pb2.RESOURCE_ISOLATION_POD,
+    podlevel.CONTAINER: memorymanager_pb2.RESOURCE_ISOLATION_CONTAINER,
+}
+
+
+def pod_level_to_proto(plan: podlevel.Plan) -> memorymanager_pb2.PodLevelExplanation:
+    return memorymanager_pb2.PodLevelExplanation(
+        budget=plan.budget,
+        exclusive=[
+            memorymanager_pb2.ContainerRequest(container_name=name, requested=requested)
+            for name, requested in plan.exclusive.items()
+        ],
+        shared=plan.shared,
+        pool=plan.pool,
+        rejection=plan.rejection,
+    )
+
+
+def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2.AdmitResponse:
+    result = outcome.result
+    resp = memorymanager_pb2.AdmitResponse(
+        admitted=result.admitted,
+        result=memorymanager_pb2.ADMITTED if result.admitted else memorymanager_pb2.REJECTED,
+        reason=result.reason,
+        message=result.message,
+    )
+    if result.admitted:
+        for ctr in pod.all_containers():
+            resp.containers.add(
+                container_name=ctr.name,
+                affinity=hint_to_proto(result.affinities.get(ctr.name, NO_AFFINITY)),
+                blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
+            )
+        resp.pod_blocks.extend(blocks_to_proto(outcome.pod_blocks or []))
+    return resp

@@ -17,11 +17,14 @@ from pathlib import Path
 import grpc
 
 from numamem.api.convert import (
+    ISOLATION,
+    admit_outcome_to_proto,
     answer_to_proto,
     blocks_to_proto,
     hint_to_proto,
     hints_to_proto,
     node_state_to_proto,
+    pod_level_to_proto,
 )
 from numamem.api.residency import ResidencyView
 from numamem.api.resize import explain_resize_to_proto, resize_to_proto, resized_container
@@ -47,7 +50,7 @@ from numamem.memorymanager import options as mm_options
 from numamem.memorymanager import podlevel
 from numamem.memorymanager.drift import AUTO
 from numamem.memorymanager.explain import MAX_EXPLAINED_MASKS
-from numamem.memorymanager.manager import AdmitOutcome, Manager, new_policy
+from numamem.memorymanager.manager import Manager, new_policy
 from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
@@ -63,45 +66,6 @@ from numamem.v1 import common_pb2, memorymanager_pb2, memorymanager_pb2_grpc
 
 SERVICE_NAME = memorymanager_pb2.DESCRIPTOR.services_by_name["MemoryManager"].full_name
 _log = get_logger("memorymanager")
-
-
-ISOLATION = {
-    podlevel.HOST: memorymanager_pb2.RESOURCE_ISOLATION_HOST,
-    podlevel.POD: memorymanager_pb2.RESOURCE_ISOLATION_POD,
-    podlevel.CONTAINER: memorymanager_pb2.RESOURCE_ISOLATION_CONTAINER,
-}
-
-
-def pod_level_to_proto(plan: podlevel.Plan) -> memorymanager_pb2.PodLevelExplanation:
-    return memorymanager_pb2.PodLevelExplanation(
-        budget=plan.budget,
-        exclusive=[
-            memorymanager_pb2.ContainerRequest(container_name=name, requested=requested)
-            for name, requested in plan.exclusive.items()
-        ],
-        shared=plan.shared,
-        pool=plan.pool,
-        rejection=plan.rejection,
-    )
-
-
-def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2.AdmitResponse:
-    result = outcome.result
-    resp = memorymanager_pb2.AdmitResponse(
-        admitted=result.admitted,
-        result=memorymanager_pb2.ADMITTED if result.admitted else memorymanager_pb2.REJECTED,
-        reason=result.reason,
-        message=result.message,
-    )
-    if result.admitted:
-        for ctr in pod.all_containers():
-            resp.containers.add(
-                container_name=ctr.name,
-                affinity=hint_to_proto(result.affinities.get(ctr.name, tm.NO_AFFINITY)),
-                blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
-            )
-        resp.pod_blocks.extend(blocks_to_proto(outcome.pod_blocks or []))
-    return resp
 
 
 def build_manager(config: Config, machine: Machine, store: StateStore | None = None) -> Manager:

@@ -112,6 +112,8 @@ def admit(
     result = AdmitResult(admitted=True)
     containers = list(pod.all_containers())
     if policy.name == NONE:
+        # The kubelet's none scope: container by container whatever the scope, a pod that
+        # sets pod-level resources too (only its equivalent-Guaranteed containers are pinned).
         for container in containers:
             result.affinities[container.name] = NO_AFFINITY
             with work.stage(
