@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
+from numamem.config.model import FeatureGates
 from numamem.errors import PersistenceError, ResizeError
 from numamem.memorymanager import resize as resizing
+from numamem.memorymanager.drift import EXACT
 from numamem.memorymanager.invariants import violations
 from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.store import InMemoryStore
 from numamem.pod import Container, Pod
@@ -303,7 +306,8 @@ def test_resize_through_the_core(row: Row) -> None:
     state = manager.reader()
     assert violations(state.get_machine_state(), state.get_memory_assignments()) == []
     # A restart validates what was written as the kubelet does (drift tolerance off: exact).
-    again = Manager(StaticPolicy(machine_of(row), {0: {"memory": GI}}), store)
+    exact = StaticOptions(EXACT)
+    again = Manager(StaticPolicy(machine_of(row), {0: {"memory": GI}}, options=exact), store)
     again.start()
     assert again.reader().same_as(state)
     # Idempotent: the same resize again changes nothing, writes nothing.
@@ -413,3 +417,77 @@ def test_shrink_returns_memory_from_the_last_node_filled() -> None:
     tables = manager.reader().get_machine_state()
     assert [tables[n].memory_map["memory"].reserved for n in (0, 1)] == [4 * GI, 0]  # type: ignore[union-attr,index]
     assert tables[1].cells == [0, 1] and tables[1].number_of_assignments == 1  # type: ignore[union-attr]
+
+
+def test_sync_active_pods_releases_a_pod_of_an_extended_group() -> None:
+    manager, store = core_manager(Row("x", (P4, Pinned("q", "2Gi", (0,))), "8Gi"))
+    manager.resize(core_pod("p", "8Gi"), "app")  # the group {0} of p and q becomes {0,1}
+    assert manager.get_memory_numa_nodes("q", "app") == [0, 1]
+    removed = manager.sync_active_pods([core_pod("q", "2Gi")])
+    assert removed == [("p", "app")]
+    state = manager.reader()
+    assert violations(state.get_machine_state(), state.get_memory_assignments()) == []
+    machine = state.get_machine_state()
+    assert [machine[n].cells for n in (0, 1)] == [[0, 1], [0, 1]]  # type: ignore[union-attr]
+    assert sum(machine[n].memory_map["memory"].reserved for n in (0, 1)) == 2 * GI  # type: ignore[union-attr,index]
+    exact = StaticOptions(EXACT)
+    again = Manager(
+        StaticPolicy(machine_of(Row("x", (), "")), {0: {"memory": GI}}, options=exact), store
+    )
+    again.start()
+    assert again.reader().same_as(state)
+    manager.sync_active_pods([])
+    assert (
+        manager.reader().get_machine_state()
+        == StaticPolicy(machine_of(Row("x", (), "")), {0: {"memory": GI}}).default_machine_state()
+    ), "releasing everything returns to the default state"
+
+
+def test_the_fit_replay_restores_an_extended_group_on_a_changed_machine() -> None:
+    row = Row("x", (P4,), "10Gi")
+    manager, store = core_manager(row)
+    manager.resize(core_pod("p", "10Gi"), "app")
+    grown = Row("x", (), "", gib=(8, 9))  # node 1 has 1Gi more after a reboot
+    again = Manager(StaticPolicy(machine_of(grown), {0: {"memory": GI}}), store)  # fit: the default
+    again.start()
+    assert again.get_memory("p", "app") == manager.get_memory("p", "app")
+    state = again.reader()
+    assert violations(state.get_machine_state(), state.get_memory_assignments()) == []
+    assert state.get_machine_state()[1].memory_map["memory"].allocatable == 9 * GI  # type: ignore[union-attr,index]
+    assert again.resize(core_pod("p", "11Gi"), "app").action == resizing.GROWN
+
+
+@pytest.mark.parametrize(
+    ("policy", "as_a_whole"), [("best-effort", True), ("none", False)], ids=["pod-scope", "none"]
+)
+def test_a_pod_level_pod_is_refused_by_name(policy: str, as_a_whole: bool) -> None:
+    """Allocated as a whole (its budget) or container by container (the policy none), a pod
+    that sets pod-level resources is not resized: refused, naming it."""
+    machine = machine_of(Row("x", (), "", gib=(16, 16)))
+    gates = FeatureGates(True, True)
+    manager = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}, gates=gates),
+        InMemoryStore(),
+        new_policy(policy, machine)[0],
+        "pod",
+    )
+    manager.start()
+    budget = {"cpu": Quantity.from_int(4), "memory": parse_quantity("4Gi")}
+    own = resources("1Gi", "")
+    pod = Pod("plp", "ns", "db", (), (Container("app", own, dict(own)),), "", budget, dict(budget))
+    assert manager.admit(pod).result.admitted
+    assert (manager.get_pod_memory("plp") is not None) == as_a_whole
+    assert manager.get_memory("plp", "app") != []
+    before = manager.reader()
+    bigger = resources("2Gi", "")
+    resized = Pod(
+        "plp", "ns", "db", (), (Container("app", bigger, dict(bigger)),), "", budget, dict(budget)
+    )
+    with pytest.raises(ResizeError) as info:
+        manager.resize(resized, "app")
+    assert info.value.verdict == "Infeasible"
+    assert str(info.value).startswith(
+        "Infeasible: pod 'plp', container 'app': the pod is allocated by its pod-level resources"
+    )
+    assert "numamem does not resize a pod-level budget yet" in str(info.value)
+    assert manager.reader() is before
