@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -25,8 +23,8 @@ from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO, STATIC_ARGS
-from tests.e2e.test_memorymanager_daemon import check_state
+from tests.daemon import STATIC_ARGS
+from tests.e2e.test_memorymanager_daemon import check_state, cli
 
 pytestmark = pytest.mark.e2e
 GI = 1024**3
@@ -155,16 +153,6 @@ def test_done_when_grow_extend_shrink_kill_restore(
         again = client.resize(pod("p", "10Gi"), "app")
         assert again.action == mm.RESIZE_GROWN_IN_GROUP
         assert list(again.numa_nodes) == [0, 1]
-
-
-def cli(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "numamem", *args, "--socket", d.socket],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
 
 
 def test_cli_resize_and_explain_resize(
