@@ -33,7 +33,7 @@ import grpc
 
 from numamem.api.convert import pod_entries_from_proto
 from numamem.checkpoint import kubelet
-from numamem.client import NumamemClient, state_from_proto
+from numamem.client import NumamemClient, error_reason, state_from_proto
 from numamem.memorymanager.invariants import violations
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
@@ -49,6 +49,8 @@ MI = 1024**2
 @dataclass
 class Report:
     operations: int = 0
+    resizes: int = 0
+    """Resizes acknowledged (refusals included)."""
     kills: int = 0
     restarts: int = 0
     pod_level_seen: int = 0
@@ -58,10 +60,13 @@ class Report:
 
     def summary(self) -> str:
         return (
-            f"operations={self.operations} kills={self.kills} restarts={self.restarts} "
-            f"pod_level_seen={self.pod_level_seen} lost={len(self.lost)} "
-            f"violations={len(self.violations)}"
+            f"operations={self.operations} resizes={self.resizes} kills={self.kills} "
+            f"restarts={self.restarts} pod_level_seen={self.pod_level_seen} "
+            f"lost={len(self.lost)} violations={len(self.violations)}"
         )
+
+
+RESIZE_REFUSALS = ("RESIZE_DEFERRED", "RESIZE_INFEASIBLE")
 
 
 def _pod(uid: str, sizes: list[int]) -> mm.Pod:
@@ -100,7 +105,8 @@ def _names(pod: mm.Pod) -> set[str]:
 
 
 class MemoryClient(threading.Thread):
-    """Admits pods and releases their containers; ``present`` is the acknowledged model."""
+    """Admits pods, resizes and releases their containers; ``present`` and ``sizes`` are the
+    acknowledged model."""
 
     def __init__(self, n: int, rng: random.Random, pod_level: bool = False) -> None:
         super().__init__(daemon=True)
@@ -109,6 +115,9 @@ class MemoryClient(threading.Thread):
         self.pod_level = pod_level
         self.present: dict[str, set[str]] = {}  # pod uid -> containers with memory, acknowledged
         self.pods: dict[str, mm.Pod] = {}
+        self.sizes: dict[tuple[str, str], int] = {}  # acknowledged memory (Mi) per container
+        self.resizing: int | None = None  # the size (Mi) of the resize in flight
+        self.resized = 0  # resizes answered (done or refused)
         self.next_pod = 0
         self.in_flight: tuple[str, str, str] | None = None  # (kind, pod, container)
         self.ops = 0
@@ -124,7 +133,13 @@ class MemoryClient(threading.Thread):
             pass  # the daemon died under us; in_flight stays set
 
     def step(self, client: NumamemClient) -> None:
-        if self.present and self.rng.random() < 0.45:
+        resizable = sorted(
+            (uid, name) for uid, names in self.present.items() for name in names
+            if (uid, name) in self.sizes
+        )  # fmt: skip
+        if resizable and self.rng.random() < 0.25:
+            self.resize(client, *self.rng.choice(resizable))
+        elif self.present and self.rng.random() < 0.45:
             uid = self.rng.choice(sorted(self.present))
             name = self.rng.choice(sorted(self.present[uid]))
             cid = f"{uid}/{name}"
@@ -150,8 +165,31 @@ class MemoryClient(threading.Thread):
             resp = client.admit(pod)
             if resp.admitted:
                 self.present[uid] = _names(pod)
+                if not pod.requests:  # resized: pods without pod-level resources
+                    self.sizes.update(
+                        ((uid, c.name), int(c.requests["memory"][:-2])) for c in pod.containers
+                    )
         self.in_flight = None
         self.ops += 1
+
+    def resize(self, client: NumamemClient, uid: str, name: str) -> None:
+        """Resize one pinned container (grow, shrink, or to its size); a refusal changes nothing."""
+        size = self.rng.choice([128, 256, 512, 1024, 2048, 4096, 12288])
+        pod = mm.Pod()
+        pod.CopyFrom(self.pods[uid])
+        for c in pod.containers:
+            if c.name == name:
+                c.requests["memory"] = c.limits["memory"] = f"{size}Mi"
+        self.in_flight, self.resizing = ("resize", uid, name), size
+        try:
+            client.resize(pod, name)
+        except grpc.RpcError as err:
+            if error_reason(err) not in RESIZE_REFUSALS:
+                raise
+        else:
+            self.pods[uid] = pod
+            self.sizes[(uid, name)] = size
+        self.resized += 1
 
 
 class CacheClient(threading.Thread):
@@ -269,6 +307,7 @@ class Harness:
             t.stop.set()
             t.join(10)
         self.report.operations = sum(t.ops for t in threads)
+        self.report.resizes = sum(t.resized for t in self.memory)
 
     def finish(self) -> Report:
         self.daemon.start()
@@ -347,10 +386,33 @@ class Harness:
                     client.present[uid].discard(name)
                     if not client.present[uid]:
                         del client.present[uid]
+            self._verify_sizes(client, state)
             client.in_flight = None
         for uid in served:
             if uid not in known:
                 self._problem("violation", f"unknown pod {uid} in the state")
+
+    def _verify_sizes(self, client: MemoryClient, state: mm.GetStateResponse) -> None:
+        """Every acknowledged container has its acknowledged size; a resize in flight at the
+        kill is there in full or not at all."""
+        flight = client.in_flight
+        for (uid, name), acknowledged in list(client.sizes.items()):
+            if name not in client.present.get(uid, set()):
+                continue
+            entry = state.entries.get(uid)
+            blocks = entry.containers[name].blocks if entry and name in entry.containers else []
+            served = [b.size // MI for b in blocks if b.type == "memory"]
+            size = acknowledged
+            in_flight = flight is not None and flight[0] == "resize" and flight[1:] == (uid, name)
+            if in_flight and served == [client.resizing]:  # applied, not acknowledged: adopt it
+                client.sizes[(uid, name)] = size = served[0]
+                for c in client.pods[uid].containers:
+                    if c.name == name:
+                        c.requests["memory"] = c.limits["memory"] = f"{size}Mi"
+            if served != [size]:
+                self._problem(
+                    "lost", f"pod {uid} container {name}: acknowledged {size}Mi, served {served}"
+                )
 
     def _verify_cache(self, served: dict[tuple[str, str], float]) -> None:
         on_disk = read_cache_files(Path(self.daemon.state_dir))
@@ -386,6 +448,7 @@ def _restart_thread(old: MemoryClient | CacheClient) -> MemoryClient | CacheClie
             old.next_pod,
             old.ops,
         )
+        fresh.sizes, fresh.resized = old.sizes, old.resized
     else:
         fresh = CacheClient(old.n, old.rng)
         fresh.values, fresh.counter, fresh.ops = old.values, old.counter, old.ops

@@ -224,6 +224,20 @@ class NumamemClient:
         req = memorymanager_pb2.ExplainRequest(pod=pod, other_providers=other_providers)
         return self.call(self.memory.Explain, req, request_id)
 
+    def resize(
+        self, pod: memorymanager_pb2.Pod, container_name: str = "", request_id: str | None = None
+    ) -> memorymanager_pb2.ResizeResponse:
+        """Resize a container's pinned memory in place to its resources in ``pod``."""
+        req = memorymanager_pb2.ResizeRequest(pod=pod, container_name=container_name)
+        return self.call(self.memory.Resize, req, request_id)
+
+    def explain_resize(
+        self, pod: memorymanager_pb2.Pod, container_name: str = "", request_id: str | None = None
+    ) -> memorymanager_pb2.ExplainResizeResponse:
+        """What :meth:`resize` would decide now, and why; changes nothing."""
+        req = memorymanager_pb2.ResizeRequest(pod=pod, container_name=container_name)
+        return self.call(self.memory.ExplainResize, req, request_id)
+
     def get_residency(
         self, pod_uid: str = "", container_name: str = "", request_id: str | None = None
     ) -> list[memorymanager_pb2.ContainerResidency]:

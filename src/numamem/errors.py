@@ -221,6 +221,29 @@ class EmptyPodSharedPoolError(AllocationError):
     admission_reason = "EmptyPodSharedPoolError"
 
 
+class ResizeError(MemoryManagerError):
+    """An in-place resize of a container's pinned memory was refused; nothing was changed.
+
+    The message starts with the kubelet's resize vocabulary (:attr:`verdict`, the reason
+    of its ``PodResizePending`` condition) and says why and what would let it proceed."""
+
+    verdict = ""
+
+
+class ResizeInfeasibleError(ResizeError):
+    """The resize cannot be done on this machine even if every other pod left (or the API
+    server forbids it: a QoS or hugepage change). FAILED_PRECONDITION: do not retry as is."""
+
+    verdict = "Infeasible"
+
+
+class ResizeDeferredError(ResizeError):
+    """The resize would fit once other pods free memory. RESOURCE_EXHAUSTED: retry later,
+    as the kubelet retries a deferred resize."""
+
+    verdict = "Deferred"
+
+
 class ReservedMemoryError(ConfigError):
     """The reserved-memory configuration contradicts the machine or node allocatable."""
 

@@ -17,6 +17,7 @@ def test_random_kills_lose_nothing(short_root: Path, seed: int) -> None:
     report = run(short_root, seed, rounds=3)
     assert report.kills == 3
     assert report.operations > 20, report.summary()
+    assert report.resizes > 0, report.summary()
     assert report.lost == []
     assert report.violations == []
 

@@ -44,7 +44,9 @@ def test_the_catalogue_is_every_rpc_of_every_service_and_each_has_a_valid_seed()
         "grpc.reflection.v1alpha.ServerReflection",
         "v1.PodResourcesLister",
     }
-    assert len(RPCS) == 45  # reflection on both sockets; AllocatePod and GetPodMemory (KEP-5526)
+    assert (
+        len(RPCS) == 47
+    )  # reflection on both sockets; AllocatePod and GetPodMemory (KEP-5526); Resize and ExplainResize (issue 30)
     assert len({rpc.short for rpc in RPCS}) == len(RPCS)
     assert set(SEEDS) == {rpc.path for rpc in RPCS}
     # Every malformed payload is bytes that decode as no request of the RPC it goes to.

@@ -43,6 +43,7 @@ WRITES = frozenset(
         "/numamem.v1.MemoryManager/ReleasePod",
         "/numamem.v1.MemoryManager/SyncActivePods",
         "/numamem.v1.MemoryManager/Admit",
+        "/numamem.v1.MemoryManager/Resize",
         *(
             f"/numamem.v1.MetaWriter/{m.name}"
             for m in metacache_pb2.DESCRIPTOR.services_by_name["MetaWriter"].methods

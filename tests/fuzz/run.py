@@ -372,6 +372,9 @@ class Model:
                 self.mm_must_hold.pop(ref, None)
         elif request.DESCRIPTOR.fields_by_name.get("pod") is not None:
             uids.add(request.pod.uid)
+        if name == "Resize" and outcome.code == grpc.StatusCode.OK:
+            for ref in outcome.responses[0].moved:  # an extended group: their blocks moved too
+                self.mm_must_hold.pop((ref.pod_uid, ref.container_name), None)
         for key in [k for k in self.mm_must_hold if k[0] in uids]:
             del self.mm_must_hold[key]
 

@@ -163,6 +163,19 @@ def _explain(rng: random.Random) -> Message:
     return mm.ExplainRequest(pod=p, other_providers=_providers(p, rng))
 
 
+def _resize(rng: random.Random) -> Message:
+    """A resize of one container of pod ``i`` to another memory size (request and limit), or
+    to its own; the container name may be left out (the pod's only container)."""
+    p, name = _pod_and_container(rng)
+    for c in [*p.init_containers, *p.containers]:
+        if c.name == name and rng.random() < 0.8:
+            size = rng.choice(("64Mi", "256Mi", "1Gi", "4Gi", "40Gi"))
+            c.limits["memory"] = size
+            if rng.random() < 0.9:
+                c.requests["memory"] = size
+    return mm.ResizeRequest(pod=p, container_name=name if rng.random() < 0.9 else "")
+
+
 def _by_ref(cls: type[Message]) -> Seed:
     def seed(rng: random.Random) -> Message:
         p, name = _pod_and_container(rng)
@@ -375,6 +388,8 @@ SEEDS: dict[str, Seed] = {
     "/numamem.v1.MemoryManager/SyncActivePods": _sync,
     "/numamem.v1.MemoryManager/Admit": _admit,
     "/numamem.v1.MemoryManager/Explain": _explain,
+    "/numamem.v1.MemoryManager/Resize": _resize,
+    "/numamem.v1.MemoryManager/ExplainResize": _resize,
     "/numamem.v1.MemoryManager/GetResidency": lambda rng: (
         mm.GetResidencyRequest() if rng.random() < 0.4 else _by_ref(mm.GetResidencyRequest)(rng)
     ),

@@ -20,6 +20,7 @@ CLIENT_COMMANDS = [
     "hints",
     "explain",
     "admit",
+    "resize",
     "release",
     "sync",
     "cache",

@@ -27,6 +27,7 @@ from numamem.api.convert import (
     pod_level_to_proto,
 )
 from numamem.api.residency import ResidencyView
+from numamem.api.resize import explain_resize_to_proto, resize_to_proto, resized_container
 from numamem.api.validation import (
     ConvertedPods,
     affinity_from_proto,
@@ -373,6 +374,22 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         if self.residency is not None:
             resp.residency.extend(self.residency.for_pod(pod.uid))
         return resp
+
+    def Resize(
+        self, request: memorymanager_pb2.ResizeRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.ResizeResponse:
+        pod = self._pod(request.pod)
+        name = resized_container(pod, request.container_name)
+        decided = self.manager.resize(pod, name, deadline=_deadline(context))
+        return resize_to_proto(decided)
+
+    def ExplainResize(
+        self, request: memorymanager_pb2.ResizeRequest, context: grpc.ServicerContext
+    ) -> memorymanager_pb2.ExplainResizeResponse:
+        pod = self._pod(request.pod)
+        name = resized_container(pod, request.container_name)
+        decided = self.manager.explain_resize(pod, name, deadline=_deadline(context))
+        return explain_resize_to_proto(decided, self.manager.topology_policy_name)
 
     def GetResidency(
         self, request: memorymanager_pb2.GetResidencyRequest, context: grpc.ServicerContext

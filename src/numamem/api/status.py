@@ -33,6 +33,8 @@ _MAPPING: tuple[tuple[type[errors.NumamemError], grpc.StatusCode, str], ...] = (
     (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT"),
     (errors.NotFoundError, grpc.StatusCode.NOT_FOUND, "NOT_FOUND"),
     (errors.UnsupportedResourceError, grpc.StatusCode.RESOURCE_EXHAUSTED, "UNSUPPORTED_RESOURCE"),
+    (errors.ResizeInfeasibleError, grpc.StatusCode.FAILED_PRECONDITION, "RESIZE_INFEASIBLE"),
+    (errors.ResizeDeferredError, grpc.StatusCode.RESOURCE_EXHAUSTED, "RESIZE_DEFERRED"),
     (errors.EmptyPodSharedPoolError, grpc.StatusCode.INVALID_ARGUMENT, "EMPTY_POD_SHARED_POOL"),
     (errors.AllocationError, grpc.StatusCode.RESOURCE_EXHAUSTED, "ALLOCATION_FAILED"),
     (errors.SearchBudgetError, grpc.StatusCode.RESOURCE_EXHAUSTED, "SEARCH_BUDGET_EXCEEDED"),
@@ -66,6 +68,15 @@ REASONS: dict[str, str] = {
     "EMPTY_POD_SHARED_POOL": (
         "AllocatePod: the pod's pod-level budget leaves nothing for its shared containers "
         "(the kubelet's EmptyPodSharedPoolError text; Admit answers it as that reason)"
+    ),
+    "RESIZE_INFEASIBLE": (
+        "Resize: the new size cannot fit on this machine even if every other pod left, or the "
+        "API server forbids the change (QoS class, hugepages); nothing was changed "
+        "(FAILED_PRECONDITION: do not retry as is)"
+    ),
+    "RESIZE_DEFERRED": (
+        "Resize: the new size would fit once other pods free memory; nothing was changed "
+        "(RESOURCE_EXHAUSTED: retry later, as the kubelet retries a deferred resize)"
     ),
     "LIMIT_EXCEEDED": "a --max-* limit would be exceeded",
     "SEARCH_BUDGET_EXCEEDED": (

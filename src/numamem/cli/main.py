@@ -18,12 +18,12 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from numamem.cli import cache, health, memory, plan, residency, serve, state, topology
+    from numamem.cli import cache, health, memory, plan, residency, resize, serve, state, topology
 
     parser = argparse.ArgumentParser(
         prog="numamem",
         description="Node-local NUMA memory manager and metadata cache (gRPC on a unix socket).",
-        epilog="Exit codes: 0 success, 1 failure (one line on stderr), 2 usage error, 3 pod rejected (admit) or would be (explain).",
+        epilog="Exit codes: 0 success, 1 failure (one line on stderr), 2 usage error, 3 pod rejected (admit) or would be (explain), resize refused (resize, explain --resize).",
     )
     parser.add_argument("--version", action="version", version=f"numamem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_parser(sub)
     plan.add_parser(sub)
     memory.add_parsers(sub)
+    resize.add_parser(sub)
     cache.add_parser(sub)
     residency.add_parser(sub)
     health.add_parser(sub)

@@ -24,6 +24,7 @@ from numamem.cli.common import (
     shown,
 )
 from numamem.cli.podfile import PodFileError, load_pod, load_pods
+from numamem.cli.resize import add_resize_args, run_explain_resize
 from numamem.client import NumamemClient
 from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2
@@ -53,6 +54,12 @@ def add_parsers(sub: Any) -> None:
         ),
     )
     _add_pod_file(explain)
+    explain.add_argument(
+        "--resize",
+        action="store_true",
+        help="explain an in-place resize of a pinned container to the manifest's resources instead",
+    )
+    add_resize_args(explain)
     add_client_args(explain)
     explain.set_defaults(run=client_command(run_explain))
 
@@ -303,6 +310,10 @@ def _print_pod_level(plan: memorymanager_pb2.PodLevelExplanation) -> None:
 
 
 def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
+    if args.resize:
+        return run_explain_resize(args, client)
+    if args.container or args.memory is not None:
+        raise UsageError("--container and --memory go with --resize")
     pod = _pod(args)
     if isinstance(pod, int):
         return pod

@@ -50,6 +50,7 @@ from numamem.errors import (
 )
 from numamem.logging import get_logger
 from numamem.memorymanager import podlevel
+from numamem.memorymanager import resize as resizing
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.forked import (
     AdmitOutcome,
@@ -312,6 +313,60 @@ class Manager:
 
         return self._versions.optimistic(pod, compute, deadline, budget)
 
+    def resize(
+        self,
+        pod: Pod,
+        container_name: str,
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
+    ) -> resizing.Resize:
+        """In-place resize of a container's pinned memory to its resources in ``pod``
+        (:mod:`.resize`, a numamem extension: the kubelet's Static policy refuses it).
+
+        Computed outside the lock and committed in one write, like :meth:`allocate`. A
+        refusal (ResizeDeferredError, ResizeInfeasibleError) changes nothing; a resize to
+        the current size (or of a container without pinned memory) writes nothing."""
+        container = _container(pod, container_name)
+        self._touch(pod)
+
+        def compute(fork: MemoryState, work: Work) -> tuple[bool, resizing.Resize]:
+            decided = self._decide_resize(fork, pod, container, work)
+            if decided.refusal is not None:
+                raise decided.refusal
+            resizing.apply(fork, decided)
+            return decided.changes, decided
+
+        decided = self._versions.optimistic(pod, compute, deadline, budget)
+        if decided.changes:
+            _log.info(
+                "resized",
+                pod_uid=quote(pod.uid, style="bare"),
+                container=quote(container_name, style="bare"),
+                action=decided.action,
+                memory=decided.new_size,
+                numa_nodes=list(decided.nodes),
+            )
+        return decided
+
+    def explain_resize(
+        self, pod: Pod, container_name: str, *, deadline: float | None = None
+    ) -> resizing.Resize:
+        """What :meth:`resize` would decide now, refusal included; changes nothing, no lock."""
+        container = _container(pod, container_name)
+        return self._decide_resize(self._state.fork(), pod, container, Work(deadline=deadline))
+
+    def _decide_resize(
+        self, fork: MemoryState, pod: Pod, container: Container, work: Work
+    ) -> resizing.Resize:
+        nodes = self.policy.numa_nodes if isinstance(self.policy, StaticPolicy) else None
+        with work.stage(
+            lambda: f"pod {quote(pod.uid)}, container {quote(container.name)}: the resize"
+        ):
+            return resizing.decide(
+                fork, self.policy, self._topology_policy, pod, container, work, nodes
+            )
+
     def add_container(self, pod: Pod, container_name: str, container_id: str) -> None:
         """``AddContainer``: record the id; free the memory of earlier regular init containers."""
         _container(pod, container_name)
@@ -436,6 +491,11 @@ class Manager:
             others,
             Work(deadline=deadline),
         )
+
+    @property
+    def topology_policy_name(self) -> str:
+        """The topology manager policy's name ("" without one)."""
+        return "" if self._topology_policy is None else self._topology_policy.name
 
     # --- readers: the committed state, no lock ------------------------------------
 

@@ -211,6 +211,39 @@ runtime id) or is re-pinned.
 """
 Global___CpusetEnforcement: _TypeAlias = CpusetEnforcement  # noqa: Y015
 
+class _ResizeAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ResizeActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResizeAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESIZE_ACTION_UNSPECIFIED: _ResizeAction.ValueType  # 0
+    RESIZE_UNCHANGED: _ResizeAction.ValueType  # 1
+    """Already that size: nothing changed, nothing written."""
+    RESIZE_NOT_PINNED: _ResizeAction.ValueType  # 2
+    """The container holds no pinned memory: nothing for the memory manager to do."""
+    RESIZE_GROWN_IN_GROUP: _ResizeAction.ValueType  # 3
+    """The blocks grew within the container's NUMA group (cpuset.mems unchanged)."""
+    RESIZE_GROWN_BY_EXTENSION: _ResizeAction.ValueType  # 4
+    """The group was extended to more NUMA nodes (see numa_nodes and moved)."""
+    RESIZE_SHRUNK: _ResizeAction.ValueType  # 5
+    """The blocks shrank; the group did not."""
+
+class ResizeAction(_ResizeAction, metaclass=_ResizeActionEnumTypeWrapper): ...
+
+RESIZE_ACTION_UNSPECIFIED: ResizeAction.ValueType  # 0
+RESIZE_UNCHANGED: ResizeAction.ValueType  # 1
+"""Already that size: nothing changed, nothing written."""
+RESIZE_NOT_PINNED: ResizeAction.ValueType  # 2
+"""The container holds no pinned memory: nothing for the memory manager to do."""
+RESIZE_GROWN_IN_GROUP: ResizeAction.ValueType  # 3
+"""The blocks grew within the container's NUMA group (cpuset.mems unchanged)."""
+RESIZE_GROWN_BY_EXTENSION: ResizeAction.ValueType  # 4
+"""The group was extended to more NUMA nodes (see numa_nodes and moved)."""
+RESIZE_SHRUNK: ResizeAction.ValueType  # 5
+"""The blocks shrank; the group did not."""
+Global___ResizeAction: _TypeAlias = ResizeAction  # noqa: Y015
+
 @_typing.final
 class Container(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -2120,3 +2153,162 @@ class ContainerResidency(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContainerResidency: _TypeAlias = ContainerResidency  # noqa: Y015
+
+@_typing.final
+class ResizeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_FIELD_NUMBER: _builtins.int
+    CONTAINER_NAME_FIELD_NUMBER: _builtins.int
+    container_name: _builtins.str
+    """The container to resize; empty = the pod's only container."""
+    @_builtins.property
+    def pod(self) -> Global___Pod:
+        """The pod with the container's new resources (as the API server accepted
+        the resize).
+        """
+
+    def __init__(
+        self,
+        *,
+        pod: Global___Pod | None = ...,
+        container_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_name", b"container_name", "pod", b"pod"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResizeRequest: _TypeAlias = ResizeRequest  # noqa: Y015
+
+@_typing.final
+class ResizeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    PREVIOUS_MEMORY_FIELD_NUMBER: _builtins.int
+    MEMORY_FIELD_NUMBER: _builtins.int
+    PREVIOUS_NUMA_NODES_FIELD_NUMBER: _builtins.int
+    NUMA_NODES_FIELD_NUMBER: _builtins.int
+    AFFINITY_CHANGED_FIELD_NUMBER: _builtins.int
+    MOVED_FIELD_NUMBER: _builtins.int
+    action: Global___ResizeAction.ValueType
+    previous_memory: _builtins.int
+    """Its pinned memory before and after, bytes."""
+    memory: _builtins.int
+    affinity_changed: _builtins.bool
+    """Whether the nodes changed (an extended group)."""
+    @_builtins.property
+    def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryBlock]:
+        """The container's blocks afterwards."""
+
+    @_builtins.property
+    def previous_numa_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Its NUMA nodes before and after (the new cpuset.mems)."""
+
+    @_builtins.property
+    def numa_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def moved(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ContainerRef]:
+        """Every container whose nodes changed with it (the whole group's): their
+        cpuset.mems must be set to numa_nodes too.
+        """
+
+    def __init__(
+        self,
+        *,
+        action: Global___ResizeAction.ValueType = ...,
+        blocks: _abc.Iterable[Global___MemoryBlock] | None = ...,
+        previous_memory: _builtins.int = ...,
+        memory: _builtins.int = ...,
+        previous_numa_nodes: _abc.Iterable[_builtins.int] | None = ...,
+        numa_nodes: _abc.Iterable[_builtins.int] | None = ...,
+        affinity_changed: _builtins.bool = ...,
+        moved: _abc.Iterable[_common_pb2.ContainerRef] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "affinity_changed", b"affinity_changed", "blocks", b"blocks", "memory", b"memory", "moved", b"moved", "numa_nodes", b"numa_nodes", "previous_memory", b"previous_memory", "previous_numa_nodes", b"previous_numa_nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResizeResponse: _TypeAlias = ResizeResponse  # noqa: Y015
+
+@_typing.final
+class SupersetCandidate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NUMA_NODES_FIELD_NUMBER: _builtins.int
+    TAKEN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    taken: _builtins.bool
+    reason: _builtins.str
+    """Why it was taken, or why not."""
+    @_builtins.property
+    def numa_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        numa_nodes: _abc.Iterable[_builtins.int] | None = ...,
+        taken: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["numa_nodes", b"numa_nodes", "reason", b"reason", "taken", b"taken"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SupersetCandidate: _TypeAlias = SupersetCandidate  # noqa: Y015
+
+@_typing.final
+class ExplainResizeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPOLOGY_MANAGER_POLICY_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    CANDIDATES_FIELD_NUMBER: _builtins.int
+    OMITTED_CANDIDATES_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
+    topology_manager_policy: _builtins.str
+    refusal: _builtins.str
+    """"Deferred" or "Infeasible" when Resize would refuse; empty otherwise."""
+    message: _builtins.str
+    """The refusal's message (the one Resize would send)."""
+    omitted_candidates: _builtins.int
+    @_builtins.property
+    def decision(self) -> Global___ResizeResponse:
+        """What Resize would answer (when it would not refuse)."""
+
+    @_builtins.property
+    def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___SupersetCandidate]:
+        """The supersets looked at, when the group could not hold the growth (the
+        first 64).
+        """
+
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Nodes that could not join the group and sizes skipped, in words."""
+
+    def __init__(
+        self,
+        *,
+        topology_manager_policy: _builtins.str = ...,
+        decision: Global___ResizeResponse | None = ...,
+        refusal: _builtins.str = ...,
+        message: _builtins.str = ...,
+        candidates: _abc.Iterable[Global___SupersetCandidate] | None = ...,
+        omitted_candidates: _builtins.int = ...,
+        notes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "decision", b"decision", "message", b"message", "notes", b"notes", "omitted_candidates", b"omitted_candidates", "refusal", b"refusal", "topology_manager_policy", b"topology_manager_policy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainResizeResponse: _TypeAlias = ExplainResizeResponse  # noqa: Y015

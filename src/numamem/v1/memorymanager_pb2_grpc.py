@@ -109,6 +109,16 @@ class MemoryManagerStub:
                 request_serializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainResponse.FromString,
                 _registered_method=True)
+        self.Resize = channel.unary_unary(
+                '/numamem.v1.MemoryManager/Resize',
+                request_serializer=numamem_dot_v1_dot_memorymanager__pb2.ResizeRequest.SerializeToString,
+                response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ResizeResponse.FromString,
+                _registered_method=True)
+        self.ExplainResize = channel.unary_unary(
+                '/numamem.v1.MemoryManager/ExplainResize',
+                request_serializer=numamem_dot_v1_dot_memorymanager__pb2.ResizeRequest.SerializeToString,
+                response_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainResizeResponse.FromString,
+                _registered_method=True)
         self.GetResidency = channel.unary_stream(
                 '/numamem.v1.MemoryManager/GetResidency',
                 request_serializer=numamem_dot_v1_dot_memorymanager__pb2.GetResidencyRequest.SerializeToString,
@@ -238,6 +248,32 @@ class MemoryManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Resize(self, request, context):
+        """Resize resizes the pinned memory of one container in place to its
+        resources in `pod`, the pod as the API server accepted the resize (a
+        numamem extension: the kubelet's Static policy cannot resize pinned
+        memory). It grows the blocks in the container's NUMA group, else extends
+        the group to the narrowest superset of unused nodes the topology manager
+        policy admits; it shrinks blocks and never the group. One write;
+        idempotent (the current size writes nothing). Refusals change nothing:
+        RESOURCE_EXHAUSTED with reason RESIZE_DEFERRED ("Deferred: ...": it fits
+        once other pods free memory; retry later) or FAILED_PRECONDITION with
+        reason RESIZE_INFEASIBLE ("Infeasible: ...": not on this machine even if
+        every other pod left, or a QoS class or hugepage change, which the API
+        server forbids).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainResize(self, request, context):
+        """ExplainResize answers what Resize would decide now and why, including the
+        candidate supersets and why each was taken or not; changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetResidency(self, request, context):
         """GetResidency reports where the memory of pinned containers (containers
         with blocks) really is: bytes per NUMA node from the kernel's
@@ -328,6 +364,16 @@ def add_MemoryManagerServicer_to_server(servicer, server):
                     servicer.Explain,
                     request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainRequest.FromString,
                     response_serializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainResponse.SerializeToString,
+            ),
+            'Resize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resize,
+                    request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ResizeRequest.FromString,
+                    response_serializer=numamem_dot_v1_dot_memorymanager__pb2.ResizeResponse.SerializeToString,
+            ),
+            'ExplainResize': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainResize,
+                    request_deserializer=numamem_dot_v1_dot_memorymanager__pb2.ResizeRequest.FromString,
+                    response_serializer=numamem_dot_v1_dot_memorymanager__pb2.ExplainResizeResponse.SerializeToString,
             ),
             'GetResidency': grpc.unary_stream_rpc_method_handler(
                     servicer.GetResidency,
@@ -740,6 +786,60 @@ class MemoryManager:
             '/numamem.v1.MemoryManager/Explain',
             numamem_dot_v1_dot_memorymanager__pb2.ExplainRequest.SerializeToString,
             numamem_dot_v1_dot_memorymanager__pb2.ExplainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/numamem.v1.MemoryManager/Resize',
+            numamem_dot_v1_dot_memorymanager__pb2.ResizeRequest.SerializeToString,
+            numamem_dot_v1_dot_memorymanager__pb2.ResizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainResize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/numamem.v1.MemoryManager/ExplainResize',
+            numamem_dot_v1_dot_memorymanager__pb2.ResizeRequest.SerializeToString,
+            numamem_dot_v1_dot_memorymanager__pb2.ExplainResizeResponse.FromString,
             options,
             channel_credentials,
             insecure,

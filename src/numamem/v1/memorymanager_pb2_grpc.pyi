@@ -86,6 +86,24 @@ class MemoryManagerStub:
     each container's hints and merged hint, and for every NUMA mask why it
     was or was not offered. (An extension of the kubelet API, for operators.)
     """
+    Resize: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.ResizeRequest, _memorymanager_pb2.ResizeResponse]
+    """Resize resizes the pinned memory of one container in place to its
+    resources in `pod`, the pod as the API server accepted the resize (a
+    numamem extension: the kubelet's Static policy cannot resize pinned
+    memory). It grows the blocks in the container's NUMA group, else extends
+    the group to the narrowest superset of unused nodes the topology manager
+    policy admits; it shrinks blocks and never the group. One write;
+    idempotent (the current size writes nothing). Refusals change nothing:
+    RESOURCE_EXHAUSTED with reason RESIZE_DEFERRED ("Deferred: ...": it fits
+    once other pods free memory; retry later) or FAILED_PRECONDITION with
+    reason RESIZE_INFEASIBLE ("Infeasible: ...": not on this machine even if
+    every other pod left, or a QoS class or hugepage change, which the API
+    server forbids).
+    """
+    ExplainResize: _grpc.UnaryUnaryMultiCallable[_memorymanager_pb2.ResizeRequest, _memorymanager_pb2.ExplainResizeResponse]
+    """ExplainResize answers what Resize would decide now and why, including the
+    candidate supersets and why each was taken or not; changes nothing.
+    """
     GetResidency: _grpc.UnaryStreamMultiCallable[_memorymanager_pb2.GetResidencyRequest, _memorymanager_pb2.ContainerResidency]
     """GetResidency reports where the memory of pinned containers (containers
     with blocks) really is: bytes per NUMA node from the kernel's
@@ -150,6 +168,24 @@ class MemoryManagerAsyncStub(MemoryManagerStub):
     """Explain computes an admission without changing anything: the decision,
     each container's hints and merged hint, and for every NUMA mask why it
     was or was not offered. (An extension of the kubelet API, for operators.)
+    """
+    Resize: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.ResizeRequest, _memorymanager_pb2.ResizeResponse]  # type: ignore[assignment]
+    """Resize resizes the pinned memory of one container in place to its
+    resources in `pod`, the pod as the API server accepted the resize (a
+    numamem extension: the kubelet's Static policy cannot resize pinned
+    memory). It grows the blocks in the container's NUMA group, else extends
+    the group to the narrowest superset of unused nodes the topology manager
+    policy admits; it shrinks blocks and never the group. One write;
+    idempotent (the current size writes nothing). Refusals change nothing:
+    RESOURCE_EXHAUSTED with reason RESIZE_DEFERRED ("Deferred: ...": it fits
+    once other pods free memory; retry later) or FAILED_PRECONDITION with
+    reason RESIZE_INFEASIBLE ("Infeasible: ...": not on this machine even if
+    every other pod left, or a QoS class or hugepage change, which the API
+    server forbids).
+    """
+    ExplainResize: _aio.UnaryUnaryMultiCallable[_memorymanager_pb2.ResizeRequest, _memorymanager_pb2.ExplainResizeResponse]  # type: ignore[assignment]
+    """ExplainResize answers what Resize would decide now and why, including the
+    candidate supersets and why each was taken or not; changes nothing.
     """
     GetResidency: _aio.UnaryStreamMultiCallable[_memorymanager_pb2.GetResidencyRequest, _memorymanager_pb2.ContainerResidency]  # type: ignore[assignment]
     """GetResidency reports where the memory of pinned containers (containers
@@ -302,6 +338,36 @@ class MemoryManagerServicer(metaclass=_abc_1.ABCMeta):
         """Explain computes an admission without changing anything: the decision,
         each container's hints and merged hint, and for every NUMA mask why it
         was or was not offered. (An extension of the kubelet API, for operators.)
+        """
+
+    @_abc_1.abstractmethod
+    def Resize(
+        self,
+        request: _memorymanager_pb2.ResizeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memorymanager_pb2.ResizeResponse, _abc.Awaitable[_memorymanager_pb2.ResizeResponse]]:
+        """Resize resizes the pinned memory of one container in place to its
+        resources in `pod`, the pod as the API server accepted the resize (a
+        numamem extension: the kubelet's Static policy cannot resize pinned
+        memory). It grows the blocks in the container's NUMA group, else extends
+        the group to the narrowest superset of unused nodes the topology manager
+        policy admits; it shrinks blocks and never the group. One write;
+        idempotent (the current size writes nothing). Refusals change nothing:
+        RESOURCE_EXHAUSTED with reason RESIZE_DEFERRED ("Deferred: ...": it fits
+        once other pods free memory; retry later) or FAILED_PRECONDITION with
+        reason RESIZE_INFEASIBLE ("Infeasible: ...": not on this machine even if
+        every other pod left, or a QoS class or hugepage change, which the API
+        server forbids).
+        """
+
+    @_abc_1.abstractmethod
+    def ExplainResize(
+        self,
+        request: _memorymanager_pb2.ResizeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memorymanager_pb2.ExplainResizeResponse, _abc.Awaitable[_memorymanager_pb2.ExplainResizeResponse]]:
+        """ExplainResize answers what Resize would decide now and why, including the
+        candidate supersets and why each was taken or not; changes nothing.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,341 @@
+"""In-place resize of a container's pinned memory (issue 30): a numamem extension.
+
+Deviation from upstream: the kubelet's Static policy cannot resize pinned memory (it
+ignores every operation but Add, kubernetes#140224; #131360, #128068; the gate
+``InPlacePodVerticalScalingExclusiveMemory`` is off by default and the resize KEP,
+enhancements#5294, is stale). numamem resizes it, by these rules, on the pod as the API
+server accepted the resize:
+
+* the pod stays Guaranteed and only ``memory`` changes (the API server forbids a QoS
+  change and a hugepage resize; both are refused with that reason), and only an app
+  container or a sidecar is resized (a regular init container cannot be);
+* **grow** in the container's group (the nodes its blocks name): the growth is taken from
+  the group's free memory lowest node first, as the Static policy fills; the blocks grow,
+  the nodes do not change; else **grow by extending the group** to the narrowest superset
+  of unused nodes the topology manager policy admits
+  (:func:`~numamem.memorymanager.resize_search.find_extension`): every block of the
+  group (all its containers') then names the new nodes, and every node of it has the
+  group's assignment count and the new cells, exactly what the kubelet's ``validateState``
+  replays from the blocks;
+* **shrink**: the block shrinks, its memory returns to the group's nodes from the last
+  node the policy filled (the highest with memory reserved) down; the group never shrinks.
+  numamem does not check the container's usage against the new size (the runtime and the
+  kubelet do);
+* a refusal is the kubelet's resize vocabulary: **Infeasible** when the resize would not
+  fit even if every other pod left (decided by the same rules on the state with only this
+  pod), else **Deferred** (it fits once memory is freed); nothing is changed;
+* a resize to the current size changes nothing (no write).
+
+:func:`decide` is pure (the state is read, never changed); :func:`apply` makes the change on
+a transaction's fork. A pod that sets pod-level resources, with the gates on, is refused by
+name (its budget, not its containers, would have to be resized; not done yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from numamem.errors import (
+    ResizeDeferredError,
+    ResizeError,
+    ResizeInfeasibleError,
+    quote,
+)
+from numamem.memorymanager.arithmetic import copy_for_write, node_state, reserve_on
+from numamem.memorymanager.policy import Policy
+from numamem.memorymanager.requests import container_requested_resources
+from numamem.memorymanager.resize_search import Extension, find_extension, memory_free
+from numamem.memorymanager.state import MemoryState, State
+from numamem.memtypes import (
+    MEMORY,
+    Block,
+    ContainerRef,
+    MachineState,
+    MemoryTable,
+    NUMANodeState,
+)
+from numamem.pod import GUARANTEED, Container, Pod, pod_qos
+from numamem.quantity import format_bytes, format_bytes_exact
+from numamem.topologymanager.policy import TopologyPolicy
+from numamem.work import Work
+
+UNCHANGED = "unchanged"
+NOT_PINNED = "not-pinned"
+GROWN = "grown-in-group"
+EXTENDED = "grown-by-extension"
+SHRUNK = "shrunk"
+ACTIONS = (UNCHANGED, NOT_PINNED, GROWN, EXTENDED, SHRUNK)
+
+
+@dataclass(frozen=True)
+class Resize:
+    """A resize decided on one state: what it does, or why it is refused."""
+
+    pod_uid: str
+    container: str
+    action: str
+    """One of :data:`ACTIONS` (meaningless when ``refusal`` is set)."""
+    old_size: int = 0
+    new_size: int = 0
+    old_nodes: tuple[int, ...] = ()
+    nodes: tuple[int, ...] = ()
+    """The container's nodes afterwards (its ``cpuset.mems``)."""
+    blocks: tuple[Block, ...] = ()
+    """The container's blocks afterwards."""
+    moved: tuple[ContainerRef, ...] = ()
+    """The containers whose nodes change (every container of an extended group)."""
+    extension: Extension | None = None
+    """The superset search, when the group did not hold the growth."""
+    refusal: ResizeError | None = None
+
+    @property
+    def changes(self) -> bool:
+        return self.refusal is None and self.action in (GROWN, EXTENDED, SHRUNK)
+
+
+def decide(
+    state: MemoryState,
+    policy: Policy,
+    topology: TopologyPolicy | None,
+    pod: Pod,
+    container: Container,
+    work: Work,
+    hint_nodes: tuple[int, ...] | None = None,
+) -> Resize:
+    """What resizing ``container`` (of ``pod``, with its new resources) does on ``state`` (read
+    only). ``hint_nodes``: the nodes allocations may use (None: every node of the state)."""
+    uid, container_name = pod.uid, container.name
+    blocks = state.get_memory_blocks(uid, container_name)
+    if not blocks:
+        return Resize(uid, container_name, NOT_PINNED)
+    old = {b.type: b.size for b in blocks}
+    memory = next((b for b in blocks if b.type == MEMORY), None)
+    nodes = tuple(sorted(memory.numa_affinity or ())) if memory else ()
+    head = f"pod {quote(uid)}, container {quote(container_name)}"
+
+    def refuse(verdict: type[ResizeError], why: str) -> Resize:
+        size = old.get(MEMORY, 0)
+        error = verdict(f"{verdict.verdict}: {head}: {why}")
+        return Resize(
+            uid, container_name, UNCHANGED, size, size, nodes, nodes, tuple(blocks), refusal=error
+        )
+
+    if state.get_pod_memory_blocks(uid) is not None or (
+        pod.pod_level_resources_set and policy.gates.pod_level_resource_managers
+    ):
+        return refuse(
+            ResizeInfeasibleError,
+            "the pod is allocated by its pod-level resources (KEP-5526, spec.resources); "
+            "numamem does not resize a pod-level budget yet; fix: recreate the pod with the "
+            "new resources",
+        )
+    qos = pod_qos(pod)
+    if qos != GUARANTEED:
+        return refuse(
+            ResizeInfeasibleError,
+            f"the resized pod's QoS class is {qos}, it was Guaranteed (the API server forbids a "
+            "resize that changes the QoS class); fix: keep requests equal to limits",
+        )
+    if pod.is_regular_init_container(container_name):
+        return refuse(
+            ResizeInfeasibleError,
+            "a regular init container cannot be resized in place (the API server resizes "
+            "app containers and sidecars only)",
+        )
+    requested = container_requested_resources(
+        container, pod, policy.gates.pod_level_resource_managers
+    )
+    for name in sorted((set(requested) | set(old)) - {MEMORY}):
+        if requested.get(name, 0) != old.get(name, 0):
+            return refuse(
+                ResizeInfeasibleError,
+                f'requests["{name}"]: {format_bytes_exact(requested.get(name, 0))}, pinned '
+                f"{format_bytes_exact(old.get(name, 0))}: the API server does not allow "
+                "hugepage resize; fix: keep the hugepage requests as they are",
+            )
+    if memory is None or MEMORY not in requested:
+        return refuse(ResizeInfeasibleError, "the container has no pinned memory block to resize")
+    old_size, new_size = memory.size, requested[MEMORY]
+    if new_size == old_size:
+        return Resize(
+            uid, container_name, UNCHANGED, old_size, new_size, nodes, nodes, tuple(blocks)
+        )
+    grown = tuple(b.with_size(new_size) if b.type == MEMORY else b for b in blocks)
+    if new_size < old_size:
+        return Resize(uid, container_name, SHRUNK, old_size, new_size, nodes, nodes, grown)
+    plan, why = _grow(state, topology, nodes, new_size - old_size, requested, work, hint_nodes)
+    if why:
+        refused = _refused(state, policy, topology, pod, container, work, hint_nodes, why)
+        return Resize(
+            uid, container_name, UNCHANGED, old_size, old_size, nodes, nodes, tuple(blocks),
+            extension=plan, refusal=verdict_error(refused, head, old_size, new_size),
+        )  # fmt: skip
+    if plan is None:
+        return Resize(uid, container_name, GROWN, old_size, new_size, nodes, nodes, grown)
+    wider = tuple(plan.nodes or ())
+    moved = tuple(sorted(_members(state, nodes)))
+    extended = tuple(Block(wider, b.type, b.size) for b in grown)
+    return Resize(
+        uid, container_name, EXTENDED, old_size, new_size, nodes, wider, extended, moved, plan
+    )
+
+
+def _grow(
+    state: MemoryState,
+    topology: TopologyPolicy | None,
+    nodes: tuple[int, ...],
+    growth: int,
+    requested: Mapping[str, int],
+    work: Work,
+    hint_nodes: tuple[int, ...] | None,
+) -> tuple[Extension | None, str]:
+    """(None, ""): the group holds the growth; (an Extension, ""): the superset it grows to;
+    (the Extension, why): neither fits, and why."""
+    machine = state.machine_view()
+    free = sum(memory_free(machine, n) for n in nodes)
+    if free >= growth:
+        return None, ""
+    types = {b.type for _, _, bs in state.iter_containers() for b in bs if _on(b, nodes)}
+    everyone = tuple(sorted(n for n, s in machine.items() if s is not None))
+    extension = find_extension(
+        machine, nodes, growth, types, hint_nodes or everyone, topology, requested, work
+    )
+    if extension.nodes is None:
+        return extension, (
+            f"nodes {list(nodes)} have {format_bytes(free)} free, {format_bytes(growth)} more "
+            f"is needed, and {extension.failure}"
+        )
+    return extension, ""
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """Why a resize does not fit now, and whether it would with every other pod gone."""
+
+    why: str
+    alone: str
+    """Why it would not fit alone ("" when it would: Deferred)."""
+    most: int | None
+    """The most the container could have alone, where the policy's rule says (Infeasible)."""
+
+
+def verdict_error(verdict: _Verdict, head: str, old_size: int, new_size: int) -> ResizeError:
+    size = f"memory {format_bytes(old_size)} -> {format_bytes_exact(new_size)}"
+    if verdict.alone:
+        most = (
+            ""
+            if verdict.most is None
+            else f"resize to at most {format_bytes_exact(verdict.most)}, or "
+        )
+        return ResizeInfeasibleError(
+            f"Infeasible: {head}: {size}: it does not fit on this machine even if every other "
+            f"pod left: {verdict.alone}; fix: {most}recreate the pod with the new size (a new "
+            "admission may choose other nodes)"
+        )
+    return ResizeDeferredError(
+        f"Deferred: {head}: {size}: {verdict.why}; it fits once other pods free memory on these "
+        "nodes: retry after they leave"
+    )
+
+
+def _refused(
+    state: MemoryState,
+    policy: Policy,
+    topology: TopologyPolicy | None,
+    pod: Pod,
+    container: Container,
+    work: Work,
+    hint_nodes: tuple[int, ...] | None,
+    why: str,
+) -> _Verdict:
+    """Deferred or Infeasible: the same rules on the state with every other pod gone."""
+    alone = state.fork()
+    for uid, name, _ in list(state.iter_containers()):
+        if uid != pod.uid:
+            policy.remove_container(alone, uid, name)
+    blocks = state.get_memory_blocks(pod.uid, container.name) or []
+    memory = next(b for b in blocks if b.type == MEMORY)
+    nodes = tuple(sorted(memory.numa_affinity or ()))
+    gate = policy.gates.pod_level_resource_managers
+    requested = container_requested_resources(container, pod, gate)
+    extension, alone_why = _grow(
+        alone, topology, nodes, requested[MEMORY] - memory.size, requested, work, hint_nodes
+    )
+    most = None
+    if alone_why and extension is not None and extension.capacity is not None:
+        room = sum(memory_free(alone.machine_view(), n) for n in nodes) + extension.capacity
+        most = memory.size + room
+    return _Verdict(why, alone_why, most)
+
+
+def apply(state: State, resize: Resize) -> None:
+    """Make ``resize`` (decided on this state by :func:`decide`) on ``state``: one change."""
+    if not resize.changes:
+        return
+    old, new = resize.old_nodes, resize.nodes
+    machine = copy_for_write(state.machine_view(), new)
+    delta = resize.new_size - resize.old_size
+    if resize.action == EXTENDED:
+        count = node_state(machine, old[0]).number_of_assignments
+        for n in new:
+            node = node_state(machine, n)
+            if n not in old:
+                node.number_of_assignments = count
+            node.cells = list(new)
+        _retarget(state, set(old), new)
+    if delta > 0:
+        for n in new:
+            table = _table(machine, n)
+            if table is not None:
+                delta = reserve_on(table, delta)
+    else:
+        _release_from_last(machine, new, -delta)
+    state.adopt_machine_state(machine)
+    state.set_memory_blocks(resize.pod_uid, resize.container, list(resize.blocks))
+
+
+def _retarget(state: State, old: set[int], new: tuple[int, ...]) -> None:
+    """Every block (container and pod-level) whose nodes are ``old`` names ``new`` instead."""
+    assignments = state.get_memory_assignments()
+    for uid, containers in assignments.items():
+        for name, blocks in containers.items():
+            if any(_on(b, old) for b in blocks):
+                state.set_memory_blocks(uid, name, [_moved(b, old, new) for b in blocks])
+    for uid, blocks in state.get_pod_memory_assignments().items():
+        if any(_on(b, old) for b in blocks):
+            exclusive = state.exclusive_containers(uid)
+            state.set_pod_memory_blocks(uid, [_moved(b, old, new) for b in blocks], exclusive)
+
+
+def _moved(block: Block, old: set[int], new: tuple[int, ...]) -> Block:
+    return Block(new, block.type, block.size) if _on(block, old) else block
+
+
+def _release_from_last(machine: MachineState, nodes: tuple[int, ...], size: int) -> None:
+    """Give ``size`` bytes of memory back, from the highest node with memory reserved down."""
+    for n in reversed(nodes):
+        table = _table(machine, n)
+        if table is None or size == 0:
+            continue
+        take = min(table.reserved, size)
+        table.reserved -= take
+        table.free += take
+        size -= take
+
+
+def _members(state: MemoryState, nodes: tuple[int, ...]) -> set[ContainerRef]:
+    return {
+        (uid, name)
+        for uid, name, blocks in state.iter_containers()
+        if any(_on(b, nodes) for b in blocks)
+    }
+
+
+def _on(block: Block, nodes: Collection[int]) -> bool:
+    return set(block.numa_affinity or ()) == set(nodes)
+
+
+def _table(machine: Mapping[int, NUMANodeState | None], n: int) -> MemoryTable | None:
+    node = machine.get(n)
+    return None if node is None else (node.memory_map or {}).get(MEMORY)
