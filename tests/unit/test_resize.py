@@ -460,9 +460,12 @@ def test_the_fit_replay_restores_an_extended_group_on_a_changed_machine() -> Non
 @pytest.mark.parametrize(
     ("policy", "as_a_whole"), [("best-effort", True), ("none", False)], ids=["pod-scope", "none"]
 )
-def test_a_pod_level_pod_is_refused_by_name(policy: str, as_a_whole: bool) -> None:
+def test_a_pod_level_pod_is_resized_and_an_impossible_resize_refused(
+    policy: str, as_a_whole: bool
+) -> None:
     """Allocated as a whole (its budget) or container by container (the policy none), a pod
-    that sets pod-level resources is not resized: refused, naming it."""
+    that sets pod-level resources is resized (tests/unit/test_resize_pod_level.py has every
+    rule); a resize that cannot be done is still refused as Infeasible, naming why."""
     machine = machine_of(Row("x", (), "", gib=(16, 16)))
     gates = FeatureGates(True, True)
     manager = Manager(
@@ -473,21 +476,22 @@ def test_a_pod_level_pod_is_refused_by_name(policy: str, as_a_whole: bool) -> No
     )
     manager.start()
     budget = {"cpu": Quantity.from_int(4), "memory": parse_quantity("4Gi")}
-    own = resources("1Gi", "")
-    pod = Pod("plp", "ns", "db", (), (Container("app", own, dict(own)),), "", budget, dict(budget))
-    assert manager.admit(pod).result.admitted
+
+    def pod_of(memory: str) -> Pod:
+        own = resources(memory, "")
+        containers = (Container("app", own, dict(own)),)
+        return Pod("plp", "ns", "db", (), containers, "", budget, dict(budget))
+
+    assert manager.admit(pod_of("1Gi")).result.admitted
     assert (manager.get_pod_memory("plp") is not None) == as_a_whole
-    assert manager.get_memory("plp", "app") != []
+    done = manager.resize(pod_of("2Gi"), "app")
+    assert done.action == (resizing.REPARTITIONED if as_a_whole else resizing.GROWN)
+    assert [b.size for b in manager.get_memory("plp", "app")] == [2 * GI]
     before = manager.reader()
-    bigger = resources("2Gi", "")
-    resized = Pod(
-        "plp", "ns", "db", (), (Container("app", bigger, dict(bigger)),), "", budget, dict(budget)
-    )
     with pytest.raises(ResizeError) as info:
-        manager.resize(resized, "app")
+        manager.resize(pod_of("5Gi" if as_a_whole else "40Gi"), "app")
     assert info.value.verdict == "Infeasible"
-    assert str(info.value).startswith(
-        "Infeasible: pod 'plp', container 'app': the pod is allocated by its pod-level resources"
-    )
-    assert "numamem does not resize a pod-level budget yet" in str(info.value)
+    assert str(info.value).startswith("Infeasible: pod 'plp', container 'app': ")
+    why = "more than the pod's budget" if as_a_whole else "even if every other pod left"
+    assert why in str(info.value)
     assert manager.reader() is before

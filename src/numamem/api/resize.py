@@ -15,13 +15,17 @@ ACTIONS = {
     resizing.GROWN: memorymanager_pb2.RESIZE_GROWN_IN_GROUP,
     resizing.EXTENDED: memorymanager_pb2.RESIZE_GROWN_BY_EXTENSION,
     resizing.SHRUNK: memorymanager_pb2.RESIZE_SHRUNK,
+    resizing.REPARTITIONED: memorymanager_pb2.RESIZE_REPARTITIONED,
 }
 
 
 def resized_container(pod: Pod, name: str) -> str:
-    """``container_name``, or the pod's only container when it is empty."""
+    """``container_name``; when it is empty, "" (the pod itself) for a pod that sets pod-level
+    resources, else the pod's only container."""
     if name:
         return container_in_pod(pod, name)
+    if pod.pod_level_resources_set:
+        return ""
     names = [c.name for c in pod.all_containers()]
     if len(names) != 1:
         raise InvalidArgumentError(
@@ -32,7 +36,8 @@ def resized_container(pod: Pod, name: str) -> str:
 
 
 def resize_to_proto(decided: resizing.Resize) -> memorymanager_pb2.ResizeResponse:
-    return memorymanager_pb2.ResizeResponse(
+    budget = decided.pod_level
+    resp = memorymanager_pb2.ResizeResponse(
         action=ACTIONS[decided.action],
         blocks=blocks_to_proto(decided.blocks),
         previous_memory=decided.old_size,
@@ -42,6 +47,12 @@ def resize_to_proto(decided: resizing.Resize) -> memorymanager_pb2.ResizeRespons
         affinity_changed=decided.nodes != decided.old_nodes,
         moved=[common_pb2.ContainerRef(pod_uid=p, container_name=c) for p, c in decided.moved],
     )
+    if budget is not None:
+        resp.pod_level = True
+        resp.pod_blocks.extend(blocks_to_proto(budget.blocks))
+        resp.previous_pod_memory = budget.old_size
+        resp.pod_memory = budget.new_size
+    return resp
 
 
 def explain_resize_to_proto(

@@ -2,7 +2,8 @@
 
 The pod comes from a manifest (``-f``), as the API server accepted the resize; ``--memory``
 sets the container's memory request and limit in it first (``--container`` names the
-container; the pod's only container when left out). A refusal (Deferred, Infeasible) is a
+container; the pod's only container when left out), ``--pod-memory`` the pod's
+(``spec.resources``: a pod allocated by its pod-level resources is resized as a whole). A refusal (Deferred, Infeasible) is a
 normal answer: its message on stdout and exit code 3, like a rejected ``admit``.
 """
 
@@ -40,15 +41,26 @@ _ACTIONS = {
     memorymanager_pb2.RESIZE_GROWN_IN_GROUP: "grown in its NUMA group",
     memorymanager_pb2.RESIZE_GROWN_BY_EXTENSION: "grown by extending its NUMA group",
     memorymanager_pb2.RESIZE_SHRUNK: "shrunk (its NUMA group stays)",
+    memorymanager_pb2.RESIZE_REPARTITIONED: (
+        "repartitioned (the pod's budget stays; its containers' shares changed)"
+    ),
 }
 
 
 def add_resize_args(parser: argparse.ArgumentParser) -> None:
-    """``--container`` and ``--memory`` (``-f`` is the caller's)."""
-    parser.add_argument("--container", default="", help="the container (default: the only one)")
+    """``--container``, ``--memory`` and ``--pod-memory`` (``-f`` is the caller's)."""
+    parser.add_argument(
+        "--container",
+        default="",
+        help="the container (default: the only one; the pod itself when it sets spec.resources)",
+    )
     parser.add_argument(
         "--memory",
         help="set the container's memory request and limit to this quantity (e.g. 6Gi) first",
+    )
+    parser.add_argument(
+        "--pod-memory",
+        help="set the pod's spec.resources memory request and limit (its budget) first",
     )
 
 
@@ -71,7 +83,8 @@ def add_parser(sub: Any) -> None:
 
 
 def resized_pod(args: argparse.Namespace) -> tuple[memorymanager_pb2.Pod, str]:
-    """The manifest's pod with ``--memory`` applied, and the container's name."""
+    """The manifest's pod with ``--memory`` and ``--pod-memory`` applied, and the container's
+    name ("" for a pod that sets pod-level resources and no ``--container``)."""
     try:
         pod = load_pod(args.file)
     except PodFileError as err:
@@ -84,11 +97,12 @@ def resized_pod(args: argparse.Namespace) -> tuple[memorymanager_pb2.Pod, str]:
                 f"--memory: the pod has {len(containers)} containers; give --container"
             )
         name = containers[0].name
+    if args.pod_memory is not None:
+        _quantity("--pod-memory", args.pod_memory)
+        pod.requests["memory"] = args.pod_memory
+        pod.limits["memory"] = args.pod_memory
     if args.memory is not None:
-        try:
-            parse_quantity(args.memory)
-        except QuantityError as err:
-            raise UsageError(f"--memory {quote(args.memory)}: {err}") from err
+        _quantity("--memory", args.memory)
         found = [c for c in containers if c.name == name]
         if not found:
             names = ", ".join(c.name for c in containers)
@@ -96,6 +110,13 @@ def resized_pod(args: argparse.Namespace) -> tuple[memorymanager_pb2.Pod, str]:
         found[0].requests["memory"] = args.memory
         found[0].limits["memory"] = args.memory
     return pod, name
+
+
+def _quantity(flag: str, text: str) -> None:
+    try:
+        parse_quantity(text)
+    except QuantityError as err:
+        raise UsageError(f"{flag} {quote(text)}: {err}") from err
 
 
 def run_resize(args: argparse.Namespace, client: NumamemClient) -> int:
@@ -131,6 +152,11 @@ def print_resize(resp: memorymanager_pb2.ResizeResponse) -> None:
         print(f"  new cpuset.mems {mems} for: {moved}")
     else:
         print(f"  cpuset.mems: {mems} (unchanged)")
+    if resp.pod_level:
+        print(
+            f"  pod budget (spec.resources): {human_bytes(resp.previous_pod_memory)} -> "
+            f"{human_bytes(resp.pod_memory)}, pod-level blocks: {_blocks(resp.pod_blocks)}"
+        )
 
 
 def run_explain_resize(args: argparse.Namespace, client: NumamemClient) -> int:

@@ -49,7 +49,7 @@ from numamem.errors import (
     quote,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager import podlevel
+from numamem.memorymanager import podlevel, resize_budget
 from numamem.memorymanager import resize as resizing
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.forked import (
@@ -322,16 +322,18 @@ class Manager:
         budget: int | None = None,
     ) -> resizing.Resize:
         """In-place resize of a container's pinned memory to its resources in ``pod``
-        (:mod:`.resize`, a numamem extension: the kubelet's Static policy refuses it).
+        (:mod:`.resize`, a numamem extension: the kubelet's Static policy refuses it); of a
+        pod allocated as a whole by its pod-level resources, its budget and its containers'
+        shares (:mod:`.resize_budget`; ``container_name`` "" names the pod itself).
 
         Computed outside the lock and committed in one write, like :meth:`allocate`. A
         refusal (ResizeDeferredError, ResizeInfeasibleError) changes nothing; a resize to
-        the current size (or of a container without pinned memory) writes nothing."""
-        container = _container(pod, container_name)
+        the current sizes (or of a container without pinned memory) writes nothing."""
+        _resized(pod, container_name)
         self._touch(pod)
 
         def compute(fork: MemoryState, work: Work) -> tuple[bool, resizing.Resize]:
-            decided = self._decide_resize(fork, pod, container, work)
+            decided = self._decide_resize(fork, pod, container_name, work)
             if decided.refusal is not None:
                 raise decided.refusal
             resizing.apply(fork, decided)
@@ -345,6 +347,7 @@ class Manager:
                 container=quote(container_name, style="bare"),
                 action=decided.action,
                 memory=decided.new_size,
+                pod_memory=None if decided.pod_level is None else decided.pod_level.new_size,
                 numa_nodes=list(decided.nodes),
             )
         return decided
@@ -353,18 +356,20 @@ class Manager:
         self, pod: Pod, container_name: str, *, deadline: float | None = None
     ) -> resizing.Resize:
         """What :meth:`resize` would decide now, refusal included; changes nothing, no lock."""
-        container = _container(pod, container_name)
-        return self._decide_resize(self._state.fork(), pod, container, Work(deadline=deadline))
+        _resized(pod, container_name)
+        work = Work(deadline=deadline)
+        return self._decide_resize(self._state.fork(), pod, container_name, work)
 
     def _decide_resize(
-        self, fork: MemoryState, pod: Pod, container: Container, work: Work
+        self, fork: MemoryState, pod: Pod, container_name: str, work: Work
     ) -> resizing.Resize:
         nodes = self.policy.numa_nodes if isinstance(self.policy, StaticPolicy) else None
-        with work.stage(
-            lambda: f"pod {quote(pod.uid)}, container {quote(container.name)}: the resize"
-        ):
-            return resizing.decide(
-                fork, self.policy, self._topology_policy, pod, container, work, nodes
+        what = f"pod {quote(pod.uid)}" + (
+            f", container {quote(container_name)}" if container_name else ""
+        )
+        with work.stage(lambda: f"{what}: the resize"):
+            return resize_budget.decide(
+                fork, self.policy, self._topology_policy, pod, container_name, work, nodes
             )
 
     def add_container(self, pod: Pod, container_name: str, container_id: str) -> None:
@@ -565,6 +570,12 @@ def new_policy(
     if name == "BestEffort":
         raise ConfigError(f'policy {quote(name, style="go")} is not available for platform "linux"')
     raise ConfigError(f"unknown policy: {quote(name, style='go')}")
+
+
+def _resized(pod: Pod, name: str) -> None:
+    """A resize names a container of ``pod``, or "" for a pod that sets pod-level resources."""
+    if name or not pod.pod_level_resources_set:
+        _container(pod, name)
 
 
 def _container(pod: Pod, name: str) -> Container:

@@ -27,8 +27,9 @@ server accepted the resize:
 * a resize to the current size changes nothing (no write).
 
 :func:`decide` is pure (the state is read, never changed); :func:`apply` makes the change on
-a transaction's fork. A pod that sets pod-level resources, with the gates on, is refused by
-name (its budget, not its containers, would have to be resized; not done yet).
+a transaction's fork. A pod allocated as a whole by its pod-level resources (KEP-5526) is
+resized by the same rules applied to its budget (:mod:`.resize_budget`); in the container
+scope, a pod-level pod's equivalent-Guaranteed containers are resized as any container.
 """
 
 from __future__ import annotations
@@ -65,7 +66,25 @@ NOT_PINNED = "not-pinned"
 GROWN = "grown-in-group"
 EXTENDED = "grown-by-extension"
 SHRUNK = "shrunk"
-ACTIONS = (UNCHANGED, NOT_PINNED, GROWN, EXTENDED, SHRUNK)
+REPARTITIONED = "repartitioned"
+"""A pod allocated as a whole: its budget stays, the shares of its containers inside it change."""
+ACTIONS = (UNCHANGED, NOT_PINNED, GROWN, EXTENDED, SHRUNK, REPARTITIONED)
+CHANGES = (GROWN, EXTENDED, SHRUNK, REPARTITIONED)
+
+
+@dataclass(frozen=True)
+class PodBudget:
+    """The budget of a pod allocated as a whole (KEP-5526) before and after a resize, and the
+    blocks of every container of it (with an entry) afterwards: :func:`apply` writes them all."""
+
+    old_size: int
+    new_size: int
+    blocks: tuple[Block, ...]
+    """The pod-level blocks afterwards."""
+    containers: tuple[tuple[str, tuple[Block, ...]], ...] = ()
+    """Every container with an entry and its blocks afterwards (spec order)."""
+    exclusive: tuple[str, ...] = ()
+    """The containers with memory of their own (numamem's record)."""
 
 
 @dataclass(frozen=True)
@@ -88,10 +107,13 @@ class Resize:
     extension: Extension | None = None
     """The superset search, when the group did not hold the growth."""
     refusal: ResizeError | None = None
+    pod_level: PodBudget | None = None
+    """Set for a pod allocated as a whole: its budget (``container`` is then the container the
+    answer is about, "" for the pod itself, and ``blocks`` its blocks)."""
 
     @property
     def changes(self) -> bool:
-        return self.refusal is None and self.action in (GROWN, EXTENDED, SHRUNK)
+        return self.refusal is None and self.action in CHANGES
 
 
 def decide(
@@ -104,7 +126,9 @@ def decide(
     hint_nodes: tuple[int, ...] | None = None,
 ) -> Resize:
     """What resizing ``container`` (of ``pod``, with its new resources) does on ``state`` (read
-    only). ``hint_nodes``: the nodes allocations may use (None: every node of the state)."""
+    only). ``hint_nodes``: the nodes allocations may use (None: every node of the state). Not
+    for a pod allocated as a whole: :func:`.resize_budget.decide` (which calls this one for
+    every other pod) resizes its budget."""
     uid, container_name = pod.uid, container.name
     blocks = state.get_memory_blocks(uid, container_name)
     if not blocks:
@@ -121,39 +145,15 @@ def decide(
             uid, container_name, UNCHANGED, size, size, nodes, nodes, tuple(blocks), refusal=error
         )
 
-    if state.get_pod_memory_blocks(uid) is not None or (
-        pod.pod_level_resources_set and policy.gates.pod_level_resource_managers
-    ):
-        return refuse(
-            ResizeInfeasibleError,
-            "the pod is allocated by its pod-level resources (KEP-5526, spec.resources); "
-            "numamem does not resize a pod-level budget yet; fix: recreate the pod with the "
-            "new resources",
-        )
-    qos = pod_qos(pod)
-    if qos != GUARANTEED:
-        return refuse(
-            ResizeInfeasibleError,
-            f"the resized pod's QoS class is {qos}, it was Guaranteed (the API server forbids a "
-            "resize that changes the QoS class); fix: keep requests equal to limits",
-        )
-    if pod.is_regular_init_container(container_name):
-        return refuse(
-            ResizeInfeasibleError,
-            "a regular init container cannot be resized in place (the API server resizes "
-            "app containers and sidecars only)",
-        )
+    why = forbidden(pod, container)
+    if why:
+        return refuse(ResizeInfeasibleError, why)
     requested = container_requested_resources(
         container, pod, policy.gates.pod_level_resource_managers
     )
-    for name in sorted((set(requested) | set(old)) - {MEMORY}):
-        if requested.get(name, 0) != old.get(name, 0):
-            return refuse(
-                ResizeInfeasibleError,
-                f'requests["{name}"]: {format_bytes_exact(requested.get(name, 0))}, pinned '
-                f"{format_bytes_exact(old.get(name, 0))}: the API server does not allow "
-                "hugepage resize; fix: keep the hugepage requests as they are",
-            )
+    why = lost_own_memory(requested) or changed_hugepages("requests", requested, old)
+    if why:
+        return refuse(ResizeInfeasibleError, why)
     if memory is None or MEMORY not in requested:
         return refuse(ResizeInfeasibleError, "the container has no pinned memory block to resize")
     old_size, new_size = memory.size, requested[MEMORY]
@@ -164,46 +164,101 @@ def decide(
     grown = tuple(b.with_size(new_size) if b.type == MEMORY else b for b in blocks)
     if new_size < old_size:
         return Resize(uid, container_name, SHRUNK, old_size, new_size, nodes, nodes, grown)
-    plan, why = _grow(state, topology, nodes, new_size - old_size, requested, work, hint_nodes)
+    growth = Growth(uid, nodes, old_size, new_size, requested)
+    plan, why = grow(state, topology, growth, work, hint_nodes)
     if why:
-        refused = _refused(state, policy, topology, pod, container, work, hint_nodes, why)
+        refused = refused_alone(state, policy, topology, growth, work, hint_nodes, why)
         return Resize(
             uid, container_name, UNCHANGED, old_size, old_size, nodes, nodes, tuple(blocks),
-            extension=plan, refusal=verdict_error(refused, head, old_size, new_size),
+            extension=plan, refusal=verdict_error(refused, head, "memory", old_size, new_size),
         )  # fmt: skip
     if plan is None:
         return Resize(uid, container_name, GROWN, old_size, new_size, nodes, nodes, grown)
     wider = tuple(plan.nodes or ())
-    moved = tuple(sorted(_members(state, nodes)))
+    moved = members(state, nodes)
     extended = tuple(Block(wider, b.type, b.size) for b in grown)
     return Resize(
         uid, container_name, EXTENDED, old_size, new_size, nodes, wider, extended, moved, plan
     )
 
 
-def _grow(
+def forbidden(pod: Pod, container: Container | None) -> str:
+    """Why the API server would not have accepted this resize ("" when it would): a QoS class
+    change, or a regular init container resized."""
+    qos = pod_qos(pod)
+    if qos != GUARANTEED:
+        return (
+            f"the resized pod's QoS class is {qos}, it was Guaranteed (the API server forbids a "
+            "resize that changes the QoS class); fix: keep requests equal to limits"
+        )
+    if container is not None and pod.is_regular_init_container(container.name):
+        return (
+            "a regular init container cannot be resized in place (the API server resizes "
+            "app containers and sidecars only)"
+        )
+    return ""
+
+
+def lost_own_memory(requested: Mapping[str, int]) -> str:
+    """Why a container with blocks of its own cannot keep them ("" when it can): with
+    pod-level resources, it is no longer equivalent-Guaranteed (it asks for nothing)."""
+    if requested:
+        return ""
+    return (
+        "the container holds memory of its own, and its resized resources no longer give it "
+        "any (its own cpu and memory requests must equal its limits, or it shares its pod's "
+        "memory): numamem does not move a container between memory of its own and a shared "
+        "pool in place; fix: keep its cpu and memory requests equal to its limits, or "
+        "recreate the pod"
+    )
+
+
+def changed_hugepages(field: str, requested: Mapping[str, int], old: Mapping[str, int]) -> str:
+    """Why a hugepage size changed ("" when none did): the API server forbids it."""
+    for name in sorted((set(requested) | set(old)) - {MEMORY}):
+        if requested.get(name, 0) != old.get(name, 0):
+            return (
+                f'{field}["{name}"]: {format_bytes_exact(requested.get(name, 0))}, pinned '
+                f"{format_bytes_exact(old.get(name, 0))}: the API server does not allow "
+                "hugepage resize; fix: keep the hugepage requests as they are"
+            )
+    return ""
+
+
+@dataclass(frozen=True)
+class Growth:
+    """One allocation (a container's blocks, or a pod's budget) growing in its group."""
+
+    pod_uid: str
+    nodes: tuple[int, ...]
+    old_size: int
+    new_size: int
+    requested: Mapping[str, int]
+    """The new request (for ``restricted``'s preferred hints)."""
+
+
+def grow(
     state: MemoryState,
     topology: TopologyPolicy | None,
-    nodes: tuple[int, ...],
-    growth: int,
-    requested: Mapping[str, int],
+    growth: Growth,
     work: Work,
     hint_nodes: tuple[int, ...] | None,
 ) -> tuple[Extension | None, str]:
     """(None, ""): the group holds the growth; (an Extension, ""): the superset it grows to;
     (the Extension, why): neither fits, and why."""
+    nodes, need, requested = growth.nodes, growth.new_size - growth.old_size, growth.requested
     machine = state.machine_view()
     free = sum(memory_free(machine, n) for n in nodes)
-    if free >= growth:
+    if free >= need:
         return None, ""
     types = {b.type for _, _, bs in state.iter_containers() for b in bs if _on(b, nodes)}
     everyone = tuple(sorted(n for n, s in machine.items() if s is not None))
     extension = find_extension(
-        machine, nodes, growth, types, hint_nodes or everyone, topology, requested, work
+        machine, nodes, need, types, hint_nodes or everyone, topology, requested, work
     )
     if extension.nodes is None:
         return extension, (
-            f"nodes {list(nodes)} have {format_bytes(free)} free, {format_bytes(growth)} more "
+            f"nodes {list(nodes)} have {format_bytes(free)} free, {format_bytes(need)} more "
             f"is needed, and {extension.failure}"
         )
     return extension, ""
@@ -220,8 +275,11 @@ class _Verdict:
     """The most the container could have alone, where the policy's rule says (Infeasible)."""
 
 
-def verdict_error(verdict: _Verdict, head: str, old_size: int, new_size: int) -> ResizeError:
-    size = f"memory {format_bytes(old_size)} -> {format_bytes_exact(new_size)}"
+def verdict_error(
+    verdict: _Verdict, head: str, what: str, old_size: int, new_size: int
+) -> ResizeError:
+    """The refusal of a growth of ``what`` (e.g. "memory") that does not fit."""
+    size = f"{what} {format_bytes(old_size)} -> {format_bytes_exact(new_size)}"
     if verdict.alone:
         most = (
             ""
@@ -239,12 +297,11 @@ def verdict_error(verdict: _Verdict, head: str, old_size: int, new_size: int) ->
     )
 
 
-def _refused(
+def refused_alone(
     state: MemoryState,
     policy: Policy,
     topology: TopologyPolicy | None,
-    pod: Pod,
-    container: Container,
+    growth: Growth,
     work: Work,
     hint_nodes: tuple[int, ...] | None,
     why: str,
@@ -252,20 +309,13 @@ def _refused(
     """Deferred or Infeasible: the same rules on the state with every other pod gone."""
     alone = state.fork()
     for uid, name, _ in list(state.iter_containers()):
-        if uid != pod.uid:
+        if uid != growth.pod_uid:
             policy.remove_container(alone, uid, name)
-    blocks = state.get_memory_blocks(pod.uid, container.name) or []
-    memory = next(b for b in blocks if b.type == MEMORY)
-    nodes = tuple(sorted(memory.numa_affinity or ()))
-    gate = policy.gates.pod_level_resource_managers
-    requested = container_requested_resources(container, pod, gate)
-    extension, alone_why = _grow(
-        alone, topology, nodes, requested[MEMORY] - memory.size, requested, work, hint_nodes
-    )
+    extension, alone_why = grow(alone, topology, growth, work, hint_nodes)
     most = None
     if alone_why and extension is not None and extension.capacity is not None:
-        room = sum(memory_free(alone.machine_view(), n) for n in nodes) + extension.capacity
-        most = memory.size + room
+        room = sum(memory_free(alone.machine_view(), n) for n in growth.nodes)
+        most = growth.old_size + room + extension.capacity
     return _Verdict(why, alone_why, most)
 
 
@@ -275,7 +325,12 @@ def apply(state: State, resize: Resize) -> None:
         return
     old, new = resize.old_nodes, resize.nodes
     machine = copy_for_write(state.machine_view(), new)
-    delta = resize.new_size - resize.old_size
+    budget = resize.pod_level
+    delta = (
+        resize.new_size - resize.old_size
+        if budget is None
+        else budget.new_size - budget.old_size  # the budget is reserved, not its containers
+    )
     if resize.action == EXTENDED:
         count = node_state(machine, old[0]).number_of_assignments
         for n in new:
@@ -292,7 +347,13 @@ def apply(state: State, resize: Resize) -> None:
     else:
         _release_from_last(machine, new, -delta)
     state.adopt_machine_state(machine)
-    state.set_memory_blocks(resize.pod_uid, resize.container, list(resize.blocks))
+    budget = resize.pod_level
+    if budget is None:
+        state.set_memory_blocks(resize.pod_uid, resize.container, list(resize.blocks))
+        return
+    state.set_pod_memory_blocks(resize.pod_uid, list(budget.blocks), budget.exclusive)
+    for name, blocks in budget.containers:
+        state.set_memory_blocks(resize.pod_uid, name, list(blocks))
 
 
 def _retarget(state: State, old: set[int], new: tuple[int, ...]) -> None:
@@ -324,12 +385,15 @@ def _release_from_last(machine: MachineState, nodes: tuple[int, ...], size: int)
         size -= take
 
 
-def _members(state: MemoryState, nodes: tuple[int, ...]) -> set[ContainerRef]:
-    return {
-        (uid, name)
-        for uid, name, blocks in state.iter_containers()
-        if any(_on(b, nodes) for b in blocks)
-    }
+def members(state: MemoryState, nodes: tuple[int, ...]) -> tuple[ContainerRef, ...]:
+    """Every container with a block on the group ``nodes`` (sorted)."""
+    return tuple(
+        sorted(
+            (uid, name)
+            for uid, name, blocks in state.iter_containers()
+            if any(_on(b, nodes) for b in blocks)
+        )
+    )
 
 
 def _on(block: Block, nodes: Collection[int]) -> bool:

@@ -228,6 +228,10 @@ class _ResizeActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResizeAc
     """The group was extended to more NUMA nodes (see numa_nodes and moved)."""
     RESIZE_SHRUNK: _ResizeAction.ValueType  # 5
     """The blocks shrank; the group did not."""
+    RESIZE_REPARTITIONED: _ResizeAction.ValueType  # 6
+    """A pod allocated by its pod-level resources (KEP-5526): its budget stayed,
+    the shares of its containers inside it changed.
+    """
 
 class ResizeAction(_ResizeAction, metaclass=_ResizeActionEnumTypeWrapper): ...
 
@@ -242,6 +246,10 @@ RESIZE_GROWN_BY_EXTENSION: ResizeAction.ValueType  # 4
 """The group was extended to more NUMA nodes (see numa_nodes and moved)."""
 RESIZE_SHRUNK: ResizeAction.ValueType  # 5
 """The blocks shrank; the group did not."""
+RESIZE_REPARTITIONED: ResizeAction.ValueType  # 6
+"""A pod allocated by its pod-level resources (KEP-5526): its budget stayed,
+the shares of its containers inside it changed.
+"""
 Global___ResizeAction: _TypeAlias = ResizeAction  # noqa: Y015
 
 @_typing.final
@@ -2161,7 +2169,10 @@ class ResizeRequest(_message.Message):
     POD_FIELD_NUMBER: _builtins.int
     CONTAINER_NAME_FIELD_NUMBER: _builtins.int
     container_name: _builtins.str
-    """The container to resize; empty = the pod's only container."""
+    """The container to resize; empty = the pod's only container, or the pod
+    itself when it sets pod-level resources (a pod allocated by them is
+    resized as a whole: its budget and every container's share).
+    """
     @_builtins.property
     def pod(self) -> Global___Pod:
         """The pod with the container's new resources (as the API server accepted
@@ -2194,12 +2205,24 @@ class ResizeResponse(_message.Message):
     NUMA_NODES_FIELD_NUMBER: _builtins.int
     AFFINITY_CHANGED_FIELD_NUMBER: _builtins.int
     MOVED_FIELD_NUMBER: _builtins.int
+    POD_LEVEL_FIELD_NUMBER: _builtins.int
+    POD_BLOCKS_FIELD_NUMBER: _builtins.int
+    PREVIOUS_POD_MEMORY_FIELD_NUMBER: _builtins.int
+    POD_MEMORY_FIELD_NUMBER: _builtins.int
     action: Global___ResizeAction.ValueType
     previous_memory: _builtins.int
     """Its pinned memory before and after, bytes."""
     memory: _builtins.int
     affinity_changed: _builtins.bool
     """Whether the nodes changed (an extended group)."""
+    pod_level: _builtins.bool
+    """A pod allocated by its pod-level resources (KEP-5526) is resized as a
+    whole: action and numa_nodes are its budget's, blocks and memory the
+    container's (the budget's when container_name is empty), and these its
+    pod-level blocks (the budget) afterwards and its memory before and after.
+    """
+    previous_pod_memory: _builtins.int
+    pod_memory: _builtins.int
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryBlock]:
         """The container's blocks afterwards."""
@@ -2216,6 +2239,8 @@ class ResizeResponse(_message.Message):
         cpuset.mems must be set to numa_nodes too.
         """
 
+    @_builtins.property
+    def pod_blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryBlock]: ...
     def __init__(
         self,
         *,
@@ -2227,10 +2252,14 @@ class ResizeResponse(_message.Message):
         numa_nodes: _abc.Iterable[_builtins.int] | None = ...,
         affinity_changed: _builtins.bool = ...,
         moved: _abc.Iterable[_common_pb2.ContainerRef] | None = ...,
+        pod_level: _builtins.bool = ...,
+        pod_blocks: _abc.Iterable[Global___MemoryBlock] | None = ...,
+        previous_pod_memory: _builtins.int = ...,
+        pod_memory: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "affinity_changed", b"affinity_changed", "blocks", b"blocks", "memory", b"memory", "moved", b"moved", "numa_nodes", b"numa_nodes", "previous_memory", b"previous_memory", "previous_numa_nodes", b"previous_numa_nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "affinity_changed", b"affinity_changed", "blocks", b"blocks", "memory", b"memory", "moved", b"moved", "numa_nodes", b"numa_nodes", "pod_blocks", b"pod_blocks", "pod_level", b"pod_level", "pod_memory", b"pod_memory", "previous_memory", b"previous_memory", "previous_numa_nodes", b"previous_numa_nodes", "previous_pod_memory", b"previous_pod_memory"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -90,7 +90,10 @@ class MemoryManagerStub:
     """Resize resizes the pinned memory of one container in place to its
     resources in `pod`, the pod as the API server accepted the resize (a
     numamem extension: the kubelet's Static policy cannot resize pinned
-    memory). It grows the blocks in the container's NUMA group, else extends
+    memory); of a pod allocated by its pod-level resources, its budget and
+    its containers' shares, by the same rules (refused as Infeasible when
+    the shares no longer fit the budget or leave its shared pool empty).
+    It grows the blocks in the container's NUMA group, else extends
     the group to the narrowest superset of unused nodes the topology manager
     policy admits; it shrinks blocks and never the group. One write;
     idempotent (the current size writes nothing). Refusals change nothing:
@@ -173,7 +176,10 @@ class MemoryManagerAsyncStub(MemoryManagerStub):
     """Resize resizes the pinned memory of one container in place to its
     resources in `pod`, the pod as the API server accepted the resize (a
     numamem extension: the kubelet's Static policy cannot resize pinned
-    memory). It grows the blocks in the container's NUMA group, else extends
+    memory); of a pod allocated by its pod-level resources, its budget and
+    its containers' shares, by the same rules (refused as Infeasible when
+    the shares no longer fit the budget or leave its shared pool empty).
+    It grows the blocks in the container's NUMA group, else extends
     the group to the narrowest superset of unused nodes the topology manager
     policy admits; it shrinks blocks and never the group. One write;
     idempotent (the current size writes nothing). Refusals change nothing:
@@ -349,7 +355,10 @@ class MemoryManagerServicer(metaclass=_abc_1.ABCMeta):
         """Resize resizes the pinned memory of one container in place to its
         resources in `pod`, the pod as the API server accepted the resize (a
         numamem extension: the kubelet's Static policy cannot resize pinned
-        memory). It grows the blocks in the container's NUMA group, else extends
+        memory); of a pod allocated by its pod-level resources, its budget and
+        its containers' shares, by the same rules (refused as Infeasible when
+        the shares no longer fit the budget or leave its shared pool empty).
+        It grows the blocks in the container's NUMA group, else extends
         the group to the narrowest superset of unused nodes the topology manager
         policy admits; it shrinks blocks and never the group. One write;
         idempotent (the current size writes nothing). Refusals change nothing:
