@@ -14,6 +14,7 @@ import pytest
 
 from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient, error_reason
+from numamem.config.model import FeatureGates
 from numamem.memorymanager.drift import EXACT
 from numamem.memorymanager.invariants import violations
 from numamem.memorymanager.options import StaticOptions
@@ -194,3 +195,93 @@ def test_cli_resize_and_explain_resize(
     bad = cli(d, "resize", "-f", example, "--container", "nope", "--memory", "1Gi")
     assert bad.returncode == 2
     assert "--container 'nope' is not in the pod" in bad.stderr
+
+
+POD_LEVEL = [
+    "--feature-gates",
+    "PodLevelResources=true,PodLevelResourceManagers=true",
+    "--topology-manager-policy",
+    "best-effort",
+    "--topology-manager-scope",
+    "pod",
+]
+
+
+def pod_level_pod(budget: str, db: str) -> mm.Pod:
+    """A pod-level pod: db has memory of its own, web shares the rest of the budget."""
+    own = {"cpu": "1", "memory": db}
+    return mm.Pod(
+        uid="plp",
+        namespace="ns",
+        name="plp",
+        containers=[
+            mm.Container(name="db", requests=own, limits=dict(own)),
+            mm.Container(name="web"),
+        ],
+        requests={"cpu": "4", "memory": budget},
+        limits={"cpu": "4", "memory": budget},
+    )
+
+
+def test_pod_level_budget_grow_kill_restart(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """The budget of a pod allocated as a whole grows (in its group, then by extension),
+    SIGKILL, and the restart reads the V3 file back exactly; the kubelet's validateState
+    (replaying the pod-level blocks) passes on it."""
+    sysfs = short_root / "sys"
+    write_sysfs(sysfs, standard_nodes(3, memory_gib=8, hugepages={HP_1G: (1, 1)}))
+    d = DaemonProcess(
+        short_root, ["--sysfs-root", str(sysfs), *STATIC_ARGS, *EXACT_RESTORE, *POD_LEVEL]
+    )
+    daemon_factory.append(d)
+    d.start()
+    state_file = Path(d.state_dir) / "memory_manager_state"
+    with NumamemClient(d.socket) as client:
+        assert client.admit(pod_level_pod("4Gi", "1Gi")).admitted
+        grown = client.resize(pod_level_pod("6Gi", "1Gi"), "")
+        assert grown.action == mm.RESIZE_GROWN_IN_GROUP and grown.pod_level
+        assert (grown.previous_pod_memory, grown.pod_memory) == (4 * GI, 6 * GI)
+        wider = client.resize(pod_level_pod("9Gi", "2Gi"), "db")
+        assert wider.action == mm.RESIZE_GROWN_BY_EXTENSION
+        assert list(wider.numa_nodes) == [0, 1]
+        assert [(r.pod_uid, r.container_name) for r in wider.moved] == [
+            ("plp", "db"),
+            ("plp", "web"),
+        ]
+        assert [(list(b.numa_affinity), b.size) for b in wider.blocks] == [([0, 1], 2 * GI)]
+        data = state_file.read_bytes()
+        loaded = kubelet.load(data)
+        assert [(b.numa_affinity, b.size) for b in loaded.pod_entries["plp"]] == [((0, 1), 9 * GI)]
+        machine = Machine(
+            tuple(NUMANode(i, 8 * GI, (HugePagePool(HP_1G, 1, 1),)) for i in range(3))
+        )
+        gates = FeatureGates(True, True)
+        policy = StaticPolicy(
+            machine, {0: {"memory": GI}}, options=StaticOptions(EXACT), gates=gates
+        )
+        restored = MemoryState(loaded.machine_state, loaded.assignments, loaded.pod_entries)
+        work = restored.fork()
+        policy.start(work)
+        assert work.same_as(restored), "validateState changed the state"
+        assert violations(loaded.machine_state, loaded.assignments, loaded.pod_entries) == []
+        final = client.get_state()
+        # the API server's rules still refuse what it would: the pool emptied
+        with pytest.raises(grpc.RpcError) as info:
+            client.resize(pod_level_pod("9Gi", "9Gi"), "db")
+        assert error_reason(info.value) == "RESIZE_INFEASIBLE"
+        assert "EmptyPodSharedPoolError" in (info.value.details() or "")
+        assert state_file.read_bytes() == data
+    d.stop(signal.SIGKILL)
+    d.start()
+    with NumamemClient(d.socket) as client:
+        assert client.get_state() == final
+        assert client.get_memory_numa_nodes("plp", "web") == [0, 1]
+        same = client.resize(pod_level_pod("9Gi", "2Gi"), "")
+        assert same.action == mm.RESIZE_UNCHANGED
+        shrunk = client.resize(pod_level_pod("5Gi", "2Gi"), "")
+        assert shrunk.action == mm.RESIZE_SHRUNK and list(shrunk.numa_nodes) == [0, 1]
+    # The CLI: a pod-level pod not admitted has no budget pinned.
+    out = cli(d, "explain", "--resize", "-f", "examples/pod-level.yaml", "--pod-memory", "9Gi")
+    assert out.returncode == 0, out.stderr
+    assert "not pinned" in out.stdout
