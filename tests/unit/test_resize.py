@@ -531,3 +531,24 @@ def test_an_extension_on_64_nodes_is_found_without_listing_the_supersets(
         violations(manager.reader().get_machine_state(), manager.reader().get_memory_assignments())
         == []
     )
+
+
+def test_a_resize_removes_stale_state_first_like_allocate() -> None:
+    """With the kubelet's active pods, the memory of a pod that is gone (stale state) is
+    removed before a resize decides, as before an Allocate: else a resize that needs it was
+    Deferred, and retried alone it stayed Deferred until some admission came by."""
+    machine = machine_of(Row("x", (), ""))
+    active = [core_pod("p", "4Gi"), core_pod("q", "3Gi")]
+    manager = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}),
+        InMemoryStore(),
+        new_policy("single-numa-node", machine)[0],
+        active_pods=lambda: active,
+    )
+    manager.start()
+    for pod in active:
+        manager.allocate(pod, "app", TopologyHint(bitmask.new_mask([0]), True))
+    del active[1]  # q was deleted
+    decided = manager.resize(core_pod("p", "7Gi"), "app")
+    assert (decided.action, decided.nodes) == (resizing.GROWN, (0,))
+    assert manager.get_memory("q", "app") == []
