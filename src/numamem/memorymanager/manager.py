@@ -326,11 +326,13 @@ class Manager:
         pod allocated as a whole by its pod-level resources, its budget and its containers'
         shares (:mod:`.resize_budget`; ``container_name`` "" names the pod itself).
 
-        Computed outside the lock and committed in one write, like :meth:`allocate`. A
-        refusal (ResizeDeferredError, ResizeInfeasibleError) changes nothing; a resize to
-        the current sizes (or of a container without pinned memory) writes nothing."""
+        Stale-state cleanup first (its own write), then computed outside the lock and
+        committed in one write, like :meth:`allocate`. A refusal (ResizeDeferredError,
+        ResizeInfeasibleError) changes nothing; a resize to the current sizes (or of a
+        container without pinned memory) writes nothing."""
         _resized(pod, container_name)
         self._touch(pod)
+        self._settle_stale_state()
 
         def compute(fork: MemoryState, work: Work) -> tuple[bool, resizing.Resize]:
             decided = self._decide_resize(fork, pod, container_name, work)
