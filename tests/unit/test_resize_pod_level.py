@@ -34,6 +34,7 @@ from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.policy import TopologyHint, new_policy
 from numamem.v1 import memorymanager_pb2 as mm
+from tests.unit.test_resize import WIRE_ACTIONS, WIRE_REFUSALS
 
 GI = 1024**3
 HP_1G = 1048576
@@ -338,19 +339,6 @@ def test_pod_level_resize_through_the_core(row: Row) -> None:
     writes = store.writes
     assert manager.resize(pod, row.view).action == resizing.UNCHANGED
     assert store.writes == writes
-
-
-WIRE_ACTIONS = {
-    resizing.GROWN: mm.RESIZE_GROWN_IN_GROUP,
-    resizing.EXTENDED: mm.RESIZE_GROWN_BY_EXTENSION,
-    resizing.SHRUNK: mm.RESIZE_SHRUNK,
-    resizing.UNCHANGED: mm.RESIZE_UNCHANGED,
-    resizing.REPARTITIONED: mm.RESIZE_REPARTITIONED,
-}
-WIRE_REFUSALS = {
-    "Deferred": (grpc.StatusCode.RESOURCE_EXHAUSTED, "RESIZE_DEFERRED"),
-    "Infeasible": (grpc.StatusCode.FAILED_PRECONDITION, "RESIZE_INFEASIBLE"),
-}
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
