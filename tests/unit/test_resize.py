@@ -557,3 +557,25 @@ def test_a_resize_removes_stale_state_first_like_allocate() -> None:
     decided = manager.resize(core_pod("p", "7Gi"), "app")
     assert (decided.action, decided.nodes) == (resizing.GROWN, (0,))
     assert manager.get_memory("q", "app") == []
+
+
+def test_a_node_left_out_by_restrict_to_cpu_numa_nodes_is_named() -> None:
+    """A memory-only node under restrict-to-cpu-numa-nodes cannot join a group; the refusal
+    says so (it named only the node used by another group, and the free memory-only node
+    was left unexplained)."""
+    machine = Machine(tuple(NUMANode(i, 8 * GI, (), cpus=(i,) if i < 2 else ()) for i in range(3)))
+    manager = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}, numa_nodes=(0, 1)),
+        InMemoryStore(),
+        new_policy("best-effort", machine)[0],
+    )
+    manager.start()
+    for uid, size, node in (("p", "4Gi", 0), ("q", "1Gi", 1)):
+        manager.allocate(core_pod(uid, size), "app", TopologyHint(1 << node, True))
+    with pytest.raises(ResizeError) as info:
+        manager.resize(core_pod("p", "10Gi"), "app")
+    assert info.value.verdict == "Deferred"
+    assert (
+        "no node outside [0] can join it (node 1 is used by the group [1]; node 2 has no CPUs "
+        "(restrict-to-cpu-numa-nodes=true))"
+    ) in str(info.value)

@@ -215,8 +215,12 @@ def _eligible(
     eligible: list[int] = []
     notes: list[str] = []
     members = set(group)
-    for n in sorted(hint_nodes):
+    hints = set(hint_nodes)
+    for n in sorted(machine_state):
         if n in members:
+            continue
+        if n not in hints:
+            notes.append(f"node {n} has no CPUs (restrict-to-cpu-numa-nodes=true)")
             continue
         node = machine_state.get(n)
         if node is None:
