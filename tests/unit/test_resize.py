@@ -491,3 +491,86 @@ def test_a_pod_level_pod_is_refused_by_name(policy: str, as_a_whole: bool) -> No
     )
     assert "numamem does not resize a pod-level budget yet" in str(info.value)
     assert manager.reader() is before
+
+
+@pytest.mark.parametrize(
+    ("closest", "nodes"),
+    [(False, (0, 1, 2, 3, 4, 32)), (True, (27, 28, 29, 30, 31, 32))],
+    ids=["narrowest", "prefer-closest"],
+)
+def test_an_extension_on_64_nodes_is_found_without_listing_the_supersets(
+    closest: bool, nodes: tuple[int, ...]
+) -> None:
+    """Growing by five 16Gi nodes on 64: C(63, 5) = 7 million supersets of that size, which
+    listing one by one refused (SEARCH_BUDGET_EXCEEDED, after 10 s of CPU with the default
+    budget) though any five fit; the best is found by search, within a small budget."""
+    distances = tuple(
+        tuple(10 if a == b else 20 + abs(a - b) for b in range(64)) for a in range(64)
+    )
+    machine = Machine(
+        tuple(NUMANode(i, 16 * GI, (), cpus=(i,), distances=distances[i]) for i in range(64))
+    )
+    options = {"max-allowable-numa-nodes": "64"}
+    if closest:
+        options["prefer-closest-numa-nodes"] = "true"
+    manager = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}),
+        InMemoryStore(),
+        new_policy("best-effort", machine, options)[0],
+    )
+    manager.start()
+    manager.allocate(core_pod("p", "4Gi"), "app", TopologyHint(bitmask.new_mask([32]), True))
+    decided = manager.resize(core_pod("p", "81Gi"), "app", budget=200_000)
+    assert (decided.action, decided.nodes) == (resizing.EXTENDED, nodes)
+    assert decided.extension is not None
+    taken = [c.nodes for c in decided.extension.candidates if c.taken]
+    assert taken == [nodes], "the superset taken is listed"
+    listed = len(decided.extension.candidates)
+    assert listed + decided.extension.omitted == 7_028_847  # C(63, 5)
+    assert (
+        violations(manager.reader().get_machine_state(), manager.reader().get_memory_assignments())
+        == []
+    )
+
+
+def test_a_resize_removes_stale_state_first_like_allocate() -> None:
+    """With the kubelet's active pods, the memory of a pod that is gone (stale state) is
+    removed before a resize decides, as before an Allocate: else a resize that needs it was
+    Deferred, and retried alone it stayed Deferred until some admission came by."""
+    machine = machine_of(Row("x", (), ""))
+    active = [core_pod("p", "4Gi"), core_pod("q", "3Gi")]
+    manager = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}),
+        InMemoryStore(),
+        new_policy("single-numa-node", machine)[0],
+        active_pods=lambda: active,
+    )
+    manager.start()
+    for pod in active:
+        manager.allocate(pod, "app", TopologyHint(bitmask.new_mask([0]), True))
+    del active[1]  # q was deleted
+    decided = manager.resize(core_pod("p", "7Gi"), "app")
+    assert (decided.action, decided.nodes) == (resizing.GROWN, (0,))
+    assert manager.get_memory("q", "app") == []
+
+
+def test_a_node_left_out_by_restrict_to_cpu_numa_nodes_is_named() -> None:
+    """A memory-only node under restrict-to-cpu-numa-nodes cannot join a group; the refusal
+    says so (it named only the node used by another group, and the free memory-only node
+    was left unexplained)."""
+    machine = Machine(tuple(NUMANode(i, 8 * GI, (), cpus=(i,) if i < 2 else ()) for i in range(3)))
+    manager = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}, numa_nodes=(0, 1)),
+        InMemoryStore(),
+        new_policy("best-effort", machine)[0],
+    )
+    manager.start()
+    for uid, size, node in (("p", "4Gi", 0), ("q", "1Gi", 1)):
+        manager.allocate(core_pod(uid, size), "app", TopologyHint(1 << node, True))
+    with pytest.raises(ResizeError) as info:
+        manager.resize(core_pod("p", "10Gi"), "app")
+    assert info.value.verdict == "Deferred"
+    assert (
+        "no node outside [0] can join it (node 1 is used by the group [1]; node 2 has no CPUs "
+        "(restrict-to-cpu-numa-nodes=true))"
+    ) in str(info.value)

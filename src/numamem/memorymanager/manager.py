@@ -324,11 +324,13 @@ class Manager:
         """In-place resize of a container's pinned memory to its resources in ``pod``
         (:mod:`.resize`, a numamem extension: the kubelet's Static policy refuses it).
 
-        Computed outside the lock and committed in one write, like :meth:`allocate`. A
-        refusal (ResizeDeferredError, ResizeInfeasibleError) changes nothing; a resize to
-        the current size (or of a container without pinned memory) writes nothing."""
+        Stale-state cleanup first (its own write), then computed outside the lock and
+        committed in one write, like :meth:`allocate`. A refusal (ResizeDeferredError,
+        ResizeInfeasibleError) changes nothing; a resize to the current size (or of a
+        container without pinned memory) writes nothing."""
         container = _container(pod, container_name)
         self._touch(pod)
+        self._settle_stale_state()
 
         def compute(fork: MemoryState, work: Work) -> tuple[bool, resizing.Resize]:
             decided = self._decide_resize(fork, pod, container, work)

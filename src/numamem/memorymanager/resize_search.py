@@ -14,23 +14,26 @@ policy:
   (as many nodes as the fewest whose allocatable covers it: kubelet's ``minAffinitySize``);
 * ``single-numa-node``: never (a group of one node stays one node).
 
-Every superset looked at costs a step of the :class:`~numamem.work.Work` (its budget and
-deadline refuse a search too large by name: SearchBudgetError, DeadlineExceededError); sizes
-whose largest free nodes cannot cover the growth are skipped without enumerating them. The
-candidates looked at are kept (the first :data:`MAX_LISTED`) with why each was taken or not,
-for ``numamem explain --resize``.
+The best superset of a size is found by search, not by listing the supersets (64 nodes
+have 7 million supersets of 5 more nodes): :class:`~numamem.memorymanager.subset_search.Ground`,
+exact in both orders, each node visited charged to the :class:`~numamem.work.Work` (its
+budget and deadline refuse a search too large by name: SearchBudgetError,
+DeadlineExceededError); sizes whose largest free nodes cannot cover the growth are skipped.
+The first :data:`MAX_LISTED` supersets of the size taken (and the one taken) are listed
+with why each was taken or not, the others counted, for ``numamem explain --resize``.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from numamem.memorymanager.hints import HintSpace
+from numamem.memorymanager.subset_search import Ground
 from numamem.memtypes import MEMORY, NUMANodeState
 from numamem.quantity import format_bytes
-from numamem.topologymanager import bitmask
 from numamem.topologymanager.merge import NARROWEST, Order
 from numamem.topologymanager.policy import NONE, RESTRICTED, SINGLE_NUMA_NODE, TopologyPolicy
 from numamem.work import Work
@@ -95,7 +98,6 @@ def find_extension(
         space = HintSpace(machine_state, new_request, {}, hint_nodes, work)
         preferred_size = space.min_affinity_size
     capacity = None if preferred_size is not None else sum(frees.values())
-    base = bitmask.new_mask(group)
     listed: list[Candidate] = []
     omitted = 0
     by_size = sorted(frees.values(), reverse=True)
@@ -115,21 +117,18 @@ def find_extension(
                 f"have {format_bytes(sum(by_size[:k]))}, {format_bytes(need)} more is needed"
             )
             continue
-        fitting: list[tuple[tuple[int, int], tuple[int, ...]]] = []
-        looked: list[tuple[tuple[int, ...], int]] = []
-        for combo in itertools.combinations(eligible, k):
-            work.spend(1)
-            have = sum(frees[n] for n in combo)
-            nodes = tuple(sorted((*group, *combo)))
-            looked.append((nodes, have))
-            if have >= need:
-                fitting.append((order.key(base | bitmask.new_mask(combo)), nodes))
-        if not fitting:
-            for nodes, have in looked:
-                omitted += _add(listed, Candidate(nodes, False, _short(group_free + have, growth)))
+        found = _best(eligible, frees, need, k, group, order, work)
+        if found is None:  # cannot happen: the k largest cover the growth
             continue
-        best = min(fitting)[1]
+        best = tuple(sorted((*group, *found)))
         why = "closer" if closest else "a lower mask"
+        looked: list[tuple[tuple[int, ...], int]] = []
+        for combo in itertools.islice(itertools.combinations(eligible, k), MAX_LISTED):
+            work.spend(1)
+            looked.append((tuple(sorted((*group, *combo))), sum(frees[n] for n in combo)))
+        if best not in (nodes for nodes, _ in looked):
+            looked[-1:] = [(best, sum(frees[n] for n in found))]
+        omitted += math.comb(len(eligible), k) - len(looked)
         for nodes, have in looked:
             if nodes == best:
                 taken = "taken: the narrowest superset that fits" + (
@@ -154,6 +153,38 @@ def find_extension(
     else:
         failure = f"no superset of {list(group)} made of unused nodes has enough free memory"
     return Extension(None, tuple(listed), omitted, tuple(notes), failure, capacity)
+
+
+def _best(
+    eligible: Sequence[int],
+    frees: Mapping[int, int],
+    need: int,
+    k: int,
+    group: Sequence[int],
+    order: Order,
+    work: Work,
+) -> tuple[int, ...] | None:
+    """The ``k`` eligible nodes that, added to ``group``, make the superset smallest under
+    ``order`` among those whose free memory covers ``need``, found without listing the
+    k-subsets (:class:`~numamem.memorymanager.subset_search.Ground`: 64 nodes have 10^17).
+    By distance, each node's self distance carries its distances to and from the group, so
+    the subset's sum is the superset's, less the group's own."""
+    values = [(frees[n],) for n in eligible]
+    cap = (sum(frees[n] for n in eligible) - need,)
+    ground = Ground(eligible, values, cap, 1, len(eligible) - 1, work)
+    distances = order.distances
+    if distances is not None:
+        work.spend(len(eligible) * (len(group) + len(eligible)))
+        distances = {
+            r: {
+                s: distances[r][s]
+                + (sum(distances[g][r] + distances[r][g] for g in group) if r == s else 0)
+                for s in eligible
+            }
+            for r in eligible
+        }
+    mask = ground.best(k, distances)
+    return None if mask is None else tuple(n for n in eligible if mask >> n & 1)
 
 
 def _add(listed: list[Candidate], candidate: Candidate) -> int:
@@ -184,8 +215,12 @@ def _eligible(
     eligible: list[int] = []
     notes: list[str] = []
     members = set(group)
-    for n in sorted(hint_nodes):
+    hints = set(hint_nodes)
+    for n in sorted(machine_state):
         if n in members:
+            continue
+        if n not in hints:
+            notes.append(f"node {n} has no CPUs (restrict-to-cpu-numa-nodes=true)")
             continue
         node = machine_state.get(n)
         if node is None:
