@@ -4,6 +4,7 @@ and WATCHDOG_PID are parsed strictly and the ping interval is clamped (api/sdnot
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -137,10 +138,14 @@ def test_the_serving_loop_accepts_the_longest_interval(short_root: Path) -> None
     OverflowError after the daemon had started serving."""
     notifier = Notifier({"NOTIFY_SOCKET": "@numamem-test-none", "WATCHDOG_USEC": "9" * 19})
     daemon = Daemon(Config(), lambda cfg: [], notifier=notifier)
-    stopper = threading.Timer(0.2, daemon._stop.set)
+    read_end, write_end = os.pipe()
+    daemon._wake = (read_end, write_end)  # as run() sets it up
+    stopper = threading.Timer(0.2, daemon._on_signal, args=(signal.SIGTERM, None))
     stopper.start()
     try:
         daemon._serve_until_stopped()
     finally:
         stopper.cancel()
         notifier.close()
+        os.close(read_end)
+        os.close(write_end)

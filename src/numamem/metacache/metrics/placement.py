@@ -325,27 +325,13 @@ class PlacementSampler:
                     cid,
                     where,
                 )
-            message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
-            _log.warning(
-                "cannot read the container's NUMA placement",
-                pod_uid=quote(target.pod_uid, style="bare"),
-                container=quote(target.container_name, style="bare"),
-                error=message,
-            )
-            return Placement(target, UNREADABLE, message, cid, where)
+            return _unreadable(target, err, cid, where)
         try:
             huge = cgroup.read_hugetlb_numa_stats(dirs.hugetlb)
         except (OSError, CgroupFormatError) as err:
             if _went_away(err, dirs.hugetlb) or _went_away(err, dirs.memory):
                 return self._gone(target)
-            message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
-            _log.warning(
-                "cannot read the container's NUMA placement",
-                pod_uid=quote(target.pod_uid, style="bare"),
-                container=quote(target.container_name, style="bare"),
-                error=message,
-            )
-            return Placement(target, UNREADABLE, message, cid, where)
+            return _unreadable(target, err, cid, where)
         result = residency(target.assigned, stat, enforced, huge)
         message = "" if enforced is not None else f"no {cgroup.enforced_mems_file(dirs)}"
         if result.cpuset_matches is False:
@@ -599,6 +585,20 @@ def _went_away(err: Exception, directory: Path) -> bool:
     if isinstance(err, OSError) and err.errno in _GONE_ERRNOS and not directory.is_dir():
         return True
     return isinstance(err, OSError) and err.errno == errno.ENODEV
+
+
+def _unreadable(
+    target: PlacementTarget, err: OSError | CgroupFormatError, cid: str, where: str
+) -> Placement:
+    """UNREADABLE for ``target``, logged once per sample with the reason."""
+    message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
+    _log.warning(
+        "cannot read the container's NUMA placement",
+        pod_uid=quote(target.pod_uid, style="bare"),
+        container=quote(target.container_name, style="bare"),
+        error=message,
+    )
+    return Placement(target, UNREADABLE, message, cid, where)
 
 
 def _os_error(err: OSError) -> str:
