@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from numamem.errors import quote
 from numamem.quantity import Quantity
 
 GUARANTEED = "Guaranteed"
@@ -194,6 +195,29 @@ def pod_qos(pod: Pod) -> str:
     if not pod._computed_qos:
         object.__setattr__(pod, "_computed_qos", compute_pod_qos(pod))
     return pod._computed_qos
+
+
+def not_guaranteed_because(pod: Pod) -> str:
+    """Where ``pod`` stops being Guaranteed, for a message: the first cpu or memory
+    (pod-level when it sets pod-level resources, as :func:`compute_pod_qos` decides) without
+    a limit or whose request differs from its limit, else its given ``status.qosClass``; ""
+    when neither."""
+    if pod.requests or pod.limits:
+        places = [("spec.resources", pod.requests, pod.limits)]
+    else:
+        places = [
+            (f"container {quote(c.name)}", c.requests, c.limits) for c in pod.all_containers()
+        ]
+    for where, requests, limits in places:
+        for name in (CPU, MEMORY):
+            request, limit = requests.get(name), limits.get(name)
+            if limit is None or limit.value <= 0:
+                return f"{where} has no {name} limit"
+            if request is not None and request.value != limit.value:
+                return f"{where} requests {name} {request} but limits it to {limit}"
+    if pod.qos_class and pod.qos_class != GUARANTEED:
+        return f"its status.qosClass is {quote(pod.qos_class)}"
+    return ""
 
 
 def compute_pod_qos(pod: Pod, pod_level: bool = True) -> str:

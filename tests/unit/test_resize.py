@@ -189,7 +189,8 @@ ROWS = [
         (P4,),
         "6Gi",
         refusal="Infeasible",
-        phrase="QoS class is Burstable, it was Guaranteed",
+        phrase="QoS class is Burstable, it was Guaranteed (container 'app' requests cpu 1 "
+        "but limits it to 2;",
         burstable=True,
     ),
 ]

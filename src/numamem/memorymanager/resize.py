@@ -56,7 +56,7 @@ from numamem.memtypes import (
     MemoryTable,
     NUMANodeState,
 )
-from numamem.pod import GUARANTEED, Container, Pod, pod_qos
+from numamem.pod import GUARANTEED, Container, Pod, not_guaranteed_because, pod_qos
 from numamem.quantity import format_bytes, format_bytes_exact
 from numamem.topologymanager.policy import TopologyPolicy
 from numamem.work import Work
@@ -155,7 +155,12 @@ def decide(
     if why:
         return refuse(ResizeInfeasibleError, why)
     if memory is None or MEMORY not in requested:
-        return refuse(ResizeInfeasibleError, "the container has no pinned memory block to resize")
+        return refuse(
+            ResizeInfeasibleError,
+            "the container has no pinned memory block to resize (it was not allocated by the "
+            "Static policy, or asks for no memory of its own); fix: none needed here, the "
+            "kubelet resizes a container without pinned memory itself",
+        )
     old_size, new_size = memory.size, requested[MEMORY]
     if new_size == old_size:
         return Resize(
@@ -188,13 +193,16 @@ def forbidden(pod: Pod, container: Container | None) -> str:
     qos = pod_qos(pod)
     if qos != GUARANTEED:
         return (
-            f"the resized pod's QoS class is {qos}, it was Guaranteed (the API server forbids a "
-            "resize that changes the QoS class); fix: keep requests equal to limits"
+            f"the resized pod's QoS class is {qos}, it was Guaranteed "
+            f"({not_guaranteed_because(pod) or 'its cpu and memory'}; the API server forbids a "
+            "resize that changes the QoS class); fix: keep every cpu and memory request equal "
+            "to its limit"
         )
     if container is not None and pod.is_regular_init_container(container.name):
         return (
             "a regular init container cannot be resized in place (the API server resizes "
-            "app containers and sidecars only)"
+            "app containers and sidecars only); fix: resize an app container or a sidecar "
+            "(restartPolicy: Always) instead"
         )
     return ""
 
