@@ -33,7 +33,7 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench import hard_paths, large_numa, targets
+from bench import hard_paths, large_numa, readme, targets
 from numamem.api.convert import hints_to_proto
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
@@ -777,6 +777,11 @@ def main() -> int:
         "--only", action="append", default=[], help="run only these phases (repeatable)"
     )
     parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="make this run README.md's performance table (bench/readme.py)",
+    )
+    parser.add_argument(
         "--baseline",
         default=large_numa.BASELINE,
         help="revision the numa phase compares with ('' for none)",
@@ -849,6 +854,11 @@ def main() -> int:
     print(
         f"\n{len(report.figures)} figures written to {out.relative_to(REPO)} in {report.figures['bench_seconds']:.0f} s"
     )
+    if args.readme:
+        if args.only or args.quick:
+            print("--readme needs a full run (no --only, no --quick): README.md unchanged")
+            return 1
+        readme.publish(out)
     return 0
 
 

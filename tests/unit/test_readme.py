@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
 
+from bench import readme as bench_readme
 from numamem.v1 import memorymanager_pb2, metacache_pb2, topology_pb2
 from tests.readme_docs import (
     README,
@@ -135,3 +137,27 @@ def test_the_residency_section_does_not_call_shared_memory_reclaimable() -> None
     assert "the page cache on a node is `file` minus `shmem`" in text
     assert "Outside page cache only (v2: `file` minus `shmem`; v1: `file`): usually nothing" in text
     assert "only page cache is reclaimable, and v2's file includes shmem" in LEGEND
+
+
+def test_performance_table_is_one_bench_run() -> None:
+    """The README's performance table is what bench/figures.json (one full run) renders."""
+    figures = json.loads(bench_readme.FIGURES.read_text())
+    assert not figures["machine"]["quick"], "bench/figures.json is a --quick run"
+    assert bench_readme.current(readme()) == bench_readme.render(figures), (
+        "README.md's performance table is not bench/figures.json: run `python -m bench.readme`"
+    )
+
+
+def test_the_performance_table_generator_renders_every_row() -> None:
+    figures = {
+        "machine": {"date": "D", "cpus": 2, "python": "3.11", "platform": "P", "quick": False},
+        "bench_seconds": 12.4,
+        "floor": {"p50_ms": 0.5},
+        "rows": [["a | b", "1.000 ms", "2.000 ms", "2.00x"], ["v", "3 /s", "", "(target)"]],
+    }
+    text = f"x\n{bench_readme.BEGIN}\nold\n{bench_readme.END}\ny"
+    block = bench_readme.current(bench_readme.rewrite(text, figures))
+    assert "| a \\| b | 1.000 ms | 2.000 ms | 2.00x |" in block
+    assert "| v | 3 /s |  | (target) |" in block
+    assert "12 s; RPC floor p50 0.500 ms" in block
+    assert bench_readme.rewrite(text, figures).startswith("x\n") and text.endswith("\ny")
