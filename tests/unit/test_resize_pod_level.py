@@ -471,3 +471,52 @@ def test_a_released_init_container_stays_released() -> None:
     assert done.action == resizing.GROWN
     assert manager.get_memory("p", "setup") == []
     assert [b.size for b in manager.get_memory("p", "web")] == [6 * GI]
+
+
+def test_an_extension_keeps_to_nodes_with_the_budgets_hugepages() -> None:
+    """The budget holds 1Gi pages that no container's block names (every container has
+    memory of its own, so the pool is nobody's): an extension must still keep to nodes that
+    have 1Gi pages, or the file fails the kubelet's validateState ("uses memory resource
+    that does not exist") and the daemon does not restart."""
+    pools = (HugePagePool(HP_1G, 2, 2),)
+    machine = Machine(
+        (
+            NUMANode(0, 8 * GI, pools, cpus=(0,)),
+            NUMANode(1, 8 * GI, (), cpus=(1,)),
+            NUMANode(2, 8 * GI, pools, cpus=(2,)),
+        )
+    )
+    store = InMemoryStore()
+    manager = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}, gates=GATES),
+        store,
+        new_policy("best-effort", machine)[0],
+        "pod",
+    )
+    manager.start()
+
+    def pod_of(budget: str) -> Pod:
+        res = {
+            "cpu": Quantity.from_int(4),
+            "memory": parse_quantity(budget),
+            "hugepages-1Gi": parse_quantity("1Gi"),
+        }
+        own = {"cpu": Quantity.from_int(1), "memory": parse_quantity("1Gi")}
+        return Pod("p", "ns", "p", (), (Container("db", own, dict(own)),), "", res, dict(res))
+
+    assert manager.admit(pod_of("4Gi")).result.admitted
+    assert [b.type for b in manager.get_memory("p", "db")] == ["memory"]
+    done = manager.resize(pod_of("10Gi"), "")
+    assert (done.action, done.nodes) == (resizing.EXTENDED, (0, 2))
+    state = manager.reader()
+    pods = state.get_pod_memory_assignments()
+    assert violations(state.get_machine_state(), state.get_memory_assignments(), pods) == []
+    exact = StaticOptions(EXACT)
+    again = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}, options=exact, gates=GATES),
+        store,
+        new_policy("best-effort", machine)[0],
+        "pod",
+    )
+    again.start()
+    assert again.reader().same_as(state)

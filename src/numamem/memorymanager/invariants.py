@@ -8,6 +8,8 @@
    affinity of every block on it; a node without has ``cells == [self]``.
 4. Per group and type: the reserved sum over the group equals the sizes of the
    blocks whose affinity is exactly that group.
+5. Every node a block names has a table of the block's type (validateState: "the memory
+   assignment uses memory resource that does not exist").
 
 A pod allocated as a whole (pod-level resources, KEP-5526) counts by its pod-level
 blocks, not its containers' (which partition them); its pod-level entry needs
@@ -53,6 +55,11 @@ def violations(
                     if n not in machine_state:
                         problems.append(
                             f"pod {pod} container {ctr}: block on unknown NUMA node {n}"
+                        )
+                    elif _lacks(machine_state[n], b.type):
+                        problems.append(
+                            f"pod {pod} container {ctr}: {b.type} block on NUMA node {n}, "
+                            f"which has no {b.type}"
                         )
                     counts[n] += 1
                     groups[n].add(affinity)
@@ -107,3 +114,8 @@ def violations(
             if t.reserved != 0:
                 problems.append(f"node {node_id} {name}: reserved {t.reserved} without any block")
     return problems
+
+
+def _lacks(node: NUMANodeState | None, name: str) -> bool:
+    """The node (known, not null) has no table of memory type ``name``."""
+    return node is not None and name not in (node.memory_map or {})

@@ -260,6 +260,9 @@ def grow(
     if free >= need:
         return None, ""
     types = {b.type for _, _, bs in state.iter_containers() for b in bs if _on(b, nodes)}
+    # A pod-level budget can hold a type no container's block names (a pool nobody shares).
+    for blocks in state.get_pod_memory_assignments().values():
+        types.update(b.type for b in blocks if _on(b, nodes))
     everyone = tuple(sorted(n for n, s in machine.items() if s is not None))
     extension = find_extension(
         machine, nodes, need, types, hint_nodes or everyone, topology, requested, work
