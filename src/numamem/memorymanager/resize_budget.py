@@ -177,7 +177,11 @@ class _Budget:
         """Why a container's kind of memory or its hugepages would change ("" when none)."""
         recorded = self.state.exclusive_containers(self.pod.uid)
         if not recorded:
-            return ""  # restored from a kubelet's file: unknown, the resized pod says
+            # Restored from a kubelet's file: unknown, the resized pod says. Known gap: a pod of
+            # numamem's own whose containers all share its pool has an empty record too, so a
+            # shared container that gains memory of its own is re-partitioned, not refused
+            # (README "In-place resize"); telling the two apart needs an explicit empty record.
+            return ""
         for name in self.current:
             if name not in own:
                 continue
