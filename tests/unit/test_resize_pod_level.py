@@ -10,6 +10,7 @@ the budget minus db). Nodes have 8Gi; node 0 has 1Gi reserved (7Gi allocatable).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
@@ -520,3 +521,38 @@ def test_an_extension_keeps_to_nodes_with_the_budgets_hugepages() -> None:
     )
     again.start()
     assert again.reader().same_as(state)
+
+
+def test_a_shared_container_gaining_own_memory_is_refused_in_a_pod_without_exclusives(
+    tmp_path: Path,
+) -> None:
+    """Found by the review's property test: a pod whose containers all share its pool had no
+    record of own memory, as a pod taken over from a kubelet's file has none, so a shared
+    container gaining memory of its own was re-partitioned instead of refused. The record
+    is now kept even when empty (numamem_containers' "exclusive": {uid: []}), also across a
+    restart."""
+    from numamem.checkpoint.mmstore import KubeletStateStore
+
+    machine = machine_of(Row("x", ("", ""), ("", "")))
+
+    def manager() -> Manager:
+        policy = StaticPolicy(machine, {0: {"memory": GI}}, gates=GATES)
+        store = KubeletStateStore(tmp_path, pod_level=True)
+        m = Manager(policy, store, new_policy("best-effort", machine)[0], "pod")
+        m.start()
+        return m
+
+    def pod(db_own: bool) -> Pod:
+        res = {"cpu": Quantity.from_int(4), "memory": parse_quantity("4Gi")}
+        own = {"cpu": Quantity.from_int(1), "memory": parse_quantity("1Gi")} if db_own else {}
+        containers = (Container("db", own, dict(own)), Container("web", {}, {}))
+        return Pod("p", "ns", "p", (), containers, "", res, dict(res))
+
+    first = manager()
+    assert first.admit(pod(False)).result.admitted
+    assert first.isolation_level("p", "db") == "pod"
+    for m in (first, manager()):  # the running manager, then one restarted from the files
+        with pytest.raises(ResizeError, match="shares its pod's memory") as info:
+            m.resize(pod(True), "db")
+        assert info.value.verdict == "Infeasible"
+        assert m.isolation_level("p", "db") == "pod"

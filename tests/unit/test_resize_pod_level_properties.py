@@ -361,14 +361,6 @@ def test_pod_level_resize_sequences(world: World) -> None:
                 if not accepted_by_the_api_server(pod):
                     event("refused by the API server")
                     continue
-                if not any(u for _, _, u, _ in spec.containers) and any(
-                    u for _, _, u, _ in new.containers
-                ):
-                    # Known gap: with no container holding memory of its own, numamem has no
-                    # record to tell a kubelet-restored pod from this one, and moves the
-                    # container from the pool to memory of its own (see the review report).
-                    event("skipped: a move to own memory in a pod without exclusive containers")
-                    continue
                 names = ["", *(n for n, k, _, _ in spec.containers if k != "init")]
                 name = names[b % len(names)]
                 before, file_before = manager.committed(), path.read_bytes()

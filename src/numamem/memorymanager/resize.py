@@ -376,7 +376,8 @@ def _retarget(state: State, old: set[int], new: tuple[int, ...]) -> None:
                 state.set_memory_blocks(uid, name, [_moved(b, old, new) for b in blocks])
     for uid, blocks in state.get_pod_memory_assignments().items():
         if any(_on(b, old) for b in blocks):
-            exclusive = state.exclusive_containers(uid)
+            known = state.exclusive_known(uid)
+            exclusive = state.exclusive_containers(uid) if known else None
             state.set_pod_memory_blocks(uid, [_moved(b, old, new) for b in blocks], exclusive)
 
 

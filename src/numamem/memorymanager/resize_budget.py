@@ -175,13 +175,9 @@ class _Budget:
 
     def _shares_kept(self, own: Mapping[str, Mapping[str, int]]) -> str:
         """Why a container's kind of memory or its hugepages would change ("" when none)."""
+        if not self.state.exclusive_known(self.pod.uid):
+            return ""  # restored from a kubelet's file: unknown, the resized pod says
         recorded = self.state.exclusive_containers(self.pod.uid)
-        if not recorded:
-            # Restored from a kubelet's file: unknown, the resized pod says. Known gap: a pod of
-            # numamem's own whose containers all share its pool has an empty record too, so a
-            # shared container that gains memory of its own is re-partitioned, not refused
-            # (README "In-place resize"); telling the two apart needs an explicit empty record.
-            return ""
         for name in self.current:
             if name not in own:
                 continue

@@ -60,6 +60,10 @@ class StateReader(Protocol):
 
     def exclusive_containers(self, pod_uid: str) -> frozenset[str]: ...
 
+    def exclusive_known(self, pod_uid: str) -> bool:
+        """Whether :meth:`exclusive_containers` is a record (possibly empty: every container
+        shares the pool) or unknown (a pod restored from a kubelet's file)."""
+
 
 class State(StateReader, Protocol):
     """Reader plus writers (kubelet ``state.State``); policies work on this."""
@@ -78,9 +82,10 @@ class State(StateReader, Protocol):
         """The pod's containers with an entry (in no particular order)."""
 
     def set_pod_memory_blocks(
-        self, pod_uid: str, blocks: Sequence[Block], exclusive: Collection[str] = ()
+        self, pod_uid: str, blocks: Sequence[Block], exclusive: Collection[str] | None = ()
     ) -> None:
-        """Store the pod-level entry and which of its containers hold memory of their own."""
+        """Store the pod-level entry and which of its containers hold memory of their own
+        (None: unknown)."""
 
     def delete_pod(self, pod_uid: str) -> None:
         """Remove the pod-level entry (the newest kubelet's ``DeletePod``: containers stay)."""
@@ -109,7 +114,7 @@ class MemoryState:
         self._exclusive: dict[str, frozenset[str]] = {
             pod: frozenset(names)
             for pod, names in (exclusive or {}).items()
-            if names and pod in self._pod_blocks
+            if pod in self._pod_blocks
         }
 
     # --- reader -------------------------------------------------------------
@@ -136,6 +141,9 @@ class MemoryState:
         """The containers of a pod allocated as a whole that hold memory of their own (the
         others share its pool); empty when unknown (a pod restored from a kubelet's file)."""
         return self._exclusive.get(pod_uid, frozenset())
+
+    def exclusive_known(self, pod_uid: str) -> bool:
+        return pod_uid in self._exclusive
 
     # --- cheap, non-copying access for the manager and the codec ------------
 
@@ -196,10 +204,10 @@ class MemoryState:
             del self._pods[pod_uid]
 
     def set_pod_memory_blocks(
-        self, pod_uid: str, blocks: Sequence[Block], exclusive: Collection[str] = ()
+        self, pod_uid: str, blocks: Sequence[Block], exclusive: Collection[str] | None = ()
     ) -> None:
         self._pod_blocks[pod_uid] = tuple(blocks)
-        if exclusive:
+        if exclusive is not None:  # a record, even empty: numamem allocated the pod
             self._exclusive[pod_uid] = frozenset(exclusive)
         else:
             self._exclusive.pop(pod_uid, None)
@@ -272,6 +280,9 @@ class StateView:
 
     def exclusive_containers(self, pod_uid: str) -> frozenset[str]:
         return self._state.exclusive_containers(pod_uid)
+
+    def exclusive_known(self, pod_uid: str) -> bool:
+        return self._state.exclusive_known(pod_uid)
 
     def pods(self) -> Iterator[tuple[str, Mapping[str, ContainerBlocks]]]:
         """(pod uid, container name -> blocks) for every pod, without copying the blocks."""
