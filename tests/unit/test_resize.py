@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from numamem.config.model import FeatureGates
-from numamem.errors import PersistenceError, ResizeError
+from numamem.errors import PersistenceError, ResizeError, SearchBudgetError
 from numamem.memorymanager import resize as resizing
 from numamem.memorymanager.drift import EXACT
 from numamem.memorymanager.invariants import violations
@@ -580,3 +580,23 @@ def test_a_node_left_out_by_restrict_to_cpu_numa_nodes_is_named() -> None:
         "no node outside [0] can join it (node 1 is used by the group [1]; node 2 has no CPUs "
         "(restrict-to-cpu-numa-nodes=true))"
     ) in str(info.value)
+
+
+def test_a_resize_past_the_search_budget_gives_a_resizes_advice() -> None:
+    """A resize refused for SEARCH_BUDGET names the budget and what would let a resize
+    through, not the admission's advice about other providers' hints (a resize has none)."""
+    machine = Machine(tuple(NUMANode(i, 16 * GI, (), cpus=(i,)) for i in range(16)))
+    manager = Manager(
+        StaticPolicy(machine, {0: {"memory": GI}}),
+        InMemoryStore(),
+        new_policy("best-effort", machine, {"max-allowable-numa-nodes": "16"})[0],
+    )
+    manager.start()
+    manager.allocate(core_pod("p", "4Gi"), "app", TopologyHint(bitmask.new_mask([8]), True))
+    before = manager.committed()
+    with pytest.raises(SearchBudgetError) as info:
+        manager.resize(core_pod("p", "81Gi"), "app", budget=10)
+    text = str(info.value)
+    assert "SEARCH_BUDGET" in text and "grow in smaller steps" in text, text
+    assert "hints from other providers" not in text, text
+    assert manager.committed() is before, "a refused resize changes nothing"

@@ -46,6 +46,7 @@ from numamem.errors import (
     ConfigError,
     FailedPreconditionError,
     NotFoundError,
+    SearchBudgetError,
     quote,
 )
 from numamem.logging import get_logger
@@ -335,7 +336,10 @@ class Manager:
         self._settle_stale_state()
 
         def compute(fork: MemoryState, work: Work) -> tuple[bool, resizing.Resize]:
-            decided = self._decide_resize(fork, pod, container_name, work)
+            try:
+                decided = self._decide_resize(fork, pod, container_name, work)
+            except SearchBudgetError as err:
+                raise resizing.budget_refusal(err) from err
             if decided.refusal is not None:
                 raise decided.refusal
             resizing.apply(fork, decided)

@@ -41,6 +41,7 @@ from numamem.errors import (
     ResizeDeferredError,
     ResizeError,
     ResizeInfeasibleError,
+    SearchBudgetError,
     quote,
 )
 from numamem.memorymanager.arithmetic import copy_for_write, node_state, reserve_on
@@ -59,7 +60,7 @@ from numamem.memtypes import (
 from numamem.pod import GUARANTEED, Container, Pod, not_guaranteed_because, pod_qos
 from numamem.quantity import format_bytes, format_bytes_exact
 from numamem.topologymanager.policy import TopologyPolicy
-from numamem.work import Work
+from numamem.work import FIX, Work
 
 UNCHANGED = "unchanged"
 NOT_PINNED = "not-pinned"
@@ -185,6 +186,20 @@ def decide(
     return Resize(
         uid, container_name, EXTENDED, old_size, new_size, nodes, wider, extended, moved, plan
     )
+
+
+RESIZE_FIX = (
+    "To resize it, make the search smaller: grow in smaller steps (each extension then "
+    "looks at fewer nodes), prefer-closest-numa-nodes=false in "
+    "--topology-manager-policy-options, or a larger SEARCH_BUDGET in numamem/work.py"
+)
+"""What a resize refused for the search budget tells the operator (the admission's
+:data:`numamem.work.FIX` speaks of other providers' hints, which a resize has none of)."""
+
+
+def budget_refusal(err: SearchBudgetError) -> SearchBudgetError:
+    """``err`` with the advice for a resize instead of the admission's."""
+    return SearchBudgetError(str(err).replace(FIX, RESIZE_FIX))
 
 
 def forbidden(pod: Pod, container: Container | None) -> str:
