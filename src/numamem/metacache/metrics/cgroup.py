@@ -191,20 +191,26 @@ def read_cpu_max(path: Path) -> tuple[int, int]:
 
 
 MAX_NUMA_STAT_BYTES = 1 << 20
+MAX_SMALL_FILE_BYTES = 1 << 16
+
+
+def read_small(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str:
+    """A cgroup file of at most ``limit`` bytes (a node list, a flag) as ASCII text; a larger
+    or undecodable one is a :class:`~numamem.errors.CgroupFormatError` naming the file."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise CgroupFormatError(f"{path}: larger than {limit} bytes")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise CgroupFormatError(f"{path}: not ASCII text") from None
 
 
 def read_numa_stat(path: Path, page_size: int) -> NumaStat:
     """``memory.numa_stat`` in either format, in bytes (:func:`~numastat.parse_numa_stat`);
     a malformed or oversized file is a :class:`~numamem.errors.CgroupFormatError`."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_NUMA_STAT_BYTES + 1)
-    if len(data) > MAX_NUMA_STAT_BYTES:
-        raise CgroupFormatError(f"{path}: larger than {MAX_NUMA_STAT_BYTES} bytes")
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise CgroupFormatError(f"{path}: not ASCII text") from None
-    return parse_numa_stat(text, str(path), page_size)
+    return parse_numa_stat(read_small(path, MAX_NUMA_STAT_BYTES), str(path), page_size)
 
 
 MAX_HUGETLB_FILES = 16
@@ -421,22 +427,6 @@ def enforced_mems_file(dirs: CgroupDirs) -> Path:
         return dirs.cpuset / "cpuset.mems.effective"
     effective = dirs.cpuset / "cpuset.effective_mems"
     return effective if effective.exists() else dirs.cpuset / "cpuset.mems"
-
-
-MAX_SMALL_FILE_BYTES = 1 << 16
-
-
-def read_small(path: Path) -> str:
-    """A short cgroup file (a node list, a flag) as ASCII text; a larger or undecodable one
-    is a :class:`~numamem.errors.CgroupFormatError` naming the file."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_SMALL_FILE_BYTES + 1)
-    if len(data) > MAX_SMALL_FILE_BYTES:
-        raise CgroupFormatError(f"{path}: larger than {MAX_SMALL_FILE_BYTES} bytes")
-    try:
-        return data.decode("ascii")
-    except UnicodeDecodeError:
-        raise CgroupFormatError(f"{path}: not ASCII text") from None
 
 
 def read_enforced_mems(dirs: CgroupDirs) -> frozenset[int] | None:
