@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
@@ -349,7 +349,7 @@ class PlacementSampler:
                     return self._gone(target)
                 if step.write is not None:
                     self._writes[target.key] = step.write
-                    result = residency(target.assigned, stat, step.enforced, huge)
+                    result = replace(result, enforced=step.enforced)
             else:
                 self._in_place(target, state)
             enforcement = state.report(self._round)
