@@ -92,18 +92,15 @@ class State:
         """The bytes of every entry's JSON (what the snapshot holds), O(1) for states made by
         writers: the base's count plus the pods, pools and regions they touched."""
         if self._bytes < 0:
-            total = sum(_pod_bytes(c) for c in self.pods.values())
-            total += _map_bytes(self.pools) + _map_bytes(self.regions)
+            total = sum(_json_bytes(c) for c in self.pods.values())
+            total += _json_bytes(self.pools) + _json_bytes(self.regions)
             object.__setattr__(self, "_bytes", total)
         return self._bytes
 
 
-def _pod_bytes(containers: Mapping[str, ContainerInfo] | None) -> int:
-    return sum(len(info.fragment()) for info in (containers or {}).values())
-
-
-def _map_bytes(entries: Mapping[str, PoolInfo] | Mapping[str, RegionInfo]) -> int:
-    return sum(len(info.fragment()) for info in entries.values())
+def _json_bytes(entries: Mapping[str, ContainerInfo | PoolInfo | RegionInfo] | None) -> int:
+    """The bytes of the entries' JSON fragments (a pod's containers, the pools, the regions)."""
+    return sum(len(info.fragment()) for info in (entries or {}).values())
 
 
 class Persister(Protocol):
@@ -182,13 +179,13 @@ class _Work:
         delta += len(self.pools) - len(base.pools) + len(self.regions) - len(base.regions)
         object.__setattr__(state, "_entries", base.entry_count() + delta)
         grown = sum(
-            _pod_bytes(self.pods.get(p)) - _pod_bytes(base.pods.get(p))
+            _json_bytes(self.pods.get(p)) - _json_bytes(base.pods.get(p))
             for p in self._own_pods | self._deleted_pods
         )
         if self.pools is not base.pools:
-            grown += _map_bytes(self.pools) - _map_bytes(base.pools)
+            grown += _json_bytes(self.pools) - _json_bytes(base.pools)
         if self.regions is not base.regions:
-            grown += _map_bytes(self.regions) - _map_bytes(base.regions)
+            grown += _json_bytes(self.regions) - _json_bytes(base.regions)
         object.__setattr__(state, "_bytes", base.byte_count() + grown)
         return state
 
