@@ -79,10 +79,6 @@ class Notifier:
                 env.get("WATCHDOG_USEC", ""), env.get("WATCHDOG_PID", ""), os.getpid()
             )
 
-    @property
-    def enabled(self) -> bool:
-        return self._socket is not None
-
     def notify(self, *lines: str) -> None:
         """Send one notification of ``KEY=VALUE`` lines (a value holds no newline); never
         blocks, never raises."""
