@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, EmptyPodSharedPoolError, quote
 from numamem.memtypes import MEMORY, Block, ContainerBlocks
 from numamem.pod import Container, Pod
@@ -42,6 +43,12 @@ CONTAINER = "container"
 
 ExclusiveOf = Callable[[Container], Mapping[str, int]]
 """A container's exclusive request (``getContainerRequestedResources`` under the gate)."""
+
+
+def allocated_as_pod(gates: FeatureGates, pod: Pod) -> bool:
+    """Whether the topology manager's pod scope allocates ``pod`` as a whole (``AllocatePod``):
+    both pod-level gates on and pod-level resources set."""
+    return gates.pod_level and pod.pod_level_resources_set
 
 
 def resource_order(name: str) -> tuple[bool, str]:

@@ -270,7 +270,7 @@ class StaticPolicy(StaticHints):
         blocks (a client's earlier Allocate calls) is refused; the kubelet overwrites
         their entries and keeps their memory reserved.
         """
-        if pod_qos(pod) != GUARANTEED or not self._allocated_as_pod(pod):
+        if pod_qos(pod) != GUARANTEED or not podlevel.allocated_as_pod(self.gates, pod):
             return
         if state.get_pod_memory_blocks(pod.uid) is not None:
             return
