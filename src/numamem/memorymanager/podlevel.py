@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, EmptyPodSharedPoolError, quote
-from numamem.memtypes import MEMORY, Block, ContainerBlocks
+from numamem.memtypes import MEMORY, Block
 from numamem.pod import Container, Pod
 
 HOST = "host"
@@ -220,8 +220,8 @@ def isolation_level(
 
 
 def entries_without_containers(
-    assignments: Mapping[str, Mapping[str, ContainerBlocks]],
-    pod_entries: Mapping[str, ContainerBlocks],
+    assignments: Mapping[str, Mapping[str, Sequence[Block]]],
+    pod_entries: Mapping[str, Sequence[Block]],
 ) -> list[str]:
     """The pods that have a pod-level entry but no container entry (kubernetes#141993)."""
     return sorted(pod for pod in pod_entries if not assignments.get(pod))

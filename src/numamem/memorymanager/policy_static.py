@@ -207,7 +207,7 @@ class StaticPolicy(StaticHints):
         """A pod-level entry without container entries is an allocation a kubelet left half
         written (kubernetes#141993): refused, naming the pods, as kubernetes#141994 proposes.
         (The kubelet accepts it, and its pod then looks allocated while nothing is reserved.)"""
-        orphans = [pod for pod in sorted(pod_entries) if not containers.get(pod)]
+        orphans = podlevel.entries_without_containers(containers, pod_entries)
         if not orphans:
             return
         state_file = self.options.state_file
