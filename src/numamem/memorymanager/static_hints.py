@@ -52,10 +52,6 @@ POD_LEVEL_SKIPPED = (
 )
 
 
-_resource_order = podlevel.resource_order
-"""Block order: memory first, then hugepages by name (Go's order is random)."""
-
-
 @dataclass(frozen=True)
 class HintSource:
     """What hints derive from: the request, the stored blocks (and whose) or a rejection."""
