@@ -60,12 +60,6 @@ class ForkProvider:
         self._policy.allocate_pod(self._state, pod, affinity, self._work)
 
 
-def allocated_as_pod(policy: Policy, pod: Pod) -> bool:
-    """Whether the topology manager's pod scope allocates ``pod`` as a whole (``AllocatePod``):
-    pod-level resource managers on and pod-level resources set (KEP-5526)."""
-    return policy.gates.pod_level and pod.pod_level_resources_set
-
-
 def admit_on_fork(
     fork: MemoryState,
     policy: Policy,
@@ -78,7 +72,12 @@ def admit_on_fork(
     """Admit ``pod`` into ``fork`` (changed only when admitted: then it holds the blocks)."""
     provider = ForkProvider(policy, fork, work)
     result = admission.admit(
-        pod, topology_policy, scope, [provider, *others], work, allocated_as_pod(policy, pod)
+        pod,
+        topology_policy,
+        scope,
+        [provider, *others],
+        work,
+        podlevel.allocated_as_pod(policy.gates, pod),
     )
     return _outcome(result, fork, pod, work)
 
@@ -161,9 +160,9 @@ class Explanation:
 
 def pod_level_plan(policy: Policy, pod: Pod) -> podlevel.Plan | None:
     """The :class:`~numamem.memorymanager.podlevel.Plan` of ``pod``, when it has one."""
-    if not (policy.can_allocate_exclusively() and policy.gates.pod_level):
+    if not policy.can_allocate_exclusively() or not podlevel.allocated_as_pod(policy.gates, pod):
         return None
-    if not pod.pod_level_resources_set or pod_qos(pod) != GUARANTEED:
+    if pod_qos(pod) != GUARANTEED:
         return None
     try:
         budget = pod_requested_resources(pod, pod_level=True)
@@ -188,7 +187,12 @@ def explain_on_fork(
     """
     provider = ExplainingProvider(policy, fork, work)
     result = admission.admit(
-        pod, topology_policy, scope, [provider, *others], work, allocated_as_pod(policy, pod)
+        pod,
+        topology_policy,
+        scope,
+        [provider, *others],
+        work,
+        podlevel.allocated_as_pod(policy.gates, pod),
     )
     outcome = _outcome(result, fork, pod, work)
     containers = []

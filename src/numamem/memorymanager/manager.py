@@ -57,7 +57,6 @@ from numamem.memorymanager.forked import (
     AdmitOutcome,
     Explanation,
     admit_on_fork,
-    allocated_as_pod,
     explain_on_fork,
 )
 from numamem.memorymanager.options import StaticOptions
@@ -289,7 +288,7 @@ class Manager:
         that does not set pod-level resources or with a feature gate off (such a pod is
         allocated container by container), EmptyPodSharedPoolError and Allocate's errors.
         """
-        if not allocated_as_pod(self.policy, pod):
+        if not podlevel.allocated_as_pod(self.policy.gates, pod):
             gates = self.policy.gates
             why = (
                 "the pod sets no pod-level resources (spec.resources): allocate its containers "

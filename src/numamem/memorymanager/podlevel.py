@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, EmptyPodSharedPoolError, quote
-from numamem.memtypes import MEMORY, Block, ContainerBlocks
+from numamem.memtypes import MEMORY, Block
 from numamem.pod import Container, Pod
 
 HOST = "host"
@@ -42,6 +43,12 @@ CONTAINER = "container"
 
 ExclusiveOf = Callable[[Container], Mapping[str, int]]
 """A container's exclusive request (``getContainerRequestedResources`` under the gate)."""
+
+
+def allocated_as_pod(gates: FeatureGates, pod: Pod) -> bool:
+    """Whether the topology manager's pod scope allocates ``pod`` as a whole (``AllocatePod``):
+    both pod-level gates on and pod-level resources set."""
+    return gates.pod_level and pod.pod_level_resources_set
 
 
 def resource_order(name: str) -> tuple[bool, str]:
@@ -213,8 +220,8 @@ def isolation_level(
 
 
 def entries_without_containers(
-    assignments: Mapping[str, Mapping[str, ContainerBlocks]],
-    pod_entries: Mapping[str, ContainerBlocks],
+    assignments: Mapping[str, Mapping[str, Sequence[Block]]],
+    pod_entries: Mapping[str, Sequence[Block]],
 ) -> list[str]:
     """The pods that have a pod-level entry but no container entry (kubernetes#141993)."""
     return sorted(pod for pod in pod_entries if not assignments.get(pod))

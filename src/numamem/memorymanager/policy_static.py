@@ -99,9 +99,6 @@ _log = get_logger("memorymanager")
 
 __all__ = ["POLICY_NAME", "HintSource", "Hints", "StaticPolicy", "regenerate_hints"]
 
-_resource_order = podlevel.resource_order
-"""Block order: memory first, then hugepages by name (Go's order is random)."""
-
 
 class StaticPolicy(StaticHints):
     """The Static policy. Keeps no state between calls: safe for concurrent readers."""
@@ -207,7 +204,7 @@ class StaticPolicy(StaticHints):
         """A pod-level entry without container entries is an allocation a kubelet left half
         written (kubernetes#141993): refused, naming the pods, as kubernetes#141994 proposes.
         (The kubelet accepts it, and its pod then looks allocated while nothing is reserved.)"""
-        orphans = [pod for pod in sorted(pod_entries) if not containers.get(pod)]
+        orphans = podlevel.entries_without_containers(containers, pod_entries)
         if not orphans:
             return
         state_file = self.options.state_file
@@ -246,7 +243,7 @@ class StaticPolicy(StaticHints):
         )
         blocks = []
         changed = copy_for_write(machine_state, bits)
-        for name in sorted(requested, key=_resource_order):
+        for name in sorted(requested, key=podlevel.resource_order):
             size = requested[name]
             blocks.append(Block(tuple(bits), name, size))
             to_reserve = max(size - reuse.get(name, 0), 0)
@@ -270,7 +267,7 @@ class StaticPolicy(StaticHints):
         blocks (a client's earlier Allocate calls) is refused; the kubelet overwrites
         their entries and keeps their memory reserved.
         """
-        if pod_qos(pod) != GUARANTEED or not self._allocated_as_pod(pod):
+        if pod_qos(pod) != GUARANTEED or not podlevel.allocated_as_pod(self.gates, pod):
             return
         if state.get_pod_memory_blocks(pod.uid) is not None:
             return
@@ -292,7 +289,7 @@ class StaticPolicy(StaticHints):
         bits, _ = self._place(machine_state, budget, {}, affinity, work)
         plan = podlevel.partition(pod, budget, bits, exclusive_of)
         changed = copy_for_write(machine_state, bits)
-        for name in sorted(budget, key=_resource_order):
+        for name in sorted(budget, key=podlevel.resource_order):
             update_machine_state(changed, bits, name, budget[name])  # the budget, once
         # One commit of all of it (the kubelet writes each step: kubernetes#141993).
         state.adopt_machine_state(changed)
@@ -418,7 +415,7 @@ class StaticPolicy(StaticHints):
         for node_id, node in sorted(state.machine_view().items()):
             if node is None:
                 continue
-            for name in sorted(node.memory_map or {}, key=_resource_order):
+            for name in sorted(node.memory_map or {}, key=podlevel.resource_order):
                 table = (node.memory_map or {})[name]
                 if table.allocatable != 0:
                     result.append(Block((node_id,), name, table.allocatable))

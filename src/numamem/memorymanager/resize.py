@@ -373,7 +373,6 @@ def apply(state: State, resize: Resize) -> None:
     else:
         _release_from_last(machine, new, -delta)
     state.adopt_machine_state(machine)
-    budget = resize.pod_level
     if budget is None:
         state.set_memory_blocks(resize.pod_uid, resize.container, list(resize.blocks))
         return

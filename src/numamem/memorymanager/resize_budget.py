@@ -137,7 +137,7 @@ class _Budget:
         self, topology: TopologyPolicy | None, work: Work, hint_nodes: tuple[int, ...] | None
     ) -> Resize:
         pod, policy = self.pod, self.policy
-        if not (policy.gates.pod_level and pod.pod_level_resources_set):
+        if not podlevel.allocated_as_pod(policy.gates, pod):
             return self.refuse(
                 "the pod is allocated by its pod-level resources (KEP-5526), and the resized "
                 "pod sets none in spec.resources (the API server does not add or remove "

@@ -52,10 +52,6 @@ POD_LEVEL_SKIPPED = (
 )
 
 
-_resource_order = podlevel.resource_order
-"""Block order: memory first, then hugepages by name (Go's order is random)."""
-
-
 @dataclass(frozen=True)
 class HintSource:
     """What hints derive from: the request, the stored blocks (and whose) or a rejection."""
@@ -112,13 +108,9 @@ class StaticHints:
     def _reuse(self, state: StateReader, pod: Pod, container: Container | None) -> ReuseTable:
         """The init-container memory ``container`` (None: the pod scope) may reuse; none for a
         pod allocated as a whole (its budget is reserved once, no container reuses another's)."""
-        if container is None and self._allocated_as_pod(pod):
+        if container is None and podlevel.allocated_as_pod(self.gates, pod):
             return {}
         return reusable_memory(state, pod, container)
-
-    def _allocated_as_pod(self, pod: Pod) -> bool:
-        """Whether the pod scope gives ``pod`` one pod-level allocation (KEP-5526)."""
-        return self.gates.pod_level and pod.pod_level_resources_set
 
     def exclusive_of(self, pod: Pod) -> podlevel.ExclusiveOf:
         """A container's exclusive request in ``pod`` (``getContainerRequestedResources``)."""
@@ -173,7 +165,7 @@ class StaticHints:
             return HintSource(
                 requested, state.get_memory_blocks(pod.uid, container.name), container.name
             )
-        if self._allocated_as_pod(pod):
+        if podlevel.allocated_as_pod(self.gates, pod):
             rejection = podlevel.validate_pod_scope_resources(
                 pod, requested, self.exclusive_of(pod)
             )
@@ -181,7 +173,7 @@ class StaticHints:
                 return HintSource(requested, rejection=rejection)
         if not requested:
             return "no memory or hugepages requested; no hints"
-        if self._allocated_as_pod(pod):
+        if podlevel.allocated_as_pod(self.gates, pod):
             pod_blocks = state.get_pod_memory_blocks(pod.uid)
             if pod_blocks is not None:
                 return HintSource(requested, pod_blocks)  # kubernetes#141070
