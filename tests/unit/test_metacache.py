@@ -560,6 +560,19 @@ def test_limits_on_an_entrys_bytes_and_on_all_bytes(counting: CountingPersister)
     cache.set_container_info("p", "m0", ContainerInfo(pod_uid="p", container_name="m0"))
 
 
+def test_the_byte_limits_count_utf8_bytes_not_characters(counting: CountingPersister) -> None:
+    """Before, the limits counted characters: 1,000 'é' (2,000 bytes in the files) passed a
+    1,500-byte limit. Now the size is the fragment's UTF-8 length, as the files hold it."""
+    cache = MetaCache(counting, max_entry_bytes=1500, max_bytes=100_000)
+    wide = ContainerInfo(pod_uid="p", container_name="w", labels={"k": "é" * 1000})
+    assert wide.fragment_bytes() == len(wide.fragment().encode()) > len(wide.fragment())
+    with pytest.raises(LimitExceededError, match="--max-metacache-entry-bytes 1500"):
+        cache.set_container_info("p", "w", wide)
+    narrow = ContainerInfo(pod_uid="p", container_name="n", labels={"k": "e" * 1000})
+    cache.set_container_info("p", "n", narrow)
+    assert cache.state().byte_count() == len(narrow.fragment().encode())
+
+
 def test_byte_count_follows_every_kind_of_write(counting: CountingPersister) -> None:
     cache = MetaCache(counting)
     cache.add_container("p", "a", info(ctr="a"))

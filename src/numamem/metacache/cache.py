@@ -100,7 +100,7 @@ class State:
 
 def _json_bytes(entries: Mapping[str, ContainerInfo | PoolInfo | RegionInfo] | None) -> int:
     """The bytes of the entries' JSON fragments (a pod's containers, the pools, the regions)."""
-    return sum(len(info.fragment()) for info in (entries or {}).values())
+    return sum(info.fragment_bytes() for info in (entries or {}).values())
 
 
 class Persister(Protocol):
@@ -345,7 +345,7 @@ class MetaCache:
                 f"--max-metacache-entries {self._max_entries}; delete entries first"
             )
         for what, entry in work.changed_entries():
-            size = len(entry.fragment())
+            size = entry.fragment_bytes()
             if size > self._max_entry_bytes:
                 raise LimitExceededError(
                     f"{what} would take {size} bytes of JSON, more than "

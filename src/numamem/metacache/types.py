@@ -63,6 +63,11 @@ class _Cached:
             object.__setattr__(self, "_fragment", cached)
         return cached
 
+    def fragment_bytes(self) -> int:
+        """The size of :meth:`fragment` in the files (UTF-8), what the byte limits count."""
+        text = self.fragment()
+        return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
     def forget_fragment(self) -> None:
         object.__setattr__(self, "_fragment", None)
 
