@@ -172,3 +172,39 @@ def test_without_pod_entries_the_gate_off_writes_v1_and_on_writes_v3(tmp_path: P
         store.restore("Static")
         store.save(Snapshot("Static", MS, ENTRIES))
         assert (tmp_path / str(pod_level) / STATE_FILE).read_bytes() == expected
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["assign", "unassign", "pool", "empty-pool", "unpool"]),
+            st.text(alphabet='ab-Zé"\\<', min_size=1, max_size=3),
+            st.integers(min_value=1, max_value=3),
+        ),
+        max_size=40,
+    )
+)
+@settings(max_examples=150, deadline=None)
+def test_the_incremental_v3_encoder_writes_the_kubelets_bytes(
+    steps: list[tuple[str, str, int]],
+) -> None:
+    """V3Encoder keeps the texts of the pods and of the pod-level entries it saw; after any
+    sequence of adds, changes and removals of both, its bytes are the kubelet's."""
+    encoder = kubelet.V3Encoder()
+    machine = {0: NUMANodeState(0, {"memory": MemoryTable(8, 1, 7, 0, 7)}, [0])}
+    entries: dict[str, dict[str, tuple[Block, ...]]] = {}
+    pod_entries: dict[str, tuple[Block, ...]] = {}
+    for op, pod, n in steps:
+        if op == "assign":
+            entries = {**entries, pod: {f"c{i}": (Block((0,), "memory", n),) for i in range(n)}}
+        elif op == "unassign":
+            entries = {p: c for p, c in entries.items() if p != pod}
+        elif op == "pool":
+            pod_entries = {**pod_entries, pod: (Block((0,), "memory", n),) * n}
+        elif op == "empty-pool":
+            pod_entries = {**pod_entries, pod: ()}
+        else:
+            pod_entries = {p: b for p, b in pod_entries.items() if p != pod}
+        assert encoder.encode("Static", machine, entries, pod_entries) == kubelet_v3.encode(
+            "Static", machine, entries, pod_entries
+        )

@@ -82,9 +82,6 @@ def go_key(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-_go_string_key = go_key
-
-
 def _node(out: _Out, node: NUMANodeState) -> None:
     out.parts.append(f"{{NumberOfAssignments:(int){node.number_of_assignments} MemoryMap:")
     out.typed("map[v1.ResourceName]*state.MemoryTable")
@@ -92,7 +89,7 @@ def _node(out: _Out, node: NUMANodeState) -> None:
         out.parts.append("<nil>")
     else:
         out.parts.append("map[")
-        for i, name in enumerate(sorted(node.memory_map, key=_go_string_key)):
+        for i, name in enumerate(sorted(node.memory_map, key=go_key)):
             if i:
                 out.parts.append(" ")
             out.parts.append(name)
@@ -127,7 +124,7 @@ def render_node(node: NUMANodeState) -> str:
 
 def sorted_keys(mapping: Mapping[str, object]) -> list[str]:
     """Map keys in Go's order (bytewise)."""
-    return sorted(mapping, key=_go_string_key)
+    return sorted(mapping, key=go_key)
 
 
 def render_entry(pod: str, containers: RawContainers) -> str:
@@ -208,7 +205,7 @@ def render_checkpoint(
             out.parts.append("<nil>")
         else:
             out.parts.append("map[")
-            for i, pod in enumerate(sorted(pod_entries, key=_go_string_key)):
+            for i, pod in enumerate(sorted(pod_entries, key=go_key)):
                 if i:
                     out.parts.append(" ")
                 out.parts.append(f"{pod}:{{MemoryBlocks:")

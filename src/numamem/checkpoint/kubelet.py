@@ -28,9 +28,9 @@ Pod-level entries (``podEntries`` of V2, or inside V3's ``data``) are returned i
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.gojson import Decoder, GoJSONError, Object, go_string, parse
@@ -48,6 +48,7 @@ from numamem.errors import CheckpointError, CorruptCheckpointError, quote
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
 
 MachineStateRaw = dict[int, NUMANodeState | None] | None
+V = TypeVar("V")
 
 
 @dataclass
@@ -124,6 +125,12 @@ def _node_json(node: NUMANodeState | None) -> str:
 RawAssignments = Mapping[str, Mapping[str, Sequence[Block] | None] | None]
 
 
+def _pod_entry_json(pod: str, blocks: Sequence[Block]) -> str:
+    if not blocks:
+        return f"{go_string(pod)}:{{}}"
+    return f'{go_string(pod)}:{{"memoryBlocks":{_blocks_json(blocks)}}}'
+
+
 def _entry_json(pod: str, containers: Mapping[str, Sequence[Block] | None] | None) -> str:
     if containers is None:
         return f"{go_string(pod)}:null"
@@ -134,26 +141,62 @@ def _entry_json(pod: str, containers: Mapping[str, Sequence[Block] | None] | Non
     )
 
 
+class _GoMapTexts(Generic[V]):
+    """The texts of one Go map's entries in Go's key order, kept across calls.
+
+    The memory manager never mutates a committed value (a change makes a new one), so
+    identity means "unchanged": :meth:`texts` renders only the keys that are new or whose
+    value is another object, and drops the keys that are gone. The keys are kept sorted
+    (with their texts in lists beside them), so a call neither sorts nor rebuilds the
+    lists. Holds the values it saw, so identity cannot be recycled.
+    """
+
+    def __init__(self, *renders: Callable[[str, V], str]) -> None:
+        self._renders = renders
+        self._values: dict[str, V] = {}
+        self._order: list[str] = []
+        self._keys: list[bytes] = []
+        self._texts: tuple[list[str], ...] = tuple([] for _ in renders)
+
+    def texts(self, mapping: Mapping[str, V]) -> tuple[list[str], ...]:
+        """One list per render: the texts of every key, in Go's key order (the lists are
+        kept: callers must not change them)."""
+        values, texts = self._values, self._texts
+        if values.keys() != mapping.keys():
+            for key in values.keys() - mapping.keys():
+                i = bisect.bisect_left(self._keys, go_key(key))
+                del self._order[i], self._keys[i], values[key]
+                for column in texts:
+                    del column[i]
+            for key in mapping.keys() - values.keys():
+                sort_key = go_key(key)
+                i = bisect.bisect_left(self._keys, sort_key)
+                value = values[key] = mapping[key]
+                self._order.insert(i, key)
+                self._keys.insert(i, sort_key)
+                for column, render in zip(texts, self._renders, strict=True):
+                    column.insert(i, render(key, value))
+        for i, key in enumerate(self._order):
+            value = mapping[key]
+            if values[key] is not value:
+                values[key] = value
+                for column, render in zip(texts, self._renders, strict=True):
+                    column[i] = render(key, value)
+        return texts
+
+
 class V1Encoder:
     """Encodes V1 checkpoints, reusing each pod's text while the pod's mapping is the same object.
 
-    The memory manager never mutates a committed pod mapping (a change makes a
-    new one), so identity means "unchanged": a write then renders only the
-    pods that changed and the machine state, instead of the whole state. The
-    pods are kept in Go's key order (with their texts in lists beside them), so
-    a write neither sorts nor rebuilds the lists: it finds the changed pods by
-    identity, renders them, and joins. The cache holds the mappings it saw (so
-    identity cannot be recycled) and drops pods that are gone. Not thread-safe:
-    one encoder per store.
+    A write renders only the pods that changed (:class:`_GoMapTexts`) and the machine
+    state's nodes that changed, instead of the whole state. Not thread-safe: one encoder
+    per store.
     """
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[object, str, str]] = {}
-        self._order: list[str] = []
-        """The cached pods in Go's key order, with their sort keys and texts beside them."""
-        self._keys: list[bytes] = []
-        self._spews: list[str] = []
-        self._jsons: list[str] = []
+        self._entries: _GoMapTexts[Mapping[str, Sequence[Block] | None] | None] = _GoMapTexts(
+            render_entry, _entry_json
+        )
         self._nodes: dict[int, tuple[NUMANodeState, str, str]] = {}
 
     def _node_texts(self, node_id: int, node: NUMANodeState) -> tuple[str, str]:
@@ -166,33 +209,6 @@ class V1Encoder:
         self._nodes[node_id] = (node.copy(), spew, js)
         return spew, js
 
-    def _entries(self, assignments: RawAssignments) -> tuple[list[str], list[str]]:
-        """The spew and JSON texts of every pod, in Go's key order (the lists are kept:
-        callers must not change them)."""
-        cache = self._cache
-        if cache.keys() != assignments.keys():
-            for pod in cache.keys() - assignments.keys():
-                i = bisect.bisect_left(self._keys, go_key(pod))
-                del self._order[i], self._keys[i], self._spews[i], self._jsons[i]
-                del cache[pod]
-            for pod in assignments.keys() - cache.keys():
-                key = go_key(pod)
-                i = bisect.bisect_left(self._keys, key)
-                containers = assignments[pod]
-                spew, js = render_entry(pod, containers), _entry_json(pod, containers)
-                cache[pod] = (containers, spew, js)
-                self._order.insert(i, pod)
-                self._keys.insert(i, key)
-                self._spews.insert(i, spew)
-                self._jsons.insert(i, js)
-        for i, pod in enumerate(self._order):
-            containers = assignments[pod]
-            if cache[pod][0] is not containers:
-                spew, js = render_entry(pod, containers), _entry_json(pod, containers)
-                cache[pod] = (containers, spew, js)
-                self._spews[i], self._jsons[i] = spew, js
-        return self._spews, self._jsons
-
     def encode(
         self,
         policy_name: str,
@@ -200,7 +216,7 @@ class V1Encoder:
         assignments: RawAssignments,
     ) -> bytes:
         """The V1 file bytes, byte-identical to what the kubelet writes for the same state."""
-        spews, jsons = self._entries(assignments)
+        spews, jsons = self._entries.texts(assignments)
         nodes = {
             k: self._node_texts(k, n) for k, n in (machine_state or {}).items() if n is not None
         }
@@ -243,6 +259,7 @@ class V3Encoder:
 
     def __init__(self) -> None:
         self._v1 = V1Encoder()
+        self._pods: _GoMapTexts[Sequence[Block]] = _GoMapTexts(_pod_entry_json)
 
     def encode(
         self,
@@ -254,22 +271,8 @@ class V3Encoder:
         v1 = self._v1.encode(policy_name, machine_state, assignments)
         # The last ',"checksum":' is V1's own: inside strings a quote is always escaped.
         head = v1[: v1.rindex(b',"checksum":')].decode("utf-8")
-        pods = ""
-        if pod_entries:
-            pods = (
-                ',"podEntries":{'
-                + ",".join(
-                    f"{go_string(pod)}:"
-                    + (
-                        f'{{"memoryBlocks":{_blocks_json(pod_entries[pod])}}}'
-                        if pod_entries[pod]
-                        else "{}"
-                    )
-                    for pod in _sorted_str(pod_entries)
-                )
-                + "}"
-            )
-        data = head + pods + "}"
+        (pods,) = self._pods.texts(pod_entries)
+        data = head + (',"podEntries":{' + ",".join(pods) + "}" if pods else "") + "}"
         tail = f',"data":{go_string(data)},"dataChecksum":{string_checksum(data)}}}'
         return v1[:-1] + tail.encode("utf-8", "replace")
 
