@@ -37,6 +37,7 @@ from bench import hard_paths, large_numa, readme, targets
 from numamem.api.convert import hints_to_proto
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
+from numamem.checkpoint.records import frame
 from numamem.client import NumamemClient
 from numamem.config.model import ReservedMemory
 from numamem.memorymanager.manager import Manager
@@ -671,7 +672,7 @@ def write_large_state(state_dir: Path, sysfs: Path, s: Scale) -> None:
         info = pods[uid][name].clone()
         info.cpu_request = float(seq % 8 + 1)
         payload = f'{{"pods":{{"{uid}":{{"{name}":{info.fragment()}}}}},"seq":{seq}}}'
-        records.append(journal.frame(payload.encode()))
+        records.append(frame(payload.encode()))
     (state_dir / journal.JOURNAL_FILE).write_bytes(b"".join(records))
 
 

@@ -56,6 +56,7 @@ from numamem.checkpoint.filestore import (
     remove_stale_temps,
 )
 from numamem.checkpoint.fs import REAL, FileSystem
+from numamem.checkpoint.records import frame
 from numamem.errors import (
     PATH_QUOTE_BYTES,
     CheckpointError,
@@ -65,7 +66,7 @@ from numamem.errors import (
 )
 from numamem.logging import get_logger
 from numamem.metacache.cache import State
-from numamem.metacache.journal import JOURNAL_FILE, change_payload, frame, header, restore
+from numamem.metacache.journal import JOURNAL_FILE, change_payload, header, restore
 from numamem.metacache.persistence import STATE_FILE, PodTextCache, encode, pod_text
 
 _log = get_logger("metacache")
