@@ -4,7 +4,10 @@ Files and the operations that write them (each through the real servicers of an
 in-process daemon, :func:`numamem.testing.server.serve_in_process`, with the podresources
 socket on, so that admissions write the pod names too):
 
-* ``memory_manager_state`` and ``numamem_containers`` by Admit (names first, then state);
+* ``memory_manager_state`` and ``numamem_pod_names`` by Admit (the name appended first, then
+  the state; the descriptor reopened when it was closed); ``numamem_pod_names`` rewritten
+  (a fold: an atomic write ahead of the state's) by the Admit of a released pod without
+  its name;
   ``memory_manager_state`` also by the Admit of a pod that sets pod-level resources (KEP-5526,
   with the feature gates in the pod scope: its pod-level entry, its containers and the
   record of which hold memory of their own in one write) and by the removal of its last
@@ -53,6 +56,7 @@ from numamem.api.metacache import MetaCacheComponent
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
 from numamem.checkpoint.mmstore import STATE_FILE as MM_FILE
+from numamem.checkpoint.namesfile import NAMES_FILE
 from numamem.client import error_reason
 from numamem.config.model import FeatureGates
 from numamem.metacache.cache import State
@@ -91,9 +95,10 @@ class Cell:
 
 def cells() -> list[Cell]:
     out = [Cell(MM_FILE, "admit", s) for s in ATOMIC]
-    out += [
-        Cell(CONTAINERS_FILE, step, s) for step in ("admit", "add-id", "remove-id") for s in ATOMIC
-    ]
+    out += [Cell(CONTAINERS_FILE, step, s) for step in ("add-id", "remove-id") for s in ATOMIC]
+    out += [Cell(NAMES_FILE, "admit", s) for s in ("append", "append-fsync")]
+    out += [Cell(NAMES_FILE, "admit-reopen", "open")]
+    out += [Cell(NAMES_FILE, "revive", s) for s in ATOMIC]
     out += [Cell(MM_FILE, step, s) for step in POD_LEVEL_STEPS for s in ATOMIC]
     out += [Cell(CONTAINERS_FILE, "admit-pod-level", s) for s in ATOMIC]
     out += [Cell(SNAPSHOT_FILE, step, s) for step in ("compact", "rewrite") for s in ATOMIC]
@@ -110,6 +115,7 @@ def cells() -> list[Cell]:
     # the fault; for the journal also with the cut-off failing, and with the retried
     # directory sync of a journal swap failing.
     out += [Cell(MM_FILE, "admit", SHORT), Cell(CONTAINERS_FILE, "add-id", SHORT)]
+    out += [Cell(NAMES_FILE, "admit", SHORT), Cell(NAMES_FILE, "revive", SHORT)]
     out += [Cell(MM_FILE, "admit-pod-level", SHORT)]
     out += [Cell(SNAPSHOT_FILE, step, SHORT) for step in ("compact", "rewrite")]
     out += [Cell(JOURNAL_FILE, step, SHORT) for step in ("append", "compact", "rewrite")]
@@ -121,7 +127,7 @@ def cells() -> list[Cell]:
 
 POD_LEVEL_STEPS = ("admit-pod-level", "release-pod-level")
 """Steps on a daemon with the pod-level feature gates in the pod scope."""
-MM_STEPS = ("admit", "add-id", "remove-id", *POD_LEVEL_STEPS)
+MM_STEPS = ("admit", "admit-reopen", "revive", "add-id", "remove-id", *POD_LEVEL_STEPS)
 """Steps that change the memory manager (the others change the metacache)."""
 
 SHORT = "short-write"
@@ -291,7 +297,7 @@ def normalised(
         assignments,
         machine,
         {cid: ref for cid, ref in container_map.items() if ref in live},
-        {uid: n for uid, n in names.items() if uid in assignments},
+        [(uid, n) for uid, n in names.items() if uid in assignments],  # in order
         pod_entries,
         exclusive,
     )
@@ -384,6 +390,23 @@ def the_step(h: Harness, cell: Cell) -> tuple[Callable[[], object], Callable[[],
         return (
             lambda: client.admit(pod("new")),
             lambda: "new" in dict(h.manager_restart()[0]),  # type: ignore[call-overload]
+        )
+    if cell.step == "admit-reopen":  # the names file's descriptor closed (as after a failure)
+        h.store.close()
+        return (
+            lambda: client.admit(pod("new")),
+            lambda: "new" in dict(h.manager_restart()[0]),  # type: ignore[call-overload]
+        )
+    if cell.step == "revive":
+        # A released pod admitted again without a name: its old name, inert in the names file,
+        # must not come back, so the file is rewritten without it (a fold) ahead of the state.
+        assert client.admit(pod("b")).admitted
+        client.release_pod("b")
+        nameless = pod("b")
+        nameless.namespace = nameless.name = ""
+        return (
+            lambda: client.admit(nameless),
+            lambda: "b" in dict(h.manager_restart()[0]),  # type: ignore[call-overload]
         )
     if cell.step == "admit-pod-level":
         return (

@@ -23,6 +23,7 @@ from numamem.api.podresources import (
 from numamem.checkpoint.containerfile import decode_container_file, encode_containers
 from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
+from numamem.checkpoint.namesfile import NAMES_FILE, encode_names, read_names
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.store import InMemoryStore, StateStore
@@ -124,8 +125,8 @@ def test_names_are_recorded_with_state_and_dropped_with_it(tmp_path: Path) -> No
     assert m.admit(Pod("u2", "shop", "db-0", containers=(ctr("a", GI),))).result.admitted
     assert m.admit(Pod("u3", containers=(ctr("a", GI),))).result.admitted  # no names given
     assert m.pod_names() == {"u1": ("shop", "web-0"), "u2": ("shop", "db-0")}
-    doc = json.loads((tmp_path / CONTAINERS_FILE).read_bytes())
-    assert doc["pods"] == {"u1": ["shop", "web-0"], "u2": ["shop", "db-0"]}
+    filed = read_names((tmp_path / NAMES_FILE).read_bytes(), tmp_path / NAMES_FILE).names
+    assert filed == {"u1": ("shop", "web-0"), "u2": ("shop", "db-0")}
     assert [(p.namespace, p.name) for p in own_pods(m.reader(), m.pod_names())] == [
         ("", "u3"),
         ("shop", "db-0"),
@@ -136,8 +137,9 @@ def test_names_are_recorded_with_state_and_dropped_with_it(tmp_path: Path) -> No
     # A restart reads them back (durable), beside the container map.
     again = named_manager(KubeletStateStore(tmp_path))
     assert again.pod_names() == {"u1": ("shop", "web-0")}
-    assert decode_container_file((tmp_path / CONTAINERS_FILE).read_bytes())[1] == {
-        "u1": ("shop", "web-0")
+    # The released pod's name stays in the file, inert: it has no state.
+    assert read_names((tmp_path / NAMES_FILE).read_bytes(), tmp_path).names == {
+        "u1": ("shop", "web-0"), "u2": ("shop", "db-0")
     }  # fmt: skip
 
 
@@ -153,7 +155,7 @@ def test_names_are_not_kept_unless_asked_and_the_file_stays_as_before(tmp_path: 
 def test_a_name_written_before_a_failed_state_write_is_inert(tmp_path: Path) -> None:
     """Names follow the ids' write order: the map first, then the state. A crash between leaves
     a name without state, which the next start drops."""
-    (tmp_path / CONTAINERS_FILE).write_bytes(encode_containers({}, {"ghost": ("ns", "ghost")}))
+    (tmp_path / NAMES_FILE).write_bytes(encode_names({"ghost": ("ns", "ghost")}))
     m = named_manager(KubeletStateStore(tmp_path))
     assert m.pod_names() == {}
 
@@ -213,8 +215,7 @@ def test_a_recreated_pod_is_its_own_pod_and_get_answers_the_newest(tmp_path: Pat
         assert [(p.name, sizes(p)) for p in merged] == [("web-0", [2 * GI]), ("web-0", [1 * GI])]
         assert list(merged[1].containers[0].cpu_ids) == [1, 2]  # the kubelet's pod, our memory
         assert {(p.namespace, p.name): sizes(p) for p in merged} == {("shop", "web-0"): [GI]}
-    doc = json.loads((tmp_path / CONTAINERS_FILE).read_bytes())
-    assert doc["order"] == ["u9", "u0"]
+    assert list(read_names((tmp_path / NAMES_FILE).read_bytes(), tmp_path).names) == ["u9", "u0"]
     # The old uid goes: the name is the new pod's alone.
     m.release_pod("u9")
     servicer = PodResourcesServicer(lambda: m)

@@ -62,11 +62,12 @@ def res(memory: str) -> dict[str, str]:
     return {"cpu": "1", "memory": memory}
 
 
-def pod(uid: str, sizes: list[str]) -> mm.Pod:
+def pod(uid: str, sizes: list[str], name: str | None = None) -> mm.Pod:
+    name = f"web-{uid}" if name is None else name
     return mm.Pod(
         uid=uid,
-        namespace="ns",
-        name=f"web-{uid}",
+        namespace="ns" if name else "",
+        name=name,
         containers=[
             mm.Container(name=f"c{i}", requests=res(s), limits=res(s)) for i, s in enumerate(sizes)
         ],
@@ -89,7 +90,11 @@ def workload(
 
     def admit() -> object:
         uid = f"p{rng.randint(0, 9)}"
-        p = pod(uid, [rng.choice(["128Mi", "256Mi", "512Mi"]) for _ in range(rng.randint(1, 2))])
+        # Mostly its own name; sometimes another (a rename: the names file is rewritten) or
+        # none (a pod re-admitted without a name must not get its old one back).
+        name = rng.choice([None, None, None, f"other-{uid}", ""])
+        sizes = [rng.choice(["128Mi", "256Mi", "512Mi"]) for _ in range(rng.randint(1, 2))]
+        p = pod(uid, sizes, name)
         pods[uid] = p
         return client.admit(p)
 
@@ -174,7 +179,7 @@ def manager_state(component: MemoryManagerComponent) -> tuple[object, ...]:
         assignments,
         committed.view.get_machine_state(),
         {cid: ref for cid, ref in committed.containers.as_dict().items() if ref in live},
-        {uid: n for uid, n in committed.names.items() if uid in assignments},
+        [(uid, n) for uid, n in committed.names.items() if uid in assignments],  # in order
     )
 
 

@@ -434,4 +434,4 @@ class MemoryManagerComponent:
         )
 
     def stop(self) -> None:
-        return None
+        self.store.close()

@@ -1,4 +1,5 @@
-"""numamem's container file (``numamem_containers``): container ids and pod names, checksummed.
+"""numamem's container file (``numamem_containers``): container ids, checksummed (and, from older
+numamem, pod names: read, no longer written; they live in ``numamem_pod_names``).
 
 ``{"checksum": FNV-1a-32 of the body, "containers": {id: [pod, container]}, "exclusive":
 {uid: [container, ...]}, "order": [uid, ...], "pods": {uid: [namespace, name]}}``

@@ -10,22 +10,28 @@ them silently, and the memory they hold would be reserved with nothing owning it
 The container id -> (pod, container) map, which the kubelet
 rebuilds from the container runtime at start, lives in numamem's own file
 ``<state-dir>/numamem_containers`` (never inside the kubelet's file), with
-the namespace and name of each pod with state when the manager records them
-(the podresources API lists pods by name; the kubelet knows them from the API
-server), and which containers of a pod allocated as a whole hold memory of their
-own (``exclusive``; the others share its pool). Names follow the same rules as
-ids: a new or changed name is an add.
+which containers of a pod allocated as a whole hold memory of their own
+(``exclusive``; the others share its pool). The namespace and name of each pod
+with state, when the manager records them (the podresources API lists pods by
+name; the kubelet knows them from the API server), live in
+``<state-dir>/numamem_pod_names`` (:mod:`numamem.checkpoint.namesfile`): a pod's
+name is appended there and fsynced before the state that holds it is written,
+and a name without state is inert, as an id without state is. (Older numamem
+kept the names in the container map; they are read from there and moved at the
+next save.)
 
-Write order keeps the two files consistent without a shared transaction. Both
-files of one operation are written by one
+Write order keeps the files consistent without a shared transaction. The
+state and the map of one operation are written by one
 :func:`~numamem.checkpoint.filestore.atomic_write_all`: each temp file written
 and fsynced, then the renames in this order, then one directory sync (a power
 cut keeps a prefix of the renames), so an operation costs one atomic write:
 
-* when an operation adds ids (or names), the container map goes first, then the
+* when an operation adds ids, the container map goes first, then the
   memory manager state; a crash in between leaves ids for containers whose
   operation was not acknowledged, which the client retries (AddContainer is
-  idempotent), and a state that needs a name never stands without it;
+  idempotent);
+* a pod's name is durable before either (an append, or a rewrite of the names
+  file renamed first in the same write), so a state never stands without it;
 * when it only removes ids, the state goes first and the map after;
 * on start, map entries whose container has no blocks are dropped, so ids left
   behind by a crash between the two renames are inert.
@@ -43,7 +49,7 @@ reads a file first.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from numamem.checkpoint import kubelet
@@ -63,6 +69,7 @@ from numamem.checkpoint.filestore import (
     remove_stale_temps,
 )
 from numamem.checkpoint.fs import REAL, FileSystem
+from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, read_names
 from numamem.errors import (
     CheckpointError,
     DurabilityUnknownError,
@@ -84,6 +91,34 @@ def restore_error(path: Path, err: object) -> CheckpointError:
         f"could not restore state from checkpoint: {err}, please drain this node and delete the memory "
         f'manager checkpoint file "{path}" before restarting numamem'
     )
+
+
+def recorded_names(state_dir: Path) -> dict[str, tuple[str, str]]:
+    """The pod names a restart reads from ``state_dir`` (an older container map's, then the
+    names file replayed), before the uids without state are dropped; read-only, and empty
+    where a file is missing or unreadable (``numamem state verify`` reports those)."""
+    names: dict[str, tuple[str, str]] = {}
+    try:
+        data = read_file(state_dir / CONTAINERS_FILE)
+        if data is not None:
+            names = read_container_file(data).names
+    except (OSError, CheckpointError):
+        pass
+    try:
+        data = read_file(state_dir / NAMES_FILE)
+    except OSError:
+        data = None
+    return replayed(names, read_names(data, state_dir / NAMES_FILE).names if data else {})
+
+
+def replayed(
+    base: Mapping[str, tuple[str, str]], records: Mapping[str, tuple[str, str]]
+) -> dict[str, tuple[str, str]]:
+    """``base`` (an older container map's names) with the names file's ``records`` after it:
+    each recorded uid last, with its recorded name."""
+    names = {uid: n for uid, n in base.items() if uid not in records}
+    names.update(records)
+    return names
 
 
 class KubeletStateStore:
@@ -115,6 +150,7 @@ class KubeletStateStore:
         self._encoder = kubelet.V1Encoder()
         self._encoder_v3 = kubelet.V3Encoder()
         self._map_encoder = ContainerFileEncoder()
+        self.names_file = NamesJournal(self.dir, fs)
         self._last_map: Mapping[str, ContainerRef] = {}
         self._last_names: Mapping[str, tuple[str, str]] = {}
         self._last_exclusive: Mapping[str, frozenset[str]] = {}
@@ -164,17 +200,32 @@ class KubeletStateStore:
             )
         self._last_state = data
         record = self._read_containers()
-        containers, names = record.containers, record.names
+        containers, legacy = record.containers, record.names
+        names = replayed(legacy, self.names_file.load() or {})
+        if self.names_file.damage is not None:
+            _log.error(
+                "pod names file is damaged; names recorded after the damage are lost (pods "
+                "are listed by uid until they are named again); the file is set aside",
+                path=str(self.names_file.path),
+                error=self.names_file.damage,
+            )
         live = {(p, c) for p, ctrs in loaded.assignments.items() for c in ctrs}
         kept = {cid: ref for cid, ref in containers.items() if ref in live}
         kept_names = {uid: n for uid, n in names.items() if uid in loaded.assignments}
         kept_exclusive = {
             uid: n for uid, n in record.exclusive.items() if uid in loaded.pod_entries
         }
-        dropped = len(containers) - len(kept) + len(names) - len(kept_names)
+        self.names_file.restored(kept_names, legacy)
+        if legacy:
+            self._map_dirty = True  # names move to the names file (folded first)
+        dropped = len(containers) - len(kept)
         if dropped or len(kept_exclusive) != len(record.exclusive):
-            _log.info("dropped container ids and pod names without memory state", dropped=dropped)
+            _log.info("dropped container ids without memory state", dropped=dropped)
             self._map_dirty = True
+        if len(kept_names) < len(names):
+            _log.info(
+                "pod names without memory state are inert", count=len(names) - len(kept_names)
+            )
         self._last_map, self._last_names = kept, kept_names
         self._last_exclusive = kept_exclusive
         return Snapshot(
@@ -198,10 +249,15 @@ class KubeletStateStore:
             return ContainerFile()
 
     def restored(self) -> None:
-        """The restored state was accepted: remove temp files, set an unusable map aside."""
-        for name in (STATE_FILE, CONTAINERS_FILE):
+        """The restored state was accepted: remove temp files, set an unusable map or names
+        file aside."""
+        for name in (STATE_FILE, CONTAINERS_FILE, NAMES_FILE):
             for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
+        if self.names_file.damage is not None:
+            aside = move_aside(self.names_file.path, "corrupt", self.fs)
+            _log.error("pod names file set aside", moved_to=str(aside))
+            self.names_file.set_aside()
         if self._map_unusable is not None:
             aside = move_aside(self.containers_path, "corrupt", self.fs)
             _log.error(
@@ -212,6 +268,10 @@ class KubeletStateStore:
                 error=self._map_unusable,
             )
             self._map_unusable = None
+
+    def close(self) -> None:
+        """Close the pod names file's append descriptor (a later save reopens it)."""
+        self.names_file.close()
 
     # --- save --------------------------------------------------------------------
 
@@ -238,28 +298,32 @@ class KubeletStateStore:
         old_map, old_names = self._last_map, self._last_names
         old_exclusive = self._last_exclusive
         adds = not (
-            new_map.items() <= old_map.items()
-            and new_names.items() <= old_names.items()
-            and new_exclusive.items() <= old_exclusive.items()
+            new_map.items() <= old_map.items() and new_exclusive.items() <= old_exclusive.items()
         )
         map_item = None
-        if (
-            adds
-            or new_map != old_map
-            or list(new_names) != list(old_names)
-            or new_exclusive != old_exclusive
-            or self._map_dirty
-        ):
+        if adds or new_map != old_map or new_exclusive != old_exclusive or self._map_dirty:
             map_item = (
                 self.containers_path,
-                self._map_encoder.encode(new_map, new_names, new_exclusive),
+                self._map_encoder.encode(new_map, None, new_exclusive),
             )
         state_item = (self.state_path, state) if state != self._last_state else None
         ordered = (map_item, state_item) if adds else (state_item, map_item)
         files = [item for item in ordered if item is not None]
+        names_plan = self.names_file.plan(old_names, new_names, snapshot.assignments)
+        fold = None
+        if names_plan is not None and names_plan[0] == "fold":
+            fold = (self.names_file.path, names_plan[1])
+            files.insert(0, fold)  # a pod's name is durable before a state that holds it
+        elif names_plan is not None:
+            try:
+                self.names_file.append(names_plan[1], self.faults)
+            except PersistenceError:
+                self._observe_state(state_item, started=time.perf_counter(), written=False)
+                raise
         self._last_map, self._last_names = new_map, new_names
         self._last_exclusive = new_exclusive
         if not files:
+            self.names_file.saved(old_names, new_names, applied=True)
             return
         unknown: DurabilityUnknownError | None = None
         started = time.perf_counter()
@@ -268,12 +332,19 @@ class KubeletStateStore:
         except DurabilityUnknownError as err:
             unknown = err
         except PartialWriteError as err:
+            self._names_after_failure(fold, old_names, new_names, err.replaced)
             if adds:  # the map is in place, the state is not: take the map back (inert anyway)
                 self._last_map, self._last_names = old_map, old_names
                 self._last_exclusive = old_exclusive
                 self._observe_state(state_item, started, written=False)
-                self._best_effort_map(old_map, old_names, old_exclusive)
+                if map_item is not None and map_item[0] in err.replaced:
+                    self._best_effort_map(old_map, old_exclusive)
                 raise
+            if state_item is None or state_item[0] not in err.replaced:
+                self._last_map, self._last_names = old_map, old_names
+                self._last_exclusive = old_exclusive
+                self._observe_state(state_item, started, written=False)
+                raise  # only the names were renamed: nothing applied
             # The state is in place, the map that only removes ids is not: its stale ids are
             # inert (dropped at restore) and it is written again with the next change.
             self.writes += 1
@@ -284,6 +355,7 @@ class KubeletStateStore:
             )
             files = [file for file in files if file is not map_item]
         except PersistenceError:
+            self._names_after_failure(fold, old_names, new_names, ())
             self._last_map, self._last_names = old_map, old_names
             self._last_exclusive = old_exclusive
             self._observe_state(state_item, started, written=False)
@@ -292,6 +364,10 @@ class KubeletStateStore:
             self.writes += len(files)
             if map_item is not None:
                 self._map_dirty = False
+        if fold is not None:
+            self.names_file.folded(fold[1], old_names, new_names, renamed=True)
+        else:
+            self.names_file.saved(old_names, new_names, applied=True)
         if state_item is not None:
             self._last_state = state
         self._observe_state(state_item, started, written=True)
@@ -309,16 +385,32 @@ class KubeletStateStore:
         for observer in self.observers:
             observer(time.perf_counter() - started, written)
 
+    def _names_after_failure(
+        self,
+        fold: tuple[Path, bytes] | None,
+        old: Mapping[str, tuple[str, str]],
+        new: Mapping[str, tuple[str, str]],
+        replaced: Sequence[Path],
+    ) -> None:
+        """A save failed after its names plan: the names file may hold what memory does not
+        (an appended record, or a renamed fold), so the next save folds it."""
+        if fold is None:
+            self.names_file.saved(old, new, applied=False)
+            return
+        renamed = fold[0] in replaced
+        self.names_file.folded(fold[1], old, new, renamed=renamed)
+        if renamed:
+            self.names_file.stale()
+
     def _best_effort_map(
         self,
         entries: Mapping[str, ContainerRef],
-        names: Mapping[str, tuple[str, str]],
         exclusive: Mapping[str, frozenset[str]],
     ) -> None:
         try:
             atomic_write(
                 self.containers_path,
-                encode_containers(entries, names, exclusive),
+                encode_containers(entries, None, exclusive),
                 faults=self.faults,
                 fs=self.fs,
             )

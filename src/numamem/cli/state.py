@@ -258,16 +258,11 @@ def show(state_dir: Path, *, as_json: bool) -> int:
 
 
 def _names(state_dir: Path) -> dict[str, tuple[str, str]]:
-    """The pod names recorded beside the container map (none when the file is missing or
-    does not decode: ``state verify`` reports that)."""
-    from numamem.checkpoint.containerfile import decode_container_file
-    from numamem.checkpoint.mmstore import CONTAINERS_FILE
-    from numamem.errors import CheckpointError
+    """The pod names recorded beside the state (none where the files are missing or do not
+    decode: ``state verify`` reports that)."""
+    from numamem.checkpoint.mmstore import recorded_names
 
-    try:
-        return dict(decode_container_file((state_dir / CONTAINERS_FILE).read_bytes())[1])
-    except (OSError, CheckpointError):
-        return {}
+    return recorded_names(state_dir)
 
 
 def check_files(state_dir: Path) -> dict[str, Any] | int:

@@ -27,6 +27,9 @@ class StateStore(Protocol):
     def restored(self) -> None:
         """The restored state was accepted; the store may clean up (temp files and such)."""
 
+    def close(self) -> None:
+        """The daemon stops: release open descriptors (idempotent; a later save reopens)."""
+
 
 class InMemoryStore:
     """A store that keeps the last snapshot in memory (persistence off, and tests).
@@ -43,6 +46,9 @@ class InMemoryStore:
         return self.saved
 
     def restored(self) -> None:
+        return None
+
+    def close(self) -> None:
         return None
 
     def save(self, snapshot: Snapshot) -> None:

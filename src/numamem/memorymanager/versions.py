@@ -210,10 +210,17 @@ class Versions:
             and pod is not None
             and (pod.namespace or pod.name)
             and pod.uid in pods
-            and names.get(pod.uid) != (pod.namespace, pod.name)
+            and pod.uid not in names
+            and pod.uid not in current.state.pods_view()
         ):
             # Recorded last: the newest holder of a name is the last one (podresources Get).
-            names = {u: n for u, n in names.items() if u != pod.uid}
+            # A pod is named by the commit that gives it state, and keeps that name while it
+            # has state (a pod's namespace and name never change in Kubernetes; a pod that got
+            # state without them, or from a kubelet's file, stays unnamed): so a name is only
+            # ever written for a uid without state, durable before the state that holds it and
+            # inert without it, and no restart pairs a state with another commit's names
+            # (numamem.checkpoint.namesfile).
+            names = dict(names)
             names[pod.uid] = (pod.namespace, pod.name)
         if names and (work.pod_count() < current.state.pod_count() or len(names) > len(pods)):
             # A pod lost its state (a scan only then): its name goes with it.
