@@ -268,7 +268,8 @@ def _during(
             report.latency(f"release_busy_{name}", f"ReleasePod while {label}", busy)
             ratio = statistics.median(busy) / statistics.median(idle)
             report.value(f"release_busy_{name}_vs_idle", "  busy / idle ReleasePod p50", ratio, "",
-                         f"(target <= 2); {counts['admitted']} admitted, {counts['refused']} refused, "
+                         f"{'(a control)' if name.startswith('control') else '(target <= 2)'}; "
+                         f"{counts['admitted']} admitted, {counts['refused']} refused, "
                          f"Admit p50 {statistics.median(durations) * 1e3:.1f} ms")  # fmt: skip
         client.close()
 
@@ -297,11 +298,23 @@ def release_phase(report: Any, root: Path) -> None:
         for p in range(16)
     ]  # fmt: skip
     closest = [hints([0, 1], list(range(22)))]
+
+    class _Read:
+        admitted = False  # nothing to release
+
+    # The controls: the same other client with no search at all, writing (a 1Gi pod admitted
+    # and released: the closest loop's writes without its search) or only reading. What
+    # the expensive admissions add is their ratio over these; the controls' own ratio is
+    # what any concurrent client costs ReleasePod on this machine.
     _during(report, root, "40", forty_nodes(), [
         ("closest", "the 40-node prefer-closest pod is admitted in a loop",
          lambda c: c.admit(big("38Gi"), other_providers=closest)),
         ("lists", "1,024 hint lists are sent in a loop",
          lambda c: c.admit(big("38Gi"), other_providers=lists)),
+        ("control_writes", "control: a 1Gi pod admitted and released in a loop (no search)",
+         lambda c: c.admit(big("1Gi"))),
+        ("control_reads", "control: GetState in a loop (no search, no writes)",
+         lambda c: (c.get_state(), _Read())[1]),
     ])  # fmt: skip
     search = [hints(list(range(40)), list(range(10)))]
     _during(report, root, "40-random", random_forty_nodes(), [
