@@ -311,3 +311,24 @@ def test_after_any_sequence_and_any_failed_write_a_restart_reads_memorys_names(
             restarted.store.close()
         m.store.close()
         assert not [f for f in os.listdir(directory) if ".tmp-" in f]
+
+
+def test_a_save_that_removes_one_name_and_adds_another_keeps_the_removed_one_inert(
+    tmp_path: Path,
+) -> None:
+    """The journal's own bookkeeping: a uid whose name left memory in a save that also named
+    another pod is still known inert, so it getting state later without a name folds."""
+    journal = namesfile.NamesJournal(tmp_path)
+    a, b = {"a": ("ns", "a")}, {"b": ("ns", "b")}
+    plan = journal.plan({}, a, {"a"})
+    assert plan is not None and plan[0] == "fold"  # no file yet
+    (tmp_path / NAMES_FILE).write_bytes(plan[1])
+    journal.folded(plan[1], {}, a, renamed=True)
+    plan = journal.plan(a, b, {"b"})
+    assert plan == ("append", frame(b'["b","ns","b"]'))
+    journal.append(plan[1])
+    journal.saved(a, b, applied=True)
+    plan = journal.plan(b, b, {"a", "b"})  # "a" gets state again, without a name
+    assert plan is not None and plan[0] == "fold"
+    assert read_names(plan[1], tmp_path).names == b
+    journal.close()

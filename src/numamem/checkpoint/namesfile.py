@@ -63,6 +63,11 @@ def _record(uid: str, name: tuple[str, str]) -> bytes:
     return frame(json.dumps([uid, name[0], name[1]], separators=(",", ":")).encode())
 
 
+def _removed(old: Names, new: Names) -> set[str]:
+    """The uids ``old`` names and ``new`` does not (set operations on key views, in C)."""
+    return set() if old.keys() <= new.keys() else old.keys() - new.keys()
+
+
 def encode_names(names: Names) -> bytes:
     """The file holding ``names`` in their order (a fold)."""
     return _HEADER + b"".join(_record(uid, n) for uid, n in names.items())
@@ -178,7 +183,8 @@ class NamesJournal:
             fresh = set(added)
             if [uid for uid in old if uid in new and uid not in fresh] + added != keys:
                 return "fold", self._fold_bytes(old, new)  # an order no append gives
-        inert = self._inert | (old.keys() - new.keys()) if len(new) < len(old) else self._inert
+        removed = _removed(old, new)
+        inert = self._inert | removed if removed else self._inert
         if inert and any(uid in has_state and uid not in new for uid in inert):
             return "fold", self._fold_bytes(old, new)  # an inert name would come back
         if len(inert) > 64 + len(new) or (
@@ -230,8 +236,9 @@ class NamesJournal:
         if not applied:
             self._fold_next = True
             return
-        if len(new) < len(old):
-            self._inert |= old.keys() - new.keys()
+        removed = _removed(old, new)
+        if removed:
+            self._inert |= removed
         if self._inert:
             self._inert -= new.keys()
 
