@@ -7,6 +7,10 @@ state, before it is acknowledged (:mod:`numamem.memorymanager.versions`, which
 also explains failed and unknown-durability writes). The ``max_pods`` limit
 is checked in the same commit, so concurrent admissions cannot overshoot it.
 
+The class is built in layers, each its own module: the readers
+(:mod:`.manager_reads`), active pods and stale state (:mod:`.manager_stale`),
+resizes (:mod:`.manager_resize`) and, here, the lifecycle and the writers.
+
 No search runs under the lock: Admit and Allocate, which search (hints, the
 merge, the Static policy's extension to a superset), compute their change
 outside it and commit it only if the state they computed on is still the
@@ -45,13 +49,10 @@ from numamem.errors import (
     AllocationError,
     ConfigError,
     FailedPreconditionError,
-    NotFoundError,
-    SearchBudgetError,
     quote,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager import podlevel, resize_budget
-from numamem.memorymanager import resize as resizing
+from numamem.memorymanager import podlevel
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.forked import (
     AdmitOutcome,
@@ -59,15 +60,17 @@ from numamem.memorymanager.forked import (
     admit_on_fork,
     explain_on_fork,
 )
+from numamem.memorymanager.manager_reads import container_of
+from numamem.memorymanager.manager_resize import Resizes
 from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.policy import NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.reserved import get_system_reserved_memory
-from numamem.memorymanager.state import MemoryState, State, StateView
+from numamem.memorymanager.state import MemoryState
 from numamem.memorymanager.store import StateStore
 from numamem.memorymanager.versions import Committed, Versions
 from numamem.memtypes import Block, ContainerRef
-from numamem.pod import Container, Pod
+from numamem.pod import Pod
 from numamem.quantity import Quantity
 from numamem.topology import Machine
 from numamem.topologymanager import admission
@@ -85,7 +88,7 @@ _log = get_logger("memorymanager")
 __all__ = ["AdmitOutcome", "Committed", "Explanation", "Manager", "new_policy"]
 
 
-class Manager:
+class Manager(Resizes):
     """See the module docstring. Construct, then :meth:`start` once (or :meth:`load`, then
     :meth:`finish_start`, to refuse a start before writing anything)."""
 
@@ -160,86 +163,6 @@ class Manager:
             self._allocatable = self.policy.get_allocatable_memory(work)
             self.started = True
 
-    @property
-    def _committed(self) -> Committed:
-        return self._versions.current
-
-    @property
-    def _state(self) -> MemoryState:
-        return self._versions.current.state
-
-    @property
-    def _containers(self) -> ContainerMap:
-        return self._versions.current.containers
-
-    # --- active pods and stale state ---------------------------------------
-
-    def _touch(self, pod: Pod) -> None:
-        if self._active_pods_fn is None:
-            with self._active_lock:
-                if self._tracked_active is not None:
-                    self._tracked_active[pod.uid] = pod.container_names()
-
-    def _active_containers(self) -> dict[str, frozenset[str]] | None:
-        if self._active_pods_fn is not None:
-            pods = self._active_pods_fn()
-            return None if pods is None else {p.uid: p.container_names() for p in pods}
-        with self._active_lock:
-            return None if self._tracked_active is None else dict(self._tracked_active)
-
-    def remove_stale_state(self) -> list[ContainerRef]:
-        """``removeStaleState`` as its own operation (one write). Returns what was removed."""
-        with self._lock:
-            return self._remove_stale_state_locked()
-
-    def _remove_stale_state_locked(self) -> list[ContainerRef]:
-        if not self._stale_possible:
-            return []
-        active = self._active_containers()
-        if active is None:
-            return []
-        removed: list[ContainerRef] = []
-        with self._versions.transaction() as (work, containers):
-            for pod_uid, ctr, _ in list(work.iter_containers()):
-                if ctr not in active.get(pod_uid, ()):
-                    self._remove_by_ref(work, containers, pod_uid, ctr)
-                    removed.append((pod_uid, ctr))
-            for _, (pod_uid, ctr) in containers.items():
-                if ctr not in active.get(pod_uid, ()):
-                    self._remove_by_ref(work, containers, pod_uid, ctr)
-                    if (pod_uid, ctr) not in removed:
-                        removed.append((pod_uid, ctr))
-        if self._active_pods_fn is None:
-            self._stale_possible = False
-        for pod_uid, ctr in removed:
-            _log.info(
-                "removed stale state",
-                pod_uid=quote(pod_uid, style="bare"),
-                container=quote(ctr, style="bare"),
-            )
-        return removed
-
-    def _remove_by_ref(
-        self, state: State, containers: ContainerMap, pod_uid: str, ctr: str
-    ) -> None:
-        """``policyRemoveContainerByRef``."""
-        self.policy.remove_container(state, pod_uid, ctr)
-        containers.remove_by_container_ref(pod_uid, ctr)
-
-    def _settle_stale_state(self) -> None:
-        """Remove stale state before a hint or allocation, when there can be any."""
-        if self._stale_possible:
-            with self._lock:
-                self._remove_stale_state_locked()
-
-    def sync_active_pods(self, pods: Sequence[Pod]) -> list[ContainerRef]:
-        """Make ``pods`` the active set (sources ready) and remove every other container's state."""
-        with self._lock:
-            with self._active_lock:
-                self._tracked_active = {p.uid: p.container_names() for p in pods}
-            self._stale_possible = True
-            return self._remove_stale_state_locked()
-
     # --- operations ---------------------------------------------------------------
 
     def allocate(
@@ -257,7 +180,7 @@ class Manager:
         Idempotent: an allocated container keeps its blocks. Returns the
         container's blocks ([] when nothing was pinned).
         """
-        container = _container(pod, container_name)
+        container = container_of(pod, container_name)
         self._touch(pod)
         self._settle_stale_state()
 
@@ -313,73 +236,9 @@ class Manager:
 
         return self._versions.optimistic(pod, compute, deadline, budget)
 
-    def resize(
-        self,
-        pod: Pod,
-        container_name: str,
-        *,
-        deadline: float | None = None,
-        budget: int | None = None,
-    ) -> resizing.Resize:
-        """In-place resize of a container's pinned memory to its resources in ``pod``
-        (:mod:`.resize`, a numamem extension: the kubelet's Static policy refuses it); of a
-        pod allocated as a whole by its pod-level resources, its budget and its containers'
-        shares (:mod:`.resize_budget`; ``container_name`` "" names the pod itself).
-
-        Stale-state cleanup first (its own write), then computed outside the lock and
-        committed in one write, like :meth:`allocate`. A refusal (ResizeDeferredError,
-        ResizeInfeasibleError) changes nothing; a resize to the current sizes (or of a
-        container without pinned memory) writes nothing."""
-        _resized(pod, container_name)
-        self._touch(pod)
-        self._settle_stale_state()
-
-        def compute(fork: MemoryState, work: Work) -> tuple[bool, resizing.Resize]:
-            try:
-                decided = self._decide_resize(fork, pod, container_name, work)
-            except SearchBudgetError as err:
-                raise resizing.budget_refusal(err) from err
-            if decided.refusal is not None:
-                raise decided.refusal
-            resizing.apply(fork, decided)
-            return decided.changes, decided
-
-        decided = self._versions.optimistic(pod, compute, deadline, budget)
-        if decided.changes:
-            _log.info(
-                "resized",
-                pod_uid=quote(pod.uid, style="bare"),
-                container=quote(container_name, style="bare"),
-                action=decided.action,
-                memory=decided.new_size,
-                pod_memory=None if decided.pod_level is None else decided.pod_level.new_size,
-                numa_nodes=list(decided.nodes),
-            )
-        return decided
-
-    def explain_resize(
-        self, pod: Pod, container_name: str, *, deadline: float | None = None
-    ) -> resizing.Resize:
-        """What :meth:`resize` would decide now, refusal included; changes nothing, no lock."""
-        _resized(pod, container_name)
-        work = Work(deadline=deadline)
-        return self._decide_resize(self._state.fork(), pod, container_name, work)
-
-    def _decide_resize(
-        self, fork: MemoryState, pod: Pod, container_name: str, work: Work
-    ) -> resizing.Resize:
-        nodes = self.policy.numa_nodes if isinstance(self.policy, StaticPolicy) else None
-        what = f"pod {quote(pod.uid)}" + (
-            f", container {quote(container_name)}" if container_name else ""
-        )
-        with work.stage(lambda: f"{what}: the resize"):
-            return resize_budget.decide(
-                fork, self.policy, self._topology_policy, pod, container_name, work, nodes
-            )
-
     def add_container(self, pod: Pod, container_name: str, container_id: str) -> None:
         """``AddContainer``: record the id; free the memory of earlier regular init containers."""
-        _container(pod, container_name)
+        container_of(pod, container_name)
         with self._lock:
             self._touch(pod)
             with self._versions.transaction(pod) as (work, containers):
@@ -436,7 +295,7 @@ class Manager:
 
         The Static policy's hints are lazy: whoever reads them runs the search, charged to
         a Work with ``deadline``."""
-        container = _container(pod, container_name)
+        container = container_of(pod, container_name)
         self._touch(pod)
         self._settle_stale_state()
         return self.policy.get_topology_hints(self._state, pod, container, Work(deadline=deadline))
@@ -502,56 +361,6 @@ class Manager:
             Work(deadline=deadline),
         )
 
-    @property
-    def topology_policy_name(self) -> str:
-        """The topology manager policy's name ("" without one)."""
-        return "" if self._topology_policy is None else self._topology_policy.name
-
-    # --- readers: the committed state, no lock ------------------------------------
-
-    def committed(self) -> Committed:
-        """The committed version (state, container map, names) as one immutable object."""
-        return self._committed
-
-    def reader(self) -> StateView:
-        """The committed state, read-only; the same object until the next commit."""
-        return self._committed.view
-
-    def get_memory(self, pod_uid: str, container_name: str) -> list[Block]:
-        return self._state.get_memory_blocks(pod_uid, container_name) or []
-
-    def get_pod_memory(self, pod_uid: str) -> list[Block] | None:
-        """``GetPodMemory``: the pod-level blocks, or None when the pod has none."""
-        return self._state.get_pod_memory_blocks(pod_uid)
-
-    def isolation_level(self, pod_uid: str, container_name: str) -> str:
-        """``GetResourceIsolationLevel`` from the committed state: ``host`` (no blocks),
-        ``pod`` (shares its pod's pool) or ``container`` (:func:`.podlevel.isolation_level`)."""
-        state = self._state
-        return podlevel.isolation_level(
-            state.get_memory_blocks(pod_uid, container_name),
-            state.get_pod_memory_blocks(pod_uid),
-            state.exclusive_containers(pod_uid),
-            container_name,
-        )
-
-    def get_memory_numa_nodes(self, pod_uid: str, container_name: str) -> list[int] | None:
-        """NUMA ids for ``cpuset.mems``; None (leave unset) when the container has no blocks."""
-        nodes = {n for b in self.get_memory(pod_uid, container_name) for n in b.numa_affinity or ()}
-        return sorted(nodes) or None
-
-    def get_allocatable_memory(self) -> list[Block]:
-        """Cached at start; never refreshed (as in the kubelet)."""
-        return list(self._allocatable)
-
-    def container_map(self) -> Mapping[str, ContainerRef]:
-        return self._containers.as_dict()
-
-    def pod_names(self) -> Mapping[str, tuple[str, str]]:
-        """Pod uid -> (namespace, name), for pods with state whose Pod message named them
-        (with ``record_pod_names``); the committed mapping, not a copy: do not mutate."""
-        return self._versions.current.names
-
 
 def new_policy(
     name: str,
@@ -575,16 +384,3 @@ def new_policy(
     if name == "BestEffort":
         raise ConfigError(f'policy {quote(name, style="go")} is not available for platform "linux"')
     raise ConfigError(f"unknown policy: {quote(name, style='go')}")
-
-
-def _resized(pod: Pod, name: str) -> None:
-    """A resize names a container of ``pod``, or "" for a pod that sets pod-level resources."""
-    if name or not pod.pod_level_resources_set:
-        _container(pod, name)
-
-
-def _container(pod: Pod, name: str) -> Container:
-    container = pod.container(name)
-    if container is None:
-        raise NotFoundError(f"container {quote(name)} is not in pod {quote(pod.uid)}")
-    return container

@@ -1,0 +1,95 @@
+"""The memory manager's in-place resizes (a numamem extension; :mod:`.resize`,
+:mod:`.resize_budget`).
+
+The third layer of :class:`~numamem.memorymanager.manager.Manager` (see
+:mod:`.manager_reads`).
+"""
+
+from __future__ import annotations
+
+from numamem.errors import SearchBudgetError, quote
+from numamem.logging import get_logger
+from numamem.memorymanager import resize as resizing
+from numamem.memorymanager import resize_budget
+from numamem.memorymanager.manager_reads import container_of
+from numamem.memorymanager.manager_stale import ActivePods
+from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.state import MemoryState
+from numamem.pod import Pod
+from numamem.work import Work
+
+_log = get_logger("memorymanager")
+
+
+class Resizes(ActivePods):
+    """:meth:`resize` and :meth:`explain_resize`."""
+
+    def resize(
+        self,
+        pod: Pod,
+        container_name: str,
+        *,
+        deadline: float | None = None,
+        budget: int | None = None,
+    ) -> resizing.Resize:
+        """In-place resize of a container's pinned memory to its resources in ``pod``
+        (:mod:`.resize`, a numamem extension: the kubelet's Static policy refuses it); of a
+        pod allocated as a whole by its pod-level resources, its budget and its containers'
+        shares (:mod:`.resize_budget`; ``container_name`` "" names the pod itself).
+
+        Stale-state cleanup first (its own write), then computed outside the lock and
+        committed in one write, like :meth:`allocate`. A refusal (ResizeDeferredError,
+        ResizeInfeasibleError) changes nothing; a resize to the current sizes (or of a
+        container without pinned memory) writes nothing."""
+        _resized(pod, container_name)
+        self._touch(pod)
+        self._settle_stale_state()
+
+        def compute(fork: MemoryState, work: Work) -> tuple[bool, resizing.Resize]:
+            try:
+                decided = self._decide_resize(fork, pod, container_name, work)
+            except SearchBudgetError as err:
+                raise resizing.budget_refusal(err) from err
+            if decided.refusal is not None:
+                raise decided.refusal
+            resizing.apply(fork, decided)
+            return decided.changes, decided
+
+        decided = self._versions.optimistic(pod, compute, deadline, budget)
+        if decided.changes:
+            _log.info(
+                "resized",
+                pod_uid=quote(pod.uid, style="bare"),
+                container=quote(container_name, style="bare"),
+                action=decided.action,
+                memory=decided.new_size,
+                pod_memory=None if decided.pod_level is None else decided.pod_level.new_size,
+                numa_nodes=list(decided.nodes),
+            )
+        return decided
+
+    def explain_resize(
+        self, pod: Pod, container_name: str, *, deadline: float | None = None
+    ) -> resizing.Resize:
+        """What :meth:`resize` would decide now, refusal included; changes nothing, no lock."""
+        _resized(pod, container_name)
+        work = Work(deadline=deadline)
+        return self._decide_resize(self._state.fork(), pod, container_name, work)
+
+    def _decide_resize(
+        self, fork: MemoryState, pod: Pod, container_name: str, work: Work
+    ) -> resizing.Resize:
+        nodes = self.policy.numa_nodes if isinstance(self.policy, StaticPolicy) else None
+        what = f"pod {quote(pod.uid)}" + (
+            f", container {quote(container_name)}" if container_name else ""
+        )
+        with work.stage(lambda: f"{what}: the resize"):
+            return resize_budget.decide(
+                fork, self.policy, self._topology_policy, pod, container_name, work, nodes
+            )
+
+
+def _resized(pod: Pod, name: str) -> None:
+    """A resize names a container of ``pod``, or "" for a pod that sets pod-level resources."""
+    if name or not pod.pod_level_resources_set:
+        container_of(pod, name)
