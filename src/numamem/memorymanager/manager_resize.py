@@ -14,6 +14,7 @@ from numamem.memorymanager import resize_budget
 from numamem.memorymanager.manager_reads import container_of
 from numamem.memorymanager.manager_stale import ActivePods
 from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.resize_apply import apply
 from numamem.memorymanager.state import MemoryState
 from numamem.pod import Pod
 from numamem.work import Work
@@ -52,7 +53,7 @@ class Resizes(ActivePods):
                 raise resizing.budget_refusal(err) from err
             if decided.refusal is not None:
                 raise decided.refusal
-            resizing.apply(fork, decided)
+            apply(fork, decided)
             return decided.changes, decided
 
         decided = self._versions.optimistic(pod, compute, deadline, budget)

@@ -26,10 +26,11 @@ server accepted the resize:
   pod), else **Deferred** (it fits once memory is freed); nothing is changed;
 * a resize to the current size changes nothing (no write).
 
-:func:`decide` is pure (the state is read, never changed); :func:`apply` makes the change on
-a transaction's fork. A pod allocated as a whole by its pod-level resources (KEP-5526) is
-resized by the same rules applied to its budget (:mod:`.resize_budget`); in the container
-scope, a pod-level pod's equivalent-Guaranteed containers are resized as any container.
+:func:`decide` is pure (the state is read, never changed);
+:func:`~numamem.memorymanager.resize_apply.apply` makes the change on a transaction's fork.
+A pod allocated as a whole by its pod-level resources (KEP-5526) is resized by the same
+rules applied to its budget (:mod:`.resize_budget`); in the container scope, a pod-level
+pod's equivalent-Guaranteed containers are resized as any container.
 """
 
 from __future__ import annotations
@@ -44,16 +45,14 @@ from numamem.errors import (
     SearchBudgetError,
     quote,
 )
-from numamem.memorymanager.arithmetic import copy_for_write, node_state, reserve_on
 from numamem.memorymanager.policy import Policy
 from numamem.memorymanager.requests import container_requested_resources
 from numamem.memorymanager.resize_search import Extension, find_extension, memory_free
-from numamem.memorymanager.state import MemoryState, State
+from numamem.memorymanager.state import MemoryState
 from numamem.memtypes import (
     MEMORY,
     Block,
     ContainerRef,
-    MachineState,
     MemoryTable,
     NUMANodeState,
 )
@@ -274,10 +273,10 @@ def grow(
     free = sum(memory_free(machine, n) for n in nodes)
     if free >= need:
         return None, ""
-    types = {b.type for _, _, bs in state.iter_containers() for b in bs if _on(b, nodes)}
+    types = {b.type for _, _, bs in state.iter_containers() for b in bs if on_group(b, nodes)}
     # A pod-level budget can hold a type no container's block names (a pool nobody shares).
     for blocks in state.get_pod_memory_assignments().values():
-        types.update(b.type for b in blocks if _on(b, nodes))
+        types.update(b.type for b in blocks if on_group(b, nodes))
     everyone = tuple(sorted(n for n, s in machine.items() if s is not None))
     extension = find_extension(
         machine, nodes, need, types, hint_nodes or everyone, topology, requested, work
@@ -345,87 +344,23 @@ def refused_alone(
     return _Verdict(why, alone_why, most)
 
 
-def apply(state: State, resize: Resize) -> None:
-    """Make ``resize`` (decided on this state by :func:`decide`) on ``state``: one change."""
-    if not resize.changes:
-        return
-    old, new = resize.old_nodes, resize.nodes
-    machine = copy_for_write(state.machine_view(), new)
-    budget = resize.pod_level
-    delta = (
-        resize.new_size - resize.old_size
-        if budget is None
-        else budget.new_size - budget.old_size  # the budget is reserved, not its containers
-    )
-    if resize.action == EXTENDED:
-        count = node_state(machine, old[0]).number_of_assignments
-        for n in new:
-            node = node_state(machine, n)
-            if n not in old:
-                node.number_of_assignments = count
-            node.cells = list(new)
-        _retarget(state, set(old), new)
-    if delta > 0:
-        for n in new:
-            table = _table(machine, n)
-            if table is not None:
-                delta = reserve_on(table, delta)
-    else:
-        _release_from_last(machine, new, -delta)
-    state.adopt_machine_state(machine)
-    if budget is None:
-        state.set_memory_blocks(resize.pod_uid, resize.container, list(resize.blocks))
-        return
-    state.set_pod_memory_blocks(resize.pod_uid, list(budget.blocks), budget.exclusive)
-    for name, blocks in budget.containers:
-        state.set_memory_blocks(resize.pod_uid, name, list(blocks))
-
-
-def _retarget(state: State, old: set[int], new: tuple[int, ...]) -> None:
-    """Every block (container and pod-level) whose nodes are ``old`` names ``new`` instead."""
-    assignments = state.get_memory_assignments()
-    for uid, containers in assignments.items():
-        for name, blocks in containers.items():
-            if any(_on(b, old) for b in blocks):
-                state.set_memory_blocks(uid, name, [_moved(b, old, new) for b in blocks])
-    for uid, blocks in state.get_pod_memory_assignments().items():
-        if any(_on(b, old) for b in blocks):
-            known = state.exclusive_known(uid)
-            exclusive = state.exclusive_containers(uid) if known else None
-            state.set_pod_memory_blocks(uid, [_moved(b, old, new) for b in blocks], exclusive)
-
-
-def _moved(block: Block, old: set[int], new: tuple[int, ...]) -> Block:
-    return Block(new, block.type, block.size) if _on(block, old) else block
-
-
-def _release_from_last(machine: MachineState, nodes: tuple[int, ...], size: int) -> None:
-    """Give ``size`` bytes of memory back, from the highest node with memory reserved down."""
-    for n in reversed(nodes):
-        table = _table(machine, n)
-        if table is None or size == 0:
-            continue
-        take = min(table.reserved, size)
-        table.reserved -= take
-        table.free += take
-        size -= take
-
-
 def members(state: MemoryState, nodes: tuple[int, ...]) -> tuple[ContainerRef, ...]:
     """Every container with a block on the group ``nodes`` (sorted)."""
     return tuple(
         sorted(
             (uid, name)
             for uid, name, blocks in state.iter_containers()
-            if any(_on(b, nodes) for b in blocks)
+            if any(on_group(b, nodes) for b in blocks)
         )
     )
 
 
-def _on(block: Block, nodes: Collection[int]) -> bool:
+def on_group(block: Block, nodes: Collection[int]) -> bool:
+    """Whether ``block`` names exactly the nodes ``nodes`` (a block of that group)."""
     return set(block.numa_affinity or ()) == set(nodes)
 
 
-def _table(machine: Mapping[int, NUMANodeState | None], n: int) -> MemoryTable | None:
+def memory_table(machine: Mapping[int, NUMANodeState | None], n: int) -> MemoryTable | None:
+    """Node ``n``'s ``memory`` table, if it has one."""
     node = machine.get(n)
     return None if node is None else (node.memory_map or {}).get(MEMORY)
