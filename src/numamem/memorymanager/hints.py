@@ -45,8 +45,8 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 
+from numamem.memorymanager.memo import memoized
 from numamem.memorymanager.subsets import exists_subset
 from numamem.memorymanager.upsets import UpSets
 from numamem.memtypes import NUMANodeState
@@ -111,7 +111,7 @@ class HintSpace(HintFamily):
 
     # --- the nodes ------------------------------------------------------------------
 
-    @cached_property
+    @memoized
     def _tables(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None]:
         """node -> (allocatable per type, free per type), or None when it lacks a requested type."""
         self.work.spend(len(self.nodes))
@@ -136,18 +136,18 @@ class HintSpace(HintFamily):
         node = self.machine_state.get(n)
         return tuple(sorted((node.cells or []) if node is not None else []))
 
-    @cached_property
+    @memoized
     def _need(self) -> tuple[int, ...]:
         return tuple(self.requested[t] for t in self._types)
 
-    @cached_property
+    @memoized
     def unused(self) -> tuple[int, ...]:
         """Unused nodes that have every requested type, ascending: what up-sets are made of."""
         return tuple(
             n for n in self.nodes if self._tables[n] is not None and self._assignments(n) == 0
         )
 
-    @cached_property
+    @memoized
     def upsets(self) -> UpSets:
         """The up-sets: a set of unused nodes passes tests 1 and 4 when its allocatable and
         its free memory both cover the request. An unused node reserves nothing, so the
@@ -226,7 +226,7 @@ class HintSpace(HintFamily):
 
     # --- minAffinitySize -------------------------------------------------------------
 
-    @cached_property
+    @memoized
     def min_affinity_size(self) -> int:
         """kubelet's ``minAffinitySize``: the fewest nodes whose allocatable covers the request
         (test 1 alone); the number of nodes when no mask passes it."""
@@ -246,12 +246,12 @@ class HintSpace(HintFamily):
 
     # --- singles and specials --------------------------------------------------------
 
-    @cached_property
+    @memoized
     def singles(self) -> tuple[int, ...]:
         self.work.spend(len(self.nodes))
         return tuple(n for n in self.nodes if self.qualifies(1 << n))
 
-    @cached_property
+    @memoized
     def specials(self) -> tuple[int, ...]:
         """Multi-node hints that are not up-sets: existing groups and reuse-table masks."""
         candidates: set[int] = set()
@@ -298,7 +298,7 @@ class HintSpace(HintFamily):
         for mask in self.iter_masks():
             yield TopologyHint(mask, mask.bit_count() == minimum)
 
-    @cached_property
+    @memoized
     def _first(self) -> int | None:
         """The first hint in kubelet's order (the narrowest), None when there is none."""
         return next(self.iter_masks(), None)
