@@ -364,10 +364,14 @@ class HintSpace(HintFamily):
     # --- findBestHint without the list ------------------------------------------------
 
     def min_value_member(self, k: int, base: int = 0) -> int | None:
-        """The hint of size ``k`` with the smallest integer value that contains ``base``."""
-        found: list[int] = []
+        """The hint of size ``k`` with the smallest integer value that contains ``base``.
+
+        Of size 1 only singles exist (specials and up-sets have two nodes or more), and they
+        ascend: the first single that contains ``base`` is the answer, found without testing
+        the nodes after it nor building the specials or the up-sets."""
         if k == 1:
-            found += [1 << n for n in self.singles if base & ~(1 << n) == 0]
+            return next((1 << n for n in self._iter_singles() if base & ~(1 << n) == 0), None)
+        found: list[int] = []
         found += [m for m in self.specials if m.bit_count() == k and base & ~m == 0]
         if base & ~self.upsets.mask == 0:
             first = next(self.upsets.colex(k, base), None)
