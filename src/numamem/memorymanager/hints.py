@@ -115,16 +115,22 @@ class HintSpace(HintFamily):
     def _tables(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None]:
         """node -> (allocatable per type, free per type), or None when it lacks a requested type."""
         self.work.spend(len(self.nodes))
+        types = self._types
         out: dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
         for n in self.nodes:
             node = self.machine_state.get(n)
-            tables = (node.memory_map or {}) if node is not None else {}
-            if node is None or any(t not in tables for t in self._types):
+            if node is None:
+                out[n] = None
+                continue
+            tables = node.memory_map or {}
+            try:
+                found = [tables[t] for t in types]
+            except KeyError:
                 out[n] = None
                 continue
             out[n] = (
-                tuple(tables[t].allocatable for t in self._types),
-                tuple(tables[t].free for t in self._types),
+                tuple([table.allocatable for table in found]),
+                tuple([table.free for table in found]),
             )
         return out
 
@@ -230,10 +236,11 @@ class HintSpace(HintFamily):
     def min_affinity_size(self) -> int:
         """kubelet's ``minAffinitySize``: the fewest nodes whose allocatable covers the request
         (test 1 alone); the number of nodes when no mask passes it."""
-        candidates = [n for n in self.nodes if self._tables[n] is not None]
-        allocs = [self._tables[n][0] for n in candidates]  # type: ignore[index]
-        for k in range(1, len(candidates) + 1):
-            if exists_subset(allocs, k, self._need, self.work):
+        tables = self._tables
+        allocs = [t[0] for t in [tables[n] for n in self.nodes] if t is not None]
+        need = self._need
+        for k in range(1, len(allocs) + 1):
+            if exists_subset(allocs, k, need, self.work):
                 return k
         return len(self.nodes)
 
