@@ -1,7 +1,8 @@
 """The V1 encoder's kept pieces against the definitions, after any sequence of changes.
 
-:func:`node_texts` and :func:`checkpoint_text` are fast paths of :func:`render_node`,
-:func:`node_json` and :func:`render_checkpoint`; :class:`MachineTexts` and
+:func:`node_texts`, :func:`checkpoint_text` and the entry texts are fast paths of
+:func:`render_node`, :func:`node_json`, :func:`render_checkpoint`, :func:`render_entry` and
+the JSON definitions below; :class:`MachineTexts` and
 :class:`V1Encoder` keep pieces across writes. Each is compared here with a from-scratch
 rendering by the definitions (which the upstream vectors of ``test_checkpoint.py`` pin).
 """
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numamem.checkpoint import kubelet
+from numamem.checkpoint.entrytexts import blocks_json, entry_json, entry_spew
 from numamem.checkpoint.fnv import fnv1a_32_reference
 from numamem.checkpoint.gojson import go_string
 from numamem.checkpoint.gospew import (
@@ -44,7 +46,7 @@ live_nodes = st.builds(
     st.one_of(st.none(), st.lists(st.integers(0, 63), max_size=4)),
 )
 nodes = st.one_of(st.none(), live_nodes)
-names = st.text(alphabet='ab-_Zé\u00ff"\\<', min_size=1, max_size=4)
+names = st.text(alphabet='ab-_Zé\u00ff"\\<\u2028\ud800', min_size=1, max_size=4)
 blocks = st.builds(
     Block,
     st.one_of(st.none(), st.lists(st.integers(0, 63), max_size=3).map(tuple)),
@@ -57,6 +59,36 @@ containers = st.one_of(
         names, st.one_of(st.none(), st.lists(blocks, max_size=3).map(tuple)), max_size=3
     ),
 )
+
+
+def _int_list(values: Sequence[int] | None) -> str:
+    return "null" if values is None else "[" + ",".join(str(v) for v in values) + "]"
+
+
+def reference_blocks_json(blocks: Sequence[Block] | None) -> str:
+    """The definition (numamem's encoder before the fast paths)."""
+    if blocks is None:
+        return "null"
+    return (
+        "["
+        + ",".join(
+            f'{{"numaAffinity":{_int_list(b.numa_affinity)},"type":{go_string(b.type)},"size":{b.size}}}'
+            for b in blocks
+        )
+        + "]"
+    )
+
+
+def reference_entry_json(pod: str, containers: Mapping[str, Sequence[Block] | None] | None) -> str:
+    """The definition (numamem's encoder before the fast paths)."""
+    if containers is None:
+        return f"{go_string(pod)}:null"
+    ordered = sorted(containers, key=lambda k: str(k).encode("utf-8", "surrogatepass"))
+    return (
+        f"{go_string(pod)}:{{"
+        + ",".join(f"{go_string(c)}:{reference_blocks_json(containers[c])}" for c in ordered)
+        + "}"
+    )
 
 
 def reference_v1(
@@ -74,7 +106,9 @@ def reference_v1(
     out = '{"policyName":' + go_string(policy) + ',"machineState":' + ms
     if assignments:
         pods = sorted(assignments, key=go_key)
-        out += ',"entries":{' + ",".join(kubelet._entry_json(p, assignments[p]) for p in pods) + "}"
+        out += (
+            ',"entries":{' + ",".join(reference_entry_json(p, assignments[p]) for p in pods) + "}"
+        )
     out += ',"checksum":' + str(checksum) + "}"
     return out.encode("utf-8", "replace")
 
@@ -83,6 +117,15 @@ def reference_v1(
 @given(live_nodes)
 def test_node_texts_are_the_two_definitions(node: NUMANodeState) -> None:
     assert node_texts(node) == (render_node(node), node_json(node))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=4), containers)
+def test_entry_texts_are_the_definitions(pod: str, ctrs: Any) -> None:
+    assert entry_spew(pod, ctrs) == render_entry(pod, ctrs)
+    assert entry_json(pod, ctrs) == reference_entry_json(pod, ctrs)
+    for blocks in (ctrs or {}).values():
+        assert blocks_json(blocks) == reference_blocks_json(blocks)
 
 
 @settings(max_examples=300, deadline=None)

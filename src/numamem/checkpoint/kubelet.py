@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
+from numamem.checkpoint.entrytexts import blocks_json, entry_json, entry_spew
 from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.gojson import Decoder, GoJSONError, Object, go_string, parse
 from numamem.checkpoint.gospew import (
@@ -42,9 +43,8 @@ from numamem.checkpoint.gospew import (
     checkpoint_text,
     go_key,
     render_checkpoint,
-    render_entry,
 )
-from numamem.checkpoint.machinetexts import MachineTexts, int_list
+from numamem.checkpoint.machinetexts import MachineTexts
 from numamem.errors import CheckpointError, CorruptCheckpointError, quote
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
 
@@ -80,40 +80,13 @@ class Loaded:
 # --- encoding ------------------------------------------------------------------
 
 
-def _sorted_str(keys: Any) -> list[Any]:
-    return sorted(keys, key=lambda k: str(k).encode("utf-8", "surrogatepass"))
-
-
-def _blocks_json(blocks: Sequence[Block] | None) -> str:
-    if blocks is None:
-        return "null"
-    return (
-        "["
-        + ",".join(
-            f'{{"numaAffinity":{int_list(b.numa_affinity)},"type":{go_string(b.type)},"size":{b.size}}}'
-            for b in blocks
-        )
-        + "]"
-    )
-
-
 RawAssignments = Mapping[str, Mapping[str, Sequence[Block] | None] | None]
 
 
 def _pod_entry_json(pod: str, blocks: Sequence[Block]) -> str:
     if not blocks:
         return f"{go_string(pod)}:{{}}"
-    return f'{go_string(pod)}:{{"memoryBlocks":{_blocks_json(blocks)}}}'
-
-
-def _entry_json(pod: str, containers: Mapping[str, Sequence[Block] | None] | None) -> str:
-    if containers is None:
-        return f"{go_string(pod)}:null"
-    return (
-        f"{go_string(pod)}:{{"
-        + ",".join(f"{go_string(c)}:{_blocks_json(containers[c])}" for c in _sorted_str(containers))
-        + "}"
-    )
+    return f'{go_string(pod)}:{{"memoryBlocks":{blocks_json(blocks)}}}'
 
 
 class _GoMapTexts(Generic[V]):
@@ -171,7 +144,7 @@ class V1Encoder:
 
     def __init__(self) -> None:
         self._entries: _GoMapTexts[Mapping[str, Sequence[Block] | None] | None] = _GoMapTexts(
-            render_entry, _entry_json
+            entry_spew, entry_json
         )
         self._machine = MachineTexts()
 
