@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from numamem.memorymanager import podlevel
 from numamem.memorymanager.forked import AdmitOutcome
@@ -19,6 +20,9 @@ from numamem.topologymanager import bitmask
 from numamem.topologymanager.merge import Hint
 from numamem.topologymanager.policy import NO_AFFINITY, ProviderHints
 from numamem.v1 import memorymanager_pb2
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 Assignments = dict[str, dict[str, list[Block]]]
 
@@ -34,6 +38,16 @@ def blocks_to_proto(blocks: Sequence[Block]) -> list[memorymanager_pb2.MemoryBlo
         memorymanager_pb2.MemoryBlock(numa_affinity=b.numa_affinity or (), type=b.type, size=b.size)
         for b in blocks
     ]
+
+
+def add_blocks(
+    field: RepeatedCompositeFieldContainer[memorymanager_pb2.MemoryBlock], blocks: Sequence[Block]
+) -> None:
+    """Append ``blocks`` to a repeated ``MemoryBlock`` field, each built in place (no message
+    made and then copied in, as ``extend(blocks_to_proto(...))`` does)."""
+    add = field.add
+    for b in blocks:
+        add(numa_affinity=b.numa_affinity or (), type=b.type, size=b.size)
 
 
 def hint_to_proto(hint: Hint) -> memorymanager_pb2.TopologyHint:

@@ -18,6 +18,7 @@ import grpc
 
 from numamem.api.convert import (
     ISOLATION,
+    add_blocks,
     admit_outcome_to_proto,
     answer_to_proto,
     blocks_to_proto,
@@ -182,7 +183,9 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
             else None
         )
         blocks = self.manager.allocate(pod, name, affinity, deadline=_deadline(context))
-        return memorymanager_pb2.AllocateResponse(blocks=blocks_to_proto(blocks))
+        response = memorymanager_pb2.AllocateResponse()
+        add_blocks(response.blocks, blocks)
+        return response
 
     def AllocatePod(
         self, request: memorymanager_pb2.AllocatePodRequest, context: grpc.ServicerContext

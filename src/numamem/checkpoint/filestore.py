@@ -39,10 +39,6 @@ FaultHook = Callable[[str, Path], None]
 """Called with (stage, target) before each stage; raise to simulate a failure."""
 
 
-def _no_fault(stage: str, target: Path) -> None:
-    return None
-
-
 STREAM_BYTES = 1 << 20
 """A file larger than this (a metacache snapshot of thousands of containers) is written in
 pieces of :data:`PIECE_BYTES`, each fsynced before the next: on a journaling file system
@@ -57,9 +53,20 @@ _RUN = secrets.token_hex(3)
 random tag drawn once; ``O_EXCL`` guards the rest)."""
 
 
+_PREFIXES: dict[tuple[str, int], str] = {}
+"""(target path, pid) -> the temp names' prefix (a store writes the same few targets)."""
+
+
 def _temp_name(path: Path) -> str:
-    head, name = os.path.split(os.fspath(path))
-    return f"{head}/.{name}.tmp-{os.getpid():x}{_RUN}-{next(_TEMPS)}"
+    target = os.fspath(path)
+    key = (target, os.getpid())
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        if len(_PREFIXES) >= 64:
+            _PREFIXES.clear()
+        head, name = os.path.split(target)
+        prefix = _PREFIXES[key] = f"{head}/.{name}.tmp-{key[1]:x}{_RUN}-"
+    return f"{prefix}{next(_TEMPS)}"
 
 
 def error_text(err: BaseException) -> str:
@@ -121,7 +128,7 @@ def atomic_write_all(
     DurabilityUnknownError at the directory sync (every file in place). The fault hook sees
     each file's stages ("open", "write", "fsync", "close", "rename", "dirsync").
     """
-    hook = faults or _no_fault
+    hook = faults  # None: no fault injection (no call per stage)
     temps: list[str] = []
     try:
         for path, data in files:
@@ -134,7 +141,8 @@ def atomic_write_all(
     replaced: list[Path] = []
     for n, ((path, _), tmp) in enumerate(zip(files, temps, strict=True)):
         try:
-            hook("rename", path)
+            if hook is not None:
+                hook("rename", path)
             fs.replace(tmp, os.fspath(path))
         except Exception as err:
             for left in temps[n:]:
@@ -145,8 +153,9 @@ def atomic_write_all(
             raise PersistenceError(message) from err
         replaced.append(path)
     try:
-        for path, _ in files:
-            hook("dirsync", path)
+        if hook is not None:
+            for path, _ in files:
+                hook("dirsync", path)
         fsync_dir(os.path.dirname(os.fspath(files[0][0])), fs)
     except Exception as err:
         named = ", ".join(quote(path, limit=PATH_QUOTE_BYTES) for path, _ in files)
@@ -157,17 +166,19 @@ def atomic_write_all(
         ) from err
 
 
-def _write_temp(path: Path, data: bytes, hook: FaultHook, fs: FileSystem) -> str:
+def _write_temp(path: Path, data: bytes, hook: FaultHook | None, fs: FileSystem) -> str:
     """``data`` in a new fsynced and closed temp file beside ``path``; PersistenceError (the
     temp removed) on any Exception, the descriptor closed on anything."""
     tmp = _temp_name(path)
     try:
-        hook("open", path)
+        if hook is not None:
+            hook("open", path)
         fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except Exception as err:
         raise _fail(path, err, "write") from err
     try:
-        hook("write", path)
+        if hook is not None:
+            hook("write", path)
         view = memoryview(data)
         piecewise = len(view) > STREAM_BYTES
         while view:
@@ -175,9 +186,11 @@ def _write_temp(path: Path, data: bytes, hook: FaultHook, fs: FileSystem) -> str
             view = view[written:]
             if piecewise and view:
                 fs.fsync(fd)  # flush as it goes: see STREAM_BYTES
-        hook("fsync", path)
+        if hook is not None:
+            hook("fsync", path)
         fs.fsync(fd)
-        hook("close", path)
+        if hook is not None:
+            hook("close", path)
     except Exception as err:
         _close_quietly(fs, fd)
         _unlink_quietly(fs, tmp)

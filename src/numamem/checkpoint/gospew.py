@@ -150,6 +150,28 @@ def render_entry(pod: str, containers: RawContainers) -> str:
     return "".join(out.parts)
 
 
+def checkpoint_text(
+    policy_name: str,
+    machine_text: str | None,
+    nil_last: bool,
+    entry_texts: Sequence[str] | None,
+    *,
+    type_name: str = LEGACY_TYPE,
+) -> str:
+    """:func:`render_checkpoint` of the V1 struct (checksum 0) from its pieces: ``machine_text``
+    is the machine state map's text after its type (``map[...]``; None: a nil map),
+    ``nil_last`` whether its last node is nil (which sets spew's flag: the type of
+    ``Entries`` is then not printed), ``entry_texts`` the :func:`render_entry` texts in Go's
+    key order (None: a nil map)."""
+    machine = "<nil>" if machine_text is None else machine_text
+    entries_type = "" if nil_last else "(state.ContainerMemoryAssignments)"
+    entries = "<nil>" if entry_texts is None else "map[" + " ".join(entry_texts) + "]"
+    return (
+        f"(*{type_name}){{PolicyName:(string){policy_name} MachineState:(state.NUMANodeMap)"
+        f"{machine} Entries:{entries_type}{entries} Checksum:(checksum.Checksum)0}}"
+    )
+
+
 def render_checkpoint(
     policy_name: str,
     machine_state: Mapping[int, NUMANodeState | None] | None,

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
+from numamem.checkpoint.entrytexts import blocks_json, entry_json, entry_spew
 from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.gojson import Decoder, GoJSONError, Object, go_string, parse
 from numamem.checkpoint.gospew import (
@@ -39,11 +40,11 @@ from numamem.checkpoint.gospew import (
     V1_TYPE,
     RawEntries,
     RawPodEntries,
+    checkpoint_text,
     go_key,
     render_checkpoint,
-    render_entry,
-    render_node,
 )
+from numamem.checkpoint.machinetexts import MachineTexts
 from numamem.errors import CheckpointError, CorruptCheckpointError, quote
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
 
@@ -79,66 +80,13 @@ class Loaded:
 # --- encoding ------------------------------------------------------------------
 
 
-def _int_list(values: Sequence[int] | None) -> str:
-    return "null" if values is None else "[" + ",".join(str(v) for v in values) + "]"
-
-
-def _sorted_str(keys: Any) -> list[Any]:
-    return sorted(keys, key=lambda k: str(k).encode("utf-8", "surrogatepass"))
-
-
-def _blocks_json(blocks: Sequence[Block] | None) -> str:
-    if blocks is None:
-        return "null"
-    return (
-        "["
-        + ",".join(
-            f'{{"numaAffinity":{_int_list(b.numa_affinity)},"type":{go_string(b.type)},"size":{b.size}}}'
-            for b in blocks
-        )
-        + "]"
-    )
-
-
-def _node_json(node: NUMANodeState | None) -> str:
-    if node is None:
-        return "null"
-    if node.memory_map is None:
-        tables = "null"
-    else:
-        parts = []
-        for name in _sorted_str(node.memory_map):
-            t = node.memory_map[name]
-            parts.append(
-                f"{go_string(name)}:"
-                + (
-                    "null"
-                    if t is None
-                    else f'{{"total":{t.total},"systemReserved":{t.system_reserved},"allocatable":{t.allocatable},'
-                    f'"reserved":{t.reserved},"free":{t.free}}}'
-                )
-            )
-        tables = "{" + ",".join(parts) + "}"
-    return f'{{"numberOfAssignments":{node.number_of_assignments},"memoryMap":{tables},"cells":{_int_list(node.cells)}}}'
-
-
 RawAssignments = Mapping[str, Mapping[str, Sequence[Block] | None] | None]
 
 
 def _pod_entry_json(pod: str, blocks: Sequence[Block]) -> str:
     if not blocks:
         return f"{go_string(pod)}:{{}}"
-    return f'{go_string(pod)}:{{"memoryBlocks":{_blocks_json(blocks)}}}'
-
-
-def _entry_json(pod: str, containers: Mapping[str, Sequence[Block] | None] | None) -> str:
-    if containers is None:
-        return f"{go_string(pod)}:null"
-    return (
-        f"{go_string(pod)}:{{"
-        + ",".join(f"{go_string(c)}:{_blocks_json(containers[c])}" for c in _sorted_str(containers))
-        + "}"
-    )
+    return f'{go_string(pod)}:{{"memoryBlocks":{blocks_json(blocks)}}}'
 
 
 class _GoMapTexts(Generic[V]):
@@ -189,25 +137,16 @@ class V1Encoder:
     """Encodes V1 checkpoints, reusing each pod's text while the pod's mapping is the same object.
 
     A write renders only the pods that changed (:class:`_GoMapTexts`) and the machine
-    state's nodes that changed, instead of the whole state. Not thread-safe: one encoder
-    per store.
+    state's nodes that changed (:class:`~numamem.checkpoint.machinetexts.MachineTexts`),
+    and joins the kept pieces, instead of rendering the whole state. Not thread-safe: one
+    encoder per store.
     """
 
     def __init__(self) -> None:
         self._entries: _GoMapTexts[Mapping[str, Sequence[Block] | None] | None] = _GoMapTexts(
-            render_entry, _entry_json
+            entry_spew, entry_json
         )
-        self._nodes: dict[int, tuple[NUMANodeState, str, str]] = {}
-
-    def _node_texts(self, node_id: int, node: NUMANodeState) -> tuple[str, str]:
-        """A node's texts, rendered again only when it differs from the copy kept of it (most
-        writes change one or two nodes; comparing is several times cheaper than rendering)."""
-        hit = self._nodes.get(node_id)
-        if hit is not None and hit[0] == node:
-            return hit[1], hit[2]
-        spew, js = render_node(node), _node_json(node)
-        self._nodes[node_id] = (node.copy(), spew, js)
-        return spew, js
+        self._machine = MachineTexts()
 
     def encode(
         self,
@@ -217,32 +156,12 @@ class V1Encoder:
     ) -> bytes:
         """The V1 file bytes, byte-identical to what the kubelet writes for the same state."""
         spews, jsons = self._entries.texts(assignments)
-        nodes = {
-            k: self._node_texts(k, n) for k, n in (machine_state or {}).items() if n is not None
-        }
-        if len(self._nodes) > len(nodes):
-            self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
-        node_spews = {id(n): nodes[k][0] for k, n in (machine_state or {}).items() if n is not None}
-        checksum = fnv1a_32(
-            render_checkpoint(
-                policy_name,
-                machine_state,
-                assignments,
-                entry_texts=spews,
-                node_text=lambda node: node_spews[id(node)],
-            ).encode("utf-8", "replace")
-        )
         if machine_state is None:
-            ms = "null"
+            ms_spew, ms, nil_last = None, "null", False
         else:
-            ms = (
-                "{"
-                + ",".join(
-                    f'"{k}":{nodes[k][1] if k in nodes else "null"}'
-                    for k in _sorted_str(machine_state)
-                )
-                + "}"
-            )
+            ms_spew, ms, nil_last = self._machine.texts(machine_state)
+        spew = checkpoint_text(policy_name, ms_spew, nil_last, spews)
+        checksum = fnv1a_32(spew.encode("utf-8", "replace"))
         out = ['{"policyName":', go_string(policy_name), ',"machineState":', ms]
         if assignments:
             out += [',"entries":{', ",".join(jsons), "}"]

@@ -51,6 +51,6 @@ class ContainerMap:
         return len(self._ids)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ContainerMap) and other._ids == self._ids
+        return other is self or (isinstance(other, ContainerMap) and other._ids == self._ids)
 
     __hash__ = None  # type: ignore[assignment]

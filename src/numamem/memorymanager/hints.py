@@ -45,8 +45,8 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 
+from numamem.memorymanager.memo import memoized
 from numamem.memorymanager.subsets import exists_subset
 from numamem.memorymanager.upsets import UpSets
 from numamem.memtypes import NUMANodeState
@@ -111,20 +111,26 @@ class HintSpace(HintFamily):
 
     # --- the nodes ------------------------------------------------------------------
 
-    @cached_property
+    @memoized
     def _tables(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None]:
         """node -> (allocatable per type, free per type), or None when it lacks a requested type."""
         self.work.spend(len(self.nodes))
+        types = self._types
         out: dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
         for n in self.nodes:
             node = self.machine_state.get(n)
-            tables = (node.memory_map or {}) if node is not None else {}
-            if node is None or any(t not in tables for t in self._types):
+            if node is None:
+                out[n] = None
+                continue
+            tables = node.memory_map or {}
+            try:
+                found = [tables[t] for t in types]
+            except KeyError:
                 out[n] = None
                 continue
             out[n] = (
-                tuple(tables[t].allocatable for t in self._types),
-                tuple(tables[t].free for t in self._types),
+                tuple([table.allocatable for table in found]),
+                tuple([table.free for table in found]),
             )
         return out
 
@@ -136,18 +142,18 @@ class HintSpace(HintFamily):
         node = self.machine_state.get(n)
         return tuple(sorted((node.cells or []) if node is not None else []))
 
-    @cached_property
+    @memoized
     def _need(self) -> tuple[int, ...]:
         return tuple(self.requested[t] for t in self._types)
 
-    @cached_property
+    @memoized
     def unused(self) -> tuple[int, ...]:
         """Unused nodes that have every requested type, ascending: what up-sets are made of."""
         return tuple(
             n for n in self.nodes if self._tables[n] is not None and self._assignments(n) == 0
         )
 
-    @cached_property
+    @memoized
     def upsets(self) -> UpSets:
         """The up-sets: a set of unused nodes passes tests 1 and 4 when its allocatable and
         its free memory both cover the request. An unused node reserves nothing, so the
@@ -226,14 +232,15 @@ class HintSpace(HintFamily):
 
     # --- minAffinitySize -------------------------------------------------------------
 
-    @cached_property
+    @memoized
     def min_affinity_size(self) -> int:
         """kubelet's ``minAffinitySize``: the fewest nodes whose allocatable covers the request
         (test 1 alone); the number of nodes when no mask passes it."""
-        candidates = [n for n in self.nodes if self._tables[n] is not None]
-        allocs = [self._tables[n][0] for n in candidates]  # type: ignore[index]
-        for k in range(1, len(candidates) + 1):
-            if exists_subset(allocs, k, self._need, self.work):
+        tables = self._tables
+        allocs = [t[0] for t in [tables[n] for n in self.nodes] if t is not None]
+        need = self._need
+        for k in range(1, len(allocs) + 1):
+            if exists_subset(allocs, k, need, self.work):
                 return k
         return len(self.nodes)
 
@@ -246,12 +253,12 @@ class HintSpace(HintFamily):
 
     # --- singles and specials --------------------------------------------------------
 
-    @cached_property
+    @memoized
     def singles(self) -> tuple[int, ...]:
         self.work.spend(len(self.nodes))
         return tuple(n for n in self.nodes if self.qualifies(1 << n))
 
-    @cached_property
+    @memoized
     def specials(self) -> tuple[int, ...]:
         """Multi-node hints that are not up-sets: existing groups and reuse-table masks."""
         candidates: set[int] = set()
@@ -298,7 +305,7 @@ class HintSpace(HintFamily):
         for mask in self.iter_masks():
             yield TopologyHint(mask, mask.bit_count() == minimum)
 
-    @cached_property
+    @memoized
     def _first(self) -> int | None:
         """The first hint in kubelet's order (the narrowest), None when there is none."""
         return next(self.iter_masks(), None)
@@ -364,10 +371,14 @@ class HintSpace(HintFamily):
     # --- findBestHint without the list ------------------------------------------------
 
     def min_value_member(self, k: int, base: int = 0) -> int | None:
-        """The hint of size ``k`` with the smallest integer value that contains ``base``."""
-        found: list[int] = []
+        """The hint of size ``k`` with the smallest integer value that contains ``base``.
+
+        Of size 1 only singles exist (specials and up-sets have two nodes or more), and they
+        ascend: the first single that contains ``base`` is the answer, found without testing
+        the nodes after it nor building the specials or the up-sets."""
         if k == 1:
-            found += [1 << n for n in self.singles if base & ~(1 << n) == 0]
+            return next((1 << n for n in self._iter_singles() if base & ~(1 << n) == 0), None)
+        found: list[int] = []
         found += [m for m in self.specials if m.bit_count() == k and base & ~m == 0]
         if base & ~self.upsets.mask == 0:
             first = next(self.upsets.colex(k, base), None)

@@ -78,14 +78,21 @@ def exists_subset(
     """
     if k > len(values):
         return False
-    if all(x <= 0 for x in need):
+    if not need or max(need) <= 0:  # every coordinate already covered
         return True
     if work is not None:
         work.spend(len(values))
+    if k == 1:
+        # One value alone: some value covers every coordinate (in one coordinate, the largest).
+        for v in values:
+            for x, n in zip(v, need, strict=True):
+                if x < n:
+                    break
+            else:
+                return True
+        return False
     if len(need) == 1:
         return sum(sorted((v[0] for v in values), reverse=True)[:k]) >= need[0]
-    if k == 1:
-        return any(all(x >= n for x, n in zip(v, need, strict=True)) for v in values)
     vals = sorted(values, reverse=True)
     m = len(vals)
     best = SortedSums(vals, len(need), work=work)  # [i][c][t]: the largest c of vals[i:]

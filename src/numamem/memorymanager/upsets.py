@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from functools import cached_property
 
+from numamem.memorymanager.memo import memoized
 from numamem.memorymanager.subset_search import Ground
 from numamem.memorymanager.subsets import SortedSums, count_covering_subsets, covers
 from numamem.topologymanager.merge import Order, size_rank
@@ -47,13 +47,13 @@ class UpSets:
             self.mask |= 1 << n
         self._index = {n: i for i, n in enumerate(self.unused)}
 
-    @cached_property
+    @memoized
     def cap(self) -> Values:
         """What the nodes an up-set leaves out of the unused ones may be worth, per type."""
         total = [sum(v[t] for v in self.values) for t in range(len(self.need))]
         return tuple(s - x for s, x in zip(total, self.need, strict=True))
 
-    @cached_property
+    @memoized
     def exist(self) -> bool:
         """Whether there is any up-set (then every unused node together is one)."""
         return len(self.unused) >= 2 and all(c >= 0 for c in self.cap)
@@ -67,12 +67,12 @@ class UpSets:
 
     # --- in kubelet's order (lexicographic within one size) ----------------------------
 
-    @cached_property
+    @memoized
     def _suffix_best(self) -> SortedSums:
         """[i][j] = per type, the largest sum of j values among unused nodes i, i+1, ..."""
         return SortedSums(self.values, len(self.need), work=self.work)
 
-    @cached_property
+    @memoized
     def _suffix_worst(self) -> SortedSums:
         """[i][j] = per type, the smallest sum of j values among unused nodes i, i+1, ..."""
         return SortedSums(self.values, len(self.need), largest=False, work=self.work)
@@ -115,7 +115,7 @@ class UpSets:
 
     # --- smallest integer value first (colexicographic) -----------------------------------
 
-    @cached_property
+    @memoized
     def _prefix_best(self) -> SortedSums:
         """[j][c] = per type, the largest sum of c values among unused nodes 0 .. j-1."""
         return SortedSums(self.values, len(self.need), prefix=True, work=self.work)

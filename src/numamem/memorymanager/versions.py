@@ -136,7 +136,9 @@ class Versions:
 
     def commit(self, work: MemoryState, containers: ContainerMap, pod: Pod | None) -> None:
         """Check the pod limit, then write and publish ``work`` (a fork of the current
-        version) when it changed something. The caller holds the lock."""
+        version) when it changed something. The caller holds the lock. ``containers`` is
+        published as it is and never changed here: a committed map itself when the change
+        leaves the map alone (an optimistic change, which changes only its fork)."""
         self._check_pod_limit(work)
         current = self.current
         names = self._names_after(work, pod)
@@ -181,7 +183,7 @@ class Versions:
                     else:
                         locked.check_deadline()
                         if changed:
-                            self.commit(fork, self.current.containers.copy(), pod)
+                            self.commit(fork, self.current.containers, pod)
                         return value
             base = self.current
             work = Work(limit, deadline)
@@ -193,7 +195,7 @@ class Versions:
             with self.lock:
                 if self.current.version == base.version:
                     work.check_deadline()
-                    self.commit(fork, base.containers.copy(), pod)
+                    self.commit(fork, base.containers, pod)
                     return value
             cheap = work.spent <= LOCKED_STEPS
         raise ConflictError(
