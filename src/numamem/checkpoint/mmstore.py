@@ -64,12 +64,13 @@ from numamem.checkpoint.filestore import (
     PartialWriteError,
     atomic_write,
     atomic_write_all,
+    error_text,
     move_aside,
     read_file,
     remove_stale_temps,
 )
 from numamem.checkpoint.fs import REAL, FileSystem
-from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, read_names
+from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, encode_names, read_names
 from numamem.errors import (
     CheckpointError,
     DurabilityUnknownError,
@@ -250,14 +251,14 @@ class KubeletStateStore:
 
     def restored(self) -> None:
         """The restored state was accepted: remove temp files, set an unusable map or names
-        file aside."""
+        file aside (and write the names kept from the latter into a new one)."""
         for name in (STATE_FILE, CONTAINERS_FILE, NAMES_FILE):
             for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
         if self.names_file.damage is not None:
-            aside = move_aside(self.names_file.path, "corrupt", self.fs)
-            _log.error("pod names file set aside", moved_to=str(aside))
-            self.names_file.set_aside()
+            self._set_names_aside()
+            if self._last_names:
+                self._rewrite_names()  # the names kept are on disk again, not only in memory
         if self._map_unusable is not None:
             aside = move_aside(self.containers_path, "corrupt", self.fs)
             _log.error(
@@ -268,6 +269,25 @@ class KubeletStateStore:
                 error=self._map_unusable,
             )
             self._map_unusable = None
+
+    def _set_names_aside(self) -> None:
+        """Move the damaged names file aside, before anything replaces it (it is the evidence)."""
+        aside = move_aside(self.names_file.path, "corrupt", self.fs)
+        _log.error("pod names file set aside", moved_to=str(aside))
+        self.names_file.set_aside()
+
+    def _rewrite_names(self) -> None:
+        """Write the names file holding memory's names (a fold); on failure the next save that
+        names a pod folds (the file is missing until then)."""
+        data = encode_names(self._last_names)
+        try:
+            atomic_write(self.names_file.path, data, faults=self.faults, fs=self.fs)
+        except DurabilityUnknownError as err:  # in place: the next directory sync settles it
+            _log.warning("pod names file rewritten, its directory sync failed", error=str(err))
+        except PersistenceError as err:
+            _log.warning("could not rewrite the pod names file; the next save does", error=str(err))
+            return
+        self.names_file.folded(data, {}, self._last_names, renamed=True)
 
     def close(self) -> None:
         """Close the pod names file's append descriptor (a later save reopens it)."""
@@ -293,6 +313,14 @@ class KubeletStateStore:
             state = self._encoder.encode(
                 snapshot.policy_name, snapshot.machine_state, snapshot.assignments
             )
+        if self.names_file.damage is not None:  # a save at start, before restored()
+            try:
+                self._set_names_aside()
+            except OSError as err:
+                raise PersistenceError(
+                    f"cannot set the damaged pod names file {quote(self.names_file.path)} aside: "
+                    f"{error_text(err)}; the change was not applied"
+                ) from err
         new_map, new_names = dict(snapshot.container_map), dict(snapshot.pod_names)
         new_exclusive = dict(snapshot.exclusive)
         old_map, old_names = self._last_map, self._last_names

@@ -1,0 +1,69 @@
+"""The pod names file under the sequences of a hostile review: each test is a sequence that
+once broke an invariant of :mod:`numamem.checkpoint.namesfile` (see each docstring)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from numamem.checkpoint.mmstore import KubeletStateStore
+from numamem.checkpoint.namesfile import NAMES_FILE, read_names
+from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.topology import Machine
+from numamem.topologymanager.policy import new_policy
+from tests.unit.test_memorymanager import GI, MI, two_nodes
+from tests.unit.test_namesfile import Named, manager, named, restart_names
+
+
+def manager_on(directory: Path, machine: Machine) -> Named:
+    files = KubeletStateStore(directory)
+    m = Named(
+        StaticPolicy(machine, {0: {"memory": 512 * MI}}),
+        files,
+        new_policy("none", machine)[0],
+        "container",
+        record_pod_names=True,
+    )
+    m.store = files
+    m.start()
+    return m
+
+
+def damage_second_record(directory: Path) -> bytes:
+    data = bytearray((directory / NAMES_FILE).read_bytes())
+    data[data.index(b'"u2"') + 1] = ord("X")  # u2's checksum fails; u3's record follows
+    (directory / NAMES_FILE).write_bytes(bytes(data))
+    return bytes(data)
+
+
+def asides(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.name.startswith(NAMES_FILE + ".corrupt-"))
+
+
+def test_names_kept_from_a_damaged_file_survive_a_second_restart(tmp_path: Path) -> None:
+    """The damaged file is set aside at start and the names read before the damage are kept:
+    they must be on disk then, not only in memory until some later save names a pod."""
+    m = manager(tmp_path)
+    for uid in ("u1", "u2", "u3"):
+        assert m.admit(named(uid)).result.admitted
+    damage_second_record(tmp_path)
+    assert manager(tmp_path).pod_names() == {"u1": ("shop", "web-u1")}
+    assert restart_names(tmp_path) == [("u1", ("shop", "web-u1"))]
+
+
+def test_a_start_that_rewrites_the_state_sets_the_damaged_file_aside_not_its_fold(
+    tmp_path: Path,
+) -> None:
+    """A start that writes the state (here: a machine that shrank within the drift tolerance)
+    saves before the damaged file is set aside: the file set aside must be the damaged one
+    (the evidence), and the names kept must stay in the names file."""
+    m = manager(tmp_path)
+    for uid in ("u1", "u2", "u3"):
+        assert m.admit(named(uid)).result.admitted
+    damaged = damage_second_record(tmp_path)
+    shrunk = two_nodes(memory=8 * GI - 64 * MI)
+    again = manager_on(tmp_path, shrunk)
+    assert again.pod_names() == {"u1": ("shop", "web-u1")}
+    assert [p.read_bytes() for p in asides(tmp_path)] == [damaged]
+    found = read_names((tmp_path / NAMES_FILE).read_bytes(), tmp_path)
+    assert (found.names, found.damage) == ({"u1": ("shop", "web-u1")}, None)
+    assert list(manager_on(tmp_path, shrunk).pod_names().items()) == [("u1", ("shop", "web-u1"))]
