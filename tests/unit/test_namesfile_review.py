@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from numamem.checkpoint.mmstore import KubeletStateStore
+import pytest
+
+from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.checkpoint.namesfile import NAMES_FILE, read_names
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.topology import Machine
@@ -67,3 +69,33 @@ def test_a_start_that_rewrites_the_state_sets_the_damaged_file_aside_not_its_fol
     found = read_names((tmp_path / NAMES_FILE).read_bytes(), tmp_path)
     assert (found.names, found.damage) == ({"u1": ("shop", "web-u1")}, None)
     assert list(manager_on(tmp_path, shrunk).pod_names().items()) == [("u1", ("shop", "web-u1"))]
+
+
+class Interrupt(BaseException):
+    """Not an Exception: an interrupt, or a thread's exit, in the middle of a write."""
+
+
+def test_a_save_interrupted_by_a_base_exception_leaves_the_store_at_memorys_names(
+    tmp_path: Path,
+) -> None:
+    """x's name is appended, then the state's write is interrupted (not an Exception): the
+    change is not applied, so the store's idea of memory must stay the old names; else the
+    next fold writes x's name back and x, admitted again without one, gets it at restart."""
+    armed: list[tuple[str, str] | None] = [None]
+
+    def hook(stage: str, target: Path) -> None:
+        if armed[0] == (stage, target.name):
+            armed[0] = None
+            raise Interrupt
+
+    m = manager(tmp_path, faults=hook)
+    assert m.admit(named("u1")).result.admitted
+    armed[0] = ("fsync", STATE_FILE)
+    with pytest.raises(Interrupt):
+        m.admit(named("x"))
+    assert "x" not in m.committed().view.get_memory_assignments()
+    assert m.admit(named("x", "")).result.admitted
+    assert m.pod_names() == {"u1": ("shop", "web-u1")}
+    assert restart_names(tmp_path) == [("u1", ("shop", "web-u1"))]
+    assert m.admit(named("y")).result.admitted
+    assert restart_names(tmp_path) == [("u1", ("shop", "web-u1")), ("y", ("shop", "web-y"))]

@@ -388,6 +388,17 @@ class KubeletStateStore:
             self._last_exclusive = old_exclusive
             self._observe_state(state_item, started, written=False)
             raise
+        except BaseException:
+            # Not a failure of the write (an interrupt, a thread's exit): memory stays as it
+            # was, and what reached the disk is unknown, so the next save rewrites each file
+            # (the state, the map, a fold of the names) from memory.
+            self._last_map, self._last_names = old_map, old_names
+            self._last_exclusive = old_exclusive
+            self._last_state = None
+            self._map_dirty = True
+            self.names_file.close()
+            self.names_file.stale()
+            raise
         else:
             self.writes += len(files)
             if map_item is not None:
