@@ -3,17 +3,20 @@ once broke an invariant of :mod:`numamem.checkpoint.namesfile` (see each docstri
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
-from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
+from numamem.checkpoint.containerfile import encode_containers, read_container_file
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, KubeletStateStore
 from numamem.checkpoint.namesfile import NAMES_FILE, read_names
+from numamem.errors import PersistenceError
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.topology import Machine
 from numamem.topologymanager.policy import new_policy
 from tests.unit.test_memorymanager import GI, MI, two_nodes
-from tests.unit.test_namesfile import Named, manager, named, restart_names
+from tests.unit.test_namesfile import Named, failing, manager, named, restart_names
 
 
 def manager_on(directory: Path, machine: Machine) -> Named:
@@ -99,3 +102,48 @@ def test_a_save_interrupted_by_a_base_exception_leaves_the_store_at_memorys_name
     assert restart_names(tmp_path) == [("u1", ("shop", "web-u1"))]
     assert m.admit(named("y")).result.admitted
     assert restart_names(tmp_path) == [("u1", ("shop", "web-u1")), ("y", ("shop", "web-y"))]
+
+
+def test_an_inert_name_of_an_older_container_map_never_comes_back(tmp_path: Path) -> None:
+    """An older numamem's map names z, whose state a crash lost. z admitted again without a
+    name wrote the state before the map (no ids added); the map's rename failed, which the
+    store took as written (its stale ids are inert): z's old name came back at restart."""
+    m = manager(tmp_path)
+    assert m.admit(named("a")).result.admitted
+    m.store.close()
+    (tmp_path / NAMES_FILE).unlink()
+    legacy = {"a": ("shop", "web-a"), "z": ("shop", "web-z")}
+    (tmp_path / CONTAINERS_FILE).write_bytes(encode_containers({}, legacy))
+    faults: dict[str, tuple[str, str]] = {}
+    again = manager(tmp_path, faults=failing(faults))
+    assert again.pod_names() == {"a": ("shop", "web-a")}
+    faults["map"] = ("rename", CONTAINERS_FILE)
+    with contextlib.suppress(PersistenceError):
+        again.admit(named("z", ""))
+    assert again.pod_names() == {"a": ("shop", "web-a")}
+    assert restart_names(tmp_path) == [("a", ("shop", "web-a"))]
+    assert again.admit(named("z", "")).result.admitted
+    assert "z" in again.committed().view.get_memory_assignments()
+    assert restart_names(tmp_path) == [("a", ("shop", "web-a"))]
+    assert read_container_file((tmp_path / CONTAINERS_FILE).read_bytes()).names == {}
+
+
+def test_names_recorded_beside_a_removed_state_file_stay_inert(tmp_path: Path) -> None:
+    """The state file removed (as a refused start's message says to do): every recorded name
+    is inert, in the names file or in an older map, and a pod admitted again without its
+    name must not get it back."""
+    m = manager(tmp_path)
+    assert m.admit(named("x")).result.admitted
+    m.store.close()
+    (tmp_path / STATE_FILE).unlink()
+    again = manager(tmp_path)
+    assert again.admit(named("x", "")).result.admitted
+    assert again.pod_names() == {}
+    assert restart_names(tmp_path) == []
+    again.store.close()
+    (tmp_path / STATE_FILE).unlink()
+    (tmp_path / NAMES_FILE).unlink()
+    (tmp_path / CONTAINERS_FILE).write_bytes(encode_containers({}, {"x": ("shop", "web-x")}))
+    third = manager(tmp_path)
+    assert third.admit(named("x", "")).result.admitted
+    assert restart_names(tmp_path) == []

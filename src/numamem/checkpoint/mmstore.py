@@ -17,8 +17,10 @@ name; the kubelet knows them from the API server), live in
 ``<state-dir>/numamem_pod_names`` (:mod:`numamem.checkpoint.namesfile`): a pod's
 name is appended there and fsynced before the state that holds it is written,
 and a name without state is inert, as an id without state is. (Older numamem
-kept the names in the container map; they are read from there and moved at the
-next save.)
+kept the names in the container map; they are read from there and moved by the
+next save, in a write of their own ahead of it: the names file, then the map without
+them, so no state is written while the map still names a pod. A missing state file
+leaves every recorded name inert.)
 
 Write order keeps the files consistent without a shared transaction. The
 state and the map of one operation are written by one
@@ -156,6 +158,9 @@ class KubeletStateStore:
         self._last_names: Mapping[str, tuple[str, str]] = {}
         self._last_exclusive: Mapping[str, frozenset[str]] = {}
         self._map_dirty = False
+        self._legacy_names = False
+        """The container map on disk holds names (an older numamem's): see
+        :meth:`_move_legacy_names`."""
         self._map_unusable: str | None = None
         self.writes = 0
         self.observers: list[Callable[[float, bool], None]] = []
@@ -169,6 +174,10 @@ class KubeletStateStore:
     def restore(self, policy_name: str) -> Snapshot | None:
         data = read_file(self.state_path, self.fs)
         if data is None:
+            # No pod has state: every name recorded (in the names file, or in an older map,
+            # which the first save moves out of it) is inert, and must stay so.
+            self._legacy_names = bool(self._read_containers().names)
+            self.names_file.load()
             return None
         try:
             loaded = kubelet.load(data)
@@ -217,8 +226,7 @@ class KubeletStateStore:
             uid: n for uid, n in record.exclusive.items() if uid in loaded.pod_entries
         }
         self.names_file.restored(kept_names, legacy)
-        if legacy:
-            self._map_dirty = True  # names move to the names file (folded first)
+        self._legacy_names = bool(legacy)  # moved to the names file by the first save
         dropped = len(containers) - len(kept)
         if dropped or len(kept_exclusive) != len(record.exclusive):
             _log.info("dropped container ids without memory state", dropped=dropped)
@@ -321,6 +329,8 @@ class KubeletStateStore:
                     f"cannot set the damaged pod names file {quote(self.names_file.path)} aside: "
                     f"{error_text(err)}; the change was not applied"
                 ) from err
+        if self._legacy_names:
+            self._move_legacy_names()
         new_map, new_names = dict(snapshot.container_map), dict(snapshot.pod_names)
         new_exclusive = dict(snapshot.exclusive)
         old_map, old_names = self._last_map, self._last_names
@@ -414,6 +424,31 @@ class KubeletStateStore:
             observer(None if unknown is None else str(unknown))
         if unknown is not None:
             raise unknown
+
+    def _move_legacy_names(self) -> None:
+        """Move an older map's names to the names file, in a write of its own ahead of the
+        save's: the names file (memory's names), then the map without names. A restart reads
+        the map's names until the map is rewritten, so no state may be written before that:
+        a pod the map names inertly, given state without a name, would get it back.
+        PersistenceError: nothing of the save applied (the next save tries again)."""
+        fold = encode_names(self._last_names)
+        files = [
+            (self.names_file.path, fold),
+            (self.containers_path, encode_containers(self._last_map, None, self._last_exclusive)),
+        ]
+        try:
+            atomic_write_all(files, faults=self.faults, fs=self.fs)
+        except DurabilityUnknownError as err:  # in place: the save's directory sync settles it
+            _log.warning("pod names moved out of the container map; sync failed", error=str(err))
+        except PartialWriteError:
+            self.names_file.folded(fold, {}, self._last_names, renamed=True)
+            raise
+        except PersistenceError:
+            self.names_file.folded(fold, {}, self._last_names, renamed=False)
+            raise
+        self.names_file.folded(fold, {}, self._last_names, renamed=True)
+        self._legacy_names = self._map_dirty = False
+        self.writes += 1
 
     def _observe_state(
         self, state_item: tuple[Path, bytes] | None, started: float, *, written: bool
