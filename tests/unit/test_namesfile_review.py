@@ -147,3 +147,35 @@ def test_names_recorded_beside_a_removed_state_file_stay_inert(tmp_path: Path) -
     third = manager(tmp_path)
     assert third.admit(named("x", "")).result.admitted
     assert restart_names(tmp_path) == []
+
+
+def test_a_name_whose_append_failed_at_its_fsync_never_names_the_pod_later(
+    tmp_path: Path,
+) -> None:
+    """The record is in the file (only its fsync failed) and x has no state: its name is inert
+    and must not come back when x gets state without a name (the append's failure makes the
+    next save fold). The fault matrix and the random sequences did not catch its removal."""
+    faults: dict[str, tuple[str, str]] = {}
+    m = manager(tmp_path, faults=failing(faults))
+    assert m.admit(named("u1")).result.admitted
+    faults["fsync"] = ("append-fsync", NAMES_FILE)
+    with pytest.raises(PersistenceError):
+        m.admit(named("x"))
+    assert m.admit(named("x", "")).result.admitted
+    assert m.pod_names() == {"u1": ("shop", "web-u1")}
+    assert restart_names(tmp_path) == [("u1", ("shop", "web-u1"))]
+
+
+def test_a_fold_renamed_before_a_failed_state_rename_never_names_the_pod_later(
+    tmp_path: Path,
+) -> None:
+    """The fold holds x's name, the state's rename failed: the file names x, memory does not,
+    so the next save folds again (``stale``); nothing else caught its removal."""
+    faults: dict[str, tuple[str, str]] = {"state": ("rename", STATE_FILE)}
+    m = manager(tmp_path, faults=failing({}))
+    m.store.faults = failing(faults)
+    with pytest.raises(PersistenceError):
+        m.admit(named("x"))  # the first name: a fold, renamed first
+    assert m.admit(named("x", "")).result.admitted
+    assert m.pod_names() == {}
+    assert restart_names(tmp_path) == []
