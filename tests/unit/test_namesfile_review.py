@@ -179,3 +179,17 @@ def test_a_fold_renamed_before_a_failed_state_rename_never_names_the_pod_later(
     assert m.admit(named("x", "")).result.admitted
     assert m.pod_names() == {}
     assert restart_names(tmp_path) == []
+
+
+def test_an_empty_names_file_is_folded_before_names_are_appended_to_it(tmp_path: Path) -> None:
+    """An empty file (truncated outside numamem) replays to no names and is not damaged; but
+    records appended to it have no header before them, so the next restart found "not a pod
+    names file" and set aside every acknowledged name."""
+    m = manager(tmp_path)
+    assert m.admit(named("u1", "")).result.admitted
+    m.store.close()
+    (tmp_path / NAMES_FILE).write_bytes(b"")
+    again = manager(tmp_path)
+    assert again.admit(named("u2")).result.admitted
+    assert again.admit(named("u3")).result.admitted
+    assert restart_names(tmp_path) == [("u2", ("shop", "web-u2")), ("u3", ("shop", "web-u3"))]

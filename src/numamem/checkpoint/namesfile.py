@@ -144,7 +144,8 @@ class NamesJournal:
         found = read_names(data, self.path)
         self._exists = True
         self._size = self._fold_size = len(data)
-        self._fold_next = bool(found.torn or found.damage)
+        # A file without its header (empty: truncated) is folded before anything is appended.
+        self._fold_next = bool(found.torn or found.damage) or not data.startswith(_HEADER)
         self.damage = found.damage
         self._inert = set(found.names)
         return found.names
