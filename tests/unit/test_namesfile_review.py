@@ -10,7 +10,8 @@ import pytest
 
 from numamem.checkpoint.containerfile import encode_containers, read_container_file
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, KubeletStateStore
-from numamem.checkpoint.namesfile import NAMES_FILE, read_names
+from numamem.checkpoint.namesfile import NAMES_FILE, encode_names, read_names
+from numamem.checkpoint.records import frame
 from numamem.errors import PersistenceError
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.topology import Machine
@@ -193,3 +194,11 @@ def test_an_empty_names_file_is_folded_before_names_are_appended_to_it(tmp_path:
     assert again.admit(named("u2")).result.admitted
     assert again.admit(named("u3")).result.admitted
     assert restart_names(tmp_path) == [("u2", ("shop", "web-u2")), ("u3", ("shop", "web-u3"))]
+
+
+def test_the_reader_never_raises_on_a_record_nested_too_deep(tmp_path: Path) -> None:
+    """read_names "never raises on bad content": a well-framed record of deeply nested JSON
+    raised RecursionError (the daemon's start and ``numamem state show`` failed on it)."""
+    data = encode_names({"a": ("ns", "x")}) + frame(b"[" * 100_000)
+    found = read_names(data, tmp_path / NAMES_FILE)
+    assert found.names == {"a": ("ns", "x")} and found.damage is not None

@@ -108,8 +108,8 @@ def read_names(data: bytes, where: Path) -> NamesRead:
             uid, namespace, name = value
             names.pop(uid, None)
             names[uid] = (namespace, name)
-    except (CheckpointError, ValueError) as err:
-        damage = str(err)
+    except (CheckpointError, ValueError, RecursionError) as err:  # RecursionError: nesting
+        damage = f"{where}: {err}" if isinstance(err, RecursionError) else str(err)
     return NamesRead(names, scan.torn, damage)
 
 
