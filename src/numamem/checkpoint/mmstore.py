@@ -215,7 +215,7 @@ class KubeletStateStore:
         if self.names_file.damage is not None:
             _log.error(
                 "pod names file is damaged; names recorded after the damage are lost (pods "
-                "are listed by uid until they are named again); the file is set aside",
+                "are listed by uid while they have state); the file is set aside",
                 path=str(self.names_file.path),
                 error=self.names_file.damage,
             )
