@@ -17,8 +17,10 @@ name; the kubelet knows them from the API server), live in
 ``<state-dir>/numamem_pod_names`` (:mod:`numamem.checkpoint.namesfile`): a pod's
 name is appended there and fsynced before the state that holds it is written,
 and a name without state is inert, as an id without state is. (Older numamem
-kept the names in the container map; they are read from there and moved at the
-next save.)
+kept the names in the container map; they are read from there and moved by the
+next save, in a write of their own ahead of it: the names file, then the map without
+them, so no state is written while the map still names a pod. A missing state file
+leaves every recorded name inert.)
 
 Write order keeps the files consistent without a shared transaction. The
 state and the map of one operation are written by one
@@ -64,12 +66,13 @@ from numamem.checkpoint.filestore import (
     PartialWriteError,
     atomic_write,
     atomic_write_all,
+    error_text,
     move_aside,
     read_file,
     remove_stale_temps,
 )
 from numamem.checkpoint.fs import REAL, FileSystem
-from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, read_names
+from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, encode_names, read_names
 from numamem.errors import (
     CheckpointError,
     DurabilityUnknownError,
@@ -155,6 +158,9 @@ class KubeletStateStore:
         self._last_names: Mapping[str, tuple[str, str]] = {}
         self._last_exclusive: Mapping[str, frozenset[str]] = {}
         self._map_dirty = False
+        self._legacy_names = False
+        """The container map on disk holds names (an older numamem's): see
+        :meth:`_move_legacy_names`."""
         self._map_unusable: str | None = None
         self.writes = 0
         self.observers: list[Callable[[float, bool], None]] = []
@@ -168,6 +174,10 @@ class KubeletStateStore:
     def restore(self, policy_name: str) -> Snapshot | None:
         data = read_file(self.state_path, self.fs)
         if data is None:
+            # No pod has state: every name recorded (in the names file, or in an older map,
+            # which the first save moves out of it) is inert, and must stay so.
+            self._legacy_names = bool(self._read_containers().names)
+            self.names_file.load()
             return None
         try:
             loaded = kubelet.load(data)
@@ -205,7 +215,7 @@ class KubeletStateStore:
         if self.names_file.damage is not None:
             _log.error(
                 "pod names file is damaged; names recorded after the damage are lost (pods "
-                "are listed by uid until they are named again); the file is set aside",
+                "are listed by uid while they have state); the file is set aside",
                 path=str(self.names_file.path),
                 error=self.names_file.damage,
             )
@@ -216,8 +226,7 @@ class KubeletStateStore:
             uid: n for uid, n in record.exclusive.items() if uid in loaded.pod_entries
         }
         self.names_file.restored(kept_names, legacy)
-        if legacy:
-            self._map_dirty = True  # names move to the names file (folded first)
+        self._legacy_names = bool(legacy)  # moved to the names file by the first save
         dropped = len(containers) - len(kept)
         if dropped or len(kept_exclusive) != len(record.exclusive):
             _log.info("dropped container ids without memory state", dropped=dropped)
@@ -250,14 +259,14 @@ class KubeletStateStore:
 
     def restored(self) -> None:
         """The restored state was accepted: remove temp files, set an unusable map or names
-        file aside."""
+        file aside (and write the names kept from the latter into a new one)."""
         for name in (STATE_FILE, CONTAINERS_FILE, NAMES_FILE):
             for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
         if self.names_file.damage is not None:
-            aside = move_aside(self.names_file.path, "corrupt", self.fs)
-            _log.error("pod names file set aside", moved_to=str(aside))
-            self.names_file.set_aside()
+            self._set_names_aside()
+            if self._last_names:
+                self._rewrite_names()  # the names kept are on disk again, not only in memory
         if self._map_unusable is not None:
             aside = move_aside(self.containers_path, "corrupt", self.fs)
             _log.error(
@@ -268,6 +277,25 @@ class KubeletStateStore:
                 error=self._map_unusable,
             )
             self._map_unusable = None
+
+    def _set_names_aside(self) -> None:
+        """Move the damaged names file aside, before anything replaces it (it is the evidence)."""
+        aside = move_aside(self.names_file.path, "corrupt", self.fs)
+        _log.error("pod names file set aside", moved_to=str(aside))
+        self.names_file.set_aside()
+
+    def _rewrite_names(self) -> None:
+        """Write the names file holding memory's names (a fold); on failure the next save that
+        names a pod folds (the file is missing until then)."""
+        data = encode_names(self._last_names)
+        try:
+            atomic_write(self.names_file.path, data, faults=self.faults, fs=self.fs)
+        except DurabilityUnknownError as err:  # in place: the next directory sync settles it
+            _log.warning("pod names file rewritten, its directory sync failed", error=str(err))
+        except PersistenceError as err:
+            _log.warning("could not rewrite the pod names file; the next save does", error=str(err))
+            return
+        self.names_file.folded(data, {}, self._last_names, renamed=True)
 
     def close(self) -> None:
         """Close the pod names file's append descriptor (a later save reopens it)."""
@@ -293,6 +321,16 @@ class KubeletStateStore:
             state = self._encoder.encode(
                 snapshot.policy_name, snapshot.machine_state, snapshot.assignments
             )
+        if self.names_file.damage is not None:  # a save at start, before restored()
+            try:
+                self._set_names_aside()
+            except OSError as err:
+                raise PersistenceError(
+                    f"cannot set the damaged pod names file {quote(self.names_file.path)} aside: "
+                    f"{error_text(err)}; the change was not applied"
+                ) from err
+        if self._legacy_names:
+            self._move_legacy_names()
         new_map, new_names = dict(snapshot.container_map), dict(snapshot.pod_names)
         new_exclusive = dict(snapshot.exclusive)
         old_map, old_names = self._last_map, self._last_names
@@ -360,6 +398,17 @@ class KubeletStateStore:
             self._last_exclusive = old_exclusive
             self._observe_state(state_item, started, written=False)
             raise
+        except BaseException:
+            # Not a failure of the write (an interrupt, a thread's exit): memory stays as it
+            # was, and what reached the disk is unknown, so the next save rewrites each file
+            # (the state, the map, a fold of the names) from memory.
+            self._last_map, self._last_names = old_map, old_names
+            self._last_exclusive = old_exclusive
+            self._last_state = None
+            self._map_dirty = True
+            self.names_file.close()
+            self.names_file.stale()
+            raise
         else:
             self.writes += len(files)
             if map_item is not None:
@@ -375,6 +424,31 @@ class KubeletStateStore:
             observer(None if unknown is None else str(unknown))
         if unknown is not None:
             raise unknown
+
+    def _move_legacy_names(self) -> None:
+        """Move an older map's names to the names file, in a write of its own ahead of the
+        save's: the names file (memory's names), then the map without names. A restart reads
+        the map's names until the map is rewritten, so no state may be written before that:
+        a pod the map names inertly, given state without a name, would get it back.
+        PersistenceError: nothing of the save applied (the next save tries again)."""
+        fold = encode_names(self._last_names)
+        files = [
+            (self.names_file.path, fold),
+            (self.containers_path, encode_containers(self._last_map, None, self._last_exclusive)),
+        ]
+        try:
+            atomic_write_all(files, faults=self.faults, fs=self.fs)
+        except DurabilityUnknownError as err:  # in place: the save's directory sync settles it
+            _log.warning("pod names moved out of the container map; sync failed", error=str(err))
+        except PartialWriteError:
+            self.names_file.folded(fold, {}, self._last_names, renamed=True)
+            raise
+        except PersistenceError:
+            self.names_file.folded(fold, {}, self._last_names, renamed=False)
+            raise
+        self.names_file.folded(fold, {}, self._last_names, renamed=True)
+        self._legacy_names = self._map_dirty = False
+        self.writes += 1
 
     def _observe_state(
         self, state_item: tuple[Path, bytes] | None, started: float, *, written: bool

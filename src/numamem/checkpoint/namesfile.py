@@ -108,8 +108,8 @@ def read_names(data: bytes, where: Path) -> NamesRead:
             uid, namespace, name = value
             names.pop(uid, None)
             names[uid] = (namespace, name)
-    except (CheckpointError, ValueError) as err:
-        damage = str(err)
+    except (CheckpointError, ValueError, RecursionError) as err:  # RecursionError: nesting
+        damage = f"{where}: {err}" if isinstance(err, RecursionError) else str(err)
     return NamesRead(names, scan.torn, damage)
 
 
@@ -144,7 +144,8 @@ class NamesJournal:
         found = read_names(data, self.path)
         self._exists = True
         self._size = self._fold_size = len(data)
-        self._fold_next = bool(found.torn or found.damage)
+        # A file without its header (empty: truncated) is folded before anything is appended.
+        self._fold_next = bool(found.torn or found.damage) or not data.startswith(_HEADER)
         self.damage = found.damage
         self._inert = set(found.names)
         return found.names
