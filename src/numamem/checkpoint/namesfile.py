@@ -186,7 +186,7 @@ class NamesJournal:
                 return "fold", self._fold_bytes(old, new)  # an order no append gives
         removed = _removed(old, new)
         inert = self._inert | removed if removed else self._inert
-        if inert and any(uid in has_state and uid not in new for uid in inert):
+        if inert and any(uid not in new for uid in filter(has_state.__contains__, inert)):
             return "fold", self._fold_bytes(old, new)  # an inert name would come back
         if len(inert) > 64 + len(new) or (
             added and self._size > FOLD_MIN_BYTES + 2 * self._fold_size
