@@ -66,8 +66,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "--state-dir",
         "state_dir",
-        "checkpoints: memory_manager_state (kubelet-compatible), sys_advisor_state and its journal (metacache); "
-        "created 0700",
+        "checkpoints: memory_manager_state (kubelet-compatible), numamem_containers and "
+        "numamem_pod_names (container ids, pod names), sys_advisor_state and its journal "
+        "(metacache); created 0700",
         DEFAULT_STATE_DIR,
         metavar="DIR",
     ),
