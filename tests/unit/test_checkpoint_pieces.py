@@ -28,8 +28,8 @@ from numamem.checkpoint.gospew import (
 )
 from numamem.checkpoint.machinetexts import MachineTexts, node_json, node_texts
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
+from tests.unit.test_checkpoint import blocks, ints
 
-ints = st.integers(min_value=0, max_value=2**64 - 1)
 tables = st.builds(MemoryTable, ints, ints, ints, ints, ints)
 type_names = st.one_of(
     st.sampled_from(["memory", "hugepages-2Mi", "hugepages-1Gi"]),
@@ -47,12 +47,6 @@ live_nodes = st.builds(
 )
 nodes = st.one_of(st.none(), live_nodes)
 names = st.text(alphabet='ab-_Zé\u00ff"\\<\u2028\ud800', min_size=1, max_size=4)
-blocks = st.builds(
-    Block,
-    st.one_of(st.none(), st.lists(st.integers(0, 63), max_size=3).map(tuple)),
-    st.sampled_from(["memory", "hugepages-2Mi", "a<b&c"]),
-    ints,
-)
 containers = st.one_of(
     st.none(),
     st.dictionaries(
@@ -124,8 +118,8 @@ def test_node_texts_are_the_two_definitions(node: NUMANodeState) -> None:
 def test_entry_texts_are_the_definitions(pod: str, ctrs: Any) -> None:
     assert entry_spew(pod, ctrs) == render_entry(pod, ctrs)
     assert entry_json(pod, ctrs) == reference_entry_json(pod, ctrs)
-    for blocks in (ctrs or {}).values():
-        assert blocks_json(blocks) == reference_blocks_json(blocks)
+    for ctr_blocks in (ctrs or {}).values():
+        assert blocks_json(ctr_blocks) == reference_blocks_json(ctr_blocks)
 
 
 @settings(max_examples=300, deadline=None)

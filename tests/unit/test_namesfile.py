@@ -22,6 +22,7 @@ from numamem.errors import PersistenceError
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.pod import Pod
+from numamem.topology import Machine
 from numamem.topologymanager.policy import new_policy
 from tests.unit.test_memorymanager import MI, ctr, two_nodes
 
@@ -56,8 +57,9 @@ class Named(Manager):
     store: KubeletStateStore
 
 
-def manager(directory: Path, **store: object) -> Named:
-    machine = two_nodes()
+def manager(directory: Path, machine: Machine | None = None, **store: object) -> Named:
+    """A manager recording pod names on a store in ``directory`` (two nodes by default)."""
+    machine = machine or two_nodes()
     files = KubeletStateStore(directory, **store)  # type: ignore[arg-type]
     m = Named(
         StaticPolicy(machine, {0: {"memory": 512 * MI}}),

@@ -9,29 +9,12 @@ from pathlib import Path
 import pytest
 
 from numamem.checkpoint.containerfile import encode_containers, read_container_file
-from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, KubeletStateStore
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
 from numamem.checkpoint.namesfile import NAMES_FILE, encode_names, read_names
 from numamem.checkpoint.records import frame
 from numamem.errors import PersistenceError
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.topology import Machine
-from numamem.topologymanager.policy import new_policy
 from tests.unit.test_memorymanager import GI, MI, two_nodes
-from tests.unit.test_namesfile import Named, failing, manager, named, restart_names
-
-
-def manager_on(directory: Path, machine: Machine) -> Named:
-    files = KubeletStateStore(directory)
-    m = Named(
-        StaticPolicy(machine, {0: {"memory": 512 * MI}}),
-        files,
-        new_policy("none", machine)[0],
-        "container",
-        record_pod_names=True,
-    )
-    m.store = files
-    m.start()
-    return m
+from tests.unit.test_namesfile import failing, manager, named, restart_names
 
 
 def damage_second_record(directory: Path) -> bytes:
@@ -67,12 +50,12 @@ def test_a_start_that_rewrites_the_state_sets_the_damaged_file_aside_not_its_fol
         assert m.admit(named(uid)).result.admitted
     damaged = damage_second_record(tmp_path)
     shrunk = two_nodes(memory=8 * GI - 64 * MI)
-    again = manager_on(tmp_path, shrunk)
+    again = manager(tmp_path, shrunk)
     assert again.pod_names() == {"u1": ("shop", "web-u1")}
     assert [p.read_bytes() for p in asides(tmp_path)] == [damaged]
     found = read_names((tmp_path / NAMES_FILE).read_bytes(), tmp_path)
     assert (found.names, found.damage) == ({"u1": ("shop", "web-u1")}, None)
-    assert list(manager_on(tmp_path, shrunk).pod_names().items()) == [("u1", ("shop", "web-u1"))]
+    assert list(manager(tmp_path, shrunk).pod_names().items()) == [("u1", ("shop", "web-u1"))]
 
 
 class Interrupt(BaseException):
