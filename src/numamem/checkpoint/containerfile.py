@@ -169,7 +169,7 @@ def read_container_file(data: bytes) -> ContainerFile:
             str(uid): frozenset(str(c) for c in ctrs)
             for uid, ctrs in doc.get("exclusive", {}).items()
         }
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as err:
         raise CheckpointError(f"cannot decode container map: {err}") from err
     if fnv1a_32(canonical.encode()) != stored:
         raise CorruptCheckpointError(stored, fnv1a_32(canonical.encode()))

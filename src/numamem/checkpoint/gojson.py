@@ -109,11 +109,13 @@ def parse(data: bytes | str) -> Any:
         value = json.loads(
             text, object_pairs_hook=Object, parse_float=Float, parse_constant=_no_constant
         )
+        return _fix(value)
     except json.JSONDecodeError as err:
         raise GoJSONError(_syntax_message(err)) from err
     except ValueError as err:
         raise GoJSONError(str(err)) from err
-    return _fix(value)
+    except RecursionError as err:  # a damaged file nested deeper than Python recurses
+        raise GoJSONError("the JSON is nested too deep") from err
 
 
 def _syntax_message(err: json.JSONDecodeError) -> str:

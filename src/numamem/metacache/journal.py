@@ -251,7 +251,7 @@ def restore(
 def _json(data: bytes, span: tuple[int, int], where: Path) -> Any:
     try:
         return json.loads(data[span[0] : span[1]])
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: nested too deep
         raise CheckpointError(f"{where}: a journal record at byte {span[0]} is not JSON") from err
 
 

@@ -127,7 +127,7 @@ def decode_snapshot(data: bytes) -> tuple[State, int]:
     """:func:`decode`, and the snapshot's generation (0 when the file has none)."""
     try:
         doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as err:
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # Recursion: nesting
         raise CheckpointError(f"not valid JSON: {err}") from err
     if not isinstance(doc, dict):
         raise CheckpointError("not a metacache checkpoint (expected a JSON object)")
