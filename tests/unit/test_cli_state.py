@@ -247,3 +247,22 @@ def test_state_names_pods_by_namespace_and_name_where_recorded(
             assert ["shop/web", "(u-1)", "app", "memory", "0", "1Gi"] in rows
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_verify_reports_the_pod_names_file_and_its_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from numamem.checkpoint.namesfile import NAMES_FILE, encode_names
+    from numamem.checkpoint.records import frame
+
+    state = tmp_path / "state"
+    written_state(state)
+    names = encode_names({"pod-1": ("shop", "web-0"), "gone": ("shop", "old")})
+    (state / NAMES_FILE).write_bytes(names + b"0000002")  # a torn last record
+    flags = machine_flags(tmp_path)
+    assert main(["state", "verify", "--state-dir", str(state), *flags]) == 0
+    out = capsys.readouterr().out
+    assert "numamem_pod_names: 1 pod name of pods with state, 1 inert, a torn last record of 7 bytes" in out  # fmt: skip
+    (state / NAMES_FILE).write_bytes(names + frame(b"[1]") + frame(b'["a","b","c"]'))
+    assert main(["state", "verify", "--state-dir", str(state), *flags]) == 1
+    assert "record 3 is not [uid, namespace, name]" in capsys.readouterr().out

@@ -270,6 +270,7 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
     or an exit code when the state file cannot be read."""
     from numamem.checkpoint.containerfile import decode_containers
     from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
+    from numamem.checkpoint.namesfile import NAMES_FILE, read_names
     from numamem.errors import CheckpointError
     from numamem.memorymanager.invariants import violations
 
@@ -313,6 +314,18 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
             report["container_map"] = {"file": str(path), "container_ids": len(ids)}
         except CheckpointError as err:
             report["problems"].append(f"{path}: {err}")
+    names_path = state_dir / NAMES_FILE
+    if names_path.exists():
+        found = read_names(names_path.read_bytes(), names_path)
+        recorded = set(found.names)
+        report["pod_names"] = {
+            "file": str(names_path),
+            "names": len(recorded & set(loaded.assignments)),
+            "inert": len(recorded - set(loaded.assignments)),
+            "torn_bytes": found.torn,
+        }
+        if found.damage is not None:  # the daemon sets the file aside and keeps what it read
+            report["problems"].append(found.damage)
     return report
 
 
@@ -324,6 +337,18 @@ def _print_files_report(report: Mapping[str, Any]) -> None:
         print(
             f"{container_map['file']}: {plural(container_map['container_ids'], 'container id')}, "
             "checksum valid"
+        )
+    names = report.get("pod_names")
+    if names:
+        torn = (
+            f", a torn last record of {plural(names['torn_bytes'], 'byte')} (a crash's; dropped "
+            "at start)"
+            if names["torn_bytes"]
+            else ""
+        )
+        print(
+            f"{names['file']}: {plural(names['names'], 'pod name')} of pods with state, "
+            f"{names['inert']} inert{torn}"
         )
     for problem in report["problems"]:
         print(guarded(problem) if "summary" not in report else f"problem: {guarded(problem)}")
