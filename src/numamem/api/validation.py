@@ -19,10 +19,9 @@ containers take exclusively).
 
 from __future__ import annotations
 
-import collections
-import threading
 from collections.abc import Mapping, Sequence
 
+from numamem.api.converted import Remembered
 from numamem.config.model import FeatureGates, Limits
 from numamem.errors import InvalidArgumentError, LimitExceededError, QuantityError, quote
 from numamem.memtypes import is_memory_resource
@@ -125,6 +124,28 @@ def _container(msg: memorymanager_pb2.Container, field: str, *, init: bool) -> C
     return with_defaulted_requests(Container(name, requests, limits, msg.restart_policy))
 
 
+class ConvertedContainers:
+    """:func:`_container` remembered by the message's bytes: the pods of one workload repeat
+    the same containers, and a container's conversion (quantities, requests against limits,
+    defaulting) is most of a new pod's (about 20 µs of a 3-container pod's 40). A refusal is
+    not remembered (its message names the field), and the result does not depend on where
+    the container stands. Bounded (:class:`~numamem.api.converted.Remembered`); the
+    converted containers are immutable and shared; thread-safe."""
+
+    def __init__(self) -> None:
+        self._app: Remembered[Container] = Remembered(1024, 4096)
+        self._init: Remembered[Container] = Remembered(1024, 4096)
+
+    def get(self, msg: memorymanager_pb2.Container, field: str, *, init: bool) -> Container:
+        return (self._init if init else self._app).get(
+            msg, lambda: _container(msg, field, init=init)
+        )
+
+
+CONTAINERS = ConvertedContainers()
+"""The process's converted containers (pure conversions: one cache serves every server)."""
+
+
 def _check_hugepages(container: Container, field: str, known: Sequence[str]) -> None:
     """What the memory manager needs of a Guaranteed container's hugepages.
 
@@ -215,12 +236,12 @@ def pod_from_proto(
         *(
             (
                 f"{field}.init_containers[{i}]",
-                _container(c, f"{field}.init_containers[{i}]", init=True),
+                CONTAINERS.get(c, f"{field}.init_containers[{i}]", init=True),
             )
             for i, c in enumerate(msg.init_containers)
         ),
         *(
-            (f"{field}.containers[{i}]", _container(c, f"{field}.containers[{i}]", init=False))
+            (f"{field}.containers[{i}]", CONTAINERS.get(c, f"{field}.containers[{i}]", init=False))
             for i, c in enumerate(msg.containers)
         ),
     ]
@@ -269,37 +290,23 @@ def _with_pod_resources(msg: memorymanager_pb2.Pod, pod: Pod, field: str) -> Pod
 
 
 class ConvertedPods:
-    """:func:`pod_from_proto` remembered by the message's bytes: an agent sends the same pod
-    with each call for each of its containers (Allocate, AddContainer, hints), and its
-    conversion (quantities, defaulting, QoS) costs tens of microseconds, its serialization
-    a few. A refusal is not remembered. Bounded: :data:`MAX_ENTRIES` pods of at most
-    :data:`MAX_KEY_BYTES` serialized bytes each (larger ones are converted every time).
-    The converted pods are immutable and shared; thread-safe.
-    """
+    """:func:`pod_from_proto` remembered by the message's bytes (an agent sends the same pod
+    with each call for each of its containers: Allocate, AddContainer, hints), in a
+    :class:`~numamem.api.converted.Remembered` of :data:`MAX_ENTRIES` pods of at most
+    :data:`MAX_KEY_BYTES` serialized bytes. A refusal is not remembered; the converted pods
+    are immutable and shared; thread-safe."""
 
     MAX_ENTRIES = 256
     MAX_KEY_BYTES = 8192
 
     def __init__(self, machine: Machine, limits: Limits, gates: FeatureGates | None = None) -> None:
         self.machine, self.limits, self.gates = machine, limits, gates
-        self._pods: collections.OrderedDict[bytes, Pod] = collections.OrderedDict()
-        self._lock = threading.Lock()
+        self._pods: Remembered[Pod] = Remembered(self.MAX_ENTRIES, self.MAX_KEY_BYTES)
 
     def get(self, msg: memorymanager_pb2.Pod) -> Pod:
-        key = msg.SerializeToString(deterministic=True)
-        if len(key) > self.MAX_KEY_BYTES:
-            return pod_from_proto(msg, self.machine, self.limits, gates=self.gates)
-        with self._lock:
-            pod = self._pods.get(key)
-            if pod is not None:
-                self._pods.move_to_end(key)
-                return pod
-        pod = pod_from_proto(msg, self.machine, self.limits, gates=self.gates)
-        with self._lock:
-            self._pods[key] = pod
-            if len(self._pods) > self.MAX_ENTRIES:
-                self._pods.popitem(last=False)
-        return pod
+        return self._pods.get(
+            msg, lambda: pod_from_proto(msg, self.machine, self.limits, gates=self.gates)
+        )
 
 
 def container_in_pod(pod: Pod, name: str, field: str = "container_name") -> str:
