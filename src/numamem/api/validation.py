@@ -114,6 +114,15 @@ def _container(msg: memorymanager_pb2.Container, field: str, *, init: bool) -> C
         )
     if msg.restart_policy and not init:
         raise InvalidArgumentError(f"{field}.restart_policy: only init containers may set it")
+    _within_limits(requests, limits, field)
+    return with_defaulted_requests(Container(name, requests, limits, msg.restart_policy))
+
+
+def _within_limits(
+    requests: Mapping[str, Quantity], limits: Mapping[str, Quantity], field: str
+) -> None:
+    """The API server's rule, for a container's resources and a pod's: each request at most
+    its limit."""
     for res_name, req in requests.items():
         lim = limits.get(res_name)
         if lim is not None and req.value > lim.value:
@@ -121,13 +130,13 @@ def _container(msg: memorymanager_pb2.Container, field: str, *, init: bool) -> C
                 f"{field}.requests[{quote(res_name, style='go')}]: {req} must be less than or "
                 f"equal to the limit {lim}"
             )
-    return with_defaulted_requests(Container(name, requests, limits, msg.restart_policy))
 
 
 class ConvertedContainers:
     """:func:`_container` remembered by the message's bytes: the pods of one workload repeat
     the same containers, and a container's conversion (quantities, requests against limits,
-    defaulting) is most of a new pod's (about 20 µs of a 3-container pod's 40). A refusal is
+    defaulting) is most of a new pod's (pod_from_proto of a 3-container pod: 125-135 µs
+    without this cache, 58-70 µs with it, over 3,000 pods of one shape). A refusal is
     not remembered (its message names the field), and the result does not depend on where
     the container stands. Bounded (:class:`~numamem.api.converted.Remembered`); the
     converted containers are immutable and shared; thread-safe."""
@@ -178,13 +187,7 @@ def _pod_level(pod: Pod, field: str) -> None:
                     f"{field}.{kind}[{quote(res_name, style='go')}]: not a pod-level resource; the "
                     "pod level takes cpu, memory and hugepages-<size>"
                 )
-    for res_name, req in pod.requests.items():
-        lim = pod.limits.get(res_name)
-        if lim is not None and req.value > lim.value:
-            raise InvalidArgumentError(
-                f"{field}.requests[{quote(res_name, style='go')}]: {req} must be less than or "
-                f"equal to the limit {lim}"
-            )
+    _within_limits(pod.requests, pod.limits, field)
     for res_name, aggregate in aggregate_container_resources(pod).items():
         pod_req = pod.requests.get(res_name)
         if pod_req is not None and aggregate.value > pod_req.value:

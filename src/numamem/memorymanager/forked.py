@@ -71,6 +71,21 @@ def admit_on_fork(
 ) -> AdmitOutcome:
     """Admit ``pod`` into ``fork`` (changed only when admitted: then it holds the blocks)."""
     provider = ForkProvider(policy, fork, work)
+    return _admitted(provider, fork, policy, topology_policy, scope, pod, others, work)
+
+
+def _admitted(
+    provider: ForkProvider,
+    fork: MemoryState,
+    policy: Policy,
+    topology_policy: TopologyPolicy,
+    scope: str,
+    pod: Pod,
+    others: Sequence[admission.GivenHints],
+    work: Work,
+) -> AdmitOutcome:
+    """The topology manager's admission of ``pod`` with ``provider`` (the memory manager on
+    ``fork``) first among the providers."""
     result = admission.admit(
         pod,
         topology_policy,
@@ -186,15 +201,8 @@ def explain_on_fork(
     Allocate without an affinity (where the policy picks its own hint).
     """
     provider = ExplainingProvider(policy, fork, work)
-    result = admission.admit(
-        pod,
-        topology_policy,
-        scope,
-        [provider, *others],
-        work,
-        podlevel.allocated_as_pod(policy.gates, pod),
-    )
-    outcome = _outcome(result, fork, pod, work)
+    outcome = _admitted(provider, fork, policy, topology_policy, scope, pod, others, work)
+    result = outcome.result
     containers = []
     for name, explanation in provider.explanations.items():
         answers = result.hints.get(name) or [None]  # no entry: allocated without a merge
