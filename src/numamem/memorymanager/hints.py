@@ -29,14 +29,15 @@ exactly an existing multi-NUMA group. So the hints are
   is their allocatable: an unused node has nothing reserved) covers every
   type (:mod:`numamem.memorymanager.upsets` lists, counts and searches them).
 
-On that structure: iteration in kubelet's order (:meth:`HintSpace.iter_masks`,
-lazy), the first hints and the count of the rest (:meth:`HintSpace.listed`),
-the ``findBestHint`` of the whole list (:meth:`HintSpace.best`) and of the hints
+On that structure, here: iteration in kubelet's order (:meth:`HintSpace.iter_masks`,
+lazy), the first hints and the count of the rest (:meth:`HintSpace.listed`) and
+membership tests; in :mod:`numamem.memorymanager.hint_search`: the
+``findBestHint`` of the whole list (:meth:`HintSpace.best`) and of the hints
 that contain a mask (:meth:`HintSpace.best_superset`,
-``extendTopologyManagerHint``), membership tests, and what the merge asks of a
-rule-given list (:class:`~numamem.topologymanager.merge.HintFamily`). The hints
-of every requested type are the same list, so one HintSpace stands for all of
-them. Every search is charged to the space's :class:`~numamem.work.Work`.
+``extendTopologyManagerHint``), and what the merge asks of a rule-given list
+(:class:`~numamem.topologymanager.merge.HintFamily`). The hints of every
+requested type are the same list, so one HintSpace stands for all of them.
+Every search is charged to the space's :class:`~numamem.work.Work`.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from numamem.memorymanager import hint_search
 from numamem.memorymanager.memo import memoized
 from numamem.memorymanager.subsets import exists_subset
 from numamem.memorymanager.upsets import UpSets
 from numamem.memtypes import NUMANodeState
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.merge import HintFamily, Order, size_rank
+from numamem.topologymanager.merge import HintFamily, Order
 from numamem.topologymanager.policy import TopologyHint
 from numamem.work import Work
 
@@ -279,7 +281,7 @@ class HintSpace(HintFamily):
 
     # --- the hints in kubelet's order ---------------------------------------------------
 
-    def _iter_singles(self) -> Iterator[int]:
+    def iter_singles(self) -> Iterator[int]:
         """The single-node hints' ids in order, tested only as far as the caller reads."""
         if "singles" in self.__dict__:
             yield from self.singles
@@ -291,7 +293,7 @@ class HintSpace(HintFamily):
 
     def iter_masks(self) -> Iterator[int]:
         """Every hint in kubelet's order (lazily)."""
-        yield from (1 << n for n in self._iter_singles())
+        yield from (1 << n for n in self.iter_singles())
         specials_by_size: dict[int, list[int]] = {}
         for m in self.specials:
             specials_by_size.setdefault(m.bit_count(), []).append(m)
@@ -368,66 +370,21 @@ class HintSpace(HintFamily):
         masks = list(itertools.islice(self.iter_masks(), limit + 1))
         return None if len(masks) > limit else masks
 
-    # --- findBestHint without the list ------------------------------------------------
-
-    def min_value_member(self, k: int, base: int = 0) -> int | None:
-        """The hint of size ``k`` with the smallest integer value that contains ``base``.
-
-        Of size 1 only singles exist (specials and up-sets have two nodes or more), and they
-        ascend: the first single that contains ``base`` is the answer, found without testing
-        the nodes after it nor building the specials or the up-sets."""
-        if k == 1:
-            return next((1 << n for n in self._iter_singles() if base & ~(1 << n) == 0), None)
-        found: list[int] = []
-        found += [m for m in self.specials if m.bit_count() == k and base & ~m == 0]
-        if base & ~self.upsets.mask == 0:
-            first = next(self.upsets.colex(k, base), None)
-            if first is not None:
-                found.append(first)
-        return min(found) if found else None
+    # --- searches that never list the hints (numamem.memorymanager.hint_search) ----------
 
     def best(self) -> TopologyHint | None:
         """``findBestHint`` of the whole list: a preferred hint first, then the narrowest."""
-        return self.best_superset(0)
+        return hint_search.best_superset(self, 0)
 
     def best_superset(self, mask: int) -> TopologyHint | None:
         """``findBestHint`` over the hints that contain ``mask`` (``extendTopologyManagerHint``)."""
-        minimum = self.min_affinity_size
-        first = max(minimum, mask.bit_count(), 1)
-        for k in range(first, len(self.nodes) + 1):
-            found = self.min_value_member(k, mask)
-            if found is not None:
-                return TopologyHint(found, k == minimum)
-        return None
-
-    # --- what the merge asks of a rule-given list -----------------------------------------
+        return hint_search.best_superset(self, mask)
 
     def preferred_by_value(self) -> Iterator[int]:
-        """The preferred hints (size ``minAffinitySize``), smallest integer value first."""
-        k = self.min_affinity_size
-        if k == 1:  # single ids ascend, and so do their masks
-            yield from (1 << n for n in self._iter_singles())
-            return
-        fixed = sorted(m for m in self.specials if m.bit_count() == k)
-        yield from heapq.merge(self.upsets.colex(k), fixed)
+        return hint_search.preferred_by_value(self)
 
     def best_preferred(self, order: Order, accept: Callable[[int], bool] | None) -> int | None:
-        """The preferred hint smallest under ``order`` that ``accept`` accepts: by value the
-        first of :meth:`preferred_by_value`; by distance the closest of the singles, or of the
-        specials of the preferred size and the best up-set of that size (a search,
-        :meth:`UpSets.best_of_size`)."""
-        if order.by_value:
-            return next((m for m in self.preferred_by_value() if accept is None or accept(m)), None)
-        k = self.min_affinity_size
-        if k == 1:
-            found = [1 << n for n in self._iter_singles()]
-        else:
-            found = [m for m in self.specials if m.bit_count() == k]
-        found = [m for m in found if accept is None or accept(m)]
-        upset = self.upsets.best_of_size(k, order, accept) if k >= 2 else None
-        if upset is not None:
-            found.append(upset)
-        return min(found, key=order.charged_key(self.work)) if found else None
+        return hint_search.best_preferred(self, order, accept)
 
     def narrowest_count(self) -> int | None:
         """The size of the narrowest hint (what the merge's ``bestNonPreferredAffinityCount`` takes):
@@ -443,50 +400,7 @@ class HintSpace(HintFamily):
         order: Order,
         below: tuple[int, ...] | None = None,
     ) -> int | None:
-        """The best nonzero ``e & h1 & ... & h_copies`` over the hints ``h``: sizes by
-        :func:`size_rank` with ``best_count``, then ``order`` (see
-        :mod:`numamem.topologymanager.merge`); only if it ranks below ``below``.
-
-        An AND with a single ``{x}`` is ``{x}`` or empty, and ``{x}`` itself is one (take
-        it ``copies`` times). Otherwise the AND takes some specials T (at most ``copies``
-        of them, each possibly repeated) and the rest up-sets: ``e & AND(T)`` when they are
-        all specials, else ``e & AND(T)`` met with ``copies - |T|`` up-sets
-        (:meth:`UpSets.meet`).
-        """
-
-        order_key = order.charged_key(self.work)
-
-        def rank(mask: int) -> tuple[int, ...]:
-            return (*size_rank(mask.bit_count(), best_count), *order_key(mask))
-
-        best = below
-        found: int | None = None
-
-        def offer(mask: int) -> None:
-            nonlocal best, found
-            r = rank(mask)
-            if best is None or r < best:
-                best, found = r, mask
-
-        for x in self.singles:
-            if e >> x & 1:
-                offer(1 << x)
-        specials = self.specials
-        for taken in range(min(copies, len(specials)) + 1):
-            for group in itertools.combinations(specials, taken):
-                self.work.spend(1)
-                base = e
-                for m in group:
-                    base &= m
-                if not base:
-                    continue
-                if taken:
-                    offer(base)
-                if taken < copies:
-                    upset = self.upsets.meet(base, copies - taken, best_count, order, best)
-                    if upset is not None:
-                        offer(upset)
-        return found
+        return hint_search.best_meet(self, e, copies, best_count, order, below)
 
 
 def _lex_key(mask: int) -> tuple[int, ...]:
