@@ -20,7 +20,10 @@ an RPC's thread needs it a dozen times or more per call; without the pauses
 each of those would wait for the interpreter's switch interval, and a
 ReleasePod took five times its idle time while a search ran
 (``os.sched_yield`` makes it worse: the searching thread gives up the CPU but
-takes the lock straight back). A search in a daemon thus takes two to four
+takes the lock straight back). The pauses still pay with the daemon's 50 µs switch
+interval (``numamem.api.server.GIL_SWITCH_INTERVAL_S``): without them ReleasePod took
+2.6-3.7 times its idle p50 while the 40-node prefer-closest pod was admitted in a loop,
+with them 1.7-2.4 (three runs each, alternating). A search in a daemon thus takes two to four
 times its single-threaded time; the figures the budgets count do not change.
 A Work is used by one thread.
 """
