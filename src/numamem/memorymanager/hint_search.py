@@ -5,12 +5,12 @@ hint first, then the narrowest, ties by integer value), ``extendTopologyManagerH
 (the same over the hints that contain the topology manager's mask), and the
 merge's picks (:mod:`numamem.topologymanager.merge`). These functions find the
 same answers from the space's structure (singles, specials and up-sets, see
-:mod:`numamem.memorymanager.hints`): by size, smallest first, each size's best
-member found directly, every step charged to the space's
-:class:`~numamem.work.Work`.
-
-Each is a pure function of the space (which memoises what they read); the
-space's methods of the same names call them.
+:mod:`numamem.memorymanager.hints`): ``findBestHint`` by size, smallest first,
+each size's smallest member found directly; the merge's picks by searches over
+the specials and the up-sets. They change nothing but the space's
+:class:`~numamem.work.Work`, which they charge for every step, and read the
+space's memoised singles, specials and up-sets (single nodes are tested lazily
+until ``singles`` is built); the space's methods of the same names call them.
 """
 
 from __future__ import annotations

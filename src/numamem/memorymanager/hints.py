@@ -381,9 +381,11 @@ class HintSpace(HintFamily):
         return hint_search.best_superset(self, mask)
 
     def preferred_by_value(self) -> Iterator[int]:
+        """See :func:`numamem.memorymanager.hint_search.preferred_by_value`."""
         return hint_search.preferred_by_value(self)
 
     def best_preferred(self, order: Order, accept: Callable[[int], bool] | None) -> int | None:
+        """See :func:`numamem.memorymanager.hint_search.best_preferred`."""
         return hint_search.best_preferred(self, order, accept)
 
     def narrowest_count(self) -> int | None:
@@ -400,6 +402,7 @@ class HintSpace(HintFamily):
         order: Order,
         below: tuple[int, ...] | None = None,
     ) -> int | None:
+        """See :func:`numamem.memorymanager.hint_search.best_meet`."""
         return hint_search.best_meet(self, e, copies, best_count, order, below)
 
 
