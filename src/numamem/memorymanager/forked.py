@@ -68,24 +68,13 @@ def admit_on_fork(
     pod: Pod,
     others: Sequence[admission.GivenHints],
     work: Work,
+    provider: ForkProvider | None = None,
 ) -> AdmitOutcome:
-    """Admit ``pod`` into ``fork`` (changed only when admitted: then it holds the blocks)."""
-    provider = ForkProvider(policy, fork, work)
-    return _admitted(provider, fork, policy, topology_policy, scope, pod, others, work)
-
-
-def _admitted(
-    provider: ForkProvider,
-    fork: MemoryState,
-    policy: Policy,
-    topology_policy: TopologyPolicy,
-    scope: str,
-    pod: Pod,
-    others: Sequence[admission.GivenHints],
-    work: Work,
-) -> AdmitOutcome:
-    """The topology manager's admission of ``pod`` with ``provider`` (the memory manager on
-    ``fork``) first among the providers."""
+    """Admit ``pod`` into ``fork`` (changed only when admitted: then it holds the blocks), the
+    memory manager first among the providers: ``provider`` when given (one on ``fork``
+    with ``policy`` and ``work``: Explain's records what it did), else a plain one."""
+    if provider is None:
+        provider = ForkProvider(policy, fork, work)
     result = admission.admit(
         pod,
         topology_policy,
@@ -201,7 +190,7 @@ def explain_on_fork(
     Allocate without an affinity (where the policy picks its own hint).
     """
     provider = ExplainingProvider(policy, fork, work)
-    outcome = _admitted(provider, fork, policy, topology_policy, scope, pod, others, work)
+    outcome = admit_on_fork(fork, policy, topology_policy, scope, pod, others, work, provider)
     result = outcome.result
     containers = []
     for name, explanation in provider.explanations.items():
