@@ -317,11 +317,11 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
     names_path = state_dir / NAMES_FILE
     if names_path.exists():
         found = read_names(names_path.read_bytes(), names_path)
-        recorded = set(found.names)
+        recorded, held = set(found.names), set(loaded.assignments)
         report["pod_names"] = {
             "file": str(names_path),
-            "names": len(recorded & set(loaded.assignments)),
-            "inert": len(recorded - set(loaded.assignments)),
+            "names": len(recorded & held),
+            "inert": len(recorded - held),
             "torn_bytes": found.torn,
         }
         if found.damage is not None:  # the daemon sets the file aside and keeps what it read
