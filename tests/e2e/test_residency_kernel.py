@@ -237,8 +237,11 @@ def test_residency_and_enforcement_on_a_real_cgroup(daemon_factory: list[DaemonP
                 client.add_container(pod, "app", f"containerd://{cid}")
                 stat = tree.container("memory") / "memory.numa_stat"
                 # numamem's report equals the kernel's within one collector round (the
-                # child is idle: the file reads the same before and after that round).
-                for _ in range(3):
+                # child is idle: the file reads the same before and after that round). On a
+                # loaded 2-core machine the kernel still moves a few pages now and then (a
+                # full `make test` on a clean clone missed three rounds in a row once), so
+                # up to ten rounds are tried; the comparison below stays exact.
+                for _ in range(10):
                     before, since = kernel_numa(stat), time.time_ns()
                     row = eventually("a measured round", residency(client, since))
                     if kernel_numa(stat) == before:
