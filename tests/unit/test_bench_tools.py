@@ -1,10 +1,14 @@
-"""The bench's documented commands run: the profiler of each operation, the README generator."""
+"""The bench's documented commands run: the profiler of each operation, the README generator,
+the bound daemon (``bench.bounds``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench import profile
+from bench import bounds, profile, run
+from numamem.client import NumamemClient
 
 
 @pytest.mark.parametrize("operation", profile.OPERATIONS)
@@ -17,3 +21,36 @@ def test_the_documented_profile_command_profiles_each_operation(
     out = capsys.readouterr().out
     assert f"{operation}: 5 calls" in out
     assert "Ordered by: internal time" in out and "Ordered by: cumulative time" in out
+
+
+@pytest.mark.parametrize("bound", bounds.BOUNDS)
+def test_the_bound_daemon_replays_allocate_and_admit(bound: str, tmp_path: Path) -> None:
+    """``bench.bounds`` behind ``bench.run.daemon(bound=...)``: the first Allocate and Admit
+    are real (the state holds them), later ones return the first reply unchanged and, for
+    ``write``, rewrite the state's bytes of that moment beside it; ``noop`` writes nothing."""
+    with run.daemon(tmp_path / "d", bound=bound) as d:
+        client = NumamemClient(d.socket, timeout=30)
+        state = Path(d.state_dir) / "memory_manager_state"
+        beside = state.with_suffix(".bound")
+        first = client.allocate(run.guaranteed("a0"), "c0")
+        assert first.blocks, "the first Allocate pins memory"
+        held = state.read_bytes()
+        admitted = client.admit(run.guaranteed("b0", containers=2))
+        assert admitted.admitted
+        after_admit = state.read_bytes()
+        assert after_admit != held, "the first Admit is real: the state file changed"
+        assert not beside.exists()
+        # Later calls: another pod's Allocate returns a0's blocks; the state stays as it was.
+        assert client.allocate(run.guaranteed("other"), "c0") == first
+        assert client.admit(run.guaranteed("c0")) == admitted
+        assert state.read_bytes() == after_admit
+        if bound == "write":
+            assert beside.read_bytes() == after_admit  # Admit's replay wrote last
+        else:
+            assert not beside.exists()
+        client.close()
+
+
+def test_an_unknown_bound_is_refused() -> None:
+    with pytest.raises(SystemExit, match="NUMAMEM_BENCH_BOUND='fast': use one of noop, write"):
+        bounds.install("fast", Path("/nonexistent"))
