@@ -103,12 +103,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=200, help="unprofiled calls first")
     parser.add_argument("--pods", type=int, default=0, help="3-container pods admitted first")
     parser.add_argument("--names", action="store_true", help="with --podresources-socket")
+    parser.add_argument("--nodes", type=int, default=2, help="NUMA nodes of the fake machine")
+    parser.add_argument(
+        "--topology-manager-policy",
+        default="none",
+        help="e.g. restricted (max-allowable-numa-nodes is raised to --nodes)",
+    )
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="nmprof-", dir=TMPFS if TMPFS.is_dir() else None))
-    config = {"podresources_socket": str(root / "pr.sock")} if args.names else {}
+    config: dict[str, Any] = {"podresources_socket": str(root / "pr.sock")} if args.names else {}
+    if args.topology_manager_policy != "none":
+        config["topology_manager_policy"] = args.topology_manager_policy
+        config["topology_manager_policy_options"] = (
+            ("max-allowable-numa-nodes", str(max(8, args.nodes))),
+        )
     try:
         with serve_in_process(
-            nodes=standard_nodes(2, memory_gib=max(16, args.pods)), root=root, **config
+            nodes=standard_nodes(args.nodes, memory_gib=max(16, args.pods)), root=root, **config
         ) as server:
             components = server.daemon._components
             sv = next(c for c in components if isinstance(c, MemoryManagerComponent)).servicer
