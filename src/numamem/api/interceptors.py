@@ -25,6 +25,9 @@ For every RPC it
   ``REPLY_TOO_LARGE``) instead of a reply larger than ``max_reply_bytes``
   (``--max-message-bytes``), which grpcio would fail to send after the handler
   returned, so that the log line says what the client got;
+* counts each unary-unary RPC as running (``courtesy``, :class:`numamem.work.Courtesy`)
+  while its handler runs, so that a courteous search gives way to it (streams, which can
+  live as long as their client, are not counted);
 * logs one line: method, code, duration in ms, request id. Payloads are never
   logged at info level. Health checks log at debug (probes would flood), and so
   does every RPC of a server built with ``log_rpcs=False``.
@@ -48,6 +51,7 @@ import structlog
 from numamem.api import status
 from numamem.errors import NumamemError, cut_message, quote
 from numamem.logging import get_logger
+from numamem.work import Courtesy
 
 _log = get_logger("rpc")
 
@@ -114,8 +118,10 @@ class ServerInterceptor(grpc.ServerInterceptor):
         fast_pool: futures.ThreadPoolExecutor | None = None,
         log_rpcs: bool = True,
         max_reply_bytes: int | None = None,
+        courtesy: Courtesy | None = None,
     ) -> None:
         self._readiness = readiness
+        self._courtesy = courtesy
         self._log_rpcs = log_rpcs
         self._observers = observers if observers is not None else []
         self._in_flight = in_flight
@@ -158,11 +164,11 @@ class ServerInterceptor(grpc.ServerInterceptor):
         serialize: Callable[[Any], bytes] | None = handler.response_serializer
         if handler.unary_unary is not None:
             behavior = self._wrap_unary(
-                handler.unary_unary, method, request_id, gated, quiet, serialize
+                handler.unary_unary, method, request_id, gated, quiet, serialize, counted=True
             )
             if overloaded:
                 behavior = self._wrap_unary(
-                    self._refuse, method, request_id, False, False, serialize
+                    self._refuse, method, request_id, False, False, serialize, counted=True
                 )
             return handler._replace(
                 request_deserializer=deserializer,
@@ -261,9 +267,18 @@ class ServerInterceptor(grpc.ServerInterceptor):
         gated: bool,
         quiet: bool,
         serialize: Callable[[Any], bytes] | None = None,
+        *,
+        counted: bool = False,
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        """``behavior`` gated, mapped, serialized and logged; ``counted``: a unary-unary
+        call, counted as running while it runs (not a client stream, which lives as long as
+        its client)."""
+        courtesy = self._courtesy if counted else None
+
         def wrapper(request: Any, context: grpc.ServicerContext) -> Any:
             start = time.perf_counter()
+            if courtesy is not None:
+                courtesy.begin()
             try:
                 self._gate(request, context, gated)
                 return self._serialized(behavior(request, context), serialize, context)
@@ -274,6 +289,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
             except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
                 _abort_unexpected(err, context, request_id)
             finally:
+                if courtesy is not None:
+                    courtesy.end()
                 self._finish(context, method, request_id, start, quiet)
 
         return wrapper

@@ -85,6 +85,7 @@ from numamem.memorymanager.state import StateView
 from numamem.memtypes import Block
 from numamem.v1 import podresources_pb2 as pr
 from numamem.v1 import podresources_pb2_grpc as pr_grpc
+from numamem.work import installed_courtesy
 
 _log = get_logger("podresources")
 
@@ -395,7 +396,10 @@ class PodResourcesComponent:
         prepare_socket_path(self.socket, "--podresources-socket")
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="podresources"),
-            interceptors=[RateLimit(self.bucket), ServerInterceptor(None, log_rpcs=False)],
+            interceptors=[
+                RateLimit(self.bucket),
+                ServerInterceptor(None, log_rpcs=False, courtesy=installed_courtesy()),
+            ],
         )
         pr_grpc.add_PodResourcesListerServicer_to_server(self.servicer, server)
         reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME), server)

@@ -70,6 +70,7 @@ from numamem.api.sdnotify import Notifier
 from numamem.config.model import Config
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.logging import get_logger
+from numamem.work import Courtesy, install_courtesy, installed_courtesy
 
 _log = get_logger("server")
 
@@ -181,6 +182,9 @@ class Daemon:
     """Called once the daemon is SERVING (``numamem serve`` then releases its held log lines)."""
     notifier: Notifier = field(default_factory=lambda: Notifier({}))
     """systemd notifications (``numamem serve`` passes its environment's ``NOTIFY_SOCKET``)."""
+    courtesy: Courtesy = field(default_factory=Courtesy)
+    """The unary RPCs running, for courteous searches to give way to (:mod:`numamem.work`);
+    installed for the process from :meth:`start` to :meth:`shutdown`."""
     _stopping_sent: bool = False
     _ready_sent: bool = False
     _announced: str = ""
@@ -258,6 +262,7 @@ class Daemon:
 
     def _start(self) -> None:
         cfg = self.config
+        install_courtesy(self.courtesy)  # before the components build their servers
         if self.set_umask:
             os.umask(DAEMON_UMASK)
         state_dir, socket_dir = Path(cfg.state_dir), Path(cfg.socket).parent
@@ -312,6 +317,7 @@ class Daemon:
             max_in_flight=cfg.limits.max_concurrent_rpcs,
             fast_pool=self._fast_pool,
             max_reply_bytes=cfg.limits.max_message_bytes,
+            courtesy=self.courtesy,
         )
         for component in self._components:
             observe = getattr(component, "observe_rpc", None)
@@ -421,6 +427,8 @@ class Daemon:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISSOCK(os.lstat(self.config.socket).st_mode):
                     os.unlink(self.config.socket)
+        if installed_courtesy() is self.courtesy:
+            install_courtesy(None)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -298,12 +298,16 @@ class Manager(Resizes):
         container = container_of(pod, container_name)
         self._touch(pod)
         self._settle_stale_state()
-        return self.policy.get_topology_hints(self._state, pod, container, Work(deadline=deadline))
+        return self.policy.get_topology_hints(
+            self._state, pod, container, Work(deadline=deadline, courteous=True)
+        )
 
     def get_pod_topology_hints(self, pod: Pod, *, deadline: float | None = None) -> ProviderHints:
         self._touch(pod)
         self._settle_stale_state()
-        return self.policy.get_pod_topology_hints(self._state, pod, Work(deadline=deadline))
+        return self.policy.get_pod_topology_hints(
+            self._state, pod, Work(deadline=deadline, courteous=True)
+        )
 
     def admit(
         self,
@@ -358,7 +362,7 @@ class Manager(Resizes):
             self._topology_scope,
             pod,
             others,
-            Work(deadline=deadline),
+            Work(deadline=deadline, courteous=True),
         )
 
 

@@ -74,7 +74,7 @@ class Resizes(ActivePods):
     ) -> resizing.Resize:
         """What :meth:`resize` would decide now, refusal included; changes nothing, no lock."""
         _resized(pod, container_name)
-        work = Work(deadline=deadline)
+        work = Work(deadline=deadline, courteous=True)
         return self._decide_resize(self._state.fork(), pod, container_name, work)
 
     def _decide_resize(

@@ -186,7 +186,7 @@ class Versions:
                             self.commit(fork, self.current.containers, pod)
                         return value
             base = self.current
-            work = Work(limit, deadline)
+            work = Work(limit, deadline, courteous=True)  # no lock held: give way to calls
             fork = base.state.fork()
             changed, value = compute(fork, work)
             work.check_deadline()
