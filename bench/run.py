@@ -211,9 +211,11 @@ def daemon(
     memory_gib: int = 16,
     extra: list[str] | None = None,
     bound: str | None = None,
+    real_admits: int = 1,
 ) -> Iterator[Daemon]:
     """The daemon on a fake machine in ``root``; ``bound`` (one of ``bench.bounds.BOUNDS``)
-    runs it with Allocate and Admit replayed, for a target's floor."""
+    runs it with Allocate and Admit replayed, for a target's floor, after one real Allocate
+    and ``real_admits`` real Admits."""
     root.mkdir(parents=True, exist_ok=True)
     sysfs = root / "sys"
     if not sysfs.exists():
@@ -226,7 +228,7 @@ def daemon(
     if bound is not None:
         d.program = (sys.executable, "-m", "bench.bounds")
         d.cwd = Path(__file__).resolve().parent.parent  # where ``bench`` imports from
-        d.env = {bounds.VARIABLE: bound}
+        d.env = {bounds.VARIABLE: bound, bounds.REAL_ADMITS: str(real_admits)}
     d.args += ["--metrics-socket", d.metrics_socket, "--log-level", "warning"]
     try:
         d.start(timeout=60)
@@ -430,7 +432,11 @@ def numa_grpc_phase(r: Report, root: Path, s: Scale) -> None:
         options = f"--topology-manager-policy-options=max-allowable-numa-nodes={max(n, 8)}"
         extra = ["--topology-manager-policy=restricted", options]
         tag = f"numa-{n}" + (f"-{bound}" if bound else "")
-        with daemon(root / tag, nodes=n, memory_gib=64, extra=extra, bound=bound) as d:
+        # Bounds: the 3 pins and the loop's first Admit are real, so the replayed write is the
+        # state a timed Admit writes (3 pinned pods and its own).
+        with daemon(
+            root / tag, nodes=n, memory_gib=64, extra=extra, bound=bound, real_admits=4
+        ) as d:
             client = NumamemClient(d.socket, timeout=30)
             for i in range(3):
                 assert client.admit(guaranteed(f"pin-{i}", containers=3, memory="2Gi")).admitted

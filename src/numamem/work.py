@@ -30,10 +30,15 @@ A search that runs outside every lock (``courteous=True``: an admission's or
 an Allocate's computation on its fork, an Explain, a hint listing) also gives
 way to the daemon's other calls: at a pause, while another unary RPC is
 running, it waits for it (:class:`Courtesy`), for at most
-:data:`COURTESY_MAX_WAIT` per pause and, in all, for no longer than it has
-searched, so that it takes at most about twice as long under constant traffic
-and never waits past its deadline. The lock then belongs to the short call for
-the whole of it, not for one switch interval at a time: while the 40-node
+:data:`COURTESY_MAX_WAIT` per pause (give or take one switch interval) and, in
+all, for no longer than it has run without waiting (its own time, the time it
+waited for the interpreter lock included), so that traffic makes it take at
+most about twice what it takes in the daemon without traffic. It never waits
+into the time it may still need before its deadline: a wait leaves at least
+twice the search's own time so far before the deadline (so a search whose
+deadline is tight is not turned into DEADLINE_EXCEEDED by the waits). The lock
+then belongs to the short call for the whole of it, not for one switch
+interval at a time: while the 40-node
 prefer-closest pod was admitted in a loop, ReleasePod took 2.3-2.4 times its
 idle p50 with plain pauses and 1.65-1.70 with courteous ones (three runs each),
 the admission itself taking 21-25 ms instead of 17 ms over gRPC.
@@ -42,9 +47,10 @@ A Work is used by one thread.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from numamem.errors import DeadlineExceededError, SearchBudgetError
 
@@ -71,9 +77,12 @@ class Courtesy:
     The API layer brackets each unary RPC with :meth:`begin` and :meth:`end`; a courteous
     search's pause calls :meth:`wait`, which returns once no call runs but searching ones
     (a thread that has waited here counts as searching until its call ends, so that two
-    searches do not wait for each other), or after ``timeout``. One per daemon, installed
-    for the process with :func:`install_courtesy` (the interpreter lock it shares out is
-    the process's too).
+    searches do not wait for each other), or after ``timeout``. A call that blocks on
+    something outside the daemon (the kubelet's podresources answer) is not counted
+    meanwhile (:meth:`idle`). A call that waits for the writer lock or a disk sync is:
+    it needs the interpreter lock the moment it is back. One per daemon, installed for
+    the process with :func:`install_courtesy` (the interpreter lock it shares out is the
+    process's too).
     """
 
     def __init__(self) -> None:
@@ -104,6 +113,27 @@ class Courtesy:
     def others(self) -> int:
         """The calls running that are not searching."""
         return self._running - self._searching
+
+    @contextlib.contextmanager
+    def idle(self) -> Iterator[None]:
+        """Inside the block, this thread's call is not counted as running (it waits for
+        something outside the daemon and needs no interpreter lock). Outside a call, or for
+        a searching call, it changes nothing."""
+        local = self._local
+        if not getattr(local, "in_call", False) or getattr(local, "searching", False):
+            yield
+            return
+        with self._cond:
+            self._running -= 1
+            if self._waiting:
+                self._cond.notify_all()
+        local.in_call = False
+        try:
+            yield
+        finally:
+            local.in_call = True
+            with self._cond:
+                self._running += 1
 
     def wait(self, timeout: float) -> float:
         """Wait until no call but searching ones runs, for at most ``timeout`` seconds;
@@ -204,11 +234,13 @@ class Work:
 
     def _give_way(self, courtesy: Courtesy) -> None:
         """Wait for the other calls: per pause at most COURTESY_MAX_WAIT, in all at most the
-        time searched, never past the deadline."""
+        time searched, and never so long that less than twice the time searched is left
+        before the deadline."""
         now = self._clock()
-        timeout = min(COURTESY_MAX_WAIT, (now - self._began) - 2 * self._waited)
+        searched = (now - self._began) - self._waited
+        timeout = min(COURTESY_MAX_WAIT, searched - self._waited)
         if self.deadline is not None:
-            timeout = min(timeout, self.deadline - now)
+            timeout = min(timeout, (self.deadline - now) - 2 * searched)
         waited = courtesy.wait(max(timeout, 0.0))  # marks this call searching, at least
         self._waited += waited
         if not waited:

@@ -7,15 +7,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import grpc
 import pytest
 
 from numamem import work as work_module
+from numamem.api.app import build_components
 from numamem.api.interceptors import ServerInterceptor
-from numamem.errors import DeadlineExceededError, NotFoundError
-from numamem.testing.server import serve_in_process
+from numamem.api.memorymanager import MemoryManagerServicer
+from numamem.api.podresources import PodResourcesServicer
+from numamem.api.server import Daemon
+from numamem.errors import DeadlineExceededError, NotFoundError, StartupError
+from numamem.testing.server import default_config, serve_in_process
 from numamem.topologymanager.admission import GivenHints
 from numamem.topologymanager.policy import TopologyHint
 from numamem.work import COURTESY_MAX_WAIT, PAUSE_EVERY, Courtesy, Work, install_courtesy
@@ -168,8 +173,8 @@ def test_a_courteous_search_waits_no_longer_than_it_searched(
     w = Work(courteous=True, clock=lambda: clock[0])
     _search(w, clock, pauses=200, step_seconds=1e-7)  # 51 µs of search per pause
     searched = 200 * PAUSE_EVERY * 1e-7
-    assert courtesy.timeouts, "it gave way"
-    assert all(0 < t <= COURTESY_MAX_WAIT for t in courtesy.timeouts)
+    assert any(courtesy.timeouts), "it gave way"
+    assert all(0 <= t <= COURTESY_MAX_WAIT for t in courtesy.timeouts)
     assert w.waited == pytest.approx(sum(courtesy.timeouts))
     assert w.waited <= searched * (1 + 1e-9)
     assert w.waited >= searched * 0.9, "and gave way about as long as allowed"
@@ -181,10 +186,29 @@ def test_a_long_search_waits_at_most_the_cap_per_pause(
     courtesy, clock = fake
     w = Work(courteous=True, clock=lambda: clock[0])
     _search(w, clock, pauses=20, step_seconds=1e-5)  # 5 ms of search per pause
-    assert courtesy.timeouts and max(courtesy.timeouts) == COURTESY_MAX_WAIT
+    assert max(courtesy.timeouts) == COURTESY_MAX_WAIT
 
 
-def test_a_courteous_wait_never_passes_the_deadline(
+def test_a_courteous_wait_leaves_twice_the_search_before_the_deadline(
+    other_thread: None, fake: tuple[FakeCourtesy, list[float]]
+) -> None:
+    """Each wait ends with at least twice the search's own time so far left before the
+    deadline: a search that fits its deadline is not made to miss it by giving way (it
+    waits less and less as the deadline nears, and not at all once it could not double)."""
+    courtesy, clock = fake
+    began, deadline = clock[0], clock[0] + 0.05
+    w = Work(deadline=deadline, courteous=True, clock=lambda: clock[0])
+    _search(w, clock, pauses=60, step_seconds=5e-7)  # 15 ms of search: fits the 50 ms
+    waited = 0.0
+    for t, at in zip(courtesy.timeouts, courtesy.at, strict=True):
+        searched = (at - began) - waited
+        assert t == 0 or t <= (deadline - at) - 2 * searched + 1e-12  # 0: no wait (marks only)
+        waited += t
+    assert waited > 0.005, "it did give way while there was room"
+    assert clock[0] < deadline, "and the search ended in time"
+
+
+def test_a_search_past_its_deadline_stops_there(
     other_thread: None, fake: tuple[FakeCourtesy, list[float]]
 ) -> None:
     courtesy, clock = fake
@@ -192,8 +216,9 @@ def test_a_courteous_wait_never_passes_the_deadline(
     w = Work(deadline=deadline, courteous=True, clock=lambda: clock[0])
     with pytest.raises(DeadlineExceededError):
         _search(w, clock, pauses=10_000, step_seconds=1e-6)
-    assert courtesy.timeouts
-    assert all(t <= deadline - at for t, at in zip(courtesy.timeouts, courtesy.at, strict=True))
+    waits = [(t, at) for t, at in zip(courtesy.timeouts, courtesy.at, strict=True) if t > 0]
+    assert waits
+    assert all(t <= deadline - at for t, at in waits)
     assert clock[0] <= deadline + PAUSE_EVERY * 1e-6 * 1.01, "stopped at the deadline"
 
 
@@ -251,28 +276,126 @@ def test_the_interceptor_counts_a_unary_call_while_its_handler_runs(fails: bool)
     assert c.others() == 0
 
 
-def test_the_interceptor_does_not_count_a_client_stream() -> None:
-    c = Courtesy()
-    seen: list[int] = []
+class _Details:
+    method = "/numamem.v1.Test/Call"
+    invocation_metadata = ()
 
-    def handler(request: Any, context: Any) -> str:
-        seen.append(c.others())
+
+def test_the_interceptor_counts_unary_calls_only() -> None:
+    """Through ``intercept_service`` as grpcio calls it: a unary-unary handler is counted
+    while it runs; server streams and client streams (which live as long as their client)
+    are not."""
+    c = Courtesy()
+    seen: dict[str, int] = {}
+
+    def unary(request: Any, context: Any) -> str:
+        seen["unary"] = c.others()
         return "reply"
 
-    ServerInterceptor(None, courtesy=c)._wrap_unary(handler, "/m", "id", False, True)(
-        object(), _Context()
+    def server_stream(request: Any, context: Any) -> Iterator[str]:
+        seen["server stream"] = c.others()
+        yield "reply"
+
+    def client_stream(requests: Iterator[Any], context: Any) -> str:
+        seen["client stream"] = c.others()
+        return "reply"
+
+    interceptor = ServerInterceptor(None, courtesy=c)
+
+    def intercepted(handler: Any) -> Any:
+        return interceptor.intercept_service(lambda _details: handler, cast(Any, _Details()))
+
+    intercepted(grpc.unary_unary_rpc_method_handler(unary)).unary_unary(object(), _Context())
+    list(
+        intercepted(grpc.unary_stream_rpc_method_handler(server_stream)).unary_stream(
+            object(), _Context()
+        )
     )
+    intercepted(grpc.stream_unary_rpc_method_handler(client_stream)).stream_unary(
+        iter([object()]), _Context()
+    )
+    assert seen == {"unary": 1, "server stream": 0, "client stream": 0}
+    assert c.others() == 0
+
+
+def test_a_call_waiting_outside_the_daemon_is_not_counted() -> None:
+    c = Courtesy()
+    c.begin()
+    assert c.others() == 1
+    with c.idle():
+        assert c.others() == 0
+        thread, out = _in_thread(lambda: c.wait(WAIT))  # a search does not wait for it
+        thread.join(WAIT)
+        assert out["value"] == 0.0
+    assert c.others() == 1
+    c.end()
+    assert (c._running, c._searching) == (0, 0)
+    with c.idle():  # outside a call: nothing to uncount
+        assert c.others() == 0
+    assert c._running == 0
+
+
+def test_a_podresources_call_waiting_for_the_kubelet_is_not_counted() -> None:
+    """The forward to the kubelet (up to KUBELET_TIMEOUT_S) is outside the daemon."""
+    c = Courtesy()
+    previous = install_courtesy(c)
+    seen: list[int] = []
+
+    class Kubelet:
+        def GetAllocatableResources(self, request: Any, timeout: float) -> str:
+            seen.append(c.others())
+            return "theirs"
+
+    try:
+        servicer = PodResourcesServicer(lambda: cast(Any, None), cast(Any, Kubelet()))
+        c.begin()
+        assert servicer._ask_kubelet("GetAllocatableResources", object()) == "theirs"
+        assert c.others() == 1, "counted again once the kubelet answered"
+        c.end()
+    finally:
+        install_courtesy(previous)
     assert seen == [0]
 
 
-def test_the_daemon_installs_its_courtesy_while_it_runs() -> None:
-    assert work_module.installed_courtesy() is None
+def test_the_daemon_counts_its_calls_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's courtesy is installed while it serves, counts a call while its handler
+    runs (GetState, seen from inside it), and is put back (to none) when it stops."""
+    before = work_module.installed_courtesy()
+    seen: list[int] = []
+    get_state = MemoryManagerServicer.GetState
+
+    def spy(self: MemoryManagerServicer, request: Any, context: Any) -> Any:
+        courtesy = work_module.installed_courtesy()
+        seen.append(-1 if courtesy is None else courtesy.others())
+        return get_state(self, request, context)
+
+    monkeypatch.setattr(MemoryManagerServicer, "GetState", spy)
     with serve_in_process() as server:
         courtesy = server.daemon.courtesy
         assert work_module.installed_courtesy() is courtesy
         server.client.get_state()
-        assert courtesy.others() == 0, "every call it counted ended"
-    assert work_module.installed_courtesy() is None
+        assert seen == [1], "the call counted itself while it ran"
+        assert courtesy.others() == 0, "and stopped counting when it ended"
+    assert work_module.installed_courtesy() is before
+
+
+def test_two_daemons_in_one_process_put_back_the_earlier_one() -> None:
+    before = work_module.installed_courtesy()
+    with serve_in_process() as first:
+        with serve_in_process() as second:
+            assert work_module.installed_courtesy() is second.daemon.courtesy
+        assert work_module.installed_courtesy() is first.daemon.courtesy
+    assert work_module.installed_courtesy() is before
+
+
+def test_a_refused_start_puts_the_courtesy_back(tmp_path: Path) -> None:
+    (tmp_path / "state").write_text("not a directory")
+    cfg = default_config(tmp_path, tmp_path / "sys", state_dir=str(tmp_path / "state"))
+    daemon = Daemon(cfg, build_components, set_umask=False)
+    before = work_module.installed_courtesy()
+    with pytest.raises(StartupError, match="state-dir"):
+        daemon.start()
+    assert work_module.installed_courtesy() is before
 
 
 # --- an admission while a call never ends ----------------------------------------------------

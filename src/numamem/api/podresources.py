@@ -287,8 +287,11 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
         A NOT_FOUND from ``Get`` is an answer: raised as the RpcError."""
         if self._kubelet is None:
             return None
+        courtesy = installed_courtesy()
         try:
-            return getattr(self._kubelet, method)(request, timeout=KUBELET_TIMEOUT_S)
+            # Waiting for the kubelet needs no interpreter lock: searches need not give way.
+            with courtesy.idle() if courtesy is not None else contextlib.nullcontext():
+                return getattr(self._kubelet, method)(request, timeout=KUBELET_TIMEOUT_S)
         except grpc.RpcError as err:
             if method == "Get" and err.code() in (
                 grpc.StatusCode.NOT_FOUND,

@@ -184,7 +184,10 @@ class Daemon:
     """systemd notifications (``numamem serve`` passes its environment's ``NOTIFY_SOCKET``)."""
     courtesy: Courtesy = field(default_factory=Courtesy)
     """The unary RPCs running, for courteous searches to give way to (:mod:`numamem.work`);
-    installed for the process from :meth:`start` to :meth:`shutdown`."""
+    installed for the process from :meth:`start` to :meth:`shutdown` (or a refused start).
+    With two daemons in one process (tests), the one started last is installed while it
+    runs."""
+    _previous_courtesy: Courtesy | None = None
     _stopping_sent: bool = False
     _ready_sent: bool = False
     _announced: str = ""
@@ -253,16 +256,17 @@ class Daemon:
     def start(self) -> None:
         """Steps 1-6 of the module docstring. On error, everything this start did is undone
         (and the service manager is told why)."""
+        self._previous_courtesy = install_courtesy(self.courtesy)  # before any server is built
         try:
             self._start()
         except BaseException as err:
+            self._uninstall_courtesy()
             why = str(err).splitlines()[0] if str(err) else type(err).__name__
             self.notifier.status(f"start refused: {why}")
             raise
 
     def _start(self) -> None:
         cfg = self.config
-        install_courtesy(self.courtesy)  # before the components build their servers
         if self.set_umask:
             os.umask(DAEMON_UMASK)
         state_dir, socket_dir = Path(cfg.state_dir), Path(cfg.socket).parent
@@ -427,12 +431,18 @@ class Daemon:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISSOCK(os.lstat(self.config.socket).st_mode):
                     os.unlink(self.config.socket)
-        if installed_courtesy() is self.courtesy:
-            install_courtesy(None)
+        self._uninstall_courtesy()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
             _log.info("stopped")
+
+    def _uninstall_courtesy(self) -> None:
+        """Put back the courtesy installed before :meth:`start` (the one of a daemon started
+        earlier in this process, or None), unless another daemon's replaced this one's."""
+        if installed_courtesy() is self.courtesy:
+            install_courtesy(self._previous_courtesy)
+        self._previous_courtesy = None
 
     def _undo(self) -> None:
         """After a refused start: remove the lock file and directories this start created."""
