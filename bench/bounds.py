@@ -66,6 +66,8 @@ def install(bound: str, state_dir: Path, real_admits: int = 1) -> None:
     first Allocate and the first ``real_admits`` Admits are real."""
     if bound not in BOUNDS:
         raise SystemExit(f"{VARIABLE}={bound!r}: use one of {', '.join(BOUNDS)}")
+    if real_admits < 1:
+        raise SystemExit(f"{REAL_ADMITS}={real_admits}: at least one Admit must be real")
     state = state_dir / STATE_FILE if bound == "write" else None
     for name, real in (("Allocate", 1), ("Admit", real_admits)):
         method = getattr(MemoryManagerServicer, name)

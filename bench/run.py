@@ -432,13 +432,14 @@ def numa_grpc_phase(r: Report, root: Path, s: Scale) -> None:
         options = f"--topology-manager-policy-options=max-allowable-numa-nodes={max(n, 8)}"
         extra = ["--topology-manager-policy=restricted", options]
         tag = f"numa-{n}" + (f"-{bound}" if bound else "")
-        # Bounds: the 3 pins and the loop's first Admit are real, so the replayed write is the
-        # state a timed Admit writes (3 pinned pods and its own).
+        # Bounds: the pins and the loop's first Admit are real, so the replayed write is the
+        # state a timed Admit writes (the pinned pods and its own).
+        pins = 3
         with daemon(
-            root / tag, nodes=n, memory_gib=64, extra=extra, bound=bound, real_admits=4
+            root / tag, nodes=n, memory_gib=64, extra=extra, bound=bound, real_admits=pins + 1
         ) as d:
             client = NumamemClient(d.socket, timeout=30)
-            for i in range(3):
+            for i in range(pins):
                 assert client.admit(guaranteed(f"pin-{i}", containers=3, memory="2Gi")).admitted
             samples = []
             for i in range(-s.warmup // 4, s.latency_n // 4):

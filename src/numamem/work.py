@@ -30,7 +30,7 @@ A search that runs outside every lock (``courteous=True``: an admission's or
 an Allocate's computation on its fork, an Explain, a hint listing) also gives
 way to the daemon's other calls: at a pause, while another unary RPC is
 running, it waits for it (:class:`Courtesy`), for at most
-:data:`COURTESY_MAX_WAIT` per pause (give or take one switch interval) and, in
+:data:`COURTESY_MAX_WAIT` per pause (give or take one wake-up: a switch interval) and, in
 all, for no longer than it has run without waiting (its own time, the time it
 waited for the interpreter lock included), so that traffic makes it take at
 most about twice what it takes in the daemon without traffic. It never waits
@@ -157,18 +157,34 @@ class Courtesy:
 
 
 _courtesy: Courtesy | None = None
+_installed: list[Courtesy] = []
+_installed_lock = threading.Lock()
 
 
-def install_courtesy(courtesy: Courtesy | None) -> Courtesy | None:
-    """Make ``courtesy`` the one courteous searches of this process give way through (None:
-    none, the pauses only sleep); returns the one it replaces."""
+def install_courtesy(courtesy: Courtesy) -> None:
+    """Make ``courtesy`` the one courteous searches of this process give way through, until
+    :func:`uninstall_courtesy` (then the one installed before it and still installed comes
+    back, in whatever order they are uninstalled). Installing one already installed changes
+    nothing."""
     global _courtesy
-    previous, _courtesy = _courtesy, courtesy
-    return previous
+    with _installed_lock:
+        if courtesy not in _installed:
+            _installed.append(courtesy)
+        _courtesy = _installed[-1]
+
+
+def uninstall_courtesy(courtesy: Courtesy) -> None:
+    """Stop ``courtesy`` being installed (nothing when it is not); see :func:`install_courtesy`."""
+    global _courtesy
+    with _installed_lock:
+        if courtesy in _installed:
+            _installed.remove(courtesy)
+        _courtesy = _installed[-1] if _installed else None
 
 
 def installed_courtesy() -> Courtesy | None:
-    """The :class:`Courtesy` courteous searches give way through now (None: none)."""
+    """The :class:`Courtesy` courteous searches give way through now (None: none, the
+    pauses only sleep)."""
     return _courtesy
 
 

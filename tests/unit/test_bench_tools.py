@@ -55,6 +55,11 @@ def test_the_bound_daemon_replays_allocate_and_admit(bound: str, tmp_path: Path)
         client.close()
 
 
+def test_no_real_admit_is_refused() -> None:
+    with pytest.raises(SystemExit, match="at least one Admit must be real"):
+        bounds.install("write", Path("/nonexistent"), real_admits=0)
+
+
 def test_an_unknown_bound_is_refused() -> None:
     with pytest.raises(SystemExit, match="NUMAMEM_BENCH_BOUND='fast': use one of noop, write"):
         bounds.install("fast", Path("/nonexistent"))

@@ -23,7 +23,14 @@ from numamem.errors import DeadlineExceededError, NotFoundError, StartupError
 from numamem.testing.server import default_config, serve_in_process
 from numamem.topologymanager.admission import GivenHints
 from numamem.topologymanager.policy import TopologyHint
-from numamem.work import COURTESY_MAX_WAIT, PAUSE_EVERY, Courtesy, Work, install_courtesy
+from numamem.work import (
+    COURTESY_MAX_WAIT,
+    PAUSE_EVERY,
+    Courtesy,
+    Work,
+    install_courtesy,
+    uninstall_courtesy,
+)
 from tests.unit.test_admission_bounds import cluster_distance, guaranteed, machine, manager, mask
 
 WAIT = 5.0
@@ -154,9 +161,9 @@ def other_thread() -> Iterator[None]:
 def fake() -> Iterator[tuple[FakeCourtesy, list[float]]]:
     clock = [100.0]
     courtesy = FakeCourtesy(clock)
-    previous = install_courtesy(courtesy)
+    install_courtesy(courtesy)
     yield courtesy, clock
-    install_courtesy(previous)
+    uninstall_courtesy(courtesy)
 
 
 def _search(w: Work, clock: list[float], pauses: int, step_seconds: float) -> None:
@@ -206,6 +213,13 @@ def test_a_courteous_wait_leaves_twice_the_search_before_the_deadline(
         waited += t
     assert waited > 0.005, "it did give way while there was room"
     assert clock[0] < deadline, "and the search ended in time"
+    # Each wait is the largest allowed: the cap, the total allowance or the deadline's room.
+    waited = 0.0
+    for t, at in zip(courtesy.timeouts, courtesy.at, strict=True):
+        searched = (at - began) - waited
+        room = min(COURTESY_MAX_WAIT, searched - waited, (deadline - at) - 2 * searched)
+        assert t == pytest.approx(max(room, 0.0), abs=1e-12)
+        waited += t
 
 
 def test_a_search_past_its_deadline_stops_there(
@@ -335,10 +349,44 @@ def test_a_call_waiting_outside_the_daemon_is_not_counted() -> None:
     assert c._running == 0
 
 
+def test_after_an_idle_block_the_call_counts_and_can_search() -> None:
+    c = Courtesy()
+    c.begin()
+    with c.idle():
+        pass
+    assert c.others() == 1
+    assert c.wait(0) == 0.0  # the call searches: it marks itself
+    assert c.others() == 0, "a call back from idle is in a call again"
+    c.end()
+
+
+def test_an_idle_block_changes_nothing_for_a_searching_call() -> None:
+    c = Courtesy()
+    c.begin()
+    c.wait(0)  # searching
+    with c.idle():
+        assert (c._running, c._searching, c.others()) == (1, 1, 0)
+    assert (c._running, c._searching, c.others()) == (1, 1, 0)
+    c.end()
+    assert (c._running, c._searching) == (0, 0)
+
+
+def test_a_waiting_search_wakes_when_the_call_goes_idle() -> None:
+    c = Courtesy()
+    c.begin()
+    thread, out = _in_thread(lambda: c.wait(WAIT))
+    _until(lambda: c._waiting == 1)
+    with c.idle():
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    assert out["value"] < WAIT / 2, "woken, not timed out"
+    c.end()
+
+
 def test_a_podresources_call_waiting_for_the_kubelet_is_not_counted() -> None:
     """The forward to the kubelet (up to KUBELET_TIMEOUT_S) is outside the daemon."""
     c = Courtesy()
-    previous = install_courtesy(c)
+    install_courtesy(c)
     seen: list[int] = []
 
     class Kubelet:
@@ -353,7 +401,7 @@ def test_a_podresources_call_waiting_for_the_kubelet_is_not_counted() -> None:
         assert c.others() == 1, "counted again once the kubelet answered"
         c.end()
     finally:
-        install_courtesy(previous)
+        uninstall_courtesy(c)
     assert seen == [0]
 
 
@@ -388,6 +436,22 @@ def test_two_daemons_in_one_process_put_back_the_earlier_one() -> None:
     assert work_module.installed_courtesy() is before
 
 
+def test_two_daemons_stopped_in_start_order_leave_none_installed() -> None:
+    before = work_module.installed_courtesy()
+    first = serve_in_process()
+    second = serve_in_process()
+    a = first.__enter__()
+    b = second.__enter__()
+    try:
+        assert work_module.installed_courtesy() is b.daemon.courtesy
+    finally:
+        first.__exit__(None, None, None)
+        assert work_module.installed_courtesy() is b.daemon.courtesy, "the running one stays"
+        second.__exit__(None, None, None)
+    assert work_module.installed_courtesy() is before
+    assert a.daemon.courtesy is not b.daemon.courtesy
+
+
 def test_a_refused_start_puts_the_courtesy_back(tmp_path: Path) -> None:
     (tmp_path / "state").write_text("not a directory")
     cfg = default_config(tmp_path, tmp_path / "sys", state_dir=str(tmp_path / "state"))
@@ -419,7 +483,7 @@ def test_an_admission_gives_the_same_answer_while_another_call_never_ends() -> N
             return super().wait(timeout)
 
     courtesy = Recording()
-    previous = install_courtesy(courtesy)
+    install_courtesy(courtesy)
     courtesy.begin()  # the call that never ends, on this thread
     try:
         mgr = manager(m, reserved, closest=True)
@@ -428,7 +492,7 @@ def test_an_admission_gives_the_same_answer_while_another_call_never_ends() -> N
         assert not thread.is_alive()
     finally:
         courtesy.end()
-        install_courtesy(previous)
+        uninstall_courtesy(courtesy)
     outcome = out["value"]
     assert courtesy.waits > 0, "the search gave way"
     assert outcome.result.admitted

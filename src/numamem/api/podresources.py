@@ -259,6 +259,9 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
         self._clock = clock
         self._warned_at: float | None = None
         self._warn_lock = threading.Lock()
+        self.courtesy = installed_courtesy()
+        """What counts this service's calls for courteous searches (the daemon's, read when
+        the servicer is made; :meth:`_ask_kubelet` stops counting a call while it waits)."""
         self._own: (
             tuple[Committed, list[pr.PodResources], dict[tuple[str, str], pr.PodResources]] | None
         ) = None
@@ -287,7 +290,7 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
         A NOT_FOUND from ``Get`` is an answer: raised as the RpcError."""
         if self._kubelet is None:
             return None
-        courtesy = installed_courtesy()
+        courtesy = self.courtesy
         try:
             # Waiting for the kubelet needs no interpreter lock: searches need not give way.
             with courtesy.idle() if courtesy is not None else contextlib.nullcontext():
@@ -401,7 +404,7 @@ class PodResourcesComponent:
             futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="podresources"),
             interceptors=[
                 RateLimit(self.bucket),
-                ServerInterceptor(None, log_rpcs=False, courtesy=installed_courtesy()),
+                ServerInterceptor(None, log_rpcs=False, courtesy=self.servicer.courtesy),
             ],
         )
         pr_grpc.add_PodResourcesListerServicer_to_server(self.servicer, server)

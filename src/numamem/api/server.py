@@ -70,7 +70,7 @@ from numamem.api.sdnotify import Notifier
 from numamem.config.model import Config
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.logging import get_logger
-from numamem.work import Courtesy, install_courtesy, installed_courtesy
+from numamem.work import Courtesy, install_courtesy, uninstall_courtesy
 
 _log = get_logger("server")
 
@@ -185,9 +185,8 @@ class Daemon:
     courtesy: Courtesy = field(default_factory=Courtesy)
     """The unary RPCs running, for courteous searches to give way to (:mod:`numamem.work`);
     installed for the process from :meth:`start` to :meth:`shutdown` (or a refused start).
-    With two daemons in one process (tests), the one started last is installed while it
-    runs."""
-    _previous_courtesy: Courtesy | None = None
+    With two daemons in one process (tests), the one started last and still running is
+    installed."""
     _stopping_sent: bool = False
     _ready_sent: bool = False
     _announced: str = ""
@@ -256,11 +255,11 @@ class Daemon:
     def start(self) -> None:
         """Steps 1-6 of the module docstring. On error, everything this start did is undone
         (and the service manager is told why)."""
-        self._previous_courtesy = install_courtesy(self.courtesy)  # before any server is built
+        install_courtesy(self.courtesy)  # before any server is built
         try:
             self._start()
         except BaseException as err:
-            self._uninstall_courtesy()
+            uninstall_courtesy(self.courtesy)
             why = str(err).splitlines()[0] if str(err) else type(err).__name__
             self.notifier.status(f"start refused: {why}")
             raise
@@ -431,18 +430,11 @@ class Daemon:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISSOCK(os.lstat(self.config.socket).st_mode):
                     os.unlink(self.config.socket)
-        self._uninstall_courtesy()
+        uninstall_courtesy(self.courtesy)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
             _log.info("stopped")
-
-    def _uninstall_courtesy(self) -> None:
-        """Put back the courtesy installed before :meth:`start` (the one of a daemon started
-        earlier in this process, or None), unless another daemon's replaced this one's."""
-        if installed_courtesy() is self.courtesy:
-            install_courtesy(self._previous_courtesy)
-        self._previous_courtesy = None
 
     def _undo(self) -> None:
         """After a refused start: remove the lock file and directories this start created."""
