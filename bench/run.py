@@ -428,13 +428,13 @@ def numa_grpc_phase(r: Report, root: Path, s: Scale) -> None:
     write floor of the 16-node state (Admit's one write), and the 16-node Admit's bounds
     (:mod:`bench.bounds`: replayed with only its write, and with nothing)."""
     figures: dict[tuple[int, str | None], float] = {}
+    # Bounds: the pins and the loop's first Admit are real, so the replayed write is the
+    # state a timed Admit writes (the pinned pods and its own).
+    pins = 3
     for n, bound in ((2, None), (16, None), (16, "write"), (16, "noop")):
         options = f"--topology-manager-policy-options=max-allowable-numa-nodes={max(n, 8)}"
         extra = ["--topology-manager-policy=restricted", options]
         tag = f"numa-{n}" + (f"-{bound}" if bound else "")
-        # Bounds: the pins and the loop's first Admit are real, so the replayed write is the
-        # state a timed Admit writes (the pinned pods and its own).
-        pins = 3
         with daemon(
             root / tag, nodes=n, memory_gib=64, extra=extra, bound=bound, real_admits=pins + 1
         ) as d:

@@ -156,8 +156,10 @@ class Courtesy:
             return time.monotonic() - began
 
 
-_courtesy: Courtesy | None = None
 _installed: list[Courtesy] = []
+_courtesy: Courtesy | None = None
+"""The last of ``_installed`` (None when it is empty), kept so that a pause reads it
+without the lock."""
 _installed_lock = threading.Lock()
 
 
@@ -261,11 +263,6 @@ class Work:
         self._waited += waited
         if not waited:
             time.sleep(0)  # nothing to wait for (or no time left): the plain pause
-
-    @property
-    def waited(self) -> float:
-        """Seconds this search has given way to other calls (see :class:`Courtesy`)."""
-        return self._waited
 
     @property
     def what(self) -> str:

@@ -182,9 +182,9 @@ def test_a_courteous_search_waits_no_longer_than_it_searched(
     searched = 200 * PAUSE_EVERY * 1e-7
     assert any(courtesy.timeouts), "it gave way"
     assert all(0 <= t <= COURTESY_MAX_WAIT for t in courtesy.timeouts)
-    assert w.waited == pytest.approx(sum(courtesy.timeouts))
-    assert w.waited <= searched * (1 + 1e-9)
-    assert w.waited >= searched * 0.9, "and gave way about as long as allowed"
+    waited = sum(courtesy.timeouts)  # the fake waits each timeout in full
+    assert waited <= searched * (1 + 1e-9)
+    assert waited >= searched * 0.9, "and gave way about as long as allowed"
 
 
 def test_a_long_search_waits_at_most_the_cap_per_pause(
@@ -248,7 +248,6 @@ def test_only_a_courteous_pausing_search_gives_way(
     w = Work(clock=lambda: clock[0], **kwargs)
     _search(w, clock, pauses=20, step_seconds=1e-6)
     assert courtesy.timeouts == []
-    assert w.waited == 0.0
 
 
 # --- the interceptor and the daemon ---------------------------------------------------------
