@@ -43,22 +43,31 @@ from tests.unit.test_metrics import scrape_unix, value
 pytestmark = [pytest.mark.smoke, pytest.mark.e2e]
 
 MIB = 1 << 20
-# The child's touched block, and how far below it the kernel's per-node LRU counts may read
-# at an instant: a page just faulted in waits in a per-CPU batch before it joins an LRU list,
-# and compaction takes pages off their list while it moves them, so memory.numa_stat's
-# ``anon`` can be a few pages short of what the child holds (a clean-clone `make test` in CI
-# read 64 MiB less 3 pages). numamem must still report the kernel's reading exactly.
+# The child's touched block, what it adds when told to grow, and how far below them the
+# kernel's per-node LRU counts may read: a page just faulted in waits in its CPU's batch (up
+# to 31 pages) until the batch fills, and compaction takes pages off their list while it moves
+# them, so memory.numa_stat's ``anon`` can be some pages short of what the child holds, for as
+# long as the child's CPU faults nothing more (CI read 64 MiB less 3 pages; up to 30 short
+# were seen here). The child stays on one CPU, so one batch is the most it leaves out.
+# numamem must still report a kernel reading exactly.
 BLOCK = 64 * MIB
+GROWTH = 16 * MIB
 OFF_LRU_SLACK = 1 * MIB
 POD_UID = "5e0d1c2b-0000-4000-8000-00000000c0de"
 CHILD = """
-import sys
+import os, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})   # one CPU: one batch off the LRU
+def touched(size):
+    block = bytearray(size)
+    for i in range(0, size, 4096):      # touch every page
+        block[i] = 1
+    return block
 sys.stdin.readline()                    # moved into the cgroup: allocate now
-block = bytearray(64 << 20)             # BLOCK bytes
-for i in range(0, len(block), 4096):    # touch every page
-    block[i] = 1
+held = [touched(64 << 20)]              # BLOCK
 print("ready", flush=True)
-sys.stdin.read()                        # hold the memory until told to exit
+for line in sys.stdin:                  # "grow": GROWTH more; the end of input: exit
+    held.append(touched(16 << 20))
+    print("grown", flush=True)
 """
 T = TypeVar("T")
 
@@ -150,6 +159,15 @@ def private_tree(memory_mount: Path, cpuset_mount: Path, cid: str) -> Iterator[T
         assert not left, f"could not remove the test's cgroups: {left}"
 
 
+def tell(child: subprocess.Popen[str], line: str, answer: str, seconds: float = 60) -> None:
+    """Send ``line`` to the child and wait (bounded) for it to print ``answer``."""
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(f"{line}\n")
+    child.stdin.flush()
+    ready, _, _ = select.select([child.stdout], [], [], seconds)
+    assert ready and child.stdout.readline().strip() == answer, f"the child did not answer {line}"
+
+
 @contextlib.contextmanager
 def child_in(cgroup: Path, code: str = CHILD, *args: str) -> Iterator[subprocess.Popen[str]]:
     with subprocess.Popen(
@@ -161,10 +179,7 @@ def child_in(cgroup: Path, code: str = CHILD, *args: str) -> Iterator[subprocess
         try:
             assert proc.stdin is not None and proc.stdout is not None
             (cgroup / "cgroup.procs").write_text(f"{proc.pid}\n")
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            ready, _, _ = select.select([proc.stdout], [], [], 60)
-            assert ready and proc.stdout.readline().strip() == "ready", "the child did not start"
+            tell(proc, "go", "ready")
             yield proc
         finally:
             proc.kill()
@@ -195,6 +210,34 @@ def residency(client: NumamemClient, after_ns: int) -> Callable[[], mm.Container
     return probe
 
 
+def reported(row: mm.ContainerResidency) -> dict[str, dict[int, int]]:
+    """A residency row as ``kernel_numa`` reads the file: bytes by type, then by node."""
+    types: dict[str, dict[int, int]] = {}
+    for node in row.nodes:
+        for name, size in node.types.items():
+            types.setdefault(name, {})[node.node] = size
+    return types
+
+
+def matched_round(client: NumamemClient, stat: Path) -> mm.ContainerResidency:
+    """A round measured after this call whose report equals the kernel's file at an instant of
+    that round: as read just before or just after it.
+
+    The child is idle, but on a loaded 2-core machine the kernel still moves a few pages now
+    and then (a full `make test` on a clean clone missed ten rounds in a row once when only
+    "before" counted, and the file changed during each), so up to twenty rounds are tried; the
+    comparison stays exact."""
+    readings = []
+    for _ in range(20):
+        before, since = kernel_numa(stat), time.time_ns()
+        row = eventually("a measured round", residency(client, since))
+        after = kernel_numa(stat)
+        readings.append((before, after, reported(row)))
+        if reported(row) in (before, after):
+            return row
+    raise AssertionError(f"no round matched a kernel reading: {readings[-3:]}")
+
+
 def daemon(root: Path, cgroot: Path, *extra: str) -> DaemonProcess:
     args = ["--sysfs-root", "/sys", *STATIC_ARGS, "--cgroup-root", str(cgroot)]
     args += ["--metric-interval", "0.2", "--metrics-socket", str(root / "metrics.sock")]
@@ -222,7 +265,7 @@ def test_residency_and_enforcement_on_a_real_cgroup(daemon_factory: list[DaemonP
     try:
         with (
             private_tree(memory_mount, cpuset_mount, cid) as tree,
-            child_in(tree.container("memory")),
+            child_in(tree.container("memory")) as child,
         ):
             cgroot = root / "cgroup"
             cgroot.mkdir()
@@ -243,32 +286,9 @@ def test_residency_and_enforcement_on_a_real_cgroup(daemon_factory: list[DaemonP
                 assert client.get_memory_numa_nodes(POD_UID, "app") == [0]
                 client.add_container(pod, "app", f"containerd://{cid}")
                 stat = tree.container("memory") / "memory.numa_stat"
-
-                # numamem's report equals what the kernel's file said at an instant of the
-                # collector round it came from: the reading just before or just after that
-                # round. The child is idle, but on a loaded 2-core machine the kernel still
-                # moves a few pages now and then (a full `make test` on a clean clone missed
-                # ten rounds in a row once when only "before" counted, and the file changed
-                # during each), so up to twenty rounds are tried; the comparison stays exact.
-                def reported(row: mm.ContainerResidency) -> dict[str, dict[int, int]]:
-                    types: dict[str, dict[int, int]] = {}
-                    for node in row.nodes:
-                        for name, size in node.types.items():
-                            types.setdefault(name, {})[node.node] = size
-                    return types
-
-                readings = []
-                for _ in range(20):
-                    before, since = kernel_numa(stat), time.time_ns()
-                    row = eventually("a measured round", residency(client, since))
-                    after = kernel_numa(stat)
-                    readings.append((before, after, reported(row)))
-                    if reported(row) in (before, after):
-                        break
-                else:
-                    raise AssertionError(f"no round matched a kernel reading: {readings[-3:]}")
-                kernel = reported(row)
-                assert {n.node: n.bytes for n in row.nodes} == kernel["total"]
+                row = matched_round(client, stat)
+                # Each node's bytes are the kernel's ``total`` line (matched just above).
+                assert {n.node: n.bytes for n in row.nodes} == reported(row)["total"]
                 assert row.nodes[0].types["anon"] >= BLOCK - OFF_LRU_SLACK
                 assert (row.outside_bytes, row.outside_share) == (0, 0.0)
                 assert (row.cgroup_mode, row.cgroup) == ("v1", str(cgroot / "memory" / tree.rel))
@@ -276,12 +296,26 @@ def test_residency_and_enforcement_on_a_real_cgroup(daemon_factory: list[DaemonP
                     mm.CPUSET_MEMS_MATCHES,
                     [0],
                 )
-                table = cli(watching.socket)
+                # The child grows: a later round reports the new size (a report stuck at an
+                # earlier round would still equal the file of an idle child, not of this one).
+                tell(child, "grow", "grown")
+                row = matched_round(client, stat)
+                assert row.nodes[0].types["anon"] >= BLOCK + GROWTH - OFF_LRU_SLACK
+                # The table shows the size of the round it was printed from, in two decimals
+                # of MiB, where three pages show: it must be the daemon's report just before or
+                # just after the command (up to ten tries, as the rounds go on meanwhile).
+                for _ in range(10):
+                    before = client.get_residency(POD_UID, "app")[0].nodes[0].bytes
+                    table = cli(watching.socket)
+                    after = client.get_residency(POD_UID, "app")[0].nodes[0].bytes
+                    line = table.splitlines()[1].split()
+                    if line[5] in (human_bytes(before), human_bytes(after)):
+                        break
+                else:
+                    raise AssertionError(f"{line[5]} is neither {before} nor {after} bytes")
                 print(table)
-                total = row.nodes[0].bytes
-                line = table.splitlines()[1].split()
                 assert line[:4] == ["smoke/residency", f"({POD_UID})", "app", "0"]
-                assert line[4:6] == ["0*:", human_bytes(total)]
+                assert line[4] == "0*:"
                 assert line[6:] == ["0", "(0.0%)", "0", "ok", "measured"]
                 assert "containers" in cli(watching.socket, "--json")
                 # cpuset.mems changed behind numamem's back: caught, reported, left alone.
@@ -334,7 +368,7 @@ def test_residency_and_enforcement_on_a_real_cgroup(daemon_factory: list[DaemonP
                 shown = cli(enforcing.socket)
                 print(shown)
                 assert "wrote cpuset.mems 0 to " in shown
-                assert total >= BLOCK - OFF_LRU_SLACK
+                assert row.nodes[0].types["anon"] >= BLOCK + GROWTH - OFF_LRU_SLACK
             assert enforcing.stop() == 0
     finally:
         for d in daemon_factory:
