@@ -638,16 +638,91 @@ def test_with_a_gate_off_a_pod_level_pod_is_skipped(scope: str, gates: FeatureGa
         mgr.allocate_pod(pod)
 
 
+POD_SCOPE_REFUSAL = (
+    "Pod Scope pod with pod-level resources failed admission under pod-scope topology manager"
+)
+"""The kubelet's pod scope refusing a pod allocated as a whole (scope_pod.go,
+``admitUsingPodResources``: ``NewPodLevelTopologyAffinityError``, v1.36)."""
+LOCALITY = "Resources cannot be allocated with Topology locality"
+
+TOPOLOGY_REFUSALS = [
+    # (case, scope, topology policy, gates, pod, expected (reason, message))
+    (
+        "pod scope, a pod-level pod whose shared pool is empty",
+        "pod",
+        "restricted",
+        ON,
+        pod_level((), (own("a", 4 * GI), shared("b")), 4 * GI),
+        ("TopologyAffinityError", POD_SCOPE_REFUSAL),
+    ),
+    (
+        "pod scope, a pod-level pod larger than one node",
+        "pod",
+        "single-numa-node",
+        ON,
+        pod_level((), (own("a", 2 * GI), shared("b")), 20 * GI),
+        ("TopologyAffinityError", POD_SCOPE_REFUSAL),
+    ),
+    (
+        "pod scope, a pod without pod-level resources larger than one node",
+        "pod",
+        "single-numa-node",
+        ON,
+        Pod("p", "ns", "p", (), (own("a", 20 * GI),)),
+        ("TopologyAffinityError", LOCALITY),
+    ),
+    (
+        "container scope, a pod-level pod's exclusive container larger than one node",
+        "container",
+        "single-numa-node",
+        ON,
+        pod_level((), (own("a", 20 * GI), shared("b")), 24 * GI),
+        ("TopologyAffinityError", LOCALITY),
+    ),
+    (
+        "pod scope with PodLevelResourceManagers off: a pod-level pod is skipped, not refused",
+        "pod",
+        "single-numa-node",
+        FeatureGates(True, False),
+        pod_level((), (own("a", 2 * GI), shared("b")), 20 * GI),
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("scope", "topology", "gates", "pod", "expected"),
+    [case[1:] for case in TOPOLOGY_REFUSALS],
+    ids=[case[0] for case in TOPOLOGY_REFUSALS],
+)
+def test_topology_refusals_say_the_kubelets_text(
+    scope: str,
+    topology: str,
+    gates: FeatureGates,
+    pod: Pod,
+    expected: tuple[str, str] | None,
+) -> None:
+    """Admit and Explain's decision say what the kubelet's scope says: a pod allocated as a
+    whole (pod scope, both gates, pod-level resources) with the pod-level text, any other
+    with the topology manager's usual one; the reason is TopologyAffinityError either way."""
+    mgr = build(scope=scope, topology=topology, gates=gates)
+    result = mgr.admit(pod).result
+    decision = mgr.explain(pod).outcome.result
+    if expected is None:
+        assert result.admitted and decision.admitted
+        return
+    assert (result.admitted, result.reason, result.message) == (False, *expected)
+    assert (decision.admitted, decision.reason, decision.message) == (False, *expected)
+    assert mgr.reader().pod_count() == 0
+
+
 def test_an_empty_shared_pool_is_refused_at_the_merge_or_by_allocate_pod() -> None:
     pod = pod_level((), (own("a", 4 * GI), shared("b")), 4 * GI)
     text = EQUALS_BUDGET.format("memory")
     restricted = build(topology="restricted")
     assert restricted.get_pod_topology_hints(pod) == {"memory": []}  # no placement
     rejected = restricted.admit(pod).result
-    assert (rejected.reason, rejected.message) == (
-        "TopologyAffinityError",
-        "Resources cannot be allocated with Topology locality",
-    )
+    assert (rejected.reason, rejected.message) == ("TopologyAffinityError", POD_SCOPE_REFUSAL)
     best_effort = build()  # admits the empty hint: AllocatePod refuses itself
     refused = best_effort.admit(pod).result
     assert (refused.admitted, refused.reason, refused.message) == (

@@ -8,9 +8,10 @@ search stopped by its budget or deadline, which fails the whole operation: it
 decides nothing).
 
 A pod allocated as a whole (``pod_level``: pod-level resource managers, KEP-5526, in
-the pod scope) is merged once as usual; its hint is then stored for every container and
-each provider allocates the pod in one call (``AllocatePod``) instead of container by
-container. A provider error that names its own admission reason
+the pod scope) is merged once as usual (a merge that says no rejects it with the kubelet's
+pod-level text, :data:`POD_LEVEL_TOPOLOGY_AFFINITY_MESSAGE`); its hint is then stored for
+every container and each provider allocates the pod in one call (``AllocatePod``) instead of
+container by container. A provider error that names its own admission reason
 (``EmptyPodSharedPoolError``) keeps it; any other is ``UnexpectedAdmissionError``.
 
 It changes nothing itself: providers allocate into whatever state they were
@@ -41,6 +42,16 @@ from numamem.work import Work
 
 TOPOLOGY_AFFINITY_ERROR = "TopologyAffinityError"
 TOPOLOGY_AFFINITY_MESSAGE = "Resources cannot be allocated with Topology locality"
+POD_LEVEL_TOPOLOGY_AFFINITY_MESSAGE = (
+    "Pod Scope pod with pod-level resources failed admission under pod-scope topology manager"
+)
+"""The pod scope's refusal of a pod allocated as a whole (``pod_level``): the kubelet's
+``NewPodLevelTopologyAffinityError("pod with pod-level resources failed admission under
+pod-scope topology manager")``, whose text is ``Pod Scope`` and that message (released in
+v1.36 with ``PodLevelResourceManagers``, kubernetes PR #134768; its reason is still
+``TopologyAffinityError``). A pod shows it as ``Pod was rejected: Pod Scope pod with ...``.
+The behavioural spec (memory-manager.md 7.2) names only the older text; the released code
+wins."""
 UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
 
 
@@ -131,6 +142,8 @@ def admit(
         result.hints[""] = answers
         result.merged[""] = best
         if not ok:
+            if pod_level:  # the kubelet's admitUsingPodResources
+                return _reject(result, POD_LEVEL_TOPOLOGY_AFFINITY_MESSAGE)
             return _reject(result)
         if pod_level:
             for container in containers:
@@ -179,10 +192,10 @@ def _merge_of(answers: Sequence[ProviderHints], nodes: int) -> str:
     )
 
 
-def _reject(result: AdmitResult) -> AdmitResult:
+def _reject(result: AdmitResult, message: str = TOPOLOGY_AFFINITY_MESSAGE) -> AdmitResult:
     result.admitted = False
     result.reason = TOPOLOGY_AFFINITY_ERROR
-    result.message = TOPOLOGY_AFFINITY_MESSAGE
+    result.message = message
     return result
 
 
