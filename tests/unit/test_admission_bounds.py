@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -28,10 +28,12 @@ from numamem.quantity import parse_quantity
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import FakeNode, standard_nodes
 from numamem.topology import Machine, NUMANode
-from numamem.topologymanager import bitmask
+from numamem.topologymanager import bitmask, merge
 from numamem.topologymanager.admission import GivenHints
+from numamem.topologymanager.merge import Order
 from numamem.topologymanager.policy import ProviderHints, TopologyHint, new_policy
 from numamem.v1 import memorymanager_pb2 as mm
+from numamem.work import SEARCH_BUDGET
 from tests import kubelet_reference as ref
 from tests.unit.test_memorymanager_service import code_and_details, container, pod
 
@@ -224,26 +226,34 @@ def test_distance_sums_of_wide_hints_are_charged(preferred: bool) -> None:
     """Another provider's 16,384 hints of 32 nodes each on 64 nodes, under prefer-closest:
     scoring one by distance sums 1,024 distances. The scores were not charged: the merge
     spent 50,000 steps and took 1.2 s (65,536 such hints: 200,000 steps and 5 s, the
-    budget's 2,000,000 steps being about 0.1-0.3 s). Charged, it is refused by name, at once."""
+    budget's 2,000,000 steps being about 0.1-0.3 s). Charged, it is refused by name once the
+    distances it summed reach the budget (counted, not timed)."""
     m, reserved = machine(64, lambda a, b: 10 if a == b else 20 + abs(a - b))
     mgr = manager(m, reserved, closest=True)
+    topology = mgr._topology_policy
+    assert topology is not None
+    table = CountingRows(topology.info.closest.distances or {})
+    topology.info.closest = Order(table)  # the same distances, each read counted
     rnd = random.Random(5)
     hints = [TopologyHint(mask(rnd.sample(range(64), 32)), preferred) for _ in range(16_384)]
     best_effort = Pod("p", "ns", "p", (), (Container("c0", {}, {}),))
     other = GivenHints("gpu", {"c0": {"gpu": hints}})
-    start = time.perf_counter()
-    with pytest.raises(SearchBudgetError, match=r"2,000,000 steps, the search budget") as info:
-        mgr.admit(best_effort, [other])
-    assert time.perf_counter() - start < 1.0
-    assert "pod 'p', container 'c0': the merge of 2 hint lists" in str(info.value)
+    refusal = refused(lambda: mgr.admit(best_effort, [other]))
+    # Every distance summed was charged before it was summed: what the merge read before it
+    # was refused fits in the budget, and the budget ran out on distance sums. Uncharged, it
+    # read all 16,384 x 1,024 of them (and admitted the pod).
+    assert SEARCH_BUDGET // 2 < table.reads <= SEARCH_BUDGET, f"{table.reads:,} distances read"
+    assert isinstance(refusal, SearchBudgetError), refusal
+    assert "2,000,000 steps, the search budget" in str(refusal)
+    assert "pod 'p', container 'c0': the merge of 2 hint lists" in str(refusal)
 
 
-def test_counting_merges_are_charged() -> None:
+def test_counting_merges_are_charged(monkeypatch: pytest.MonkeyPatch) -> None:
     """6 lists of 300 random hints on 16 nodes: after two lists taken pairwise, the rest is
     counted: a zeta transform of 16 * 2^16 entries for each of 5 sets of masks, and a Möbius
-    inversion, 6 million steps. Refused by name at once. With the transforms uncharged (the
-    issue's 16 nodes x 1,024 lists took 65 s), this merge took 900,000 steps, within the
-    budget, and no other test noticed."""
+    inversion, 6 million steps. Refused by name before a transform past the budget runs. With
+    the transforms uncharged (the issue's 16 nodes x 1,024 lists took 65 s), this merge took
+    900,000 steps, within the budget, and no other test noticed."""
     m, reserved = machine(16, lambda a, b: 10 if a == b else 20, memory=8 * GI)
     mgr = manager(m, reserved)
     rnd = random.Random(11)
@@ -252,11 +262,43 @@ def test_counting_merges_are_charged() -> None:
         for r in range(6)
     }
     best_effort = Pod("p", "ns", "p", (), (Container("c0", {}, {}),))
-    start = time.perf_counter()
-    with pytest.raises(SearchBudgetError, match=r"2,000,000 steps, the search budget") as info:
-        mgr.admit(best_effort, [GivenHints("dev", {"c0": answer})])
-    assert time.perf_counter() - start < 1.0
-    assert "the merge of 7 hint lists from 2 providers" in str(info.value)
+    transformed = [0]
+    transform = merge._superset_transform
+
+    def counted(values: list[int], n: int, combine: Callable[[int, int], int]) -> list[int]:
+        transformed[0] += n * len(values)  # the entries one transform folds
+        return transform(values, n, combine)
+
+    monkeypatch.setattr(merge, "_superset_transform", counted)
+    refusal = refused(lambda: mgr.admit(best_effort, [GivenHints("dev", {"c0": answer})]))
+    # Each transform is charged before it runs: the entries folded before the refusal fit in
+    # the budget. Uncharged, all seven ran (7.3 million entries) and the pod was admitted.
+    assert 0 < transformed[0] <= SEARCH_BUDGET, f"{transformed[0]:,} entries transformed"
+    assert isinstance(refusal, SearchBudgetError), refusal
+    assert "2,000,000 steps, the search budget" in str(refusal)
+    assert "the merge of 7 hint lists from 2 providers" in str(refusal)
+
+
+class CountingRows(dict[int, Mapping[int, int]]):
+    """A distance table that counts its row reads: a distance sum reads one row per ordered
+    pair of nodes it adds (``Order.total``), so the count is the distances summed."""
+
+    def __init__(self, rows: Mapping[int, Mapping[int, int]]) -> None:
+        super().__init__(rows)
+        self.reads = 0
+
+    def __getitem__(self, node: int) -> Mapping[int, int]:
+        self.reads += 1
+        return super().__getitem__(node)
+
+
+def refused(admit: Callable[[], object]) -> SearchBudgetError | None:
+    """The budget refusal ``admit`` raised, or None when it returned."""
+    try:
+        admit()
+    except SearchBudgetError as err:
+        return err
+    return None
 
 
 # --- deadlines ------------------------------------------------------------------------------
