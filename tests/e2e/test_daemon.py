@@ -23,6 +23,7 @@ pytestmark = pytest.mark.e2e
 SERVICES = [
     "grpc.health.v1.Health",
     "grpc.reflection.v1alpha.ServerReflection",
+    "numamem.v1.Info",
     "numamem.v1.MemoryManager",
     "numamem.v1.MetaReader",
     "numamem.v1.MetaWriter",

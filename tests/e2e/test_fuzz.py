@@ -36,6 +36,7 @@ REQUESTS = int(os.environ.get("NUMAMEM_FUZZ_REQUESTS", "4000"))
 def test_the_catalogue_is_every_rpc_of_every_service_and_each_has_a_valid_seed() -> None:
     services = {rpc.path.rsplit("/", 1)[0].strip("/") for rpc in RPCS}
     assert services == {
+        "numamem.v1.Info",
         "numamem.v1.Topology",
         "numamem.v1.MemoryManager",
         "numamem.v1.MetaReader",
@@ -44,9 +45,9 @@ def test_the_catalogue_is_every_rpc_of_every_service_and_each_has_a_valid_seed()
         "grpc.reflection.v1alpha.ServerReflection",
         "v1.PodResourcesLister",
     }
-    assert (
-        len(RPCS) == 47
-    )  # reflection on both sockets; AllocatePod and GetPodMemory (KEP-5526); Resize and ExplainResize (issue 30)
+    # Reflection on both sockets; AllocatePod and GetPodMemory (KEP-5526); Resize and
+    # ExplainResize (issue 30); Info/GetBuildInfo (issue 38).
+    assert len(RPCS) == 48
     assert len({rpc.short for rpc in RPCS}) == len(RPCS)
     assert set(SEEDS) == {rpc.path for rpc in RPCS}
     # Every malformed payload is bytes that decode as no request of the RPC it goes to.

@@ -1,6 +1,6 @@
 """Every RPC the daemon serves, read from the protobuf descriptors.
 
-The main socket serves ``numamem.v1`` (Topology, MemoryManager, MetaReader,
+The main socket serves ``numamem.v1`` (Info, Topology, MemoryManager, MetaReader,
 MetaWriter), ``grpc.health.v1.Health`` and server reflection
 (``grpc.reflection.v1alpha.ServerReflection``); ``--podresources-socket`` serves the
 kubelet's ``v1.PodResourcesLister`` and reflection too. A new RPC in a proto is in
@@ -17,12 +17,13 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from numamem.v1 import memorymanager_pb2, metacache_pb2, podresources_pb2, topology_pb2
+from numamem.v1 import info_pb2, memorymanager_pb2, metacache_pb2, podresources_pb2, topology_pb2
 
 MAIN = "main"
 PODRESOURCES = "podresources"
 
 MAIN_FILES: tuple[FileDescriptor, ...] = (
+    info_pb2.DESCRIPTOR,
     topology_pb2.DESCRIPTOR,
     memorymanager_pb2.DESCRIPTOR,
     metacache_pb2.DESCRIPTOR,

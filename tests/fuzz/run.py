@@ -99,6 +99,7 @@ class Generated:
 
 
 WEIGHTS = {
+    "/numamem.v1.Info/GetBuildInfo": 0.3,
     "/numamem.v1.MemoryManager/SyncActivePods": 0.3,
     "/numamem.v1.MetaWriter/DeleteContainers": 0.3,
     "/numamem.v1.MetaWriter/GCPoolEntries": 0.3,

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2 as rf
 from numamem.metacache.types import CONTAINER_FIELDS, QOS_LEVELS
 from numamem.v1 import (
     common_pb2,
+    info_pb2,
     memorymanager_pb2,
     metacache_pb2,
     podresources_pb2,
@@ -40,6 +41,7 @@ REGIONS = ("share-0", "share-1", "dedicated-0", "isolation")
 METRICS = ("cpu.usage.container", "mem.rss.container", "mem.usage.container", "nope")
 MAIN_SERVICES = (
     "",
+    "numamem.v1.Info",
     "numamem.v1.Topology",
     "numamem.v1.MemoryManager",
     "numamem.v1.MetaReader",
@@ -364,6 +366,7 @@ def _reflection(rng: random.Random) -> Message:
 
 
 SEEDS: dict[str, Seed] = {
+    "/numamem.v1.Info/GetBuildInfo": _empty(info_pb2.GetBuildInfoRequest),
     "/numamem.v1.Topology/GetMachineInfo": _empty(topology_pb2.GetMachineInfoRequest),
     "/numamem.v1.MemoryManager/Allocate": _allocate,
     "/numamem.v1.MemoryManager/AllocatePod": _allocate_pod,

@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from numamem import version
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.errors import StartupError
@@ -113,6 +114,12 @@ def test_metrics_on_a_unix_socket() -> None:
     )
     assert value(text, 'numamem_metacache_entries{kind="containers"}') == 1
     assert value(text, 'numamem_metacache_entries{kind="pools"}') == 1
+    info = version.build_info()
+    labels = ",".join(f'{k}="{info[k]}"' for k in ("commit", "python", "version"))
+    assert value(text, f"numamem_build_info{{{labels}}}") == 1
+    assert [line for line in text.splitlines() if line.startswith("numamem_build_info")] == [
+        f"numamem_build_info{{{labels}}} 1.0"
+    ]
 
 
 def test_metrics_on_a_tcp_port() -> None:

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from bench import readme as bench_readme
-from numamem.v1 import memorymanager_pb2, metacache_pb2, topology_pb2
+from numamem.v1 import info_pb2, memorymanager_pb2, metacache_pb2, topology_pb2
 from tests.readme_docs import (
     README,
     REFUSALS_BEGIN,
@@ -44,7 +44,7 @@ def test_refusal_examples_are_current() -> None:
 def test_every_rpc_has_a_grpcurl_example() -> None:
     [block] = shell_blocks(section(readme(), "gRPC API"))
     commands = " ".join(e.command for e in examples(block))
-    for module in (topology_pb2, memorymanager_pb2, metacache_pb2):
+    for module in (info_pb2, topology_pb2, memorymanager_pb2, metacache_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 assert f"{service.full_name}/{method.name}" in commands, (
@@ -70,7 +70,8 @@ def test_troubleshooting_quotes_messages_the_daemon_really_prints() -> None:
 
 
 def _metric_names_of_the_daemon() -> set[str]:
-    """Every metric family the daemon registers, as scraped names (counters with _total)."""
+    """Every metric family the daemon registers, as scraped names (counters with _total, infos
+    with _info)."""
     from numamem.api.metrics import MetricsComponent
     from numamem.testing.daemon import short_tmpdir
     from numamem.testing.server import serve_in_process
@@ -82,7 +83,8 @@ def _metric_names_of_the_daemon() -> set[str]:
             families = list(component.metrics.registry.collect())
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {f.name + ("_total" if f.type == "counter" else "") for f in families}
+    suffix = {"counter": "_total", "info": "_info"}
+    return {f.name + suffix.get(f.type, "") for f in families}
 
 
 def _table_names(text: str) -> set[str]:

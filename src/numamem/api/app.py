@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from numamem.api.info import InfoComponent
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.api.metrics import MetricsComponent
@@ -40,7 +41,12 @@ def build_components(config: Config, fs: FileSystem = REAL) -> Sequence[Componen
     )
     metacache.collector.rounds.append(residency.sample)
     memory.servicer.residency = residency
-    components: list[Component] = [TopologyComponent(machine, config.sysfs_root), memory, metacache]
+    components: list[Component] = [
+        InfoComponent(),
+        TopologyComponent(machine, config.sysfs_root),
+        memory,
+        metacache,
+    ]
     if config.metrics_port is not None or config.metrics_socket is not None:
         components.append(
             MetricsComponent(

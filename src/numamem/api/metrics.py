@@ -9,6 +9,7 @@ rounds. All metrics live in the daemon's own registry (not the global one).
 
 | metric | labels |
 |---|---|
+| ``numamem_build_info`` (1) | version, commit, python (:func:`numamem.version.build_info`) |
 | ``numamem_numa_memory_bytes`` | node, resource, kind (total, system_reserved, allocatable, reserved, free) |
 | ``numamem_numa_assignments`` | node |
 | ``numamem_numa_group_info`` | node, group (the ``cells``, e.g. ``0,1``) |
@@ -43,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
@@ -53,6 +54,7 @@ from numamem.api.server import prepare_socket_path
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.memorymanager.manager import Manager
 from numamem.metacache.cache import MetaCache
+from numamem.version import build_info
 
 _LATENCY_BUCKETS = (
     0.0001,
@@ -117,6 +119,9 @@ class Metrics:
             "Container cgroups that could not be read",
             registry=self.registry,
         )
+        Info(  # exposed as numamem_build_info{...} 1
+            "numamem_build", "The running numamem (numamem.version)", registry=self.registry
+        ).info(build_info())
 
     def observe_rpc(self, method: str, code: str, seconds: float) -> None:
         self.rpc_requests.labels(method, code).inc()

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from numamem.api.app import build_components
     from numamem.api.sdnotify import Notifier
     from numamem.api.server import Daemon
+    from numamem.version import build_info
 
     try:
         cfg = config_from_args(args)
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     held = None if cfg.log_level == "debug" else nlog.HeldStream(sys.stderr)
     nlog.configure(cfg.log_level, cfg.log_format, stream=held)
     log = nlog.get_logger("serve")
-    log.info("starting", **describe(cfg))
+    log.info("starting", **build_info(), **describe(cfg))
     if cfg.ignored_kubelet_fields:
         log.debug(
             "kubelet configuration fields numamem does not use",
