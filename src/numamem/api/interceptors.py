@@ -28,17 +28,18 @@ For every RPC it
 * counts each unary-unary RPC as running (``courtesy``, :class:`numamem.work.Courtesy`)
   while its handler runs, so that a courteous search gives way to it (streams, which can
   live as long as their client, are not counted);
-* logs one line: method, code, duration in ms, request id. Payloads are never
-  logged at info level. Health checks log at debug (probes would flood), and so
-  does every RPC of a server built with ``log_rpcs=False``.
+* logs one line: method, code, duration in ms, request id and what
+  :mod:`numamem.api.rpclog` reads from the request, the reply and the status (the pod
+  and containers, the decision and its NUMA nodes, an error's ErrorInfo reason and
+  message). Payloads are never logged beyond that. Health checks log at debug (probes
+  would flood) with no more than the code, and so does every RPC of a server built with
+  ``log_rpcs=False``.
 
 The main socket's server and the podresources socket's server both use it.
 """
 
 from __future__ import annotations
 
-import enum
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -48,10 +49,16 @@ from typing import Any, cast
 import grpc
 import structlog
 
-from numamem.api import status
+from numamem.api import rpclog, status
+from numamem.api.readiness import PHASE_MESSAGES, Phase, Readiness
+from numamem.api.undecodable import Undecodable, UndecodableMessageError, checked_stream
+from numamem.api.undecodable import tolerant as _tolerant
 from numamem.errors import NumamemError, cut_message, quote
 from numamem.logging import get_logger
 from numamem.work import Courtesy
+
+__all__ = ["Phase", "Readiness", "RpcObserver", "ServerInterceptor"]
+"""Readiness and Phase live in :mod:`numamem.api.readiness`; their users import them here."""
 
 _log = get_logger("rpc")
 
@@ -63,46 +70,6 @@ REQUEST_ID_KEY = "x-request-id"
 
 RpcObserver = Callable[[str, str, float], None]
 """Called after each RPC with (method, status code name, seconds)."""
-
-
-class Phase(enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    STOPPING = "stopping"
-
-
-class Readiness:
-    """The daemon's lifecycle phase, read by the interceptor on every RPC.
-
-    Thread-safe: the phase is one reference assignment; ``wait_ready`` blocks on
-    an event.
-    """
-
-    def __init__(self) -> None:
-        self.phase = Phase.STARTING
-        self._ready = threading.Event()
-
-    def set_ready(self) -> None:
-        self.phase = Phase.READY
-        self._ready.set()
-
-    def set_stopping(self) -> None:
-        self.phase = Phase.STOPPING
-
-    def is_ready(self) -> bool:
-        return self.phase is Phase.READY
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        return self._ready.wait(timeout)
-
-
-_PHASE_MESSAGES = {
-    Phase.STARTING: ("numamem is starting (restoring checkpoints); retry shortly", status.STARTING),
-    Phase.STOPPING: (
-        "numamem is shutting down; retry against the next instance",
-        status.STOPPING,
-    ),
-}
 
 
 class ServerInterceptor(grpc.ServerInterceptor):
@@ -191,14 +158,14 @@ class ServerInterceptor(grpc.ServerInterceptor):
         # Client streams (reflection's ServerReflectionInfo): each message may not decode.
         if handler.stream_unary is not None:
             unary = self._wrap_unary(
-                _checked_stream(handler.stream_unary), method, request_id, gated, quiet
+                checked_stream(handler.stream_unary), method, request_id, gated, quiet
             )
             if overloaded:
                 unary = self._wrap_unary(self._refuse, method, request_id, False, False)
             return handler._replace(request_deserializer=deserializer, stream_unary=unary)
         if handler.stream_stream is not None:
             stream = self._wrap_stream(
-                _checked_stream(handler.stream_stream), method, request_id, gated, quiet
+                checked_stream(handler.stream_stream), method, request_id, gated, quiet
             )
             if overloaded:
                 stream = self._wrap_stream(self._refuse_stream, method, request_id, False, False)
@@ -225,12 +192,12 @@ class ServerInterceptor(grpc.ServerInterceptor):
         yield None
 
     def _gate(self, request: Any, context: grpc.ServicerContext, gated: bool) -> None:
-        if isinstance(request, _Undecodable):
+        if isinstance(request, Undecodable):
             _abort_undecodable(context, request.error)
         if gated and self._readiness is not None:
             phase = self._readiness.phase
             if phase is not Phase.READY:
-                message, reason = _PHASE_MESSAGES[phase]
+                message, reason = PHASE_MESSAGES[phase]
                 _abort(context, grpc.StatusCode.UNAVAILABLE, message, reason)
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
@@ -277,21 +244,26 @@ class ServerInterceptor(grpc.ServerInterceptor):
 
         def wrapper(request: Any, context: grpc.ServicerContext) -> Any:
             start = time.perf_counter()
+            response = None
             if courtesy is not None:
                 courtesy.begin()
-            try:
-                self._gate(request, context, gated)
-                return self._serialized(behavior(request, context), serialize, context)
-            except _UndecodableMessageError as err:
-                _abort_undecodable(context, err.error)
-            except NumamemError as err:
-                _abort(context, *status.to_status(err))
-            except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
-                _abort_unexpected(err, context, request_id)
-            finally:
-                if courtesy is not None:
-                    courtesy.end()
-                self._finish(context, method, request_id, start, quiet)
+            with rpclog.recording() as attached:
+                try:
+                    self._gate(request, context, gated)
+                    response = behavior(request, context)
+                    return self._serialized(response, serialize, context)
+                except UndecodableMessageError as err:
+                    _abort_undecodable(context, err.error)
+                except NumamemError as err:
+                    _abort(context, *status.to_status(err))
+                except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
+                    _abort_unexpected(err, context, request_id)
+                finally:
+                    if courtesy is not None:
+                        courtesy.end()
+                    self._finish(
+                        context, method, request_id, start, quiet, (request, response, attached)
+                    )
 
         return wrapper
 
@@ -310,63 +282,48 @@ class ServerInterceptor(grpc.ServerInterceptor):
                 self._gate(request, context, gated)
                 for response in behavior(request, context):
                     yield self._serialized(response, serialize, context)
-            except _UndecodableMessageError as err:
+            except UndecodableMessageError as err:
                 _abort_undecodable(context, err.error)
             except NumamemError as err:
                 _abort(context, *status.to_status(err))
             except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
                 _abort_unexpected(err, context, request_id)
             finally:
-                self._finish(context, method, request_id, start, quiet)
+                self._finish(context, method, request_id, start, quiet, (request, None, None))
 
         return wrapper
 
     def _finish(
-        self, context: grpc.ServicerContext, method: str, request_id: str, start: float, quiet: bool
+        self,
+        context: grpc.ServicerContext,
+        method: str,
+        request_id: str,
+        start: float,
+        quiet: bool,
+        call: tuple[Any, Any, dict[str, Any] | None],
     ) -> None:
+        """Log the call's one line and tell the observers. ``call``: the request, the reply
+        (None when there was none) and what the servicer attached (:mod:`numamem.api.rpclog`:
+        whom the call was about, what was decided, an error's reason and message)."""
         seconds = time.perf_counter() - start
         code = _code(context)
         name = code.name if code is not None else "OK"
+        extra: dict[str, Any] = {}
+        if not quiet:
+            error = None
+            if code is not None and code is not grpc.StatusCode.OK:
+                error = (status.reason_in(_trailers(context)), _details(context))
+            extra = rpclog.fields(*call, error=error)
         (_log.debug if quiet else _log.info)(
-            "rpc", code=name, ms=round(seconds * 1000, 3), request_id=request_id, method=method
+            "rpc",
+            code=name,
+            ms=round(seconds * 1000, 3),
+            request_id=request_id,
+            method=method,
+            **extra,
         )
         for observer in self._observers:
             observer(method, name, seconds)
-
-
-class _Undecodable:
-    """Stands in for a request whose bytes do not parse; the handler wrapper rejects it."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: str) -> None:
-        self.error = error
-
-
-class _UndecodableMessageError(Exception):
-    """Raised into a client-streaming handler at a message that does not decode."""
-
-    def __init__(self, error: str) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-def _checked_stream(
-    behavior: Callable[[Iterator[Any], grpc.ServicerContext], Any],
-) -> Callable[[Any, grpc.ServicerContext], Any]:
-    """``behavior`` of a client stream, its messages checked as they arrive: the handler
-    sees the decoded ones, and an undecodable one ends the RPC (INVALID_ARGUMENT)."""
-
-    def checked(requests: Iterator[Any]) -> Iterator[Any]:
-        for request in requests:
-            if isinstance(request, _Undecodable):
-                raise _UndecodableMessageError(request.error)
-            yield request
-
-    def run(requests: Any, context: grpc.ServicerContext) -> Any:
-        return behavior(checked(requests), context)
-
-    return run
 
 
 def _abort_undecodable(context: grpc.ServicerContext, error: str) -> None:
@@ -383,23 +340,21 @@ def _passthrough(data: bytes) -> bytes:
     return data
 
 
-def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    if deserializer is None:
-        return None
-
-    def deserialize(data: bytes) -> Any:
-        try:
-            return deserializer(data)
-        except Exception as err:  # noqa: BLE001 - protobuf raises DecodeError and friends
-            return _Undecodable(quote(f"{type(err).__name__}: {err}", style="bare", limit=200))
-
-    return deserialize
-
-
 def _code(context: grpc.ServicerContext) -> grpc.StatusCode | None:
     """The status a handler (or grpc) already set; the stubs lack ``code()``."""
     code: grpc.StatusCode | None = cast(Any, context).code()
     return code
+
+
+def _details(context: grpc.ServicerContext) -> str:
+    """The status message a handler (or grpc) already set ("" when none)."""
+    details = cast(Any, context).details()
+    return details.decode(errors="replace") if isinstance(details, bytes) else (details or "")
+
+
+def _trailers(context: grpc.ServicerContext) -> object:
+    """The trailing metadata set so far (the ErrorInfo of an abort is in it)."""
+    return cast(Any, context).trailing_metadata()
 
 
 def _abort_unexpected(err: Exception, context: grpc.ServicerContext, request_id: str) -> None:
@@ -408,9 +363,7 @@ def _abort_unexpected(err: Exception, context: grpc.ServicerContext, request_id:
     if code is not None:
         # context.abort() from grpc itself, or a generated base servicer's
         # set_code(UNIMPLEMENTED) + NotImplementedError: keep that status.
-        details = cast(Any, context).details()
-        text = details.decode() if isinstance(details, bytes) else (details or "")
-        context.abort(code, cut_message(text))
+        context.abort(code, cut_message(_details(context)))
     _log.error("unexpected error in handler", request_id=request_id, exc_info=err)
     _abort(
         context,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 
+from numamem.api import rpclog
 from numamem.api.convert import (
     ISOLATION,
     add_blocks,
@@ -220,6 +221,7 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         self, request: memorymanager_pb2.RemoveContainerRequest, context: grpc.ServicerContext
     ) -> memorymanager_pb2.RemoveContainerResponse:
         ref = self.manager.remove_container(check_string(request.container_id, "container_id"))
+        rpclog.attach(**rpclog.container_fields(ref))  # the request names no pod
         return memorymanager_pb2.RemoveContainerResponse(found=ref is not None)
 
     def ReleasePod(

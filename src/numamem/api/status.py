@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -129,6 +130,28 @@ def status_with_reason(code: grpc.StatusCode, message: str, reason: str) -> grpc
         status_pb2.Status(code=_code_number(code), message=message, details=[detail])
     )
     return result
+
+
+GRPC_DETAILS_KEY = "grpc-status-details-bin"
+"""The trailer that carries the ``google.rpc.Status`` with the ErrorInfo."""
+
+
+def reason_in(trailing_metadata: object) -> str:
+    """The ErrorInfo reason (of :data:`DOMAIN`) in an error's trailing metadata, as
+    :func:`status_with_reason` put it there; "" when there is none or it does not decode."""
+    for key, value in trailing_metadata if isinstance(trailing_metadata, tuple | list) else ():
+        if key != GRPC_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            details = status_pb2.Status.FromString(value)
+        except DecodeError:
+            return ""
+        for detail in details.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info) and info.domain == DOMAIN:
+                reason: str = info.reason
+                return reason
+    return ""
 
 
 def _code_number(code: grpc.StatusCode) -> int:

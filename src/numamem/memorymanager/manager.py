@@ -51,7 +51,6 @@ from numamem.errors import (
     FailedPreconditionError,
     quote,
 )
-from numamem.logging import get_logger
 from numamem.memorymanager import podlevel
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.forked import (
@@ -82,8 +81,6 @@ from numamem.topologymanager.policy import (
     TopologyPolicy,
 )
 from numamem.work import Work
-
-_log = get_logger("memorymanager")
 
 __all__ = ["AdmitOutcome", "Committed", "Explanation", "Manager", "new_policy"]
 
@@ -258,11 +255,7 @@ class Manager(Resizes):
         with self._lock:
             ref = self._containers.get_container_ref(container_id)
             if ref is None:
-                _log.info(
-                    "RemoveContainer of an unknown container id",
-                    container_id=quote(container_id, style="bare"),
-                )
-                return None
+                return None  # the RPC's log line says it (result not_found)
             with self._versions.transaction() as (work, containers):
                 self._remove_by_ref(work, containers, *ref)
             return ref
@@ -279,14 +272,7 @@ class Manager(Resizes):
                 names |= {ctr for _, (uid, ctr) in containers.items() if uid == pod_uid}
                 for name in sorted(names):
                     self._remove_by_ref(work, containers, pod_uid, name)
-            released = [(pod_uid, name) for name in sorted(names)]
-        for ref in released:
-            _log.info(
-                "released",
-                pod_uid=quote(ref[0], style="bare"),
-                container=quote(ref[1], style="bare"),
-            )
-        return released
+            return [(pod_uid, name) for name in sorted(names)]
 
     def get_topology_hints(
         self, pod: Pod, container_name: str, *, deadline: float | None = None

@@ -8,7 +8,6 @@ The third layer of :class:`~numamem.memorymanager.manager.Manager` (see
 from __future__ import annotations
 
 from numamem.errors import SearchBudgetError, quote
-from numamem.logging import get_logger
 from numamem.memorymanager import resize as resizing
 from numamem.memorymanager import resize_budget
 from numamem.memorymanager.manager_reads import container_of
@@ -18,8 +17,6 @@ from numamem.memorymanager.resize_apply import apply
 from numamem.memorymanager.state import MemoryState
 from numamem.pod import Pod
 from numamem.work import Work
-
-_log = get_logger("memorymanager")
 
 
 class Resizes(ActivePods):
@@ -56,18 +53,7 @@ class Resizes(ActivePods):
             apply(fork, decided)
             return decided.changes, decided
 
-        decided = self._versions.optimistic(pod, compute, deadline, budget)
-        if decided.changes:
-            _log.info(
-                "resized",
-                pod_uid=quote(pod.uid, style="bare"),
-                container=quote(container_name, style="bare"),
-                action=decided.action,
-                memory=decided.new_size,
-                pod_memory=None if decided.pod_level is None else decided.pod_level.new_size,
-                numa_nodes=list(decided.nodes),
-            )
-        return decided
+        return self._versions.optimistic(pod, compute, deadline, budget)  # the RPC logs it
 
     def explain_resize(
         self, pod: Pod, container_name: str, *, deadline: float | None = None

@@ -47,7 +47,9 @@ class ActivePods(CommittedReads):
     def remove_stale_state(self) -> list[ContainerRef]:
         """``removeStaleState`` as its own operation (one write). Returns what was removed."""
         with self._lock:
-            return self._remove_stale_state_locked()
+            removed = self._remove_stale_state_locked()
+        _log_removed(removed)
+        return removed
 
     def _remove_stale_state_locked(self) -> list[ContainerRef]:
         if not self._stale_possible:
@@ -68,12 +70,6 @@ class ActivePods(CommittedReads):
                         removed.append((pod_uid, ctr))
         if self._active_pods_fn is None:
             self._stale_possible = False
-        for pod_uid, ctr in removed:
-            _log.info(
-                "removed stale state",
-                pod_uid=quote(pod_uid, style="bare"),
-                container=quote(ctr, style="bare"),
-            )
         return removed
 
     def _remove_by_ref(
@@ -87,12 +83,29 @@ class ActivePods(CommittedReads):
         """Remove stale state before a hint or allocation, when there can be any."""
         if self._stale_possible:
             with self._lock:
-                self._remove_stale_state_locked()
+                removed = self._remove_stale_state_locked()
+            _log_removed(removed)
 
     def sync_active_pods(self, pods: Sequence[Pod]) -> list[ContainerRef]:
-        """Make ``pods`` the active set (sources ready) and remove every other container's state."""
+        """Make ``pods`` the active set (sources ready) and remove every other container's state
+        (not logged here: the SyncActivePods RPC's log line lists what it removed)."""
         with self._lock:
             with self._active_lock:
                 self._tracked_active = {p.uid: p.container_names() for p in pods}
             self._stale_possible = True
             return self._remove_stale_state_locked()
+
+
+LOGGED_REFS = 16
+"""Containers one "removed stale state" line names at most (``omitted``: how many more)."""
+
+
+def _log_removed(removed: Sequence[ContainerRef]) -> None:
+    """One line for the stale state a hint, an allocation or :meth:`remove_stale_state`
+    removed on the way (bounded, whatever was removed)."""
+    if removed:
+        _log.info(
+            "removed stale state",
+            containers=[quote(f"{uid}/{ctr}", style="bare") for uid, ctr in removed[:LOGGED_REFS]],
+            omitted=max(len(removed) - LOGGED_REFS, 0),
+        )
