@@ -1,0 +1,1 @@
+"""The containerd test harness (see README.md here)."""
