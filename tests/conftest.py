@@ -11,8 +11,9 @@ import pytest
 from numamem import logging as nlog
 from numamem.testing.daemon import DaemonProcess, short_tmpdir
 
-# The fixtures numamem ships for its clients' tests are used by numamem's own tests too.
-pytest_plugins = ["numamem.testing.fixtures"]
+# The fixtures numamem ships for its clients' tests are used by numamem's own tests too;
+# the containerd harness's (tests/containerd) run the real containerd.
+pytest_plugins = ["numamem.testing.fixtures", "tests.containerd.fixtures"]
 
 # In-process code logs warnings and errors only, to stderr (pytest shows them on failure).
 nlog.configure("warning", "console", cache=False)

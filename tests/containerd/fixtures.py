@@ -1,0 +1,87 @@
+"""pytest fixtures of the containerd harness (registered in tests/conftest.py).
+
+``containerd_dist`` is parametrized over the builds of :data:`instance.DISTRIBUTIONS`
+(ids ``containerd-1.7``, ``containerd-2.x``), so every test using these fixtures runs
+on each. It skips only where the harness cannot run, saying which: not root, no cpuset
+cgroup controller, or no Debian registry on a first download (naming the URL tried).
+``containerd_factory`` makes private instances (started, images imported, unless
+``start=False``) and at teardown cleans each up and fails the test if anything is left.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.containerd import cgroups, debs
+from tests.containerd.cleanup import reap_stale
+from tests.containerd.instance import DISTRIBUTIONS, Containerd, Distribution, distribution
+from tests.containerd.kubelet import Kubelet
+
+_DISTS: dict[str, Distribution] = {}
+_UNREACHABLE: dict[str, str] = {}
+"""A registry that was not reached is not tried again by the same process (each try can
+take the probe's whole timeout)."""
+_REAPED: list[str] = []
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return f"the containerd harness needs root (euid {os.geteuid()}): it runs containerd, runc and cgroups"
+    if cgroups.cpuset_hierarchy() is None:
+        return "no cpuset cgroup controller is mounted (v1 or v2): the harness reads containers' cpuset"
+    return None
+
+
+@pytest.fixture(params=list(DISTRIBUTIONS), ids=[f"containerd-{n}" for n in DISTRIBUTIONS])
+def containerd_dist(request: pytest.FixtureRequest) -> Distribution:
+    """The containerd build of this parameter, fetched once per machine (then cached)."""
+    reason = _why_not()
+    if reason:
+        pytest.skip(reason)
+    if not _DISTS:  # once per process: what killed test processes left behind
+        _REAPED.extend(reap_stale())
+    name: str = request.param
+    if name in _UNREACHABLE:
+        pytest.skip(_UNREACHABLE[name])
+    if name not in _DISTS:
+        try:
+            _DISTS[name] = distribution(name)
+        except debs.RegistryUnreachableError as err:
+            _UNREACHABLE[name] = str(err)
+            pytest.skip(str(err))
+    return _DISTS[name]
+
+
+@pytest.fixture
+def containerd_factory(containerd_dist: Distribution) -> Iterator[Callable[..., Containerd]]:
+    """``make(start=True, **Containerd kwargs)``: a private containerd of this parameter."""
+    made: list[Containerd] = []
+
+    def make(start: bool = True, **kwargs: Any) -> Containerd:
+        inst = Containerd(containerd_dist, **kwargs)
+        made.append(inst)
+        if start:
+            inst.start()
+            inst.import_images()
+        return inst
+
+    yield make
+    left = [f"{inst.base}: {line}" for inst in made for line in inst.cleanup()]
+    if left:
+        pytest.fail("the containerd harness left behind:\n" + "\n".join(left))
+
+
+@pytest.fixture
+def containerd(containerd_factory: Callable[..., Containerd]) -> Containerd:
+    """A started private containerd with the test images, cleaned up after the test."""
+    return containerd_factory()
+
+
+@pytest.fixture
+def kubelet(containerd: Containerd) -> Kubelet:
+    """Runs pods on ``containerd`` the way the kubelet does."""
+    return Kubelet(containerd)
