@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -117,6 +118,15 @@ def running(plugin: Plugin) -> Iterator[threading.Thread]:
         plugin.stop()
         thread.join(30)
         assert not thread.is_alive(), "Plugin.run() did not return after stop()"
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait for ``predicate`` (polling); fail naming ``what`` if it is not true in ``timeout``
+    seconds (a bound against hanging, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.01)
 
 
 def nri_threads() -> list[str]:

@@ -114,6 +114,8 @@ class Plugin:
         self._lingering: list[Endpoint] = []
         self.sessions = 0
         """Connections that registered so far."""
+        self.failed_connects = 0
+        """Connection attempts that failed since the last one that succeeded."""
 
     @classmethod
     def prelaunched(
@@ -166,15 +168,14 @@ class Plugin:
             self._session(self._sock, f"{self.idx}-{self.name}@prelaunched")
             return
         delays = iter(self._backoff.delays())
-        failures = 0
         while not self._stopping.is_set():
             try:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 sock.connect(self.socket_path)
             except OSError as e:
                 sock.close()
-                failures += 1
-                if failures == 1:
+                self.failed_connects += 1
+                if self.failed_connects == 1:
                     _log.warning(
                         "NRI runtime not reachable; retrying with backoff",
                         socket=self.socket_path,
@@ -182,9 +183,13 @@ class Plugin:
                     )
                 self._stopping.wait(next(delays))
                 continue
-            if failures:
-                _log.info("NRI runtime reachable again", socket=self.socket_path, attempts=failures)
-                failures = 0
+            if self.failed_connects:
+                _log.info(
+                    "NRI runtime reachable again",
+                    socket=self.socket_path,
+                    failed_attempts=self.failed_connects,
+                )
+                self.failed_connects = 0
             if self._session(sock, f"{self.idx}-{self.name}@{self.socket_path}"):
                 delays = iter(self._backoff.delays())
             if not self._stopping.is_set():
