@@ -1,5 +1,4 @@
-"""The committed generated code (``numamem.v1``, ``numamem.nriapi``) is what the pinned
-generators make of ``proto/`` now."""
+"""The committed generated code is what the pinned generators make of the .proto files now."""
 
 from __future__ import annotations
 
@@ -9,19 +8,20 @@ from tests import genproto
 
 
 def test_generated_code_is_current(tmp_path: Path) -> None:
-    fresh = {str(p.relative_to(tmp_path)): p.read_bytes() for p in genproto.generate(tmp_path)}
-    src = genproto.REPO / "src"
-    ours = {str(p.relative_to(src)): p.read_bytes() for p in genproto.committed()}
+    fresh = {genproto.relative(p): p.read_bytes() for p in genproto.generate(tmp_path)}
+    ours = {genproto.relative(p): p.read_bytes() for p in genproto.committed()}
     assert sorted(fresh) == sorted(ours), "run `make protos`"
-    stale = [name for name, data in fresh.items() if ours[name] != data]
-    assert stale == [], f"run `make protos`: {stale} differ from proto/"
+    stale = [str(name) for name, data in fresh.items() if ours[name] != data]
+    assert stale == [], f"run `make protos`: {stale} differ from their .proto"
     assert len(fresh) == genproto.expected_count()
 
 
-def test_every_generated_package_is_checked() -> None:
-    """A new directory under proto/numamem is generated (and so checked) too."""
-    on_disk = sorted(p.name for p in (genproto.PROTO_ROOT / "numamem").iterdir() if p.is_dir())
-    assert on_disk == sorted(p.path.name for p in genproto.PACKAGES)
+def test_every_package_under_proto_numamem_is_generated() -> None:
+    """A new directory of .proto files under proto/numamem is a target (and so checked) too."""
+    root = genproto.REPO / "proto" / "numamem"
+    on_disk = sorted(p.name for p in root.iterdir() if p.is_dir())
+    listed = [t.package for t in genproto.TARGETS if t.proto_root == genproto.REPO / "proto"]
+    assert on_disk == sorted(p.name for p in listed)
 
 
 def test_nriapi_has_no_grpc_stubs() -> None:
