@@ -73,13 +73,13 @@ class PluginService:
             "RunPodSandbox": plain(api.RunPodSandboxRequest, h.run_pod_sandbox),
             "StopPodSandbox": plain(api.StopPodSandboxRequest, h.stop_pod_sandbox),
             "RemovePodSandbox": plain(api.RemovePodSandboxRequest, h.remove_pod_sandbox),
-            "CreateContainer": self._unfallible(
+            "CreateContainer": self._no_fallback(
                 api.CreateContainerRequest, "create_container", api.CreateContainerResponse
             ),
-            "UpdateContainer": self._unfallible(
+            "UpdateContainer": self._no_fallback(
                 api.UpdateContainerRequest, "update_container", api.UpdateContainerResponse
             ),
-            "StopContainer": self._unfallible(
+            "StopContainer": self._no_fallback(
                 api.StopContainerRequest, "stop_container", api.StopContainerResponse
             ),
             "RemoveContainer": plain(api.RemoveContainerRequest, h.remove_container),
@@ -145,7 +145,7 @@ class PluginService:
         reply: api.Empty = self._run(self._handler.shutdown, req, info)
         return reply
 
-    def _unfallible(self, request_type: type[ProtoMessage], name: str, empty: type[Any]) -> Method:
+    def _no_fallback(self, request_type: type[ProtoMessage], name: str, empty: type[Any]) -> Method:
         """A method the runtime has no StateChange fallback for: unhandled, it answers empty
         (no change) rather than failing the container."""
         fn = getattr(self._handler, name)

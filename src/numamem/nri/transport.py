@@ -26,6 +26,7 @@ from numamem.nri.framing import (
     FrameDecoder,
     Message,
     MessageDecoder,
+    OversizedFrame,
     OversizedMessage,
     encode_frames,
     message_chunks,
@@ -130,13 +131,13 @@ class Connection:
             self.problems.summarize()
             self._on_close()
 
-    def _deliver(self, frame: object) -> None:
-        if not isinstance(frame, Frame):
+    def _deliver(self, frame: Frame | OversizedFrame) -> None:
+        if isinstance(frame, OversizedFrame):
             self.problems.report(
                 kinds.OVERSIZED_FRAME,
                 "NRI frame over the multiplexer's limit skipped",
-                conn_id=getattr(frame, "conn_id", None),
-                length=getattr(frame, "length", None),
+                conn_id=frame.conn_id,
+                length=frame.length,
                 limit=MAX_FRAME_PAYLOAD,
             )
             return
