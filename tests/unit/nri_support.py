@@ -6,8 +6,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from numamem.nri import handler as hmod
 from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Backoff, Plugin
 from numamem.nriapi import api_pb2 as api
@@ -134,3 +136,23 @@ def nri_threads() -> list[str]:
     return sorted(
         t.name for t in threading.enumerate() if t.name.startswith(("nri-", "plugin-run"))
     )
+
+
+def external(handler: Handler, sock: Path, **kwargs: object) -> Plugin:
+    return Plugin(handler, name="numamem", idx="90", socket_path=str(sock), backoff=FAST, **kwargs)  # type: ignore[arg-type]
+
+
+class StateChangeOnly(Handler):
+    """Sees the pod events only through StateChange (no dedicated method)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, str, str]] = []
+
+    def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
+        return api.ConfigureResponse(
+            events=hmod.events_mask([api.RUN_POD_SANDBOX, api.REMOVE_CONTAINER])
+        )
+
+    def state_change(self, req: api.StateChangeEvent, ctx: CallContext) -> api.Empty:
+        self.events.append((req.event, req.pod.uid, req.container.id))
+        return api.Empty()

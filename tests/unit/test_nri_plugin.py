@@ -11,15 +11,22 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from numamem.errors import ConfigError, NriConnectionError, NriStatusError, NumamemError
+from numamem.errors import NriConnectionError, NriStatusError
 from numamem.nri import handler as hmod
 from numamem.nri import status
-from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Plugin
 from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
 from numamem.testing.nri_runtime import ScriptedRuntime, inheritable, plugin_env
-from tests.unit.nri_support import FAST, PodRecorder, Recorder, nri_threads, running, wait_until
+from tests.unit.nri_support import (
+    PodRecorder,
+    Recorder,
+    StateChangeOnly,
+    external,
+    nri_threads,
+    running,
+    wait_until,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -32,10 +39,6 @@ def no_leaked_threads() -> Iterator[None]:
 @pytest.fixture
 def sock(short_root: Path) -> Path:
     return short_root / "nri.sock"
-
-
-def external(handler: Handler, sock: Path, **kwargs: object) -> Plugin:
-    return Plugin(handler, name="numamem", idx="90", socket_path=str(sock), backoff=FAST, **kwargs)  # type: ignore[arg-type]
 
 
 def test_external_plugin_registers_configures_synchronizes_and_handles_events(sock: Path) -> None:
@@ -225,22 +228,6 @@ def test_containerd_17_delivers_lifecycle_events_through_state_change(sock: Path
         runtime.stop()
 
 
-class StateChangeOnly(Handler):
-    """Sees the pod events only through StateChange (no dedicated method)."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[int, str, str]] = []
-
-    def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
-        return api.ConfigureResponse(
-            events=hmod.events_mask([api.RUN_POD_SANDBOX, api.REMOVE_CONTAINER])
-        )
-
-    def state_change(self, req: api.StateChangeEvent, ctx: CallContext) -> api.Empty:
-        self.events.append((req.event, req.pod.uid, req.container.id))
-        return api.Empty()
-
-
 def test_unimplemented_methods_make_containerd_2_fall_back_to_state_change(sock: Path) -> None:
     handler = StateChangeOnly()
     runtime = ScriptedRuntime(sock, flavor="2.x").start()
@@ -280,82 +267,6 @@ def test_after_a_fallback_state_change_still_reaches_the_dedicated_methods(sock:
             assert peer.remove_container(pod, obj.container(pod))
             peer.state_change(api.RUN_POD_SANDBOX, pod)  # not handled: ignored, not an error
             assert handler.names() == ["configure", "remove_container"]
-    finally:
-        runtime.stop()
-
-
-@pytest.mark.parametrize(
-    ("error", "code", "text"),
-    [
-        (
-            NumamemError("pod 'default/p' container 'app': no NUMA node fits"),
-            2,
-            "no NUMA node fits",
-        ),
-        (ValueError("a bug"), 2, "ValueError: a bug"),
-        (NriStatusError(status.FAILED_PRECONDITION, "refused on purpose"), 9, "refused on purpose"),
-    ],
-)
-def test_a_handler_error_fails_the_request_with_its_message(
-    sock: Path, error: Exception, code: int, text: str
-) -> None:
-    handler = Recorder()
-
-    def fail(name: str, req: object) -> None:
-        if name == "create_container":
-            raise error
-
-    handler.hook = fail
-    runtime = ScriptedRuntime(sock).start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            peer.configure()
-            pod = obj.pod()
-            with capture_logs() as logs, pytest.raises(NriStatusError) as failed:
-                peer.create_container(pod, obj.container(pod))
-            assert failed.value.code == code
-            assert text in failed.value.message
-            [logged] = [e for e in logs if e.get("method") == "CreateContainer"]
-            assert logged["pod_uid"] == "uid-a" and logged["container"] == "app"
-            handler.hook = None
-            assert peer.create_container(pod, obj.container(pod)) is not None  # still serving
-    finally:
-        runtime.stop()
-
-
-def test_unsubscribed_requests_without_fallback_change_nothing(sock: Path) -> None:
-    """A CreateContainer the plugin did not subscribe to (it has no StateChange fallback) is
-    answered with no adjustment, not an error that would fail the container."""
-    handler = StateChangeOnly()
-    runtime = ScriptedRuntime(sock).start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            peer.configure()
-            pod = obj.pod()
-            request = api.CreateContainerRequest(pod=pod, container=obj.container(pod))
-            with capture_logs() as logs:
-                for _ in range(3):
-                    reply = peer.call("CreateContainer", request, api.CreateContainerResponse)
-                    assert reply == api.CreateContainerResponse()
-            assert [e["problem"] for e in logs if "problem" in e] == ["unsubscribed_event"]
-    finally:
-        runtime.stop()
-
-
-def test_configure_refuses_a_subscription_the_handler_cannot_serve(sock: Path) -> None:
-    class Greedy(Recorder):
-        def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
-            return api.ConfigureResponse(events=hmod.events_mask([api.RUN_POD_SANDBOX]))
-
-    runtime = ScriptedRuntime(sock).start()
-    try:
-        with running(external(Greedy(), sock)):
-            peer = runtime.accept()
-            with pytest.raises(NriStatusError, match="unhandled \\['RUN_POD_SANDBOX'\\]") as e:
-                peer.configure()
-            assert e.value.code == status.FAILED_PRECONDITION
     finally:
         runtime.stop()
 
@@ -464,32 +375,3 @@ def test_stop_while_waiting_for_an_absent_runtime_returns(sock: Path) -> None:
     assert plugin.sessions == 0
     unreachable = [e for e in logs if e["event"].startswith("NRI runtime not reachable")]
     assert len(unreachable) == 1  # an outage is logged once, not per attempt
-
-
-@pytest.mark.parametrize(
-    ("name", "idx", "match"),
-    [("", "90", "name ''"), ("numamem", "9", "index '9'"), ("numamem", "a1", "two digits")],
-)
-def test_the_runtime_would_refuse_the_name_or_index(name: str, idx: str, match: str) -> None:
-    with pytest.raises(ConfigError, match=match):
-        Plugin(Recorder(), name=name, idx=idx)
-
-
-def test_a_handler_that_handles_nothing_is_refused() -> None:
-    with pytest.raises(ConfigError, match="handles no event"):
-        Plugin(Handler(), name="numamem", idx="90")
-
-
-@pytest.mark.parametrize(
-    ("env", "match"),
-    [
-        ({}, "NRI_PLUGIN_SOCKET='' is not a file descriptor"),
-        ({"NRI_PLUGIN_SOCKET": "three"}, "NRI_PLUGIN_SOCKET='three'"),
-        ({"NRI_PLUGIN_SOCKET": "-1"}, "NRI_PLUGIN_SOCKET='-1'"),
-        ({"NRI_PLUGIN_SOCKET": "987654"}, "NRI_PLUGIN_SOCKET=987654 is not a usable socket"),
-    ],
-)
-def test_prelaunched_environment_errors_name_the_variable(env: dict[str, str], match: str) -> None:
-    assert Plugin.is_prelaunched(env) == ("NRI_PLUGIN_SOCKET" in env)
-    with pytest.raises(ConfigError, match=match):
-        Plugin.prelaunched(Recorder(), env)
