@@ -65,7 +65,7 @@ run: $(RUN_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-# Regenerates the committed src/numamem/v1 code after a change in proto/.
+# Regenerates the committed src/numamem/v1 and src/numamem/nriapi code after a change in proto/.
 protos: $(STAMP)
 	$(BIN)/python -m tests.genproto --write
 

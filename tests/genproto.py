@@ -23,6 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+MESSAGE_SUFFIXES = SUFFIXES[:2]
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,19 @@ class Target:
     proto_root: Path
     package: Path
     out_root: Path
+    grpc: bool = True
+    """Generate gRPC stubs too (not for messages carried by another RPC system: ttrpc)."""
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        return SUFFIXES if self.grpc else MESSAGE_SUFFIXES
 
     def protos(self) -> list[Path]:
         return sorted((self.proto_root / self.package).glob("*.proto"))
 
     def committed(self) -> list[Path]:
         return sorted(
-            p for p in (self.out_root / self.package).iterdir() if p.name.endswith(SUFFIXES)
+            p for p in (self.out_root / self.package).iterdir() if p.name.endswith(self.suffixes)
         )
 
 
@@ -46,7 +53,9 @@ class Target:
 TARGETS: list[Target] = [
     # numamem's own API (src/numamem/v1).
     Target(REPO / "proto", Path("numamem") / "v1", REPO / "src"),
-    # The CRI runtime.v1 calls the containerd test harness makes (tests/containerd/criapi).
+    # The NRI and ttrpc messages the NRI plugin speaks (src/numamem/nriapi; ttrpc, not gRPC).
+    Target(REPO / "proto", Path("numamem") / "nriapi", REPO / "src", grpc=False),
+    # The CRI runtime.v1 subset the containerd test harness drives (tests/containerd/criapi).
     Target(REPO, Path("tests") / "containerd" / "criapi", REPO),
 ]
 
@@ -55,9 +64,15 @@ def protos() -> list[Path]:
     return [p for t in TARGETS for p in t.protos()]
 
 
+def expected_count() -> int:
+    """How many files the generators make: one per suffix of each target's .proto files."""
+    return sum(len(t.suffixes) * len(t.protos()) for t in TARGETS)
+
+
 def _generate_target(target: Target, out: Path) -> list[Path]:
     bin_dir = str(Path(sys.executable).parent)  # protoc-gen-mypy lives beside the interpreter
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    grpc_out = [f"--grpc_python_out={out}", f"--mypy_grpc_out={out}"] if target.grpc else []
     subprocess.run(
         [
             sys.executable,
@@ -65,16 +80,15 @@ def _generate_target(target: Target, out: Path) -> list[Path]:
             "grpc_tools.protoc",
             f"--proto_path={target.proto_root}",
             f"--python_out={out}",
-            f"--grpc_python_out={out}",
             f"--mypy_out={out}",
-            f"--mypy_grpc_out={out}",
+            *grpc_out,
             *(str(p) for p in target.protos()),
         ],
         check=True,
         env=env,
         capture_output=True,
     )
-    return sorted(p for p in (out / target.package).iterdir() if p.name.endswith(SUFFIXES))
+    return sorted(p for p in (out / target.package).iterdir() if p.name.endswith(target.suffixes))
 
 
 def generate(out: Path) -> list[Path]:

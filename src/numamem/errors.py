@@ -293,3 +293,27 @@ class DurabilityUnknownError(PersistenceError):
     def __init__(self, message: str, *, applied: bool = True) -> None:
         super().__init__(message)
         self.applied = applied
+
+
+# --- the NRI plugin ----------------------------------------------------------------
+
+
+class NriStatusError(NumamemError):
+    """An NRI (ttrpc) call answered with an error status: raised by a call the peer refused,
+    and raised by a plugin handler to answer with that status.
+
+    ``code`` is a gRPC status code number (ttrpc carries a google.rpc.Status): a handler
+    raises it to choose the code (12, Unimplemented, makes containerd 2.x deliver that
+    lifecycle event through StateChange); any other exception of a handler is answered
+    2 (Unknown) with its message, as ttrpc answers a Go error.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class NriConnectionError(UnavailableError):
+    """The NRI connection to the runtime is not established or was closed; a call sent
+    before the close may or may not have been applied."""

@@ -1,0 +1,81 @@
+"""NRI pods and containers as containerd sends them, for tests of NRI plugins.
+
+The shapes follow what containerd puts in the NRI messages for a CRI pod (see
+``/work/shared/spec/nri-notes.md`` of the project): the kubelet's labels on
+the container, the pod's cgroup parent, limits (not requests) in the
+container's ``linux.resources``.
+"""
+
+from __future__ import annotations
+
+from numamem.nriapi import api_pb2 as api
+
+
+def pod(
+    name: str = "pod-a",
+    uid: str = "uid-a",
+    namespace: str = "default",
+    *,
+    sandbox_id: str | None = None,
+    cgroup_parent: str | None = None,
+) -> api.PodSandbox:
+    """A pod sandbox; the cgroup parent defaults to a Guaranteed pod's (cgroupfs driver)."""
+    out = api.PodSandbox(
+        id=sandbox_id or f"sandbox-{uid}",
+        name=name,
+        uid=uid,
+        namespace=namespace,
+        labels={
+            "io.kubernetes.pod.name": name,
+            "io.kubernetes.pod.namespace": namespace,
+            "io.kubernetes.pod.uid": uid,
+        },
+    )
+    out.linux.cgroup_parent = cgroup_parent or f"kubepods/pod{uid}"
+    return out
+
+
+def container(
+    sandbox: api.PodSandbox,
+    name: str = "app",
+    *,
+    container_id: str | None = None,
+    memory_limit: int | None = None,
+    cpus: str = "",
+    mems: str = "",
+    state: int = api.CONTAINER_CREATED,
+) -> api.Container:
+    """A container of ``sandbox`` with the kubelet's labels and the given resources."""
+    out = api.Container(
+        id=container_id or f"{sandbox.id}-{name}",
+        pod_sandbox_id=sandbox.id,
+        name=name,
+        state=state,  # type: ignore[arg-type]
+        labels={
+            "io.kubernetes.container.name": name,
+            "io.kubernetes.pod.name": sandbox.name,
+            "io.kubernetes.pod.namespace": sandbox.namespace,
+            "io.kubernetes.pod.uid": sandbox.uid,
+        },
+    )
+    resources = out.linux.resources
+    if memory_limit is not None:
+        resources.memory.limit.value = memory_limit
+    resources.cpu.cpus = cpus
+    resources.cpu.mems = mems
+    out.linux.cgroups_path = f"{sandbox.linux.cgroup_parent}/{out.id}"
+    return out
+
+
+def mems_update(container_id: str, mems: str) -> api.ContainerUpdate:
+    """An update setting a container's ``cpuset.mems``."""
+    out = api.ContainerUpdate(container_id=container_id)
+    out.linux.resources.cpu.mems = mems
+    return out
+
+
+def mems_adjustment(mems: str) -> api.ContainerAdjustment:
+    """An adjustment setting the created container's ``cpuset.mems``."""
+    out = api.ContainerAdjustment()
+    out.linux.resources.cpu.mems = mems
+    return out
