@@ -162,6 +162,13 @@ def guarded(text: str) -> str:
     return text if text.isprintable() else shown(text)
 
 
+def guarded_lines(text: str, indent: str = "") -> str:
+    """A message of several lines (a start-up refusal: the message, what differs, the fix)
+    as lines: each line through :func:`guarded` (so a line break is a line break, and
+    anything else non-printable is still escaped), each after ``indent``."""
+    return "\n".join(indent + guarded(line) for line in text.split("\n"))
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Left-aligned columns separated by two spaces; every cell through :func:`shown`."""
     cells = [[str(h) for h in headers], *[[shown(c) for c in row] for row in rows]]
