@@ -30,7 +30,7 @@ from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2
 
 
-def add_parsers(sub: Any) -> None:
+def add_hints_parser(sub: Any) -> None:
     hints = sub.add_parser(
         "hints",
         help="show the memory manager's NUMA topology hints for a pod manifest",
@@ -44,6 +44,8 @@ def add_parsers(sub: Any) -> None:
     add_client_args(hints)
     hints.set_defaults(run=client_command(run_hints))
 
+
+def add_explain_parser(sub: Any) -> None:
     explain = sub.add_parser(
         "explain",
         help="explain what admitting a pod manifest would decide, and why (changes nothing)",
@@ -63,6 +65,8 @@ def add_parsers(sub: Any) -> None:
     add_client_args(explain)
     explain.set_defaults(run=client_command(run_explain))
 
+
+def add_admit_parser(sub: Any) -> None:
     admit = sub.add_parser(
         "admit",
         help="admit a pod manifest (topology-manager admission, all-or-nothing)",
@@ -79,6 +83,8 @@ def add_parsers(sub: Any) -> None:
     add_client_args(admit)
     admit.set_defaults(run=client_command(run_admit))
 
+
+def add_release_parser(sub: Any) -> None:
     release = sub.add_parser(
         "release",
         help="release memory by container id (RemoveContainer) or a whole pod (--pod)",
@@ -93,6 +99,8 @@ def add_parsers(sub: Any) -> None:
     add_client_args(release)
     release.set_defaults(run=client_command(run_release))
 
+
+def add_sync_parser(sub: Any) -> None:
     sync = sub.add_parser(
         "sync",
         help="declare the live pods (SyncActivePods): release every container not in them",
