@@ -140,12 +140,14 @@ def run_hints(args: argparse.Namespace, client: NumamemClient) -> int:
     if isinstance(pod, int):
         return pod
     if args.pod_scope:
+        if args.container:
+            raise UsageError("--container and --pod-scope: pod-scope hints are the whole pod's")
         answers = {"(pod)": client.get_pod_topology_hints(pod)}
     else:
         names = [c.name for c in (*pod.init_containers, *pod.containers)]
         if args.container:
             if args.container not in names:
-                return fail(
+                raise UsageError(
                     f"--container {quote(args.container)} is not in the pod (containers: {', '.join(names)})"
                 )
             names = [args.container]
