@@ -64,8 +64,8 @@ COMMANDS: dict[str, Entry] = {
         "show the memory manager's NUMA topology hints for a pod manifest",
     ),
     "explain": Entry(
-        "memory",
-        "add_explain_parser",
+        "explain",
+        "add_parser",
         "explain what admitting a pod manifest would decide, and why (changes nothing)",
     ),
     "admit": Entry(
