@@ -51,13 +51,25 @@ def add_admit_parser(sub: Any) -> None:
         help="admit a pod manifest (topology-manager admission, all-or-nothing)",
         description=(
             "Admit the pod and pin its containers' memory. Unless --no-start, then record each container as "
-            "started (AddContainer) with the id <pod uid>/<container name>, in spec order, which frees the "
-            "memory of init containers as the kubelet does. Exit code 3 when the pod is rejected."
+            "started (AddContainer) with its runtime id (--container-id), else the id <pod uid>/<container "
+            "name>, in spec order, which frees the memory of init containers as the kubelet does. Exit code "
+            "3 when the pod is rejected."
         ),
     )
     add_pod_file(admit)
     admit.add_argument(
         "--no-start", action="store_true", help="only admit; do not record containers as started"
+    )
+    admit.add_argument(
+        "--container-id",
+        action="append",
+        default=[],
+        type=name_and_id,
+        metavar="NAME=ID",
+        help="record container NAME as started with the runtime's id ID (e.g. "
+        "containerd://<64 hex>, as kubectl get pod -o yaml shows in status.containerStatuses), "
+        "so that residency and the container metrics find its cgroup (repeatable; the others "
+        "get <pod uid>/<name>, which names no cgroup)",
     )
     add_client_args(admit)
     admit.set_defaults(run=client_command(run_admit))
@@ -145,15 +157,49 @@ def run_hints(args: argparse.Namespace, client: NumamemClient) -> int:
     return EXIT_OK
 
 
+def name_and_id(text: str) -> tuple[str, str]:
+    """``--container-id NAME=ID``: a container's name and its runtime id, both non-empty."""
+    name, sep, cid = text.partition("=")
+    if not sep or not name or not cid:
+        raise argparse.ArgumentTypeError(
+            f"{quote(text)}: expected NAME=ID, a container of the manifest and its runtime id "
+            "(e.g. app=containerd://4f2a...)"
+        )
+    return name, cid
+
+
+def given_ids(args: argparse.Namespace, pod: memorymanager_pb2.Pod) -> dict[str, str]:
+    """``--container-id`` as container name -> id, checked against the pod before anything is
+    admitted: a name the manifest does not have, a name or an id given twice, or ids with
+    --no-start are usage errors."""
+    if args.container_id and args.no_start:
+        raise UsageError("--container-id records started containers; --no-start records none")
+    names = [c.name for c in (*pod.init_containers, *pod.containers)]
+    ids: dict[str, str] = {}
+    for name, cid in args.container_id:
+        if name not in names:
+            raise UsageError(
+                f"--container-id {quote(name)}=...: no such container in the pod (containers: "
+                f"{', '.join(names)})"
+            )
+        if name in ids:
+            raise UsageError(f"--container-id {quote(name)}=... is given twice")
+        if cid in ids.values():
+            raise UsageError(f"--container-id ...={quote(cid)} names two containers")
+        ids[name] = cid
+    return ids
+
+
 def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
     pod = pod_from_args(args)
     if isinstance(pod, int):
         return pod
+    ids = given_ids(args, pod)
     resp = client.admit(pod)
     started: list[str] = []
     if resp.admitted and not args.no_start:
         for ctr in (*pod.init_containers, *pod.containers):
-            cid = f"{pod.uid}/{ctr.name}"
+            cid = ids.get(ctr.name, f"{pod.uid}/{ctr.name}")
             client.add_container(pod, ctr.name, cid)
             if ctr in pod.containers or ctr.restart_policy == "Always":
                 # A regular init container's memory goes when the app starts; its id with it.
