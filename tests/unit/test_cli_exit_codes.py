@@ -27,11 +27,13 @@ USAGE = [
     (["explain", "--resize", "-f", ONE, "--container", "nope"], "--container 'nope' is not in the pod"),
     (["explain", "-f", ONE, "--container", "db"], "--container and --memory go with --resize"),
     (["release"], "give container ids, or --pod UID"),
+    (["cache", "pools", "--pod", "u1"], "--pod selects containers; pools belong to no pod"),
+    (["cache", "export", "--pod", "u1"], "--pod selects containers; export compacts"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("argv", "fragment"), USAGE, ids=[" ".join(a[:1] + a[3:]) for a, _ in USAGE]
+    ("argv", "fragment"), USAGE, ids=[" ".join(a).replace(str(REPO) + "/", "") for a, _ in USAGE]
 )
 def test_usage_errors_exit_2_with_the_commands_usage(
     numamem_server: InProcessServer,
