@@ -116,10 +116,11 @@ class Formatter(argparse.HelpFormatter):
         indent_increment: int = 2,
         max_help_position: int = 24,
         width: int | None = None,
+        **kwargs: Any,  # what later Pythons add (3.14: color)
     ) -> None:
         if width is None:
             width = terminal_columns() - 2
-        super().__init__(prog, indent_increment, max_help_position, width)
+        super().__init__(prog, indent_increment, max_help_position, width, **kwargs)
 
 
 def terminal_columns() -> int:
