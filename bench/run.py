@@ -33,7 +33,7 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench import bounds, hard_paths, large_numa, readme, targets
+from bench import bounds, cli_start, hard_paths, large_numa, readme, targets
 from numamem.api.convert import hints_to_proto
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
@@ -90,6 +90,7 @@ class Scale:
     hard_reps: int = 20
     target_iterations: int = 2000
     compactions: int = 6
+    cli_runs: int = 30
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -829,13 +830,14 @@ def main() -> int:
             hard_reps=3,
             target_iterations=200,
             compactions=1,
+            cli_runs=5,
         )
         if args.quick
         else Scale()
     )
     phases = [
         "memory", "targets", "hints", "numa", "hard", "metacache", "podresources", "startup",
-        "metrics",
+        "metrics", "cli",
     ]  # fmt: skip
     chosen = args.only or phases
     root = Path(tempfile.mkdtemp(prefix="nmbench-", dir="/tmp"))
@@ -868,6 +870,8 @@ def main() -> int:
             startup_phase(report, root, s)
         if "metrics" in chosen:
             metrics_phase(report, root, s)
+        if "cli" in chosen:
+            cli_start.phase(report, root, s.cli_runs)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report.figures["bench_seconds"] = time.perf_counter() - began

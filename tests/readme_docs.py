@@ -118,6 +118,16 @@ def write_block(text: str, begin: str, end: str, body: str) -> str:
 class Example:
     command: str
     expected_exit: int
+    comment: str = ""
+    """What follows ``  # `` (after ``exit N``, if any): it may quote the output (see
+    :func:`quoted_output`)."""
+
+
+def quoted_output(comment: str) -> tuple[bool, list[str]]:
+    """What an example's comment says its output holds: whether it is the empty message
+    (the comment starts with ``{}``), and each JSON member it quotes (``"allocated": true``)."""
+    members = re.findall(r'"\w+": (?:true|false|null|-?\d+|"[^"]*")', comment)
+    return comment.lstrip().startswith("{}"), members
 
 
 def section(text: str, heading: str) -> str:
@@ -155,13 +165,13 @@ def examples(block: str) -> list[Example]:
             continue
         expected = 0
         match = re.search(r"\s# exit (\d+)\b.*$", line)
-        command = line
+        command, comment = line, ""
         if match:
             expected = int(match.group(1))
-            command = line[: match.start()]
+            command, comment = line[: match.start()], match.group(0).split("# ", 1)[1]
         elif "  # " in line:
-            command = line.rsplit("  # ", 1)[0]
-        out.append(Example(command.rstrip(), expected))
+            command, comment = line.rsplit("  # ", 1)
+        out.append(Example(command.rstrip(), expected, comment.strip()))
     return out
 
 

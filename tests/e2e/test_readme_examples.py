@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from tests.daemon import REPO, STATIC_ARGS, grpcurl_bin
-from tests.readme_docs import README, examples, section, shell_blocks
+from tests.readme_docs import README, examples, quoted_output, section, shell_blocks
 
 pytestmark = pytest.mark.e2e
 
@@ -55,6 +56,22 @@ def test_grpc_api_examples_run_with_the_documented_exit_codes(
         if line != want
     ]
     assert not failures, "\n".join(failures)
+    # What a comment says the output holds, it holds (issue 38: `"allocated": false`, which
+    # grpcurl leaves out).
+    said = []
+    assert any(quoted_output(e.comment) != (False, []) for e in examples(block))  # not vacuous
+    for index, example in enumerate(examples(block)):
+        empty, members = quoted_output(example.comment)
+        text = (out_dir / str(index)).read_text()
+        flat = " ".join(text.split())
+        if empty and json.loads(text) != {}:
+            said.append(f"{example.command!r}: the comment says {{}}, the output is {text!r}")
+        said += [
+            f"{example.command!r}: the comment quotes {m}, the output is {text[:200]!r}"
+            for m in members
+            if m not in flat
+        ]
+    assert not said, "\n".join(said)
     assert daemon.stop() == 0
 
 

@@ -281,7 +281,8 @@ def test_pod_level_budget_grow_kill_restart(
         assert same.action == mm.RESIZE_UNCHANGED
         shrunk = client.resize(pod_level_pod("5Gi", "2Gi"), "")
         assert shrunk.action == mm.RESIZE_SHRUNK and list(shrunk.numa_nodes) == [0, 1]
-    # The CLI: a pod-level pod not admitted has no budget pinned.
+    # The CLI: a pod-level pod not admitted has no budget pinned; the resize would do
+    # nothing, so explain exits as resize would: 1 (issue 38).
     out = cli(d, "explain", "--resize", "-f", "examples/pod-level.yaml", "--pod-memory", "9Gi")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr
     assert "not pinned" in out.stdout

@@ -215,10 +215,13 @@ def admit_outcome_to_proto(pod: Pod, outcome: AdmitOutcome) -> memorymanager_pb2
     )
     if result.admitted:
         for ctr in pod.all_containers():
+            why = outcome.unpinned.get(ctr.name)
             resp.containers.add(
                 container_name=ctr.name,
                 affinity=hint_to_proto(result.affinities.get(ctr.name, NO_AFFINITY)),
                 blocks=blocks_to_proto(outcome.blocks.get(ctr.name, [])),
+                not_pinned_reason=why.reason if why else "",
+                not_pinned_message=why.message if why else "",
             )
         resp.pod_blocks.extend(blocks_to_proto(outcome.pod_blocks or []))
     return resp

@@ -9,6 +9,7 @@ from typing import Any
 
 from numamem.cli.common import (
     EXIT_OK,
+    UsageError,
     add_client_args,
     client_command,
     fail,
@@ -49,7 +50,13 @@ def add_parser(sub: Any) -> None:
     )
     add_client_args(parser)
     live = client_command(run)
-    parser.set_defaults(run=lambda a: export(Path(a.state_dir)) if a.kind == "export" else live(a))
+    parser.set_defaults(run=lambda a: run_export(a) if a.kind == "export" else live(a))
+
+
+def run_export(args: argparse.Namespace) -> int:
+    if args.pod:
+        raise UsageError("--pod selects containers; export compacts the whole state")
+    return export(Path(args.state_dir))
 
 
 def export(state_dir: Path) -> int:
@@ -87,6 +94,8 @@ def _assignments(values: Any) -> str:
 
 
 def run(args: argparse.Namespace, client: NumamemClient) -> int:
+    if args.pod and args.kind in ("pools", "regions"):
+        raise UsageError(f"--pod selects containers; {args.kind} belong to no pod")
     kinds = [args.kind] if args.kind else ["containers", "pools", "regions"]
     data: dict[str, list[Any]] = {}
     if "containers" in kinds:

@@ -1,27 +1,35 @@
-"""Shared pieces of the client commands: connection flags, errors, output."""
+"""Shared pieces of the client commands: connection flags, errors, output.
+
+Imported by every command, ``health`` included, so it imports nothing but the standard
+library at module level (no grpc, no protobuf, no :mod:`numamem.client`, not even
+:mod:`numamem.errors`): the rest loads where used.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import grpc
-from google.protobuf.message import Message
+from typing import TYPE_CHECKING, Any
 
 from numamem.cli import UsageError
-from numamem.client import NumamemClient
-from numamem.config.model import DEFAULT_SOCKET
-from numamem.errors import quote
-from numamem.quantity import format_bytes
+
+if TYPE_CHECKING:
+    import grpc
+    from google.protobuf.message import Message
+
+    from numamem.client import NumamemClient
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_USAGE = 2  # argparse's, and UsageError's: the command line does not make sense
 EXIT_REJECTED = 3  # `admit`: the pod was not admitted (a normal answer, not an error)
 __all__ = ["UsageError"]
+
+DEFAULT_SOCKET = "/run/numamem/numamem.sock"
+"""``numamem.config.model.DEFAULT_SOCKET`` (a test checks they agree), without importing the
+configuration model: ``numamem health`` runs every few seconds and imports only what it needs."""
 
 
 MAX_TIMEOUT_S = 3600.0
@@ -68,6 +76,8 @@ def timeout_seconds(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value <= MAX_TIMEOUT_S:
+        from numamem.errors import quote
+
         raise argparse.ArgumentTypeError(
             f"{quote(text)}: expected seconds, more than 0 and at most {MAX_TIMEOUT_S:g}"
         )
@@ -80,6 +90,10 @@ def client_command(
     """Wrap a command: open a client from the flags; an RPC error is one line and exit 1."""
 
     def run(args: argparse.Namespace) -> int:
+        import grpc
+
+        from numamem.client import NumamemClient
+
         with NumamemClient(args.socket, timeout=args.timeout) as client:
             try:
                 return func(args, client)
@@ -91,6 +105,8 @@ def client_command(
 
 def report_rpc_error(err: grpc.RpcError, socket: str | None) -> int:
     """One line on stderr for a failed RPC (naming a missing socket); returns exit code 1."""
+    import grpc
+
     code = err.code() if hasattr(err, "code") else None
     details = err.details() if hasattr(err, "details") else str(err)
     if code == grpc.StatusCode.UNAVAILABLE and socket is not None and not os.path.exists(socket):
@@ -140,6 +156,8 @@ def _scalar_or_message(field: Any, value: Any) -> Any:
 
 
 def print_json(data: Any) -> None:
+    import json
+
     json.dump(data, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
 
@@ -152,6 +170,8 @@ def shown(value: object) -> str:
     text = str(value)
     if text.isprintable() and "\\" not in text:
         return text
+    from numamem.errors import quote
+
     return quote(text, style="bare", limit=10 * len(text) + 10)  # \U0010ffff: 10 bytes
 
 
@@ -160,6 +180,13 @@ def guarded(text: str) -> str:
     values in it already, so it is shown as it is unless it holds a non-printable
     character (then as :func:`shown`)."""
     return text if text.isprintable() else shown(text)
+
+
+def guarded_lines(text: str, indent: str = "") -> str:
+    """A message of several lines (a start-up refusal: the message, what differs, the fix)
+    as lines: each line through :func:`guarded` (so a line break is a line break, and
+    anything else non-printable is still escaped), each after ``indent``."""
+    return "\n".join(indent + guarded(line) for line in text.split("\n"))
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -172,4 +199,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         )
 
 
-human_bytes = format_bytes
+def human_bytes(size: int) -> str:
+    """:func:`numamem.quantity.format_bytes`: one formatter for every size numamem prints."""
+    from numamem.quantity import format_bytes
+
+    return format_bytes(size)

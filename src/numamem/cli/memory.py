@@ -1,10 +1,11 @@
-"""Pod commands against the memory manager: ``hints``, ``explain``, ``admit``, ``release``, ``sync``."""
+"""Pod commands against the memory manager: ``hints``, ``admit``, ``release``, ``sync``
+(``explain``: :mod:`numamem.cli.explain`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from numamem.cli.common import (
@@ -24,19 +25,18 @@ from numamem.cli.common import (
     shown,
 )
 from numamem.cli.podfile import PodFileError, load_pod, load_pods
-from numamem.cli.resize import add_resize_args, run_explain_resize
 from numamem.client import NumamemClient
 from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2
 
 
-def add_parsers(sub: Any) -> None:
+def add_hints_parser(sub: Any) -> None:
     hints = sub.add_parser(
         "hints",
         help="show the memory manager's NUMA topology hints for a pod manifest",
         description="Container-scope hints for every container (or --container), or --pod-scope hints.",
     )
-    _add_pod_file(hints)
+    add_pod_file(hints)
     hints.add_argument("--container", help="only this container")
     hints.add_argument(
         "--pod-scope", action="store_true", help="pod-scope hints (GetPodTopologyHints)"
@@ -44,41 +44,38 @@ def add_parsers(sub: Any) -> None:
     add_client_args(hints)
     hints.set_defaults(run=client_command(run_hints))
 
-    explain = sub.add_parser(
-        "explain",
-        help="explain what admitting a pod manifest would decide, and why (changes nothing)",
-        description=(
-            "Run admission without allocating: the decision, each container's request, hints and merged "
-            "hint, and for every NUMA mask why it was or was not offered. Exit code 3 when the pod would "
-            "be rejected."
-        ),
-    )
-    _add_pod_file(explain)
-    explain.add_argument(
-        "--resize",
-        action="store_true",
-        help="explain an in-place resize of a pinned container to the manifest's resources instead",
-    )
-    add_resize_args(explain)
-    add_client_args(explain)
-    explain.set_defaults(run=client_command(run_explain))
 
+def add_admit_parser(sub: Any) -> None:
     admit = sub.add_parser(
         "admit",
         help="admit a pod manifest (topology-manager admission, all-or-nothing)",
         description=(
             "Admit the pod and pin its containers' memory. Unless --no-start, then record each container as "
-            "started (AddContainer) with the id <pod uid>/<container name>, in spec order, which frees the "
-            "memory of init containers as the kubelet does. Exit code 3 when the pod is rejected."
+            "started (AddContainer) with its runtime id (--container-id), else the id <pod uid>/<container "
+            "name>, in spec order, which frees the memory of init containers as the kubelet does. Exit code "
+            "3 when the pod is rejected."
         ),
     )
-    _add_pod_file(admit)
+    add_pod_file(admit)
     admit.add_argument(
         "--no-start", action="store_true", help="only admit; do not record containers as started"
+    )
+    admit.add_argument(
+        "--container-id",
+        action="append",
+        default=[],
+        type=name_and_id,
+        metavar="NAME=ID",
+        help="record container NAME as started with the runtime's id ID (e.g. "
+        "containerd://<64 hex>, as kubectl get pod -o yaml shows in status.containerStatuses), "
+        "so that residency and the container metrics find its cgroup (repeatable; the others "
+        "get <pod uid>/<name>, which names no cgroup)",
     )
     add_client_args(admit)
     admit.set_defaults(run=client_command(run_admit))
 
+
+def add_release_parser(sub: Any) -> None:
     release = sub.add_parser(
         "release",
         help="release memory by container id (RemoveContainer) or a whole pod (--pod)",
@@ -93,6 +90,8 @@ def add_parsers(sub: Any) -> None:
     add_client_args(release)
     release.set_defaults(run=client_command(run_release))
 
+
+def add_sync_parser(sub: Any) -> None:
     sync = sub.add_parser(
         "sync",
         help="declare the live pods (SyncActivePods): release every container not in them",
@@ -110,34 +109,36 @@ def add_parsers(sub: Any) -> None:
     sync.set_defaults(run=client_command(run_sync))
 
 
-def _add_pod_file(parser: argparse.ArgumentParser) -> None:
+def add_pod_file(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-f", "--file", required=True, help="Pod manifest (YAML or JSON; - for stdin)"
     )
 
 
-def _pod(args: argparse.Namespace) -> memorymanager_pb2.Pod | int:
+def pod_from_args(args: argparse.Namespace) -> memorymanager_pb2.Pod | int:
     try:
         return load_pod(args.file)
     except PodFileError as err:
         return fail(str(err))
 
 
-def _hint_text(h: memorymanager_pb2.TopologyHint) -> str:
-    return _nodes_text(h.numa_nodes) + (" preferred" if h.preferred else "")
+def hint_text(h: memorymanager_pb2.TopologyHint) -> str:
+    return nodes_text(h.numa_nodes) + (" preferred" if h.preferred else "")
 
 
 def run_hints(args: argparse.Namespace, client: NumamemClient) -> int:
-    pod = _pod(args)
+    pod = pod_from_args(args)
     if isinstance(pod, int):
         return pod
     if args.pod_scope:
+        if args.container:
+            raise UsageError("--container and --pod-scope: pod-scope hints are the whole pod's")
         answers = {"(pod)": client.get_pod_topology_hints(pod)}
     else:
         names = [c.name for c in (*pod.init_containers, *pod.containers)]
         if args.container:
             if args.container not in names:
-                return fail(
+                raise UsageError(
                     f"--container {quote(args.container)} is not in the pod (containers: {', '.join(names)})"
                 )
             names = [args.container]
@@ -151,22 +152,54 @@ def run_hints(args: argparse.Namespace, client: NumamemClient) -> int:
             rows.append([name, "-", "no preference"])
         for resource in sorted(resp.hints):
             hints = resp.hints[resource].hints
-            rows.append(
-                [name, resource, "  ".join(_hint_text(h) for h in hints) or "none possible"]
-            )
+            rows.append([name, resource, "  ".join(hint_text(h) for h in hints) or "none possible"])
     print_table(["CONTAINER", "RESOURCE", "HINTS"], rows)
     return EXIT_OK
 
 
+def name_and_id(text: str) -> tuple[str, str]:
+    """``--container-id NAME=ID``: a container's name and its runtime id, both non-empty."""
+    name, sep, cid = text.partition("=")
+    if not sep or not name or not cid:
+        raise argparse.ArgumentTypeError(
+            f"{quote(text)}: expected NAME=ID, a container of the manifest and its runtime id "
+            "(e.g. app=containerd://4f2a...)"
+        )
+    return name, cid
+
+
+def given_ids(args: argparse.Namespace, pod: memorymanager_pb2.Pod) -> dict[str, str]:
+    """``--container-id`` as container name -> id, checked against the pod before anything is
+    admitted: a name the manifest does not have, a name or an id given twice, or ids with
+    --no-start are usage errors."""
+    if args.container_id and args.no_start:
+        raise UsageError("--container-id records started containers; --no-start records none")
+    names = [c.name for c in (*pod.init_containers, *pod.containers)]
+    ids: dict[str, str] = {}
+    for name, cid in args.container_id:
+        if name not in names:
+            raise UsageError(
+                f"--container-id {quote(name)}=...: no such container in the pod (containers: "
+                f"{', '.join(names)})"
+            )
+        if name in ids:
+            raise UsageError(f"--container-id {quote(name)}=... is given twice")
+        if cid in ids.values():
+            raise UsageError(f"--container-id ...={quote(cid)} names two containers")
+        ids[name] = cid
+    return ids
+
+
 def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
-    pod = _pod(args)
+    pod = pod_from_args(args)
     if isinstance(pod, int):
         return pod
+    ids = given_ids(args, pod)
     resp = client.admit(pod)
     started: list[str] = []
     if resp.admitted and not args.no_start:
         for ctr in (*pod.init_containers, *pod.containers):
-            cid = f"{pod.uid}/{ctr.name}"
+            cid = ids.get(ctr.name, f"{pod.uid}/{ctr.name}")
             client.add_container(pod, ctr.name, cid)
             if ctr in pod.containers or ctr.restart_policy == "Always":
                 # A regular init container's memory goes when the app starts; its id with it.
@@ -190,10 +223,11 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
                 [
                     c.container_name,
                     affinity + (" (preferred)" if c.affinity.preferred else ""),
-                    blocks or "not pinned",
+                    blocks or f"not pinned: {c.not_pinned_reason or 'unknown'}",
                 ]
             )
         print_table(["CONTAINER", "AFFINITY", "BLOCKS"], rows)
+        print_not_pinned(resp.containers)
         if resp.pod_blocks:
             print(f"pod-level allocation (the pod's budget): {_blocks_text(resp.pod_blocks)}")
         if started:
@@ -206,6 +240,19 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
                 + shown(pod.uid)
             )
     return EXIT_OK if resp.admitted else EXIT_REJECTED
+
+
+def print_not_pinned(
+    containers: Sequence[memorymanager_pb2.ContainerAdmission], indent: str = ""
+) -> None:
+    """One line per admitted container the memory manager did not pin: the daemon's reason
+    (a stable code) and message."""
+    for c in containers:
+        if not c.blocks:
+            print(
+                f"{indent}{shown(c.container_name)}: not pinned "
+                f"({c.not_pinned_reason or 'unknown'}): {guarded(c.not_pinned_message)}"
+            )
 
 
 def run_release(args: argparse.Namespace, client: NumamemClient) -> int:
@@ -282,7 +329,7 @@ def run_sync(args: argparse.Namespace, client: NumamemClient) -> int:
     return EXIT_OK
 
 
-def _nodes_text(nodes: Sequence[int]) -> str:
+def nodes_text(nodes: Sequence[int]) -> str:
     return "{" + (",".join(map(str, nodes)) or "any") + "}"
 
 
@@ -290,93 +337,3 @@ def _blocks_text(blocks: Sequence[memorymanager_pb2.MemoryBlock]) -> str:
     return ", ".join(
         f"{b.type} {human_bytes(b.size)} on {','.join(map(str, b.numa_affinity))}" for b in blocks
     )
-
-
-def _sizes_text(sizes: Mapping[str, int]) -> str:
-    return ", ".join(f"{shown(k)} {human_bytes(v)}" for k, v in sorted(sizes.items())) or "nothing"
-
-
-def _print_pod_level(plan: memorymanager_pb2.PodLevelExplanation) -> None:
-    """How the pod's pod-level budget divides (KEP-5526)."""
-    print(f"pod-level budget: {_sizes_text(plan.budget)}")
-    exclusive = ", ".join(
-        f"{shown(c.container_name)} ({_sizes_text(c.requested)})" for c in plan.exclusive
-    )
-    print(f"  memory of their own: {exclusive or 'none'}")
-    print(f"  sharing: {', '.join(map(shown, plan.shared)) or 'none'}")
-    print(f"  shared pool: {_sizes_text(plan.pool)}")
-    if plan.rejection:
-        print(f"  refused: {guarded(plan.rejection)} (EmptyPodSharedPoolError)")
-
-
-def run_explain(args: argparse.Namespace, client: NumamemClient) -> int:
-    if args.resize:
-        return run_explain_resize(args, client)
-    if args.container or args.memory is not None:
-        raise UsageError("--container and --memory go with --resize")
-    pod = _pod(args)
-    if isinstance(pod, int):
-        return pod
-    resp = client.explain(pod)
-    decision = resp.decision
-    if args.json:
-        print_json(message_to_dict(resp))
-        return EXIT_OK if decision.admitted else EXIT_REJECTED
-    print(
-        f"topology manager: policy {resp.topology_manager_policy}, "
-        f"scope {resp.topology_manager_scope}"
-    )
-    if decision.admitted:
-        print(f"pod {shown(pod.uid)} would be admitted")
-    else:
-        print(
-            f"pod {shown(pod.uid)} would be rejected: {guarded(decision.reason)}: "
-            f"{guarded(decision.message)}"
-        )
-    if resp.HasField("pod_level"):
-        _print_pod_level(resp.pod_level)
-    if not resp.containers:
-        print("nothing to explain: no container reached hinting or allocation")
-    for ctr in resp.containers:
-        print()
-        name = shown(ctr.container_name) if ctr.container_name else "(pod)"
-        print(f"{name}: {'ok' if ctr.admitted else 'NOT ADMITTED'}")
-        requested = ", ".join(
-            f"{shown(k)} {human_bytes(v)}" for k, v in sorted(ctr.requested.items())
-        )
-        print(f"  requested: {requested or 'nothing pinned'}")
-        if ctr.note:
-            print(f"  note: {guarded(ctr.note)}")
-        if ctr.masks and not ctr.hints:
-            print("  hints: none, no mask qualifies (the memory manager then states no preference)")
-        for resource in sorted(ctr.hints):
-            hints = ctr.hints[resource].hints
-            print(
-                f"  hints {shown(resource)}: "
-                f"{'  '.join(_hint_text(h) for h in hints) or 'none possible'}"
-            )
-        if ctr.omitted_hints:
-            print(f"  ({ctr.omitted_hints} more hints not listed)")
-        if ctr.hints or ctr.merged.numa_nodes:
-            print(f"  merged: {_hint_text(ctr.merged)}")
-        else:
-            print("  affinity: none given; the memory manager picks its own best hint")
-        if ctr.masks:
-            rows = [
-                [
-                    "  " + _nodes_text(m.numa_nodes),
-                    ("preferred" if m.preferred else "offered") if m.offered else "no",
-                    m.reason,
-                ]
-                for m in ctr.masks
-            ]
-            print_table(["  MASK", "OFFERED", "WHY NOT"], rows)
-        if ctr.omitted_masks:
-            print(f"  ... and {ctr.omitted_masks} larger masks not listed")
-    if resp.residency:
-        from numamem.cli.residency import print_residency
-
-        print()
-        print("residency of the pod's pinned containers (the last collector round):")
-        print_residency(resp.residency, indent="  ")
-    return EXIT_OK if decision.admitted else EXIT_REJECTED

@@ -4,7 +4,12 @@ The pod comes from a manifest (``-f``), as the API server accepted the resize; `
 sets the container's memory request and limit in it first (``--container`` names the
 container; the pod's only container when left out), ``--pod-memory`` the pod's
 (``spec.resources``: a pod allocated by its pod-level resources is resized as a whole). A refusal (Deferred, Infeasible) is a
-normal answer: its message on stdout and exit code 3, like a rejected ``admit``.
+normal answer: its message on stdout and exit code 3, like a rejected ``admit``. A resize
+that does nothing because the container is not pinned (RESIZE_NOT_PINNED) exits 1: the
+request did nothing (a container already at that size, RESIZE_UNCHANGED, is a success).
+A ``--container`` the manifest does not have, or none for a pod of several containers
+without pod-level resources, is a usage error (exit 2); a manifest that cannot be read or
+is not a valid Pod exits 1.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from typing import Any
 import grpc
 
 from numamem.cli.common import (
+    EXIT_FAILED,
     EXIT_OK,
     EXIT_REJECTED,
     UsageError,
     add_client_args,
     client_command,
+    fail,
     guarded,
     human_bytes,
     message_to_dict,
@@ -84,29 +91,30 @@ def add_parser(sub: Any) -> None:
 
 def resized_pod(args: argparse.Namespace) -> tuple[memorymanager_pb2.Pod, str]:
     """The manifest's pod with ``--memory`` and ``--pod-memory`` applied, and the container's
-    name ("" for a pod that sets pod-level resources and no ``--container``)."""
-    try:
-        pod = load_pod(args.file)
-    except PodFileError as err:
-        raise UsageError(str(err)) from err
+    name ("" for a pod that sets pod-level resources and no ``--container``). Raises
+    PodFileError for the manifest, UsageError for the flags."""
+    pod = load_pod(args.file)
     containers = [*pod.init_containers, *pod.containers]
+    names = ", ".join(c.name for c in containers)
     name = args.container
-    if not name and args.memory is not None:
+    pod_level = any(
+        k in ("cpu", "memory") or k.startswith("hugepages-") for k in (*pod.requests, *pod.limits)
+    )  # the daemon's rule (IsPodLevelResourcesSet): no --container resizes the pod itself
+    if not name and (args.memory is not None or not pod_level):
         if len(containers) != 1:
             raise UsageError(
-                f"--memory: the pod has {len(containers)} containers; give --container"
+                f"the pod has {len(containers)} containers ({names}); give --container"
             )
         name = containers[0].name
+    found = [c for c in containers if c.name == name]
+    if name and not found:
+        raise UsageError(f"--container {quote(name)} is not in the pod (containers: {names})")
     if args.pod_memory is not None:
         _quantity("--pod-memory", args.pod_memory)
         pod.requests["memory"] = args.pod_memory
         pod.limits["memory"] = args.pod_memory
     if args.memory is not None:
         _quantity("--memory", args.memory)
-        found = [c for c in containers if c.name == name]
-        if not found:
-            names = ", ".join(c.name for c in containers)
-            raise UsageError(f"--container {quote(name)} is not in the pod (containers: {names})")
         found[0].requests["memory"] = args.memory
         found[0].limits["memory"] = args.memory
     return pod, name
@@ -120,7 +128,10 @@ def _quantity(flag: str, text: str) -> None:
 
 
 def run_resize(args: argparse.Namespace, client: NumamemClient) -> int:
-    pod, name = resized_pod(args)
+    try:
+        pod, name = resized_pod(args)
+    except PodFileError as err:
+        return fail(str(err))
     try:
         resp = client.resize(pod, name)
     except grpc.RpcError as err:
@@ -134,9 +145,19 @@ def run_resize(args: argparse.Namespace, client: NumamemClient) -> int:
         return EXIT_REJECTED
     if args.json:
         print_json(message_to_dict(resp))
+    else:
+        print_resize(resp)
+    return _exit_code(resp)
+
+
+def _exit_code(resp: memorymanager_pb2.ResizeResponse) -> int:
+    """1 when the resize did nothing because nothing is pinned (said on stderr), else 0."""
+    if resp.action != memorymanager_pb2.RESIZE_NOT_PINNED:
         return EXIT_OK
-    print_resize(resp)
-    return EXIT_OK
+    return fail(
+        "nothing resized: the memory manager holds no memory for it (not admitted, released, "
+        "or not pinned: `numamem explain -f FILE` says why)"
+    )
 
 
 def print_resize(resp: memorymanager_pb2.ResizeResponse) -> None:
@@ -160,11 +181,16 @@ def print_resize(resp: memorymanager_pb2.ResizeResponse) -> None:
 
 
 def run_explain_resize(args: argparse.Namespace, client: NumamemClient) -> int:
-    pod, name = resized_pod(args)
+    """Exits as ``resize`` would: 3 when it would be refused, 1 when it would do nothing
+    because nothing is pinned, else 0."""
+    try:
+        pod, name = resized_pod(args)
+    except PodFileError as err:
+        return fail(str(err))
     resp = client.explain_resize(pod, name)
     if args.json:
         print_json(message_to_dict(resp))
-        return EXIT_REJECTED if resp.refusal else EXIT_OK
+        return EXIT_REJECTED if resp.refusal else _would(resp)
     print(f"topology manager: policy {resp.topology_manager_policy}")
     if resp.refusal:
         print(f"the resize would be refused: {guarded(resp.message)}")
@@ -181,7 +207,13 @@ def run_explain_resize(args: argparse.Namespace, client: NumamemClient) -> int:
         print_table(["  SUPERSET", "TAKEN", "WHY"], rows)
     if resp.omitted_candidates:
         print(f"  ... and {resp.omitted_candidates} more supersets not listed")
-    return EXIT_REJECTED if resp.refusal else EXIT_OK
+    return EXIT_REJECTED if resp.refusal else _would(resp)
+
+
+def _would(resp: memorymanager_pb2.ExplainResizeResponse) -> int:
+    if resp.decision.action == memorymanager_pb2.RESIZE_NOT_PINNED:
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _nodes(nodes: Sequence[int]) -> str:

@@ -20,6 +20,7 @@ from numamem.memorymanager import podlevel
 from numamem.memorymanager.policy import HintExplanation, Policy
 from numamem.memorymanager.requests import container_requested_resources, pod_requested_resources
 from numamem.memorymanager.state import MemoryState, State
+from numamem.memorymanager.unpinned import NotPinned, why_not_pinned
 from numamem.memtypes import Block
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.topologymanager import admission
@@ -37,6 +38,8 @@ class AdmitOutcome:
     """The pod-level blocks of a pod allocated as a whole (KEP-5526), when admitted."""
     steps: int = 0
     """Search steps the admission took (its :class:`~numamem.work.Work`), for budgets' sake."""
+    unpinned: dict[str, NotPinned] = field(default_factory=dict)
+    """When admitted: why each container without blocks has none (:mod:`.unpinned`)."""
 
 
 class ForkProvider:
@@ -83,17 +86,21 @@ def admit_on_fork(
         work,
         podlevel.allocated_as_pod(policy.gates, pod),
     )
-    return _outcome(result, fork, pod, work)
+    return _outcome(result, fork, policy, pod, work)
 
 
 def _outcome(
-    result: admission.AdmitResult, fork: MemoryState, pod: Pod, work: Work
+    result: admission.AdmitResult, fork: MemoryState, policy: Policy, pod: Pod, work: Work
 ) -> AdmitOutcome:
-    """The outcome of an admission into ``fork``, with the blocks when admitted."""
+    """The outcome of an admission into ``fork``, with the blocks when admitted, and why a
+    container has none."""
     outcome = AdmitOutcome(result, steps=work.spent)
     if result.admitted:
         for ctr in pod.all_containers():
-            outcome.blocks[ctr.name] = fork.get_memory_blocks(pod.uid, ctr.name) or []
+            blocks = fork.get_memory_blocks(pod.uid, ctr.name) or []
+            outcome.blocks[ctr.name] = blocks
+            if not blocks:
+                outcome.unpinned[ctr.name] = why_not_pinned(policy, pod, ctr)
         outcome.pod_blocks = fork.get_pod_memory_blocks(pod.uid)
     return outcome
 

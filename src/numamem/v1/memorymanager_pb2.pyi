@@ -1434,7 +1434,29 @@ class ContainerAdmission(_message.Message):
     CONTAINER_NAME_FIELD_NUMBER: _builtins.int
     AFFINITY_FIELD_NUMBER: _builtins.int
     BLOCKS_FIELD_NUMBER: _builtins.int
+    NOT_PINNED_REASON_FIELD_NUMBER: _builtins.int
+    NOT_PINNED_MESSAGE_FIELD_NUMBER: _builtins.int
     container_name: _builtins.str
+    not_pinned_reason: _builtins.str
+    """Why an admitted container has no blocks (empty when it has blocks): a
+    stable code for programs, never reworded (more may be added):
+      POLICY_NONE          the memory manager policy is None: it pins nothing;
+      NOT_GUARANTEED       the pod's QoS class is not Guaranteed (a pod that
+                           requests no memory is not);
+      POD_LEVEL_GATES_OFF  the pod sets pod-level resources and the
+                           PodLevelResources/PodLevelResourceManagers gates
+                           are not both on: the pod is left alone;
+      POD_LEVEL_SHARED     the pod sets pod-level resources, the container has
+                           none of its own (not equivalent-Guaranteed) and the
+                           pod is not allocated as a whole (container scope,
+                           or the topology manager policy none);
+      NOT_ALLOCATED        none of these (not expected: the message says what
+                           the daemon found).
+    """
+    not_pinned_message: _builtins.str
+    """The same for people: what the daemon knows (the policy, the QoS class and
+    where it stops being Guaranteed, the requests) and what would change it.
+    """
     @_builtins.property
     def affinity(self) -> Global___TopologyHint: ...
     @_builtins.property
@@ -1445,10 +1467,12 @@ class ContainerAdmission(_message.Message):
         container_name: _builtins.str = ...,
         affinity: Global___TopologyHint | None = ...,
         blocks: _abc.Iterable[Global___MemoryBlock] | None = ...,
+        not_pinned_reason: _builtins.str = ...,
+        not_pinned_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "blocks", b"blocks", "container_name", b"container_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity", b"affinity", "blocks", b"blocks", "container_name", b"container_name", "not_pinned_message", b"not_pinned_message", "not_pinned_reason", b"not_pinned_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

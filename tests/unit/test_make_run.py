@@ -1,0 +1,92 @@
+"""``make run``'s configuration and ``make run-reset`` (issue 38): the built-in reservation is
+replaced by RUN_RESERVED, never added to by RUN_FLAGS; the state can be reset, not while a
+daemon serves on it."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from numamem.testing.daemon import DaemonProcess
+from numamem.testing.sysfs import standard_nodes, write_sysfs
+from tests.daemon import REPO, STATIC_ARGS
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+def make(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def serve_flags(*variables: str) -> list[str]:
+    """The flags of the ``numamem serve`` line ``make -n run`` prints."""
+    out = make("-n", "run", *variables)
+    assert out.returncode == 0, out.stderr
+    joined = out.stdout.replace("\\\n", " ")
+    [line] = [x for x in joined.splitlines() if "numamem serve" in x]
+    return shlex.split(line)[2:]
+
+
+def values(flags: list[str], name: str) -> list[str]:
+    return [flags[i + 1] for i, f in enumerate(flags) if f == name]
+
+
+def test_the_built_in_configuration() -> None:
+    flags = serve_flags()
+    assert values(flags, "--reserved-memory") == ["0:memory=1Gi"]
+    assert values(flags, "--memory-manager-policy") == ["Static"]
+    assert values(flags, "--system-reserved") == ["memory=924Mi"]
+    assert values(flags, "--eviction-hard") == ["memory.available<100Mi"]
+
+
+def test_run_reserved_replaces_the_reservation() -> None:
+    flags = serve_flags(
+        "RUN_RESERVED=0:memory=1Gi;1:memory=1Gi", "RUN_SYSTEM_RESERVED=memory=1948Mi"
+    )
+    assert values(flags, "--reserved-memory") == ["0:memory=1Gi;1:memory=1Gi"]
+    assert values(flags, "--system-reserved") == ["memory=1948Mi"]
+    none = serve_flags("RUN_POLICY=None", "RUN_RESERVED=")
+    assert values(none, "--memory-manager-policy") == ["None"]
+    assert "--reserved-memory" not in none
+
+
+def test_a_reservation_in_run_flags_is_refused_naming_run_reserved() -> None:
+    """Before: RUN_FLAGS="--reserved-memory 0:memory=2Gi" added a second entry for node 0
+    to the built-in one (the flag is repeatable)."""
+    out = make("-n", "run", "RUN_FLAGS=--reserved-memory 0:memory=2Gi")
+    assert out.returncode != 0
+    assert "RUN_FLAGS: --reserved-memory adds to make run's 0:memory=1Gi" in out.stderr
+    assert "RUN_RESERVED=" in out.stderr
+    assert values(serve_flags("RUN_FLAGS=--metrics-port=9441"), "--reserved-memory") == [
+        "0:memory=1Gi"
+    ]
+
+
+def test_run_reset_removes_the_state_but_not_under_a_serving_daemon(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    sysfs = write_sysfs(short_root / "sys", standard_nodes(1))
+    daemon = DaemonProcess(short_root, ["--sysfs-root", str(sysfs), *STATIC_ARGS])
+    daemon_factory.append(daemon)
+    daemon.start()
+    run_dir = Path(daemon.socket).parent  # make run's layout: RUN_DIR/numamem.sock
+    refused = make("run-reset", f"RUN_DIR={run_dir}")
+    assert refused.returncode != 0
+    assert f"a daemon is serving on {run_dir}/numamem.sock: stop make run" in refused.stderr
+    assert run_dir.exists()
+    assert daemon.stop() == 0
+    (run_dir / "state").mkdir()
+    (run_dir / "state" / "memory_manager_state").write_text("{}")
+    done = make("run-reset", f"RUN_DIR={run_dir}")
+    assert done.returncode == 0, done.stderr
+    assert not run_dir.exists()
