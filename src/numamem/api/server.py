@@ -13,10 +13,11 @@ refuses with one clear line on failure):
    socket file, so the lock is what protects a running daemon;
 4. components **load**: checkpoints are read and validated, TCP listeners are
    bound; nothing is written;
-5. the socket path is made free (a stale socket from a crash is removed; a
-   live one or a non-socket file is refused, never deleted), the server binds
-   it with umask 0117 (mode 0660 from the first instant) and starts; health
-   reports NOT_SERVING and numamem services answer UNAVAILABLE;
+5. the socket path is made free (a socket that refuses connections, left by a
+   crash, is removed; a live one, one in doubt or a non-socket file is refused,
+   never deleted), the server binds it with umask 0117 (mode 0660 from the first
+   instant; :mod:`numamem.api.sockets`) and starts; health reports NOT_SERVING
+   and numamem services answer UNAVAILABLE;
 6. components **start**: initial checkpoints are written, background work
    begins; the lock file gets this pid; then health reports SERVING.
 
@@ -32,7 +33,8 @@ so they answer under any load; health and reflection are never refused (Watch
 and reflection, streams a client can hold open, run on the workers).
 
 Shutdown (SIGTERM/SIGINT): health NOT_SERVING, stop accepting, in-flight RPCs
-get ``--shutdown-grace`` seconds, components close, the socket is removed.
+get ``--shutdown-grace`` seconds, components close, the socket is removed if it is
+still the one this daemon bound (another process's socket at the path is left).
 
 Under systemd (``Type=notify``), :class:`~numamem.api.sdnotify.Notifier` reports each step
 as ``STATUS=``, ``READY=1`` the first time health is SERVING (at the end of the start, or
@@ -47,10 +49,8 @@ import contextlib
 import errno
 import fcntl
 import os
-import pwd
 import select
 import signal
-import socket
 import stat
 import sys
 import threading
@@ -67,6 +67,12 @@ from grpc_reflection.v1alpha import reflection
 
 from numamem.api.interceptors import Readiness, ServerInterceptor
 from numamem.api.sdnotify import Notifier
+from numamem.api.sockets import (
+    BoundSocket,
+    bind_unix_socket,
+    check_socket_path,
+    prepare_socket_path,
+)
 from numamem.config.model import Config
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.logging import get_logger
@@ -89,8 +95,6 @@ Python code at once (each is made to hand over ten times as often): 8-thread All
 lifecycles 198/s at 0.5 ms against 171-181/s at 50 µs, Admit 424 against 366-405 pods/s (one
 ``make bench`` run against two, disk noise of the same order); short RPCs waiting less
 matters more to a node agent than a busy daemon's peak rate."""
-MAX_SOCKET_PATH = 107
-SOCKET_UMASK = 0o117  # socket 0660
 DAEMON_UMASK = 0o077  # checkpoint files 0600, directories 0700
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
@@ -196,6 +200,8 @@ class Daemon:
     _lock_fd: int | None = None
     _server: grpc.Server | None = None
     _health_server: grpc.Server | None = None
+    _bound: BoundSocket | None = None
+    """The socket this daemon bound (removed at shutdown only while it is still that one)."""
     _fast_pool: futures.ThreadPoolExecutor | None = None
     _components: Sequence[Component] = ()
     _created: list[Path] = field(default_factory=list)
@@ -338,7 +344,7 @@ class Daemon:
             (*names, HEALTH_SERVICE, reflection.SERVICE_NAME), server
         )
         self._server = server
-        bind_unix_socket(server, cfg.socket, "--socket")
+        self._bound = bind_unix_socket(server, cfg.socket, "--socket")
         server.start()
         if cfg.health_port is not None:
             self._health_server = _start_health_server(
@@ -426,10 +432,9 @@ class Daemon:
             except Exception:  # noqa: BLE001 - shutdown continues past a failing component
                 _log.exception("component stop failed")
         self._components = ()
-        if events:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISSOCK(os.lstat(self.config.socket).st_mode):
-                    os.unlink(self.config.socket)
+        if self._bound is not None:
+            self._bound.remove()
+            self._bound = None
         uninstall_courtesy(self.courtesy)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -571,93 +576,3 @@ def record_pid(fd: int) -> None:
     succeeded: a refused start leaves the file's bytes and mtime as they were)."""
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-
-
-def bind_unix_socket(server: grpc.Server, path: str, flag: str) -> None:
-    """Listen on ``path``, created 0660 (never wider, even for a moment: under a umask)."""
-    old_umask = os.umask(SOCKET_UMASK)
-    try:
-        server.add_insecure_port(f"unix://{path}")
-    except RuntimeError as err:
-        raise StartupError(bind_failure(path, flag, str(err), _probe_bind(path))) from err
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, 0o660)
-
-
-def _probe_bind(path: str) -> OSError | None:
-    """Why the kernel refuses to bind ``path`` (grpcio's error does not say), or None."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.bind(path)
-    except OSError as err:
-        return err
-    finally:
-        probe.close()
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-    return None
-
-
-def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -> str:
-    """The refusal for a socket that cannot be bound: the kernel's reason, the directory and
-    who this process is when the directory is not writable; grpcio's text otherwise."""
-    if probe is None or probe.errno is None:
-        return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {grpc_error}"
-    directory = os.path.dirname(path) or "."
-    reason = (probe.strerror or str(probe)).lower()
-    if probe.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        uid = os.geteuid()
-        try:
-            user = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-        except KeyError:
-            user = f"uid {uid}"
-        owner = ""
-        with contextlib.suppress(OSError):
-            st = os.stat(directory)
-            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
-        return (
-            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}: {user} cannot create "
-            f"files in {directory}{owner}; run numamem as a user who can, give that user write "
-            f"access to the directory, or choose another {flag}"
-        )
-    return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}"
-
-
-def check_socket_path(path: str, flag: str = "--socket") -> None:
-    """Refuse a socket path longer than the kernel accepts (before anything is created)."""
-    if len(path.encode()) > MAX_SOCKET_PATH:
-        raise StartupError(
-            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is {len(path.encode())} bytes long; unix socket paths are limited "
-            f"to {MAX_SOCKET_PATH}: choose a shorter path"
-        )
-
-
-def prepare_socket_path(path: str, flag: str = "--socket") -> None:
-    """Make ``path`` free for binding, or refuse; never deletes anything but a dead socket.
-
-    ``flag`` names the option the path came from, for the messages.
-    """
-    check_socket_path(path, flag)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise StartupError(
-            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} exists and is not a socket; numamem never deletes it: "
-            f"remove it yourself or choose another {flag}"
-        )
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)
-        _log.warning("removed stale socket left by an earlier run", socket=path)
-        return
-    finally:
-        probe.close()
-    raise StartupError(
-        f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is served by another live process; stop it or choose another {flag}"
-    )
