@@ -10,6 +10,7 @@ reach the core; the manager serialises mutations itself.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -415,6 +416,10 @@ class MemoryManagerComponent:
 
     def register(self, server: grpc.Server) -> None:
         memorymanager_pb2_grpc.add_MemoryManagerServicer_to_server(self.servicer, server)
+
+    def liveness_locks(self) -> list[tuple[str, threading.Lock]]:
+        """The writer lock the daemon's watchdog probe takes (:mod:`numamem.api.watchdog`)."""
+        return [("memory manager", self.manager.writer_lock)]
 
     def manager_store_observers(self) -> list[Callable[[float, bool], None]]:
         """The write observers of the memory manager's store."""

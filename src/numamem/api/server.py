@@ -40,18 +40,16 @@ Under systemd (``Type=notify``), :class:`~numamem.api.sdnotify.Notifier` reports
 as ``STATUS=``, ``READY=1`` the first time health is SERVING (at the end of the start, or
 later, when a checkpoint whose durability was unknown is written again), ``STATUS=`` with
 the reason while health is NOT_SERVING, ``STOPPING=1`` at shutdown, and pings the
-watchdog from the serving loop.
+watchdog from the serving loop after a liveness probe through the RPC worker pool and the
+components' writer locks succeeded (:mod:`numamem.api.watchdog`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import select
 import signal
-import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -73,14 +71,28 @@ from numamem.api.sockets import (
     check_socket_path,
     prepare_socket_path,
 )
+from numamem.api.statedir import LOCK_FILE, acquire_lock, check_dir, make_dirs, record_pid
+from numamem.api.watchdog import Watchdog, serving_loop_watchdog
 from numamem.config.model import Config
-from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
+from numamem.errors import StartupError, quote
 from numamem.logging import get_logger
 from numamem.work import Courtesy, install_courtesy, uninstall_courtesy
 
 _log = get_logger("server")
 
-LOCK_FILE = "numamem.lock"
+__all__ = [
+    "LOCK_FILE",  # re-exported from numamem.api.statedir
+    "BoundedExecutor",
+    "Component",
+    "ComponentFactory",
+    "Daemon",
+    "DurabilityReport",
+    "HealthService",
+    "acquire_lock",
+    "check_dir",
+    "make_dirs",
+]
+
 GIL_SWITCH_INTERVAL_S = 0.00005
 """How long a thread that wants the GIL waits before it makes the holder give it up (50 µs;
 CPython's default is 5 ms). Each RPC retakes the GIL a dozen times or more (after every
@@ -203,6 +215,10 @@ class Daemon:
     _bound: BoundSocket | None = None
     """The socket this daemon bound (removed at shutdown only while it is still that one)."""
     _fast_pool: futures.ThreadPoolExecutor | None = None
+    _pool: BoundedExecutor | None = None
+    """The RPC worker pool (the watchdog's probe runs there)."""
+    watchdog: Watchdog | None = None
+    """The serving loop's watchdog while it runs with ``WatchdogSec=`` (its counters)."""
     _components: Sequence[Component] = ()
     _created: list[Path] = field(default_factory=list)
     _durability: dict[str, str] = field(default_factory=dict)
@@ -238,14 +254,36 @@ class Daemon:
 
     def _serve_until_stopped(self) -> None:
         """The serving loop of the main thread: waits for SIGTERM/SIGINT (a byte on the
-        self-pipe), and pings the service manager's watchdog (``WatchdogSec=``) every half
-        period meanwhile."""
+        self-pipe), and meanwhile, with ``WatchdogSec=``, runs the watchdog's liveness probe
+        every half period and pings only when it succeeded (:mod:`numamem.api.watchdog`;
+        a probe that ends writes to the self-pipe too)."""
         assert self._wake is not None
-        interval = self.notifier.watchdog_interval
-        while not select.select([self._wake[0]], [], [], interval)[0]:
-            self.notifier.watchdog()
+        watchdog = self.watchdog = self._watchdog()
+        try:
+            while self._signal is None:
+                timeout = None if watchdog is None else watchdog.tick()
+                if select.select([self._wake[0]], [], [], timeout)[0]:
+                    os.read(self._wake[0], 512)  # readable: does not block
+        finally:
+            if watchdog is not None:
+                watchdog.close()
         name = signal.Signals(self._signal).name if self._signal is not None else "?"
         _log.info("signal received, shutting down", signal=name)
+
+    def _watchdog(self) -> Watchdog | None:
+        """The liveness probe behind ``WATCHDOG=1`` (None: no watchdog, or no pool: a daemon
+        that never served)."""
+        pool, wake = self._pool, self._wake
+        if pool is None or wake is None:
+            return None
+        return serving_loop_watchdog(
+            self.notifier,
+            pool,
+            self.config.workers,
+            lambda: pool.in_flight,
+            lambda: self._components,
+            wake[1],
+        )
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         """Record the signal and wake the serving loop; nothing else. A Python signal handler
@@ -318,7 +356,7 @@ class Daemon:
         prepare_socket_path(cfg.socket)
         for name in ("", *names):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        pool = BoundedExecutor(cfg.workers, "rpc")
+        pool = self._pool = BoundedExecutor(cfg.workers, "rpc")
         self._fast_pool = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
         self.interceptor = ServerInterceptor(
             self.readiness,
@@ -479,100 +517,3 @@ def _start_health_server(
         ) from err
     server.start()
     return server
-
-
-def check_dir(path: Path, what: str, allow_shared: bool) -> None:
-    """Refuse an existing ``path`` that is not a directory or that other users may write to."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    except OSError as err:
-        raise StartupError(
-            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot stat: {err.strerror}"
-        ) from err
-    if not stat.S_ISDIR(st.st_mode):
-        raise StartupError(
-            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: exists and is not a directory"
-        )
-    if allow_shared:
-        return
-    uid = os.geteuid()
-    problem = ""
-    if st.st_uid not in (uid, 0):
-        problem = f"is owned by uid {st.st_uid}, not by this user ({uid}) or root"
-    elif st.st_mode & stat.S_IWOTH:
-        problem = f"is world-writable (mode {stat.S_IMODE(st.st_mode):04o})"
-    elif st.st_mode & stat.S_IWGRP and st.st_gid not in (os.getegid(), *os.getgroups()):
-        problem = f"is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):04o})"
-    if problem:
-        raise StartupError(
-            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)} {problem}: another user could replace numamem's files; "
-            "fix its owner/mode or pass --allow-shared-dirs"
-        )
-
-
-def make_dirs(path: Path, mode: int, what: str) -> list[Path]:
-    """Create ``path`` (and missing parents) with ``mode``; returns what was created, outermost first."""
-    missing: list[Path] = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    created: list[Path] = []
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=mode)
-            os.chmod(directory, mode)
-        except OSError as err:
-            for made in reversed(created):
-                with contextlib.suppress(OSError):
-                    made.rmdir()
-            raise StartupError(
-                f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot create: {err.strerror}"
-            ) from err
-        created.append(directory)
-    return created
-
-
-def acquire_lock(path: Path) -> tuple[int, bool]:
-    """Take the single-instance lock: (the fd that holds it until closed, whether the file is new).
-
-    Writes nothing: the file keeps the pid of the last daemon that started on this state dir
-    (:func:`record_pid`), so a refusal names the holder when it is that process."""
-    created = not path.exists()
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as err:
-        raise StartupError(
-            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot open: {err.strerror}"
-        ) from err
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        holder = ""
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(os.pread(fd, 32, 0).decode().strip())
-            with contextlib.suppress(PermissionError):  # alive, another user's
-                os.kill(pid, 0)  # a holder still starting has not written its pid yet
-            holder = f" (pid {pid})"
-        os.close(fd)
-        if created:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise StartupError(
-                f"another numamem{holder} is running on state dir {quote(path.parent, limit=PATH_QUOTE_BYTES)} "
-                f"(lock {quote(path, limit=PATH_QUOTE_BYTES)} is held); stop it or choose another --state-dir"
-            ) from err
-        raise StartupError(
-            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot lock: {err.strerror}"
-        ) from err
-    return fd, created
-
-
-def record_pid(fd: int) -> None:
-    """Write this process's pid into the lock file held by ``fd`` (only once a start has
-    succeeded: a refused start leaves the file's bytes and mtime as they were)."""
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
