@@ -1,7 +1,8 @@
 """``numamem`` command line: ``serve`` runs the daemon, the other commands are clients.
 
 Exit codes: 0 success; 1 the command failed (daemon refused to start, RPC
-error, bad input); 2 usage error (argparse); 3 ``admit`` rejected the pod (``explain``: would reject it).
+error, bad input); 2 usage error (argparse, and a ``serve`` flag value that does not parse
+or is out of range); 3 ``admit`` rejected the pod (``explain``: would reject it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="numamem",
         description="Node-local NUMA memory manager and metadata cache (gRPC on a unix socket).",
-        epilog="Exit codes: 0 success, 1 failure (one line on stderr), 2 usage error, 3 pod rejected (admit) or would be (explain), resize refused (resize, explain --resize).",
+        epilog="Exit codes: 0 success, 1 failure (one line on stderr; serve: the start refused), 2 usage error (an unknown flag, a missing argument, a flag value that does not parse or is out of range), 3 pod rejected (admit) or would be (explain), resize refused (resize, explain --resize).",
     )
     parser.add_argument("--version", action="version", version=f"numamem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
