@@ -86,6 +86,6 @@ def systemd_unit() -> configparser.ConfigParser:
     return unit
 
 
-def exec_start_args(unit: configparser.ConfigParser) -> list[str]:
-    """ExecStart as argv (continuation lines joined)."""
-    return shlex.split(unit["Service"]["ExecStart"].replace("\\\n", " "))
+def exec_start_args(unit: configparser.ConfigParser, key: str = "ExecStart") -> list[str]:
+    """ExecStart (or ``key``: ExecStartPre) as argv (continuation lines joined)."""
+    return shlex.split(unit["Service"][key].replace("\\\n", " "))

@@ -157,11 +157,16 @@ def test_sigterm_stops_cleanly(daemon: DaemonProcess) -> None:
     assert events[-2:] == ["signal received, shutting down", "stopped"]
 
 
-def test_config_error_is_one_line_and_nonzero(short_root: Path) -> None:
+def test_a_bad_flag_value_is_a_usage_error(short_root: Path) -> None:
+    """Issue 38: a flag value that does not parse is a usage error, exit 2 with serve's usage
+    (as an unknown flag); before, it exited 1 like a refused start."""
     out = serve_to_exit(short_root, "--memory-manager-policy", "static")
-    assert out.returncode == 1
-    assert out.stderr.strip().count("\n") == 0
-    assert 'unknown policy: "static"' in out.stderr
+    assert out.returncode == 2
+    assert out.stderr.startswith("usage: numamem serve ")
+    assert out.stderr.strip().splitlines()[-1] == (
+        'numamem serve: error: --memory-manager-policy: unknown policy: "static" (expected one '
+        'of "None", "Static")'
+    )
     assert not (short_root / "st").exists()
 
 

@@ -11,10 +11,17 @@ from pathlib import Path
 import pytest
 from grpc_health.v1 import health_pb2
 
-from numamem.testing.daemon import DaemonProcess
+from numamem.testing.daemon import DaemonProcess, fake_machine_args
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
-from tests.deploy_manifests import daemonset_docs, deploy_file, numamem_container, probe_command
+from tests.deploy_manifests import (
+    daemonset_docs,
+    deploy_file,
+    exec_start_args,
+    numamem_container,
+    probe_command,
+    systemd_unit,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -64,3 +71,39 @@ def test_the_probe_fails_on_not_serving_and_on_an_unknown_service() -> None:
         unknown = run_probe([*command, "--service=numamem.v1.Nothing"], server.socket)
         assert unknown.returncode == 1
         assert "numamem.v1.Nothing" in unknown.stderr
+
+
+def unit_command(key: str, root: Path, config: Path) -> list[str]:
+    """The unit's ``key`` (ExecStartPre, ExecStart) with this test's paths for the host's and
+    the fake machine's (the unit's binary: this interpreter's numamem)."""
+    argv = exec_start_args(systemd_unit(), key)
+    paths = {
+        "/etc/numamem/numamem.yaml": str(config),
+        "/run/numamem/numamem.sock": str(root / "run" / "numamem.sock"),
+        "/var/lib/numamem": str(root / "state"),
+    }
+    args = [paths.get(a, a) for a in argv[1:]]
+    return [sys.executable, "-m", "numamem", *fake_machine_args(root / "machine", args)]
+
+
+def test_the_units_exec_start_pre_passes_the_shipped_config_and_refuses_a_bad_one(
+    short_root: Path,
+) -> None:
+    """ExecStartPre= as the unit has it: exit 0 on deploy/numamem.yaml, creating nothing;
+    exit 1 with ExecStart's own refusal on a config whose reservations do not add up."""
+    (short_root / "machine").mkdir()
+
+    def run(command: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+
+    good = run(unit_command("ExecStartPre", short_root, deploy_file("numamem.yaml")))
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.startswith("numamem: check passed: Static memory manager policy")
+    assert sorted(p.name for p in short_root.iterdir()) == ["machine"]
+    bad = short_root / "bad.yaml"
+    bad.write_text(deploy_file("numamem.yaml").read_text().replace("1124Mi", "2Gi"))
+    refused = run(unit_command("ExecStartPre", short_root, bad))
+    assert refused.returncode == 1
+    assert "determined by Node Allocatable feature" in refused.stderr
+    started = run(unit_command("ExecStart", short_root, bad))
+    assert (started.returncode, started.stderr) == (1, refused.stderr)

@@ -243,3 +243,15 @@ def test_the_nfd_example_reads_numamems_podresources_socket_state_and_policy(
         "eviction_hard",
     ):
         assert getattr(theirs, field) == getattr(ours, field), field
+
+
+def test_systemd_unit_checks_the_configuration_before_each_start() -> None:
+    """ExecStartPre= runs `numamem serve --check` with exactly ExecStart's flags (issue 38)."""
+    from numamem.cli.main import build_parser
+
+    unit = systemd_unit()
+    pre, start = exec_start_args(unit, "ExecStartPre"), exec_start_args(unit)
+    assert pre[:3] == [start[0], "serve", "--check"]
+    assert pre[3:] == start[2:]
+    args = build_parser().parse_args(pre[1:])
+    assert args.check is True and args.command == "serve"

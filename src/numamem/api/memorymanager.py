@@ -10,6 +10,7 @@ reach the core; the manager serialises mutations itself.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -62,7 +63,7 @@ from numamem.memorymanager.reserved import (
 from numamem.memorymanager.store import StateStore
 from numamem.pod import Pod
 from numamem.topology import Machine
-from numamem.topology.iomem import auto_drift_bound
+from numamem.topology.iomem import auto_drift_bound, why_no_span
 from numamem.topology.sysfs import read_free_hugepages
 from numamem.topologymanager import policy as tm
 from numamem.v1 import common_pb2, memorymanager_pb2, memorymanager_pb2_grpc
@@ -92,7 +93,10 @@ def build_manager(config: Config, machine: Machine, store: StateStore | None = N
     tolerance = mm_options.tolerance(parsed, auto_bound)
     if parsed.drift == AUTO and auto_bound is None:
         _log.warning(
-            "memory drift tolerance stays off: the kernel image span cannot be read",
+            "--memory-manager-policy-options memory-drift-tolerance=auto has no bound, so it "
+            "acts as off (a restart after a reboot that moved MemTotal is refused): "
+            f"{why_no_span(config.proc_root)}. Give an explicit tolerance instead, e.g. "
+            "memory-drift-tolerance=256Mi (or fit, numamem's default)",
             path=str(Path(config.proc_root) / "iomem"),
         )
     if store is None:
@@ -417,6 +421,10 @@ class MemoryManagerComponent:
 
     def register(self, server: grpc.Server) -> None:
         memorymanager_pb2_grpc.add_MemoryManagerServicer_to_server(self.servicer, server)
+
+    def liveness_locks(self) -> list[tuple[str, threading.Lock]]:
+        """The writer lock the daemon's watchdog probe takes (:mod:`numamem.api.watchdog`)."""
+        return [("memory manager", self.manager.writer_lock)]
 
     def manager_store_observers(self) -> list[Callable[[float, bool], None]]:
         """The write observers of the memory manager's store."""

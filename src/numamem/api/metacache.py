@@ -10,6 +10,7 @@ field-mask path. Missing entries are NOT_FOUND.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -507,6 +508,10 @@ class MetaCacheComponent:
             if info.container_id
         ]
         return found + list(self._extra_targets())
+
+    def liveness_locks(self) -> list[tuple[str, threading.Lock]]:
+        """The writer lock the daemon's watchdog probe takes (:mod:`numamem.api.watchdog`)."""
+        return [("metacache", self.cache.writer_lock)]
 
     def register(self, server: grpc.Server) -> None:
         metacache_pb2_grpc.add_MetaReaderServicer_to_server(self.reader, server)

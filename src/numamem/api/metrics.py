@@ -34,7 +34,6 @@ of :data:`numamem.api.residency.RESIDENCY_TYPES` the kernel reports and each
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import socketserver
@@ -50,7 +49,7 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
 from numamem.api.residency import ResidencyMetrics, ResidencyView
-from numamem.api.server import prepare_socket_path
+from numamem.api.sockets import BoundSocket, prepare_socket_path
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.memorymanager.manager import Manager
 from numamem.metacache.cache import MetaCache
@@ -362,14 +361,14 @@ class MetricsServer:
                 ) from err
             finally:
                 os.umask(old)
+            bound = BoundSocket(socket_path)
             thread = threading.Thread(target=unix.serve_forever, name="metrics-unix", daemon=True)
             thread.start()
 
             def stop_unix() -> None:
                 unix.shutdown()
                 unix.server_close()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(socket_path)
+                bound.remove()  # only the socket bound here, not a newcomer's
 
             self._stops.append(stop_unix)
 

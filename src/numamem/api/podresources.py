@@ -56,8 +56,6 @@ the main socket's RPCs are not counted.
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -69,12 +67,11 @@ import grpc
 from grpc_reflection.v1alpha import reflection
 
 from numamem.api.interceptors import ServerInterceptor
-from numamem.api.server import (
-    DurabilityReport,
+from numamem.api.server import DurabilityReport, check_dir, make_dirs
+from numamem.api.sockets import (
+    BoundSocket,
     bind_unix_socket,
-    check_dir,
     check_socket_path,
-    make_dirs,
     prepare_socket_path,
 )
 from numamem.errors import quote
@@ -386,6 +383,7 @@ class PodResourcesComponent:
         self.servicer = PodResourcesServicer(manager, stub, kubelet_socket)
         self.bucket = TokenBucket(rate, burst)
         self._server: grpc.Server | None = None
+        self._bound: BoundSocket | None = None
         self._created: list[Path] = []
 
     def register(self, server: grpc.Server) -> None:
@@ -409,7 +407,7 @@ class PodResourcesComponent:
         )
         pr_grpc.add_PodResourcesListerServicer_to_server(self.servicer, server)
         reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME), server)
-        bind_unix_socket(server, self.socket, "--podresources-socket")
+        self._bound = bind_unix_socket(server, self.socket, "--podresources-socket")
         self._server = server
 
     def start(self) -> None:
@@ -418,13 +416,14 @@ class PodResourcesComponent:
             _log.info("podresources API listening", socket=self.socket)
 
     def stop(self) -> None:
-        """Stop serving, remove the socket and the directories this start made (if empty)."""
+        """Stop serving, remove the socket (only while it is the one this component bound)
+        and the directories this start made (if empty)."""
         if self._server is not None:
             self._server.stop(1).wait()
             self._server = None
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(self.socket).st_mode):
-                os.unlink(self.socket)
+        if self._bound is not None:
+            self._bound.remove()
+            self._bound = None
         for path in reversed(self._created):
             with contextlib.suppress(OSError):
                 path.rmdir()

@@ -7,7 +7,9 @@ wires them. :class:`ResidencyView`
   container with blocks and a runtime id, from one committed version of the
   manager) and runs it on the collector's thread, once per round
   (:meth:`ResidencyView.sample`, added to ``Collector.rounds``): nothing here
-  runs on the admission path;
+  runs on the admission path. With ``--enforce-cpuset-mems`` the sampler asks
+  :meth:`ResidencyView.committed_nodes` (the then current committed version)
+  just before each write and skips one whose target changed since the round began;
 * answers ``MemoryManager.GetResidency``, the residency part of ``Explain``
   and the Prometheus gauges (:class:`ResidencyMetrics`) from the last round, joined with the manager's
   current committed version: a container pinned, re-pinned or given a new id
@@ -107,12 +109,22 @@ class ResidencyView:
     ) -> None:
         self._manager = manager
         self._cache = cache
-        self.sampler = pl.PlacementSampler(root, enforce=enforce, page_size=page_size)
+        self.sampler = pl.PlacementSampler(
+            root, enforce=enforce, page_size=page_size, committed=self.committed_nodes
+        )
 
     def sample(self, now: int) -> int:
         """One placement round (the collector's thread); returns the unreadable count."""
         targets = [t for t in pinned_targets(self._manager().committed()) if t.container_ids]
         return self.sampler.sample(targets, now)
+
+    def committed_nodes(self, pod_uid: str, container_name: str) -> frozenset[int]:
+        """The nodes the manager's current committed version assigns the container (empty:
+        not pinned): the port the sampler asks just before each ``cpuset.mems`` write, so
+        that a round never writes an assignment a resize or a release replaced meanwhile.
+        Reads the committed version: takes no lock."""
+        blocks = self._manager().committed().view.get_memory_blocks(pod_uid, container_name)
+        return frozenset(n for b in blocks or () for n in b.numa_affinity or ())
 
     def entries(self, pod_uid: str = "", container_name: str = "") -> list[ResidencyEntry]:
         """The pinned containers selected (see ``GetResidencyRequest``); raises NotFoundError."""
@@ -325,6 +337,7 @@ class ResidencyMetrics(Collector):
         )
         writes.add_metric(["ok"], stats.writes_ok)
         writes.add_metric(["failed"], stats.writes_failed)
+        writes.add_metric(["superseded"], stats.writes_superseded)
         yield memory
         yield outside
         yield mismatch

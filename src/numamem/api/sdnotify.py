@@ -11,7 +11,13 @@ newline-separated ``KEY=VALUE`` lines. numamem sends:
   durability is unknown;
 * ``STOPPING=1`` when the shutdown begins;
 * ``WATCHDOG=1`` every half ``WATCHDOG_USEC`` from the serving loop, when the service
-  manager asks for it (``WatchdogSec=``) and ``WATCHDOG_PID``, if set, is this process.
+  manager asks for it (``WatchdogSec=``) and ``WATCHDOG_PID``, if set, is this process,
+  and only after a liveness probe succeeded within that half period: a task on the RPC
+  worker pool that takes the memory manager's and the metacache's writer locks
+  (:mod:`numamem.api.watchdog`). A saturated pool or a lock held longer sends no ping
+  (logged, naming what is stuck), so systemd restarts a wedged daemon once
+  ``WatchdogSec=`` passes (``Restart=on-failure``; the unit's ``WatchdogSec=30s`` gives a
+  probe 15 s). Pings start after ``READY=1``: a long restore is not cut short.
   The interval is kept within :data:`WATCHDOG_MIN_S` and :data:`WATCHDOG_MAX_S`: a
   ``WatchdogSec=`` under 0.2 s cannot be met (and is logged), pinging more often than
   half a longer timeout is harmless. A ``WATCHDOG_USEC`` or ``WATCHDOG_PID`` that is not

@@ -13,10 +13,11 @@ refuses with one clear line on failure):
    socket file, so the lock is what protects a running daemon;
 4. components **load**: checkpoints are read and validated, TCP listeners are
    bound; nothing is written;
-5. the socket path is made free (a stale socket from a crash is removed; a
-   live one or a non-socket file is refused, never deleted), the server binds
-   it with umask 0117 (mode 0660 from the first instant) and starts; health
-   reports NOT_SERVING and numamem services answer UNAVAILABLE;
+5. the socket path is made free (a socket that refuses connections, left by a
+   crash, is removed; a live one, one in doubt or a non-socket file is refused,
+   never deleted), the server binds it with umask 0117 (mode 0660 from the first
+   instant; :mod:`numamem.api.sockets`) and starts; health reports NOT_SERVING
+   and numamem services answer UNAVAILABLE;
 6. components **start**: initial checkpoints are written, background work
    begins; the lock file gets this pid; then health reports SERVING.
 
@@ -32,26 +33,23 @@ so they answer under any load; health and reflection are never refused (Watch
 and reflection, streams a client can hold open, run on the workers).
 
 Shutdown (SIGTERM/SIGINT): health NOT_SERVING, stop accepting, in-flight RPCs
-get ``--shutdown-grace`` seconds, components close, the socket is removed.
+get ``--shutdown-grace`` seconds, components close, the socket is removed if it is
+still the one this daemon bound (another process's socket at the path is left).
 
 Under systemd (``Type=notify``), :class:`~numamem.api.sdnotify.Notifier` reports each step
 as ``STATUS=``, ``READY=1`` the first time health is SERVING (at the end of the start, or
 later, when a checkpoint whose durability was unknown is written again), ``STATUS=`` with
 the reason while health is NOT_SERVING, ``STOPPING=1`` at shutdown, and pings the
-watchdog from the serving loop.
+watchdog from the serving loop after a liveness probe through the RPC worker pool and the
+components' writer locks succeeded (:mod:`numamem.api.watchdog`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
-import pwd
 import select
 import signal
-import socket
-import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -67,14 +65,34 @@ from grpc_reflection.v1alpha import reflection
 
 from numamem.api.interceptors import Readiness, ServerInterceptor
 from numamem.api.sdnotify import Notifier
+from numamem.api.sockets import (
+    BoundSocket,
+    bind_unix_socket,
+    check_socket_path,
+    prepare_socket_path,
+)
+from numamem.api.statedir import LOCK_FILE, acquire_lock, check_dir, make_dirs, record_pid
+from numamem.api.watchdog import Watchdog, serving_loop_watchdog
 from numamem.config.model import Config
-from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
+from numamem.errors import StartupError, quote
 from numamem.logging import get_logger
 from numamem.work import Courtesy, install_courtesy, uninstall_courtesy
 
 _log = get_logger("server")
 
-LOCK_FILE = "numamem.lock"
+__all__ = [
+    "LOCK_FILE",  # re-exported from numamem.api.statedir
+    "BoundedExecutor",
+    "Component",
+    "ComponentFactory",
+    "Daemon",
+    "DurabilityReport",
+    "HealthService",
+    "acquire_lock",
+    "check_dir",
+    "make_dirs",
+]
+
 GIL_SWITCH_INTERVAL_S = 0.00005
 """How long a thread that wants the GIL waits before it makes the holder give it up (50 µs;
 CPython's default is 5 ms). Each RPC retakes the GIL a dozen times or more (after every
@@ -89,8 +107,6 @@ Python code at once (each is made to hand over ten times as often): 8-thread All
 lifecycles 198/s at 0.5 ms against 171-181/s at 50 µs, Admit 424 against 366-405 pods/s (one
 ``make bench`` run against two, disk noise of the same order); short RPCs waiting less
 matters more to a node agent than a busy daemon's peak rate."""
-MAX_SOCKET_PATH = 107
-SOCKET_UMASK = 0o117  # socket 0660
 DAEMON_UMASK = 0o077  # checkpoint files 0600, directories 0700
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
@@ -196,7 +212,13 @@ class Daemon:
     _lock_fd: int | None = None
     _server: grpc.Server | None = None
     _health_server: grpc.Server | None = None
+    _bound: BoundSocket | None = None
+    """The socket this daemon bound (removed at shutdown only while it is still that one)."""
     _fast_pool: futures.ThreadPoolExecutor | None = None
+    _pool: BoundedExecutor | None = None
+    """The RPC worker pool (the watchdog's probe runs there)."""
+    watchdog: Watchdog | None = None
+    """The serving loop's watchdog while it runs with ``WatchdogSec=`` (its counters)."""
     _components: Sequence[Component] = ()
     _created: list[Path] = field(default_factory=list)
     _durability: dict[str, str] = field(default_factory=dict)
@@ -232,14 +254,36 @@ class Daemon:
 
     def _serve_until_stopped(self) -> None:
         """The serving loop of the main thread: waits for SIGTERM/SIGINT (a byte on the
-        self-pipe), and pings the service manager's watchdog (``WatchdogSec=``) every half
-        period meanwhile."""
+        self-pipe), and meanwhile, with ``WatchdogSec=``, runs the watchdog's liveness probe
+        every half period and pings only when it succeeded (:mod:`numamem.api.watchdog`;
+        a probe that ends writes to the self-pipe too)."""
         assert self._wake is not None
-        interval = self.notifier.watchdog_interval
-        while not select.select([self._wake[0]], [], [], interval)[0]:
-            self.notifier.watchdog()
+        watchdog = self.watchdog = self._watchdog()
+        try:
+            while self._signal is None:
+                timeout = None if watchdog is None else watchdog.tick()
+                if select.select([self._wake[0]], [], [], timeout)[0]:
+                    os.read(self._wake[0], 512)  # readable: does not block
+        finally:
+            if watchdog is not None:
+                watchdog.close()
         name = signal.Signals(self._signal).name if self._signal is not None else "?"
         _log.info("signal received, shutting down", signal=name)
+
+    def _watchdog(self) -> Watchdog | None:
+        """The liveness probe behind ``WATCHDOG=1`` (None: no watchdog, or no pool: a daemon
+        that never served)."""
+        pool, wake = self._pool, self._wake
+        if pool is None or wake is None:
+            return None
+        return serving_loop_watchdog(
+            self.notifier,
+            pool,
+            self.config.workers,
+            lambda: pool.in_flight,
+            lambda: self._components,
+            wake[1],
+        )
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         """Record the signal and wake the serving loop; nothing else. A Python signal handler
@@ -312,7 +356,7 @@ class Daemon:
         prepare_socket_path(cfg.socket)
         for name in ("", *names):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        pool = BoundedExecutor(cfg.workers, "rpc")
+        pool = self._pool = BoundedExecutor(cfg.workers, "rpc")
         self._fast_pool = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
         self.interceptor = ServerInterceptor(
             self.readiness,
@@ -338,7 +382,7 @@ class Daemon:
             (*names, HEALTH_SERVICE, reflection.SERVICE_NAME), server
         )
         self._server = server
-        bind_unix_socket(server, cfg.socket, "--socket")
+        self._bound = bind_unix_socket(server, cfg.socket, "--socket")
         server.start()
         if cfg.health_port is not None:
             self._health_server = _start_health_server(
@@ -426,10 +470,9 @@ class Daemon:
             except Exception:  # noqa: BLE001 - shutdown continues past a failing component
                 _log.exception("component stop failed")
         self._components = ()
-        if events:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISSOCK(os.lstat(self.config.socket).st_mode):
-                    os.unlink(self.config.socket)
+        if self._bound is not None:
+            self._bound.remove()
+            self._bound = None
         uninstall_courtesy(self.courtesy)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -474,190 +517,3 @@ def _start_health_server(
         ) from err
     server.start()
     return server
-
-
-def check_dir(path: Path, what: str, allow_shared: bool) -> None:
-    """Refuse an existing ``path`` that is not a directory or that other users may write to."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    except OSError as err:
-        raise StartupError(
-            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot stat: {err.strerror}"
-        ) from err
-    if not stat.S_ISDIR(st.st_mode):
-        raise StartupError(
-            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: exists and is not a directory"
-        )
-    if allow_shared:
-        return
-    uid = os.geteuid()
-    problem = ""
-    if st.st_uid not in (uid, 0):
-        problem = f"is owned by uid {st.st_uid}, not by this user ({uid}) or root"
-    elif st.st_mode & stat.S_IWOTH:
-        problem = f"is world-writable (mode {stat.S_IMODE(st.st_mode):04o})"
-    elif st.st_mode & stat.S_IWGRP and st.st_gid not in (os.getegid(), *os.getgroups()):
-        problem = f"is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):04o})"
-    if problem:
-        raise StartupError(
-            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)} {problem}: another user could replace numamem's files; "
-            "fix its owner/mode or pass --allow-shared-dirs"
-        )
-
-
-def make_dirs(path: Path, mode: int, what: str) -> list[Path]:
-    """Create ``path`` (and missing parents) with ``mode``; returns what was created, outermost first."""
-    missing: list[Path] = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    created: list[Path] = []
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=mode)
-            os.chmod(directory, mode)
-        except OSError as err:
-            for made in reversed(created):
-                with contextlib.suppress(OSError):
-                    made.rmdir()
-            raise StartupError(
-                f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot create: {err.strerror}"
-            ) from err
-        created.append(directory)
-    return created
-
-
-def acquire_lock(path: Path) -> tuple[int, bool]:
-    """Take the single-instance lock: (the fd that holds it until closed, whether the file is new).
-
-    Writes nothing: the file keeps the pid of the last daemon that started on this state dir
-    (:func:`record_pid`), so a refusal names the holder when it is that process."""
-    created = not path.exists()
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as err:
-        raise StartupError(
-            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot open: {err.strerror}"
-        ) from err
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        holder = ""
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(os.pread(fd, 32, 0).decode().strip())
-            with contextlib.suppress(PermissionError):  # alive, another user's
-                os.kill(pid, 0)  # a holder still starting has not written its pid yet
-            holder = f" (pid {pid})"
-        os.close(fd)
-        if created:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise StartupError(
-                f"another numamem{holder} is running on state dir {quote(path.parent, limit=PATH_QUOTE_BYTES)} "
-                f"(lock {quote(path, limit=PATH_QUOTE_BYTES)} is held); stop it or choose another --state-dir"
-            ) from err
-        raise StartupError(
-            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot lock: {err.strerror}"
-        ) from err
-    return fd, created
-
-
-def record_pid(fd: int) -> None:
-    """Write this process's pid into the lock file held by ``fd`` (only once a start has
-    succeeded: a refused start leaves the file's bytes and mtime as they were)."""
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-
-
-def bind_unix_socket(server: grpc.Server, path: str, flag: str) -> None:
-    """Listen on ``path``, created 0660 (never wider, even for a moment: under a umask)."""
-    old_umask = os.umask(SOCKET_UMASK)
-    try:
-        server.add_insecure_port(f"unix://{path}")
-    except RuntimeError as err:
-        raise StartupError(bind_failure(path, flag, str(err), _probe_bind(path))) from err
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, 0o660)
-
-
-def _probe_bind(path: str) -> OSError | None:
-    """Why the kernel refuses to bind ``path`` (grpcio's error does not say), or None."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.bind(path)
-    except OSError as err:
-        return err
-    finally:
-        probe.close()
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-    return None
-
-
-def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -> str:
-    """The refusal for a socket that cannot be bound: the kernel's reason, the directory and
-    who this process is when the directory is not writable; grpcio's text otherwise."""
-    if probe is None or probe.errno is None:
-        return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {grpc_error}"
-    directory = os.path.dirname(path) or "."
-    reason = (probe.strerror or str(probe)).lower()
-    if probe.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        uid = os.geteuid()
-        try:
-            user = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-        except KeyError:
-            user = f"uid {uid}"
-        owner = ""
-        with contextlib.suppress(OSError):
-            st = os.stat(directory)
-            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
-        return (
-            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}: {user} cannot create "
-            f"files in {directory}{owner}; run numamem as a user who can, give that user write "
-            f"access to the directory, or choose another {flag}"
-        )
-    return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}"
-
-
-def check_socket_path(path: str, flag: str = "--socket") -> None:
-    """Refuse a socket path longer than the kernel accepts (before anything is created)."""
-    if len(path.encode()) > MAX_SOCKET_PATH:
-        raise StartupError(
-            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is {len(path.encode())} bytes long; unix socket paths are limited "
-            f"to {MAX_SOCKET_PATH}: choose a shorter path"
-        )
-
-
-def prepare_socket_path(path: str, flag: str = "--socket") -> None:
-    """Make ``path`` free for binding, or refuse; never deletes anything but a dead socket.
-
-    ``flag`` names the option the path came from, for the messages.
-    """
-    check_socket_path(path, flag)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise StartupError(
-            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} exists and is not a socket; numamem never deletes it: "
-            f"remove it yourself or choose another {flag}"
-        )
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)
-        _log.warning("removed stale socket left by an earlier run", socket=path)
-        return
-    finally:
-        probe.close()
-    raise StartupError(
-        f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is served by another live process; stop it or choose another {flag}"
-    )

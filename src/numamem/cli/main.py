@@ -1,13 +1,14 @@
 """``numamem`` command line: ``serve`` runs the daemon, the other commands are clients.
 
-Exit codes of the client commands (``serve``'s are its own):
+Exit codes of the client commands (``serve``'s are its own: 1 the start refused, 2 usage):
 
 * 0: success (a release, sync, resize to the size it has: the state is what was asked);
 * 1: the command failed or did nothing, said in one line on stderr: an RPC error, a
   manifest that cannot be read or is not a valid Pod (an unknown field included: the
   input, not the command line, is wrong), an id or pod that holds nothing (``release``),
   a resize of a container the memory manager does not pin;
-* 2: usage error, the command line does not make sense: argparse's checks, flags that
+* 2: usage error, the command line does not make sense: argparse's checks, a ``serve``
+  flag value that does not parse or is out of range, flags that
   contradict each other, a flag naming what the manifest does not have (an unknown
   ``--container``, ``--container-id``), a missing ``--container`` where the pod has several;
 * 3: a refusal as a normal answer: ``admit`` rejected the pod (``explain``: would reject
@@ -159,7 +160,7 @@ def build_parser(only: str | None = ALL, *, listed: bool = True) -> argparse.Arg
     parser = Parser(
         prog="numamem",
         description="Node-local NUMA memory manager and metadata cache (gRPC on a unix socket).",
-        epilog="Exit codes: 0 success, 1 failure or nothing done (one line on stderr), 2 usage error (the command line), 3 pod rejected (admit) or would be (explain), resize refused (resize, explain --resize).",
+        epilog="Exit codes: 0 success, 1 failure or nothing done (one line on stderr), 2 usage error (the command line; serve: also a flag value that does not parse or is out of range), 3 pod rejected (admit) or would be (explain), resize refused (resize, explain --resize).",
     )
     parser.add_argument("--version", action="version", version=f"numamem {__version__}")
     sub = parser.add_subparsers(

@@ -10,6 +10,18 @@ from numamem.config.syntax import check_feature_gates
 from numamem.config.yamlfile import apply_yaml
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Each command-line flag's value on its own (syntax, allowed values and ranges), before
+    the ``--config`` file is read: a ConfigError here is a usage error (``numamem serve``
+    exits 2); what :func:`config_from_args` refuses after it is the configuration's (the
+    file, or a rule across values: exit 1)."""
+    cfg = Config()
+    for f in FLAGS:
+        raw = getattr(args, flag_dest(f), None)
+        if raw is not None:
+            apply_value(cfg, f, raw, f.name)
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """Merge defaults, the ``--config`` file and the flags into a :class:`Config`."""
     cfg = Config()

@@ -8,6 +8,7 @@ then the writers in :mod:`.manager`): every method here reads the current
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 
 from numamem.errors import NotFoundError, quote
@@ -45,6 +46,12 @@ class CommittedReads:
     def topology_policy_name(self) -> str:
         """The topology manager policy's name ("" without one)."""
         return "" if self._topology_policy is None else self._topology_policy.name
+
+    @property
+    def writer_lock(self) -> threading.Lock:
+        """The lock writers commit under, held across the checkpoint write. Only for a
+        liveness probe: acquire it with a timeout, release it at once, call nothing inside."""
+        return self._versions.lock
 
     # --- readers: the committed state, no lock ------------------------------------
 

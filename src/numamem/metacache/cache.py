@@ -251,6 +251,12 @@ class MetaCache:
 
     # --- reading (lock-free on the committed state) ---------------------------
 
+    @property
+    def writer_lock(self) -> threading.Lock:
+        """The lock a writer holds while it computes a change. Only for a liveness probe:
+        acquire it with a timeout, release it at once, call nothing inside."""
+        return self._mutation
+
     def state(self) -> State:
         """The current committed state (immutable)."""
         return self._committed

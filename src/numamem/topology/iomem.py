@@ -16,11 +16,22 @@ _KERNEL_PARTS = ("Kernel code", "Kernel data", "Kernel bss")
 
 def kernel_image_span(proc_root: str | Path) -> int | None:
     """``max(end) - min(start) + 1`` over the kernel image lines, or None when the file is
-    unreadable, has no such line, or shows only zero addresses."""
+    unreadable, has no such line, or shows only zero addresses (:func:`why_no_span` says
+    which)."""
+    return _scan(proc_root)[0]
+
+
+def why_no_span(proc_root: str | Path) -> str:
+    """Why :func:`kernel_image_span` is None, in words ("" when it is not)."""
+    return _scan(proc_root)[1]
+
+
+def _scan(proc_root: str | Path) -> tuple[int | None, str]:
+    path = Path(proc_root) / "iomem"
     try:
-        text = (Path(proc_root) / "iomem").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError as err:
+        return None, f"{path} cannot be read ({err.strerror or err})"
     starts: list[int] = []
     ends: list[int] = []
     for line in text.splitlines():
@@ -36,9 +47,15 @@ def kernel_image_span(proc_root: str | Path) -> int | None:
             continue
         starts.append(start)
         ends.append(end)
-    if not starts or (not any(starts) and not any(ends)):
-        return None
-    return max(ends) - min(starts) + 1
+    if not starts:
+        return None, f"{path} has no 'Kernel code', 'Kernel data' or 'Kernel bss' line"
+    if not any(starts) and not any(ends):
+        return None, (
+            f"{path} shows the kernel image's addresses as 0: the kernel hides them from "
+            "processes without CAP_SYS_ADMIN, which the shipped systemd unit and DaemonSet do "
+            "not grant"
+        )
+    return max(ends) - min(starts) + 1, ""
 
 
 def auto_drift_bound(proc_root: str | Path) -> int | None:

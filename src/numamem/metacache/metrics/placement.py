@@ -39,7 +39,10 @@ when it does not, nothing is written (:data:`PARENT_DISALLOWS`, logged once,
 checked each round). A write after which the kernel enforces a node outside
 the assignment is undone, the previous ``cpuset.mems`` written back (a
 restore, the only other value ever written), and enforcement stops for that
-container until its target changes (:data:`STOPPED`). After
+container until its target changes (:data:`STOPPED`). Each write, the restore
+too, is made only if the memory manager's committed assignment is still the
+round's target (:mod:`.cpusetwrite`): else it is superseded, counted and logged,
+and the next round enforces the new assignment. After
 :data:`CONTESTED_AFTER` writes in a row that the next round finds undone
 (another agent keeps its own ``cpuset.mems``), the container is
 :data:`CONTESTED` (a warning once) and is written again only after
@@ -50,17 +53,42 @@ Rounds are the clock: no wall-clock time.
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from numamem.cpuset import format_cpulist
-from numamem.errors import PATH_QUOTE_BYTES, QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
+from numamem.errors import PATH_QUOTE_BYTES, QUOTE_BYTES, CgroupFormatError, quote
 from numamem.logging import get_logger
 from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics.cpusetwrite import (
+    CommittedNodes,
+    CpusetWrite,
+    CpusetWriter,
+    Outcome,
+    PlacementStats,
+    PlacementTarget,
+    os_error_text,
+    went_away,
+)
 from numamem.metacache.metrics.numastat import parse_mems
 from numamem.metacache.metrics.residency import Residency, residency
+
+__all__ = [
+    "CONTESTED",
+    "MEASURED",
+    "NO_CGROUP",
+    "NO_NUMA_STAT",
+    "PARENT_DISALLOWS",
+    "STOPPED",
+    "UNREADABLE",
+    "CpusetWrite",
+    "Placement",
+    "PlacementRound",
+    "PlacementSampler",
+    "PlacementStats",
+    "PlacementTarget",
+]
 
 _log = get_logger("placement")
 
@@ -77,50 +105,11 @@ CONTESTED_AFTER = 3
 FIRST_BACKOFF_ROUNDS = 2
 MAX_BACKOFF_ROUNDS = 64
 """A contested container is written again after 2 rounds, then 4, 8, ... at most 64."""
-_GONE_ERRNOS = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
 MAX_RESOLVED_IDS = 4
 """Only a container's newest ids are looked up (each costs about 15 stat() calls a round
 while none has a cgroup): an older id's cgroup is a container that already restarted."""
 MAX_LISTED_IDS = 3
 """The most ids a NO_CGROUP message lists (each quoted), then "and N more"."""
-
-
-@dataclass(frozen=True)
-class PlacementTarget:
-    """A pinned container: its assigned NUMA nodes and runtime ids, the newest first."""
-
-    pod_uid: str
-    container_name: str
-    container_ids: tuple[str, ...]
-    assigned: frozenset[int]
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.pod_uid, self.container_name
-
-
-@dataclass(frozen=True)
-class CpusetWrite:
-    """One write of ``cpuset.mems`` (``--enforce-cpuset-mems``)."""
-
-    path: str
-    before: frozenset[int]
-    written: frozenset[int]
-    after: frozenset[int] | None
-    """Read back after the write (None: unreadable then)."""
-    migrate_enabled: bool
-    """Whether this write first set v1 ``cpuset.memory_migrate`` to 1."""
-    time_ns: int
-    """The time of the round that wrote."""
-    error: str = ""
-    """Why the write failed, or why the kernel enforces other nodes after it; "" when it took."""
-    written_back: bool = False
-    """The kernel enforced nodes outside the assignment after the write (``after``), so the
-    value ``cpuset.mems`` had before was written back; enforcement stopped for the container."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.error
 
 
 @dataclass(frozen=True)
@@ -149,17 +138,6 @@ class PlacementRound:
     time_ns: int
     mode: str
     placements: Mapping[tuple[str, str], Placement]
-
-
-@dataclass
-class PlacementStats:
-    """Counters since start; written by the sampler's thread only."""
-
-    rounds: int = 0
-    errors: int = 0
-    gone: int = 0
-    writes_ok: int = 0
-    writes_failed: int = 0
 
 
 @dataclass
@@ -199,16 +177,6 @@ class _Enforcing:
         return "", ""
 
 
-@dataclass(frozen=True)
-class _Step:
-    """What one enforcement step did: the write (None: nothing written) and the nodes the
-    kernel enforces after it; ``gone`` when the container left meanwhile."""
-
-    write: CpusetWrite | None = None
-    enforced: frozenset[int] | None = None
-    gone: bool = False
-
-
 @dataclass
 class _Known:
     container_ids: tuple[str, ...]
@@ -227,7 +195,10 @@ class PlacementSampler:
         enforce: bool = False,
         page_size: int | None = None,
         mode: str | None = None,
+        committed: CommittedNodes | None = None,
     ) -> None:
+        """``committed``: the assignment committed now, asked before each write (see
+        :mod:`.cpusetwrite`); None (tests of the sampler alone) writes the round's targets."""
         self.root = Path(root)
         self.enforce = enforce
         self.page_size = page_size or cgroup.page_size()
@@ -237,8 +208,7 @@ class PlacementSampler:
         self._known: dict[tuple[str, str], _Known] = {}
         self._warned: set[tuple[str, str]] = set()
         self._writes: dict[tuple[str, str], CpusetWrite] = {}
-        self._failures: dict[tuple[str, str], str] = {}
-        """The last failed write's error per container, logged once until it changes."""
+        self._writer = CpusetWriter(self.root, self.stats, committed)
         self._enforcing: dict[tuple[str, str], _Enforcing] = {}
         self._round = 0
         """The index of the round running (rounds are the backoff's clock: no wall clock)."""
@@ -250,7 +220,7 @@ class PlacementSampler:
         for target in targets:
             if target.key not in placements:
                 placements[target.key] = self._guarded(target, now)
-        for table in (self._known, self._writes, self._failures, self._enforcing):
+        for table in (self._known, self._writes, self._writer.failures, self._enforcing):
             for key in [k for k in table if k not in placements]:
                 del table[key]
         self._warned &= placements.keys()
@@ -314,7 +284,7 @@ class PlacementSampler:
             stat = cgroup.read_numa_stat(stat_path, self.page_size)
             enforced = cgroup.read_enforced_mems(dirs)
         except (OSError, CgroupFormatError) as err:
-            if _went_away(err, dirs.memory):
+            if went_away(err, dirs.memory):
                 return self._gone(target)
             if isinstance(err, FileNotFoundError) and not stat_path.exists():
                 return Placement(
@@ -329,7 +299,7 @@ class PlacementSampler:
         try:
             huge = cgroup.read_hugetlb_numa_stats(dirs.hugetlb)
         except (OSError, CgroupFormatError) as err:
-            if _went_away(err, dirs.hugetlb) or _went_away(err, dirs.memory):
+            if went_away(err, dirs.hugetlb) or went_away(err, dirs.memory):
                 return self._gone(target)
             return _unreadable(target, err, cid, where)
         result = residency(target.assigned, stat, enforced, huge)
@@ -363,10 +333,10 @@ class PlacementSampler:
         enforced: frozenset[int],
         now: int,
         state: _Enforcing,
-    ) -> _Step:
+    ) -> Outcome:
         """One enforcement step for a container whose enforced nodes differ."""
         if state.stopped:
-            return _Step()
+            return Outcome()
         if state.last_ok_round == self._round - 1:
             state.undone += 1  # the last round's write did not last
         if not state.contested and state.undone >= CONTESTED_AFTER:
@@ -379,10 +349,10 @@ class PlacementSampler:
                 undone=state.undone,
                 retry_in_rounds=state.backoff,
             )
-            return _Step()
+            return Outcome()
         if state.contested:
             if self._round < state.next_try:
-                return _Step()
+                return Outcome()
             state.backoff = min(2 * state.backoff, MAX_BACKOFF_ROUNDS)
             state.next_try = self._round + state.backoff
         if dirs.mode == cgroup.V2:
@@ -397,17 +367,15 @@ class PlacementSampler:
                         reason=why,
                     )
                 state.held = why
-                return _Step()
+                return Outcome()
         state.held = ""
-        written = self._write(target, dirs, enforced, now)
-        if written is None:
-            return _Step(gone=True)
-        write, after = written
-        if write.written_back:
+        outcome = self._writer.write(target, dirs, enforced, now)
+        write = outcome.write
+        if write is not None and write.written_back:
             state.stopped = write.error
-        elif write.ok:
+        elif write is not None and write.ok:
             state.last_ok_round = self._round
-        return _Step(write, after)
+        return outcome
 
     def _in_place(self, target: PlacementTarget, state: _Enforcing) -> None:
         """A round that finds the enforced nodes equal to the assignment: a contest is over."""
@@ -433,7 +401,7 @@ class PlacementSampler:
                 f"{parent} does not exist: cannot tell which nodes the parent allows; not written"
             )
         except (OSError, CgroupFormatError) as err:
-            reason = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
+            reason = str(err) if isinstance(err, CgroupFormatError) else os_error_text(err)
             return f"cannot read the parent's nodes ({reason}); not written"
         missing = target.assigned - allowed
         if not missing:
@@ -473,101 +441,6 @@ class PlacementSampler:
             enforce=self.enforce,
         )
 
-    def _write(
-        self, target: PlacementTarget, dirs: cgroup.CgroupDirs, before: frozenset[int], now: int
-    ) -> tuple[CpusetWrite, frozenset[int] | None] | None:
-        """Write the assignment and read it back: the write, and the nodes enforced now (after
-        a write back, see below). None when the container left meanwhile (its cgroup
-        removed: ENOENT, ENODEV), which is no failed write.
-
-        When the kernel enforces nodes outside the assignment after the write, the value
-        ``cpuset.mems`` had before is written back (the only write of anything but the
-        assignment: a restore) and the error says so; the caller then stops."""
-        path = str(dirs.cpuset / "cpuset.mems")
-        migrate = False
-        after: frozenset[int] | None = None
-        error = ""
-        previous: str | None = None
-        try:
-            previous = cgroup.read_small(dirs.cpuset / "cpuset.mems")
-            migrate = cgroup.enable_memory_migrate(self.root, dirs)
-            path = str(cgroup.write_mems(self.root, dirs, target.assigned))
-        except (CgroupPathError, CgroupFormatError) as err:
-            error = str(err)
-        except OSError as err:
-            if _went_away(err, dirs.cpuset):
-                return None
-            error = _os_error(err)
-        try:
-            after = cgroup.read_enforced_mems(dirs)
-        except (OSError, CgroupFormatError) as err:
-            if _went_away(err, dirs.cpuset):
-                return None
-            error = error or f"read back: {err}"
-        if after is None and not dirs.cpuset.is_dir():
-            return None
-        now_enforced = after
-        written_back = not error and after is not None and not after <= target.assigned
-        if written_back:
-            error, now_enforced = self._write_back(target, dirs, after or frozenset(), previous)
-        elif not error and after != target.assigned:
-            error = (
-                f"the kernel enforces {quote(format_cpulist(after or ()))} after the write (the parent "
-                "cgroup's cpuset.mems may not allow every assigned node)"
-            )
-        write = CpusetWrite(path, before, target.assigned, after, migrate, now, error, written_back)
-        if write.ok:
-            self.stats.writes_ok += 1
-        else:
-            self.stats.writes_failed += 1
-        fields = {
-            "pod_uid": quote(target.pod_uid, style="bare"),
-            "container": quote(target.container_name, style="bare"),
-            "file": quote(path, style="bare", limit=PATH_QUOTE_BYTES),
-            "before": format_cpulist(before),
-            "written": format_cpulist(target.assigned),
-            "memory_migrate_enabled": migrate,
-        }
-        if write.ok:
-            self._failures.pop(target.key, None)
-            _log.info("wrote cpuset.mems (--enforce-cpuset-mems)", **fields)
-        elif written_back:
-            _log.warning("cpuset.mems written back; no longer enforced", error=error, **fields)
-        elif self._failures.get(target.key) != error:
-            self._failures[target.key] = error
-            _log.warning("cannot enforce cpuset.mems; retried each round", error=error, **fields)
-        return write, now_enforced
-
-    def _write_back(
-        self,
-        target: PlacementTarget,
-        dirs: cgroup.CgroupDirs,
-        widened: frozenset[int],
-        previous: str | None,
-    ) -> tuple[str, frozenset[int] | None]:
-        """The write made the kernel enforce ``widened``, not within the assignment: write
-        the previous value back. Returns the error to report and the nodes enforced now."""
-        shown = quote(format_cpulist(widened))
-        why = (
-            f"the kernel enforces {shown} after writing {quote(format_cpulist(target.assigned))}, "
-            "not within the assignment (the parent cgroup's cpuset.mems.effective grants none "
-            "of the assigned nodes?)"
-        )
-        restored: frozenset[int] | None = widened
-        try:
-            if previous is None:
-                raise ValueError("the value before the write is unknown")
-            cgroup.restore_mems(self.root, dirs, previous)
-            restored = cgroup.read_enforced_mems(dirs)
-            done = f"wrote back {quote(previous.strip())}"
-        except (OSError, ValueError, CgroupFormatError, CgroupPathError) as err:
-            done = f"could not write back {quote((previous or '').strip())}: {err}"
-        return (
-            f"{why}; {done}. numamem no longer writes this container's cpuset.mems (until it "
-            "restarts or is re-pinned): allow the assigned nodes in the pod's cpuset.mems",
-            restored,
-        )
-
 
 def _ids_text(ids: Sequence[str], tried: int) -> str:
     """``'a', 'b', 'c' and 2 more``: at most :data:`MAX_LISTED_IDS` ids, each quoted."""
@@ -579,19 +452,11 @@ def _ids_text(ids: Sequence[str], tried: int) -> str:
     return text
 
 
-def _went_away(err: Exception, directory: Path) -> bool:
-    """A read or write in ``directory`` (the container's memory or cpuset cgroup) that failed
-    because the cgroup went away (the container stopped)."""
-    if isinstance(err, OSError) and err.errno in _GONE_ERRNOS and not directory.is_dir():
-        return True
-    return isinstance(err, OSError) and err.errno == errno.ENODEV
-
-
 def _unreadable(
     target: PlacementTarget, err: OSError | CgroupFormatError, cid: str, where: str
 ) -> Placement:
     """UNREADABLE for ``target``, logged once per sample with the reason."""
-    message = str(err) if isinstance(err, CgroupFormatError) else _os_error(err)
+    message = str(err) if isinstance(err, CgroupFormatError) else os_error_text(err)
     _log.warning(
         "cannot read the container's NUMA placement",
         pod_uid=quote(target.pod_uid, style="bare"),
@@ -599,7 +464,3 @@ def _unreadable(
         error=message,
     )
     return Placement(target, UNREADABLE, message, cid, where)
-
-
-def _os_error(err: OSError) -> str:
-    return f"{err.filename or 'cgroup file'}: {err.strerror or err}"

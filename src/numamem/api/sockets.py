@@ -1,0 +1,268 @@
+"""The daemon's unix socket paths: made free, bound, removed, never another process's.
+
+* :func:`prepare_socket_path` deletes a socket file only when a test ``connect()`` gets
+  ``ECONNREFUSED`` (nobody listens: what a crash leaves). Any other failure is no proof
+  of death: ``EAGAIN`` is a live listener whose accept backlog is full (a daemon busy or
+  stalled), ``EACCES`` a socket this user may not use, a timeout a stalled peer. The
+  start is then refused, naming the errno, the path and what to do; nothing is deleted.
+  A path that is not a socket is never deleted either.
+* :func:`bind_unix_socket` binds a gRPC server at a private temporary name in the same
+  directory (created 0660 under a umask, then ``chmod``), then ``link()`` s it onto the
+  final path (which fails, and refuses the start, if another process created the path
+  meanwhile: no socket is ever replaced) and removes the temporary name. grpcio unlinks
+  the path *it* bound when the server stops, whatever file is there by then (tested in
+  tests/unit/test_sockets.py); binding at the temporary name makes that unlink hit a
+  name that no longer exists, so a newcomer's socket at the final path survives.
+* :class:`BoundSocket` records the device and inode of the socket this process bound;
+  :meth:`BoundSocket.remove` unlinks the path only while it is still that socket.
+
+Two daemons on one state dir are kept apart by the single-instance lock; two daemons
+with different state dirs and one socket path are kept apart here: the second finds the
+first's socket live (or in doubt) and refuses, and if an operator removed the first's
+socket so that the second could start, the first's shutdown leaves the second's alone.
+
+A temporary name that would not fit in :data:`MAX_SOCKET_PATH` bytes (a final path
+within a few bytes of it) falls back to binding the final path directly: only then does
+grpcio's unlink at stop remove whatever socket is at the path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import pwd
+import secrets
+import socket
+import stat
+from typing import Protocol
+
+from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
+from numamem.logging import get_logger
+
+_log = get_logger("server")
+
+MAX_SOCKET_PATH = 107
+SOCKET_UMASK = 0o117  # socket 0660
+PROBE_TIMEOUT_S = 1.0
+"""How long the test connect() of :func:`prepare_socket_path` may take."""
+_NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV)
+
+
+class PortBinder(Protocol):
+    """What :func:`bind_unix_socket` needs of a ``grpc.Server``."""
+
+    def add_insecure_port(self, address: str) -> int: ...
+
+
+class BoundSocket:
+    """A socket file this process bound: its path and identity (``st_dev``, ``st_ino``).
+
+    Holds an ``O_PATH`` descriptor of the file until :meth:`remove` (or :meth:`close`):
+    while it is open the inode cannot be freed, so a newcomer's socket made at the path
+    after ours was unlinked can never get our inode number (an identity check by number
+    alone would then match it)."""
+
+    def __init__(self, path: str, opened_as: str | None = None) -> None:
+        """``opened_as``: another name of the same file to open (the temporary name)."""
+        self.path = path
+        self._fd: int | None = os.open(opened_as or path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        st = os.fstat(self._fd)
+        self.device, self.inode = st.st_dev, st.st_ino
+
+    def remove(self) -> bool:
+        """Unlink :attr:`path` if it is still this socket; True when it was removed. Another
+        process's socket there (a newcomer that took the path over) is left alone.
+        Idempotent; closes the descriptor."""
+        if self._fd is None:
+            return False
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return False
+        else:
+            if (st.st_dev, st.st_ino) != (self.device, self.inode):
+                _log.info(
+                    "socket path taken over by another process: left in place", socket=self.path
+                )
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            return True
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def check_socket_path(path: str, flag: str = "--socket") -> None:
+    """Refuse a socket path longer than the kernel accepts (before anything is created)."""
+    if len(path.encode()) > MAX_SOCKET_PATH:
+        raise StartupError(
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is {len(path.encode())} bytes long; unix socket paths are limited "
+            f"to {MAX_SOCKET_PATH}: choose a shorter path"
+        )
+
+
+def prepare_socket_path(path: str, flag: str = "--socket") -> None:
+    """Make ``path`` free for binding, or refuse; deletes nothing but a socket that refuses
+    connections (see the module docstring). ``flag`` names the option, for the messages."""
+    check_socket_path(path, flag)
+    shown = quote(path, limit=PATH_QUOTE_BYTES)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise StartupError(
+            f"{flag} {shown} exists and is not a socket; numamem never deletes it: "
+            f"remove it yourself or choose another {flag}"
+        )
+    failure = probe_connect(path)
+    if failure is None:
+        raise StartupError(
+            f"{flag} {shown} is served by another live process; stop it or choose another {flag}"
+        )
+    if failure.errno == errno.ENOENT:
+        return  # gone since the lstat: free
+    if failure.errno != errno.ECONNREFUSED:
+        raise StartupError(in_doubt(path, flag, failure))
+    with contextlib.suppress(FileNotFoundError):
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            raise StartupError(
+                f"{flag} {shown}: replaced by another process while numamem was starting; "
+                f"stop it or choose another {flag}"
+            )
+        os.unlink(path)
+        _log.warning("removed stale socket left by an earlier run", socket=path)
+
+
+def probe_connect(path: str, timeout: float = PROBE_TIMEOUT_S) -> OSError | None:
+    """A test connect() to the socket at ``path``: None when something accepted it, else why
+    not (a timeout is an ``OSError`` with errno ``ETIMEDOUT``)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    probe.settimeout(timeout)
+    try:
+        probe.connect(path)
+    except TimeoutError as err:
+        return err if err.errno is not None else TimeoutError(errno.ETIMEDOUT, "timed out")
+    except OSError as err:
+        return err
+    finally:
+        probe.close()
+    return None
+
+
+def in_doubt(path: str, flag: str, failure: OSError) -> str:
+    """The refusal for a socket that neither accepts nor refuses a connection."""
+    code = failure.errno
+    name = errno.errorcode.get(code, str(code)) if code is not None else "an error"
+    reason = (failure.strerror or str(failure)).lower()
+    why = {
+        errno.EAGAIN: "its accept backlog is full: a live process listens but does not accept "
+        "now (busy or stalled)",
+        errno.ETIMEDOUT: "a live process may listen but did not answer in time (stalled?)",
+        errno.EACCES: f"this user (uid {os.geteuid()}) may not connect to it: another user's "
+        "process may serve it",
+        errno.EPERM: f"this user (uid {os.geteuid()}) may not connect to it",
+    }.get(code or 0, "it may still be served")
+    return (
+        f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: a test connection to the socket there "
+        f"failed with {name} ({reason}): {why}. numamem deletes a socket only when the "
+        f"connection is refused (ECONNREFUSED: nobody listens), so it did not start: stop the "
+        f"process that serves it, remove the socket yourself if nothing does, or choose "
+        f"another {flag}"
+    )
+
+
+def bind_unix_socket(server: PortBinder, path: str, flag: str) -> BoundSocket:
+    """Listen on ``path``, created 0660 (never wider, even for a moment: under a umask), via a
+    temporary name linked onto ``path`` (see the module docstring); returns what was bound.
+    Refuses when ``path`` exists by then (created by another process since
+    :func:`prepare_socket_path`)."""
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name[:8]}.{os.getpid()}.{secrets.token_hex(4)}")
+    direct = len(temporary.encode()) > MAX_SOCKET_PATH
+    target = path if direct else temporary
+    old_umask = os.umask(SOCKET_UMASK)
+    try:
+        server.add_insecure_port(f"unix://{target}")
+    except RuntimeError as err:
+        raise StartupError(bind_failure(path, flag, str(err), _probe_bind(target))) from err
+    finally:
+        os.umask(old_umask)
+    os.chmod(target, 0o660)
+    if direct:
+        return BoundSocket(path)
+    bound = BoundSocket(path, opened_as=temporary)
+    try:
+        _publish(temporary, path, flag)
+    except BaseException:
+        bound.close()
+        raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    return bound
+
+
+def _publish(temporary: str, path: str, flag: str) -> None:
+    """Give the socket bound at ``temporary`` its final name ``path``, never over a file."""
+    shown = quote(path, limit=PATH_QUOTE_BYTES)
+    try:
+        os.link(temporary, path)
+    except FileExistsError as err:
+        raise StartupError(
+            f"{flag} {shown}: created by another process while numamem was starting; "
+            f"stop it or choose another {flag}"
+        ) from err
+    except OSError as err:
+        if err.errno not in _NO_HARD_LINKS:
+            raise StartupError(
+                f"{flag} {shown}: cannot name the unix socket: {(err.strerror or str(err)).lower()}"
+            ) from err
+        # A file system without hard links: rename (the path was free a moment ago).
+        os.rename(temporary, path)
+
+
+def _probe_bind(path: str) -> OSError | None:
+    """Why the kernel refuses to bind ``path`` (grpcio's error does not say), or None."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.bind(path)
+    except OSError as err:
+        return err
+    finally:
+        probe.close()
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return None
+
+
+def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -> str:
+    """The refusal for a socket that cannot be bound: the kernel's reason, the directory and
+    who this process is when the directory is not writable; grpcio's text otherwise."""
+    if probe is None or probe.errno is None:
+        return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {grpc_error}"
+    directory = os.path.dirname(path) or "."
+    reason = (probe.strerror or str(probe)).lower()
+    if probe.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        uid = os.geteuid()
+        try:
+            user = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+        except KeyError:
+            user = f"uid {uid}"
+        owner = ""
+        with contextlib.suppress(OSError):
+            st = os.stat(directory)
+            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+        return (
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}: {user} cannot create "
+            f"files in {directory}{owner}; run numamem as a user who can, give that user write "
+            f"access to the directory, or choose another {flag}"
+        )
+    return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}"

@@ -1,0 +1,176 @@
+"""``numamem serve --check`` (issue 38): every validation of a start, with serve's own messages
+and exit codes, and nothing created, locked, bound or written; and exit 2 for a bad flag value."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from numamem.client import NumamemClient
+from numamem.testing.daemon import DaemonProcess, fake_machine_args, short_tmpdir
+from numamem.v1 import memorymanager_pb2 as mm
+from tests.daemon import REPO, STATIC_ARGS
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def machine() -> Iterator[Path]:
+    """The fake machine (sysfs, cgroups, procfs), outside the tree a check must not touch."""
+    path = short_tmpdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def serve(
+    root: Path, machine: Path, *args: str, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    argv = [
+        "serve",
+        *(["--check"] if check else []),
+        "--socket",
+        str(root / "run" / "n.sock"),
+        "--state-dir",
+        str(root / "state"),
+        *args,
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "numamem", *fake_machine_args(machine, argv)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+        check=False,
+    )
+
+
+def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
+    """Every path under ``root``: mode, bytes (files) and mtime: byte for byte, untouched."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        data = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
+        out[str(path.relative_to(root))] = (st.st_mode, data, st.st_mtime_ns)
+    return out
+
+
+def assert_same_refusal(root: Path, machine: Path, args: list[str], code: int = 1) -> str:
+    """--check refuses as serve does (exit code and stderr, byte for byte), leaving ``root``
+    as it was, with no socket, lock or directory made."""
+    fake_machine_args(machine, [])  # the fake machine exists before the snapshot
+    before = tree(root)
+    checked = serve(root, machine, *args, check=True)
+    assert tree(root) == before
+    served = serve(root, machine, *args)
+    assert (checked.returncode, served.returncode) == (code, code), checked.stderr
+    assert checked.stderr == served.stderr
+    assert checked.stdout == ""
+    return checked.stderr
+
+
+def write_state(root: Path, name: str, data: str) -> None:
+    state = root / "state"
+    state.mkdir(mode=0o700, exist_ok=True)
+    (state / name).write_text(data)
+
+
+@pytest.mark.parametrize(
+    ("args", "prepare", "fragment"),
+    [
+        (
+            ["--memory-manager-policy", "Static", "--reserved-memory", "0:memory=1Gi"],
+            None,
+            "determined by Node Allocatable feature",
+        ),
+        (
+            ["--feature-gates", "PodLevelResourceManagers=true"],
+            None,
+            "PodLevelResourceManagers=true needs PodLevelResources=true",
+        ),
+        (
+            [],
+            ("memory_manager_state", '{"policyName":"None","checksum":1}'),
+            "could not restore state from checkpoint",
+        ),
+    ],
+)
+def test_a_bad_configuration_is_refused_as_serve_refuses_it(
+    short_root: Path,
+    machine: Path,
+    args: list[str],
+    prepare: tuple[str, str] | None,
+    fragment: str,
+) -> None:
+    if prepare is not None:
+        write_state(short_root, *prepare)
+    stderr = assert_same_refusal(short_root, machine, args)
+    assert stderr.startswith("numamem: ") and fragment in stderr.splitlines()[0]
+    assert not (short_root / "run").exists()
+    assert not (short_root / "state" / "numamem.lock").exists()
+
+
+def test_a_bad_config_file_is_refused_as_serve_refuses_it(short_root: Path, machine: Path) -> None:
+    config = short_root / "numamem.yaml"
+    config.write_text("memoryManagerPolicy: Static\nresource: {}\n")
+    stderr = assert_same_refusal(short_root, machine, ["--config", str(config)])
+    assert "unknown field" in stderr
+
+
+def test_a_bad_flag_value_is_a_usage_error_for_serve_and_check(
+    short_root: Path, machine: Path
+) -> None:
+    for args in (["--memory-manager-policy", "static"], ["--workers", "0"]):
+        stderr = assert_same_refusal(short_root, machine, args, code=2)
+        assert stderr.startswith("usage: numamem serve ")
+        assert f"numamem serve: error: {args[0]}: " in stderr.splitlines()[-1]
+
+
+def test_a_good_configuration_passes_and_changes_nothing(short_root: Path, machine: Path) -> None:
+    """After a real daemon ran (checkpoints with a pod; the socket left by a crash)."""
+    daemon = DaemonProcess(short_root, STATIC_ARGS)
+    daemon.start()
+    try:
+        with NumamemClient(daemon.socket, timeout=10) as client:
+            res = {"cpu": "1", "memory": "1Gi"}
+            pod = mm.Pod(uid="p1", containers=[mm.Container(name="a", requests=res, limits=res)])
+            assert client.admit(pod).admitted
+    finally:
+        daemon.kill()  # SIGKILL: the socket file stays, as after a crash
+    assert os.path.exists(daemon.socket)
+    before = tree(short_root)
+    out = daemon.run_to_exit("--check", *STATIC_ARGS)
+    assert tree(short_root) == before  # the stale socket too: serve removes it, --check never
+    assert out.returncode == 0, out.stderr
+    [line] = out.stdout.splitlines()
+    assert line.startswith("numamem: check passed: Static memory manager policy, topology from ")
+    assert f"checkpoints in {daemon.state_dir} read and valid: memory_manager_state, " in line
+    assert "sys_advisor_state" in line
+    assert f"--socket '{daemon.socket}' is a stale socket that a start removes" in line
+    assert line.endswith("nothing was bound, locked, created or written (ports were not tried)")
+    assert out.stderr == ""
+
+
+def test_a_check_beside_the_running_daemon_says_so(short_root: Path) -> None:
+    daemon = DaemonProcess(short_root, STATIC_ARGS)
+    daemon.start()
+    try:
+        out = daemon.run_to_exit("--check", *STATIC_ARGS)
+        assert out.returncode == 0, out.stderr
+        assert f"numamem (pid {daemon.proc.pid}) is running on this state dir" in out.stdout  # type: ignore[union-attr]
+        daemon.wait_serving(5)  # untouched
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_a_first_start_passes_without_any_directory(short_root: Path, machine: Path) -> None:
+    out = serve(short_root / "new", machine, *STATIC_ARGS, check=True)
+    assert out.returncode == 0, out.stderr
+    assert "read and valid: none yet" in out.stdout
+    assert not (short_root / "new").exists()

@@ -1,0 +1,276 @@
+"""Issue 38: ``WATCHDOG=1`` only after a liveness probe through the RPC worker pool and the
+components' writer locks succeeded (api/watchdog.py). A wedged writer lock and a saturated
+pool stop the pings (and say what is stuck); a healthy daemon keeps pinging."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from numamem import logging as nlog
+from numamem.api.memorymanager import MemoryManagerComponent
+from numamem.api.metacache import MetaCacheComponent
+from numamem.api.sdnotify import Notifier
+from numamem.api.server import Daemon
+from numamem.api.watchdog import Watchdog
+from numamem.testing.daemon import short_tmpdir
+from numamem.testing.server import InProcessServer, serve_in_process
+
+INTERVAL = 0.05
+"""Short, so that a probe blocked on a held lock gives up soon (no assertion is timed)."""
+PATIENCE = 30.0
+"""Only a bound on how long a test waits for what must happen; never asserted."""
+
+
+class Loop:
+    """The serving loop's part: tick, then sleep until the probe wakes it or the timeout."""
+
+    def __init__(self, locks: list[tuple[str, threading.Lock]], pool: futures.Executor) -> None:
+        self.woke = threading.Event()
+        self.pinged = 0
+        self.watchdog = Watchdog(
+            self.ping, INTERVAL, pool.submit, lambda: locks, self.woke.set, pool_state=lambda: "x"
+        )
+
+    def ping(self) -> None:
+        self.pinged += 1
+
+    def until(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + PATIENCE
+        while not done():
+            assert time.monotonic() < deadline, "the watchdog never got there"
+            self.woke.wait(self.watchdog.tick())
+            self.woke.clear()
+
+
+@pytest.fixture
+def pool() -> Iterator[futures.ThreadPoolExecutor]:
+    executor = futures.ThreadPoolExecutor(max_workers=2)
+    yield executor
+    executor.shutdown(wait=True)
+
+
+@contextlib.contextmanager
+def info_logs() -> Iterator[list[dict[str, object]]]:
+    nlog.configure("info", "console", cache=False)
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        nlog.configure("warning", "console", cache=False)  # as tests/conftest.py has it
+
+
+def warnings(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [e for e in logs if str(e["event"]).startswith("liveness probe failed")]
+
+
+def test_a_healthy_daemon_keeps_pinging(pool: futures.ThreadPoolExecutor) -> None:
+    locks = [("memory manager", threading.Lock()), ("metacache", threading.Lock())]
+    loop = Loop(locks, pool)
+    with capture_logs() as logs:
+        loop.until(lambda: loop.pinged >= 5)
+    assert loop.watchdog.failures == 0
+    assert warnings(logs) == []
+
+
+def test_a_wedged_writer_lock_stops_the_pings_and_is_named(
+    pool: futures.ThreadPoolExecutor,
+) -> None:
+    wedged = threading.Lock()
+    loop = Loop([("memory manager", threading.Lock()), ("metacache", wedged)], pool)
+    loop.until(lambda: loop.pinged >= 1)
+    with info_logs() as logs:
+        assert wedged.acquire()
+        try:
+            stuck_from = loop.watchdog.failures
+            loop.until(lambda: loop.watchdog.failures >= stuck_from + 1)
+            pinged = loop.pinged  # a probe that passed before the lock was taken may ping once
+            loop.until(lambda: loop.watchdog.failures >= stuck_from + 4)
+            assert loop.pinged == pinged  # no ping while the lock is held
+        finally:
+            wedged.release()
+        loop.until(lambda: loop.pinged > pinged)  # pings resume
+    [warning] = warnings(logs)  # once, not once per probe (rate-limited)
+    assert str(warning["stuck"]).startswith("the metacache writer lock is held: the probe ")
+    assert [e["event"] for e in logs if e["log_level"] == "info"] == [
+        "liveness probe succeeded again: pinging the watchdog"
+    ]
+
+
+def test_a_saturated_worker_pool_stops_the_pings_and_is_named() -> None:
+    pool = futures.ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    loop = Loop([("memory manager", threading.Lock())], pool)
+    try:
+        loop.until(lambda: loop.pinged >= 1)
+        with capture_logs() as logs:
+            busy = pool.submit(release.wait)  # every worker is taken
+            stuck_from = loop.watchdog.stuck_ticks
+            loop.until(lambda: loop.watchdog.stuck_ticks >= stuck_from + 1)
+            pinged = loop.pinged
+            # The deadline passes again and again: still no ping, and one probe in flight.
+            loop.until(lambda: loop.watchdog.stuck_ticks >= stuck_from + 5)
+            assert loop.pinged == pinged
+            assert loop.watchdog.failures == 1
+            release.set()
+            busy.result(PATIENCE)
+            loop.until(lambda: loop.pinged > pinged)
+        [warning] = warnings(logs)
+        assert str(warning["stuck"]).startswith(
+            "the RPC worker pool is saturated: the probe has waited"
+        )
+        assert str(warning["stuck"]).endswith("for a worker (x)")
+    finally:
+        release.set()
+        pool.shutdown(wait=True)
+
+
+def test_at_most_one_probe_is_in_flight(pool: futures.ThreadPoolExecutor) -> None:
+    """A stuck probe is not joined by another each interval (that would fill the pool)."""
+    submitted: list[Callable[[], None]] = []
+    now = [0.0]
+    watchdog = Watchdog(
+        lambda: None,
+        1.0,
+        submitted.append,
+        lambda: [],
+        lambda: None,
+        clock=lambda: now[0],
+    )
+    for step in range(10):
+        now[0] = step * 0.7
+        watchdog.tick()
+    assert len(submitted) == 1
+    assert watchdog.failures == 1
+
+
+# --- through the daemon: its real components, pool and serving loop ---
+
+
+@pytest.fixture
+def served() -> Iterator[InProcessServer]:
+    root = short_tmpdir()
+    try:
+        with serve_in_process(root=root, workers=2) as server:
+            yield server
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class ServingLoop:
+    """The daemon's own serving loop on a thread, pinging a datagram socket of the test."""
+
+    def __init__(self, daemon: Daemon, root: Path) -> None:
+        self.daemon = daemon
+        self.rx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        path = str(root / "notify.sock")
+        self.rx.bind(path)
+        self.rx.setblocking(False)
+        daemon.notifier = Notifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "100000"})
+        self.pipe = os.pipe()
+        os.set_blocking(self.pipe[1], False)
+        daemon._wake = self.pipe
+        self.thread = threading.Thread(target=daemon._serve_until_stopped, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + PATIENCE
+        while daemon.watchdog is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        self.watchdog = daemon.watchdog
+
+    def pings(self) -> int:
+        """Datagrams received since the last call (each is one WATCHDOG=1)."""
+        count = 0
+        while True:
+            try:
+                assert self.rx.recv(64) == b"WATCHDOG=1"
+            except BlockingIOError:
+                return count
+            count += 1
+
+    def wait(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + PATIENCE
+        while not done():
+            assert time.monotonic() < deadline, "the serving loop never got there"
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.daemon._on_signal(signal.SIGTERM, None)
+        self.thread.join(PATIENCE)
+        self.daemon.notifier.close()
+        self.daemon._wake = None
+        for fd in self.pipe:
+            os.close(fd)
+        self.rx.close()
+
+
+def component(server: InProcessServer, kind: type) -> object:
+    [found] = [c for c in server.daemon._components if isinstance(c, kind)]
+    return found
+
+
+@pytest.mark.parametrize("kind", [MemoryManagerComponent, MetaCacheComponent])
+def test_the_daemon_stops_pinging_while_a_writer_lock_is_wedged(
+    served: InProcessServer, kind: type
+) -> None:
+    [(name, lock)] = component(served, kind).liveness_locks()  # type: ignore[attr-defined]
+    loop = ServingLoop(served.daemon, served.root)
+    try:
+        loop.wait(lambda: loop.watchdog.pings >= 2)
+        assert loop.pings() >= 1
+        with capture_logs() as logs:
+            assert lock.acquire()
+            try:
+                loop.wait(lambda: loop.watchdog.failures >= 1)
+                loop.pings()  # a probe that passed before the lock was taken may ping once
+                loop.wait(lambda: loop.watchdog.failures >= 4)
+                assert loop.pings() == 0
+            finally:
+                lock.release()
+            before = loop.watchdog.pings
+            loop.wait(lambda: loop.watchdog.pings > before)
+            assert loop.pings() >= 1
+        [warning] = warnings(logs)
+        assert str(warning["stuck"]).startswith(f"the {name} writer lock is held: the probe ")
+    finally:
+        loop.stop()
+
+
+def test_the_daemon_stops_pinging_while_its_rpc_pool_is_saturated(
+    served: InProcessServer,
+) -> None:
+    pool = served.daemon._pool
+    assert pool is not None
+    loop = ServingLoop(served.daemon, served.root)
+    release = threading.Event()
+    try:
+        loop.wait(lambda: loop.watchdog.pings >= 1)
+        with capture_logs() as logs:
+            blockers = [pool.submit(release.wait) for _ in range(served.config.workers)]
+            loop.wait(lambda: loop.watchdog.stuck_ticks >= 1)
+            loop.pings()  # a probe that passed before the pool filled may ping once
+            before = loop.watchdog.pings
+            loop.wait(lambda: loop.watchdog.stuck_ticks >= 5)
+            assert loop.pings() == 0 and loop.watchdog.pings == before
+            release.set()
+            for blocker in blockers:
+                blocker.result(PATIENCE)
+            loop.wait(lambda: loop.watchdog.pings > before)
+            assert loop.pings() >= 1
+        [warning] = warnings(logs)
+        assert "the RPC worker pool is saturated" in str(warning["stuck"])
+        assert "RPCs running or queued on 2 workers" in str(warning["stuck"])
+    finally:
+        release.set()
+        loop.stop()
