@@ -279,7 +279,12 @@ def format_bytes(n: int) -> str:
     """
     for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
         if abs(n) >= size:
-            return f"{n // size}{unit}" if n % size == 0 else f"{n / size:.2f}{unit}"
+            if n % size == 0:
+                return f"{n // size}{unit}"
+            if abs(n) >= 1 << 1000:  # beyond a float: two decimals, truncated
+                whole, cents = divmod(abs(n) * 100 // size, 100)
+                return f"{'-' if n < 0 else ''}{whole}.{cents:02d}{unit}"
+            return f"{n / size:.2f}{unit}"
     return str(n)
 
 

@@ -19,13 +19,15 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES, STORED_ID_LIMIT, CPUSet, format_cpulist
-from numamem.errors import CheckpointError, InvalidArgumentError, QuantityError
+from numamem.errors import CheckpointError, ConfigError, InvalidArgumentError, QuantityError
+from numamem.memorymanager.drift import DRIFT_OPTION
+from numamem.memorymanager.options import parse_options
 from numamem.metacache import journal
 from numamem.metacache.bounds import MAX_REPORTED, beyond_api_bounds
 from numamem.metacache.cache import State
 from numamem.metacache.persistence import STATE_FILE, encode
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo
-from numamem.quantity import MAX_EXPONENT, _remove_factors, parse_quantity
+from numamem.quantity import MAX_EXPONENT, _remove_factors, format_bytes, parse_quantity
 from numamem.testing.server import serve_in_process
 from numamem.v1 import metacache_pb2 as mc
 
@@ -278,3 +280,13 @@ def test_removing_factors_is_exact(rest: int, times: int, base: int) -> None:
     got, count = _remove_factors(value, base)
     assert got * base**count == value
     assert value == 0 or got % base != 0
+
+
+def test_a_drift_tolerance_past_int64_is_refused_and_huge_sizes_print() -> None:
+    """memory-drift-tolerance=1000...0001 (402 digits) crashed the start: format_bytes
+    divided it as a float (OverflowError, a traceback)."""
+    with pytest.raises(ConfigError, match=r"is 2\^63 bytes or more"):
+        parse_options({DRIFT_OPTION: "1" + "0" * 400 + "1"})
+    assert parse_options({DRIFT_OPTION: str((1 << 63) - 1)}).drift_bytes == (1 << 63) - 1
+    assert format_bytes(10**400 + (1 << 39)).endswith(".50Ti")
+    assert format_bytes(3 * 2**40 + 2**39) == "3.50Ti"
