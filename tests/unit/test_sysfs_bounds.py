@@ -1,4 +1,5 @@
-"""Issue 38 in discovery: a sysfs tree that no Linux machine has is refused, not worked through.
+"""Issue 38 in the files the kernel writes: a tree no Linux machine has is refused, not
+worked through (sysfs, /proc/iomem, cgroup files).
 
 Each file is read up to ``MAX_FILE_BYTES``; node ids are below ``MAX_NUMA_NODES``, CPU ids
 below ``MAX_CPUS``; a number has at most ``MAX_NUMBER_DIGITS`` digits. Before, a
@@ -14,8 +15,16 @@ from pathlib import Path
 import pytest
 
 from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES
-from numamem.errors import TopologyError
+from numamem.errors import CgroupFormatError, TopologyError
+from numamem.metacache.metrics.cgroup import (
+    MAX_SMALL_FILE_BYTES,
+    read_cpu_max,
+    read_int,
+    read_keyed,
+    read_psi_avg60,
+)
 from numamem.testing.sysfs import HP_2M, standard_nodes, write_sysfs
+from numamem.topology.iomem import MAX_IOMEM_BYTES, kernel_image_span
 from numamem.topology.sysfs import MAX_FILE_BYTES, MAX_NUMBER_DIGITS, discover
 
 NODE0 = Path("devices/system/node/node0")
@@ -107,3 +116,37 @@ def test_a_huge_file_is_not_read_whole(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert spent < 4 * MAX_FILE_BYTES
+
+
+def test_iomem_is_read_up_to_its_bound_and_addresses_are_64_bit(tmp_path: Path) -> None:
+    """/proc/iomem was read whole (a wrong --proc-root could name any file), and a
+    1000-digit "address" made a 4000-bit kernel span."""
+    lines = "01000000-03ffffff : Kernel code\n" + "f" * 1000 + "-" + "f" * 1001 + " : Kernel bss\n"
+    (tmp_path / "iomem").write_text(lines)
+    assert kernel_image_span(tmp_path) == 0x03FFFFFF - 0x01000000 + 1
+    with open(tmp_path / "iomem", "ab") as f:
+        f.truncate(64 << 20)  # sparse: 64 MiB more
+    tracemalloc.start()
+    try:
+        assert kernel_image_span(tmp_path) == 0x03FFFFFF - 0x01000000 + 1
+        spent = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert spent < 4 * MAX_IOMEM_BYTES
+
+
+@pytest.mark.parametrize("read", [read_keyed, read_int, read_cpu_max, read_psi_avg60])
+def test_a_cgroup_file_is_read_up_to_its_bound(tmp_path: Path, read: object) -> None:
+    """memory.stat, cpu.stat, cpu.max, memory.pressure and the single numbers were read whole."""
+    path = tmp_path / "memory.stat"
+    with open(path, "wb") as f:
+        f.write(b"anon 4096\n")
+        f.truncate(64 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CgroupFormatError, match=f"larger than {MAX_SMALL_FILE_BYTES} bytes"):
+            read(path)  # type: ignore[operator]
+        spent = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert spent < 4 * MAX_SMALL_FILE_BYTES

@@ -11,14 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 
 AUTO_SLACK = 64 * 1024 * 1024
+MAX_IOMEM_BYTES = 1 << 20
+"""The most of ``iomem`` read (a large server's is tens of KiB; the kernel image lines come
+first, under System RAM): the rest is not read (issue 38)."""
 _KERNEL_PARTS = ("Kernel code", "Kernel data", "Kernel bss")
+_MAX_HEX_DIGITS = 16
+"""A physical address is 64 bits: a longer number is no address."""
 
 
 def kernel_image_span(proc_root: str | Path) -> int | None:
     """``max(end) - min(start) + 1`` over the kernel image lines, or None when the file is
     unreadable, has no such line, or shows only zero addresses."""
     try:
-        text = (Path(proc_root) / "iomem").read_text(encoding="ascii", errors="replace")
+        with open(Path(proc_root) / "iomem", "rb") as f:
+            text = f.read(MAX_IOMEM_BYTES).decode("ascii", errors="replace")
     except OSError:
         return None
     starts: list[int] = []
@@ -28,6 +34,8 @@ def kernel_image_span(proc_root: str | Path) -> int | None:
         if not sep or name.strip() not in _KERNEL_PARTS:
             continue
         first, dash, last = head.strip().partition("-")
+        if max(len(first.strip()), len(last.strip())) > _MAX_HEX_DIGITS:
+            continue
         try:
             start, end = int(first.strip(), 16), int(last.strip(), 16)
         except ValueError:
