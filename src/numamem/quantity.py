@@ -15,9 +15,14 @@ Semantics follow ``k8s.io/apimachinery/pkg/api/resource``:
 
 Deliberate deviations (documented, tested):
 
-* exponents beyond ±10000 are rejected as out of range (Kubernetes keeps them
-  symbolically; no byte count or core count can use them, and expanding them
-  would let one request burn the daemon's CPU);
+* exponents beyond ±:data:`MAX_EXPONENT` (1000) and numbers of more than
+  :data:`MAX_DIGITS` (1000) digits are rejected (Kubernetes keeps huge exponents
+  symbolically; no byte or core count can use a value beyond 2^63, and expanding
+  ``1e1000000`` would let a 9-byte request burn the daemon's CPU): every value is
+  then an exact number of at most ~2000 digits, which every operation here handles
+  in microseconds and ``str()`` prints below Python's 4300-digit conversion limit
+  (``1e10000 + 1`` had 10009 and raised ValueError; printing ``1e10000`` took
+  0.2 s: issue 38);
 * a DecimalSI value above 999E, or a BinarySI value with a factor beyond
   1024^6, is printed with the largest suffix and a longer mantissa instead of
   Go's suffix-less (and therefore wrong) output.
@@ -32,11 +37,14 @@ from fractions import Fraction
 
 from numamem.errors import QuantityError, quote
 
-__all__ = ["Format", "Quantity", "parse_quantity"]
+__all__ = ["MAX_DIGITS", "MAX_EXPONENT", "Format", "Quantity", "parse_quantity"]
 
 _MAX_INT64 = (1 << 63) - 1
-_MAX_EXPONENT = 10000
-_MAX_DIGITS = 1000
+MAX_EXPONENT = 1000
+"""The largest decimal exponent (``e<n>``) a quantity may have, either sign: ``1e1000`` is
+far beyond any byte or core count (int64 ends below 1e19), and with :data:`MAX_DIGITS` it
+keeps every value (and every sum of values) below ~2000 digits."""
+MAX_DIGITS = 1000
 """Digits a quantity's number or exponent may have: far beyond any real quantity, and below
 the 4300 digits ``int()`` refuses with a ValueError."""
 _NANO = 10**9
@@ -144,8 +152,8 @@ def _parse(text: str) -> Quantity:
     if text == "0":
         return Quantity(Fraction(0), Format.DECIMAL_SI)
     positive, num, denom, suffix = _split(text)
-    if len(num) + len(denom) > _MAX_DIGITS or len(suffix) > _MAX_DIGITS:
-        raise QuantityError(f"quantity has more than {_MAX_DIGITS} digits: got {quote(text)}")
+    if len(num) + len(denom) > MAX_DIGITS or len(suffix) > MAX_DIGITS:
+        raise QuantityError(f"quantity has more than {MAX_DIGITS} digits: got {quote(text)}")
     base, exponent, fmt = _interpret_suffix(suffix)
     magnitude = Fraction(int(num + denom), 10 ** len(denom)) if (num + denom) else Fraction(0)
     if base == 10:
@@ -207,19 +215,31 @@ def _interpret_suffix(suffix: str) -> tuple[int, int, Format]:
         body = digits[1:] if digits[0] in "+-" else digits
         if body.isdigit() and body.isascii():
             exponent = int(digits)
-            if abs(exponent) > _MAX_EXPONENT:
+            if abs(exponent) > MAX_EXPONENT:
                 raise QuantityError(
-                    f"quantity exponent {exponent} is out of range (at most ±{_MAX_EXPONENT})"
+                    f"quantity exponent {exponent} is out of range (at most ±{MAX_EXPONENT})"
                 )
             return 10, exponent, Format.DECIMAL_EXPONENT
     raise QuantityError(f"unable to parse quantity's suffix: {quote(suffix)}")
 
 
 def _remove_factors(value: int, base: int) -> tuple[int, int]:
+    """``(rest, times)`` with ``value == rest * base**times`` and ``base`` not dividing
+    ``rest`` (zero: ``(0, 0)``), in O(log times) divisions by ``base**(2**k)`` (one division
+    per factor took 0.2 s for the 10^10000 of ``1e10000``)."""
+    if value == 0:
+        return 0, 0
     times = 0
-    while value != 0 and value % base == 0:
-        value //= base
-        times += 1
+    powers = [(base, 1)]  # base**(2**k), 2**k
+    while value % powers[-1][0] == 0:
+        power, count = powers[-1]
+        value //= power
+        times += count
+        powers.append((power * power, count * 2))
+    for power, count in reversed(powers[:-1]):
+        if value % power == 0:
+            value //= power
+            times += count
     return value, times
 
 
@@ -259,7 +279,12 @@ def format_bytes(n: int) -> str:
     """
     for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
         if abs(n) >= size:
-            return f"{n // size}{unit}" if n % size == 0 else f"{n / size:.2f}{unit}"
+            if n % size == 0:
+                return f"{n // size}{unit}"
+            if abs(n) >= 1 << 1000:  # beyond a float: two decimals, truncated
+                whole, cents = divmod(abs(n) * 100 // size, 100)
+                return f"{'-' if n < 0 else ''}{whole}.{cents:02d}{unit}"
+            return f"{n / size:.2f}{unit}"
     return str(n)
 
 

@@ -22,7 +22,9 @@ from numamem.api.status import status_with_reason
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 from tests.fuzz import __main__ as fuzz_main
+from tests.fuzz.amplify import QUANTITY_AMPLIFIERS
 from tests.fuzz.catalogue import BY_PATH, RPCS
+from tests.fuzz.cost import CPU, RESTART_FACTOR, RESTART_SLACK_S, RSS, CostOracle
 from tests.fuzz.generate import malformed
 from tests.fuzz.run import KINDS, Campaign, Outcome, generated, reply_problems
 from tests.fuzz.seeds import SEEDS
@@ -72,6 +74,12 @@ def test_a_request_is_a_function_of_its_seed_and_index() -> None:
     assert abs(shares["mutated"] - 0.5) < 0.03
     assert abs(shares["random"] - 0.20) < 0.03
     assert abs(shares["undecodable"] - 0.05) < 0.015
+    # It carries issue 38's cpulist and huge quantities: with the expanding cpusets of
+    # before, the first such request (14: 0-1048575) cost 1.8 s of CPU and 261 MiB.
+    sent = [g.request.SerializeToString() for g in kinds]
+    assert sum(b"0-1048576" in r for r in sent) >= 20
+    assert sum(any(q.encode() in r for q in QUANTITY_AMPLIFIERS) for r in sent) >= 20
+    assert b"0-1048575" in sent[14]
     for gen in kinds:
         if gen.kind == "undecodable":
             assert gen.payload is not None
@@ -146,6 +154,26 @@ def test_the_reply_checks_catch_what_issue_31_saw() -> None:
     assert any("answered INTERNAL" in p for p in reply_problems(rpc, request, internal))
 
 
+def test_the_cost_oracle_charges_each_request_its_cost() -> None:
+    """Not vacuous: a request that cost more than its bound is a finding, one within it is
+    not; a restart that takes longer than its floor allows is a finding; issue 38's request
+    (309 bytes: 9.5 s, +1290 MiB) is far beyond both bounds."""
+    readings = iter([(0.6, 50 << 20), (0.7, 51 << 20), (10.15, 1340 << 20)])
+    oracle = CostOracle(sampler=lambda pid: lambda: next(readings))
+    assert oracle.started(1) == [] and oracle.floor_s == 0.6
+    assert oracle.charge(200, "cheap") == []
+    found = oracle.charge(309, "issue 38")
+    assert len(found) == 2
+    assert "9450 ms of CPU for 309 bytes, 37.7 x the bound" in found[0]
+    assert "1289.0 MiB of RSS growth for 309 bytes" in found[1]
+    assert oracle.worst_cpu.what == oracle.worst_rss.what == "issue 38"
+    assert oracle.charged == 2 and "worst CPU 37.707 of its bound" in oracle.report()
+    oracle.sampler = lambda pid: lambda: (RESTART_FACTOR * 0.6 + RESTART_SLACK_S + 0.01, 0)
+    [slow] = oracle.started(2)
+    assert "the restart took 2.81 s of CPU to serve, more than 3 x the first start's" in slow
+    assert CPU.of(309) < 0.26 and RSS.of(309) < 33 << 20
+
+
 def test_a_bounded_campaign_finds_nothing(short_root: Path) -> None:
     campaign = Campaign(short_root, SEED, check_every=500, restart_every=REQUESTS // 2)
     campaign.start()
@@ -155,6 +183,10 @@ def test_a_bounded_campaign_finds_nothing(short_root: Path) -> None:
         assert campaign.sent == REQUESTS
         assert campaign.swept == sum(len(malformed(rpc.request)) for rpc in RPCS)
         assert campaign.restarts == 2  # one halfway, one at the end
+        # Every request was charged its cost (tests/fuzz/cost.py), and both restarts.
+        assert campaign.cost.charged == campaign.sent + campaign.swept
+        assert campaign.cost.floor_s is not None and len(campaign.cost.restarts_s) == 2
+        print(campaign.cost.report())
         assert {rpc for rpc, _ in campaign.codes} == {rpc.short for rpc in RPCS}
         assert {rpc.short for rpc in RPCS} <= {
             rpc for rpc, code in campaign.codes if code == "INVALID_ARGUMENT"

@@ -7,8 +7,8 @@
 A replay needs the campaign's --check-every and --restart-every too (they decide
 when the daemon restarts and what it holds then): each finding's replay line
 gives every parameter. Prints the parameters first, then the histogram of status
-codes (per RPC and overall), the maximum RSS, and every finding with the command
-that replays it.
+codes (per RPC and overall), the maximum RSS, the worst cost of a request beside its
+bound (tests/fuzz/cost.py), and every finding with the command that replays it.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ def main() -> int:
         f"max_rss={campaign.max_rss / 2**20:.0f}MiB slowest={campaign.slowest[0] * 1000:.0f}ms "
         f"({campaign.slowest[1]}) findings={len(campaign.findings)}"
     )
+    print(campaign.cost.report())
     for finding in campaign.findings:
         print(finding.report())
     return 1 if campaign.findings else 0

@@ -1,7 +1,8 @@
 """Hostile values, random messages and mutations, from the protobuf descriptors alone.
 
 Everything takes a :class:`random.Random`, so a request is a function of its seed.
-Values: empty, 64 KiB, unicode, NUL, control and path-like strings; 0, -1, 2^31,
+Values: empty, 64 KiB, unicode, NUL, control and path-like strings, short texts that
+name a large amount of work (:data:`AMPLIFIERS`: ``0-1048576``, ``1e1000000``); 0, -1, 2^31,
 2^63-1, 2^64-1 (as far as the field's type holds them); NaN and ±inf; repeated
 fields and maps up to :data:`MAX_REPEATED` elements.
 """
@@ -15,6 +16,8 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
+
+from tests.fuzz.amplify import AMPLIFIERS
 
 MAX_REPEATED = 200
 BIG = 65536
@@ -51,6 +54,7 @@ STRINGS: tuple[str, ...] = (
     "Guaranteed",
     "memory",
     "hugepages-2Mi",
+    *AMPLIFIERS,
 )
 
 _INT_RANGES = {

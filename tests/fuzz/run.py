@@ -15,7 +15,9 @@ never cut by the last line of defence, its trailers under :data:`TRAILER_BYTES`;
 ``numamem.v1`` error carries its
 ``google.rpc.Status`` with a numamem ErrorInfo that agrees with the status (the
 client received the trailers intact); bytes that are no request are answered
-INVALID_ARGUMENT "the request does not decode" on both sockets. Every :attr:`Campaign.check_every`
+INVALID_ARGUMENT "the request does not decode" on both sockets; the daemon's CPU time
+and RSS growth for it stay under an affine bound in its bytes, and every restart serves
+within its usual CPU time (:mod:`tests.fuzz.cost`). Every :attr:`Campaign.check_every`
 requests: the daemon runs, health is SERVING, RSS stays below :data:`RSS_LIMIT`,
 the memory manager's state keeps its invariants
 (:mod:`numamem.memorymanager.invariants`), and the state equals the
@@ -56,6 +58,7 @@ from numamem.v1 import metacache_pb2 as mc
 from numamem.v1 import podresources_pb2 as pr
 from tests.daemon import STATIC_ARGS
 from tests.fuzz.catalogue import BY_PATH, MAIN, PODRESOURCES, RPCS, Rpc
+from tests.fuzz.cost import CostOracle
 from tests.fuzz.generate import describe, malformed, mutate, random_message, undecodable
 from tests.fuzz.seeds import SEEDS
 
@@ -662,6 +665,7 @@ class Campaign:
     swept: int = 0
     """Requests of :meth:`sweep` (not in :attr:`sent`)."""
     slowest: tuple[float, str] = (0.0, "")
+    cost: CostOracle = field(default_factory=CostOracle)
     daemon: DaemonProcess | None = None
     client: Client | None = None
 
@@ -692,6 +696,12 @@ class Campaign:
         self.client = Client(
             self.daemon.socket, self.podresources_socket, Path(self.daemon.state_dir)
         )
+        self._started(-1, "start")
+
+    def _started(self, index: int, what: str) -> None:
+        assert self.daemon is not None and self.daemon.proc is not None
+        for problem in self.cost.started(self.daemon.proc.pid):
+            self._find(index, what, problem)
 
     def stop(self) -> None:
         if self.client is not None:
@@ -733,12 +743,15 @@ class Campaign:
         if outcome.seconds > self.slowest[0]:
             self.slowest = (outcome.seconds, f"{gen.rpc.short} request {gen.index}")
         problems = reply_problems(gen.rpc, gen.request, outcome, gen.payload)
+        size = len(gen.payload) if gen.payload is not None else gen.request.ByteSize()
+        problems += self.cost.charge(size, f"{gen.rpc.short} request {gen.index}")
         if gen.payload is None:  # bytes that are no request change nothing, or are a finding
             problems += self.model.apply(gen.rpc, gen.request, outcome)
-        what = f"({gen.kind}{': ' + '; '.join(gen.mutations) if gen.mutations else ''}) {gen.rpc.short}"
-        sent = describe(gen.request) if gen.payload is None else f"bytes {gen.payload[:200]!r}"
-        for problem in problems:
-            self._find(gen.index, what, problem, sent)
+        if problems:  # describing every request took longer than the oracle's readings
+            what = f"({gen.kind}{': ' + '; '.join(gen.mutations) if gen.mutations else ''}) {gen.rpc.short}"
+            sent = describe(gen.request) if gen.payload is None else f"bytes {gen.payload[:200]!r}"
+            for problem in problems:
+                self._find(gen.index, what, problem, sent)
         return self._alive(gen.index)
 
     def sweep(self) -> bool:
@@ -789,6 +802,7 @@ class Campaign:
             self._find(index, "RSS", f"{rss / 2**20:.0f} MiB, above {RSS_LIMIT / 2**20:.0f} MiB")
         for problem in self.model.problems(self.client):
             self._find(index, "the model", problem)
+        self.cost.mark()
         return True
 
     def restart(self, index: int) -> bool:
@@ -812,6 +826,7 @@ class Campaign:
         self.client = Client(
             self.daemon.socket, self.podresources_socket, Path(self.daemon.state_dir)
         )
+        self._started(index, f"restart {self.restarts}")
         after = snapshot(self.client, self.model)
         for key in before:
             if before[key] != after[key]:

@@ -28,6 +28,7 @@ from numamem.v1 import (
     podresources_pb2,
     topology_pb2,
 )
+from tests.fuzz.amplify import CPULIST_AMPLIFIERS, amplified_cpus, amplified_quantities
 
 mm = memorymanager_pb2
 mc = metacache_pb2
@@ -114,6 +115,7 @@ def _providers(p: mm.Pod, rng: random.Random) -> list[mm.ProviderHints]:
 
 def _allocate(rng: random.Random) -> Message:
     p, name = _pod_and_container(rng)
+    p = amplified_quantities(rng, p)
     req = mm.AllocateRequest(pod=p, container_name=name)
     if rng.random() < 0.3:
         req.affinity.CopyFrom(_affinity(rng))
@@ -156,7 +158,7 @@ def _sync(rng: random.Random) -> Message:
 
 
 def _admit(rng: random.Random) -> Message:
-    p = pod(rng.randrange(MM_PODS))
+    p = amplified_quantities(rng, pod(rng.randrange(MM_PODS)))
     return mm.AdmitRequest(pod=p, other_providers=_providers(p, rng))
 
 
@@ -213,8 +215,8 @@ def container_info(rng: random.Random, pod_uid: str, name: str) -> mc.ContainerI
         owner_pool_name=rng.choice(POOLS),
         origin_owner_pool_name=rng.choice(POOLS),
         ramp_up=rng.random() < 0.2,
-        topology_aware_assignments={0: rng.choice(("0-1", "0", "")), 1: "2-3"},
-        original_topology_aware_assignments={0: "0-1"},
+        topology_aware_assignments=amplified_cpus(rng, {0: rng.choice(("0-1", "0", "")), 1: "2-3"}),
+        original_topology_aware_assignments=amplified_cpus(rng, {0: "0-1"}),
         region_names=rng.sample(REGIONS, rng.randint(0, 2)),
         isolated=rng.random() < 0.1,
         container_id=container_id(pod_uid, name) if rng.random() < 0.5 else "",
@@ -269,8 +271,8 @@ def _update_containers(rng: random.Random) -> Message:
 def _pool_info(rng: random.Random, name: str) -> mc.PoolInfo:
     return mc.PoolInfo(
         pool_name=name if rng.random() < 0.5 else "",
-        topology_aware_assignments={0: "0-1", 1: rng.choice(("2-3", "3"))},
-        original_topology_aware_assignments={0: "0-1"},
+        topology_aware_assignments=amplified_cpus(rng, {0: "0-1", 1: rng.choice(("2-3", "3"))}),
+        original_topology_aware_assignments=amplified_cpus(rng, {0: "0-1"}),
         region_names=rng.sample(REGIONS, rng.randint(0, 2)),
     )
 
@@ -281,7 +283,7 @@ def _region_info(rng: random.Random, name: str) -> mc.RegionInfo:
         region_name=name if rng.random() < 0.5 else "",
         region_type=rng.choice(("share", "dedicated", "isolation")),
         owner_pool_name=rng.choice(POOLS),
-        binding_numas=rng.choice(("0", "1", "0-1", "")),
+        binding_numas=rng.choice(("0", "1", "0-1", "", *CPULIST_AMPLIFIERS[:3])),
         region_status=mc.RegionStatus(overshoot_status={"cpu": "normal"}, bound_type="none"),
         pods={uid: mc.ContainerNames(container_names=[ctr])},
         control_knob_map={"cpu-requirement": mc.ControlKnobItem(value=4.0, action="none")},

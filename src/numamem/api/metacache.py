@@ -2,9 +2,11 @@
 
 Validation (INVALID_ARGUMENT naming the field): a key that disagrees with the
 info's own ``pod_uid``/``container_name``/``pool_name``/``region_name`` (an
-empty one is filled from the key), a malformed cpulist, a negative or
-non-finite request/limit/headroom, an unknown container type, an unknown
-field-mask path. Missing entries are NOT_FOUND.
+empty one is filled from the key), a malformed cpulist or one naming a CPU id
+>= ``cpuset.MAX_CPUS`` (a NUMA id >= ``MAX_NUMA_NODES``: an assignment's key,
+``binding_numas``), kept as ranges (issue 38), a negative or non-finite
+request/limit/headroom, an unknown container type, an unknown field-mask path.
+Missing entries are NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from numamem.api.validation import check_string
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.config.model import Config
-from numamem.cpuset import CPUSet
+from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES, CPUSet
 from numamem.errors import InvalidArgumentError, NotFoundError, quote
 from numamem.logging import get_logger
+from numamem.metacache.bounds import warn_beyond_api_bounds
 from numamem.metacache.cache import MetaCache, State
 from numamem.metacache.journal_store import JournalPersister
 from numamem.metacache.metrics.collector import Collector, Target
@@ -44,6 +47,7 @@ READER_SERVICE = metacache_pb2.DESCRIPTOR.services_by_name["MetaReader"].full_na
 WRITER_SERVICE = metacache_pb2.DESCRIPTOR.services_by_name["MetaWriter"].full_name
 _log = get_logger("metacache")
 _KEY_FIELDS = {"pod_uid", "container_name"}
+_NUMA_BOUND = f"must be in [0, {MAX_NUMA_NODES}) (MAX_NUMA_NODES, Linux's largest MAX_NUMNODES)"
 
 
 # --- proto <-> types -------------------------------------------------------------
@@ -52,10 +56,10 @@ _KEY_FIELDS = {"pod_uid", "container_name"}
 def _cpusets(values: dict[int, str], field: str) -> TopologyAwareAssignment:
     result: TopologyAwareAssignment = {}
     for numa, text in values.items():
-        if numa < 0:
-            raise InvalidArgumentError(f"{field}[{numa}]: NUMA id must not be negative")
+        if not 0 <= numa < MAX_NUMA_NODES:
+            raise InvalidArgumentError(f"{field}[{numa}]: NUMA id {_NUMA_BOUND}")
         try:
-            result[numa] = CPUSet.parse(text)
+            result[numa] = CPUSet.parse(text, MAX_CPUS)
         except InvalidArgumentError as err:
             raise InvalidArgumentError(f"{field}[{numa}]: {err}") from err
     return result
@@ -172,7 +176,7 @@ def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
 def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "info") -> RegionInfo:
     _same_key(msg, "region_name", name, field)
     try:
-        numas = CPUSet.parse(msg.binding_numas)
+        numas = CPUSet.parse(msg.binding_numas, MAX_NUMA_NODES, "NUMA node")
     except InvalidArgumentError as err:
         raise InvalidArgumentError(f"{field}.binding_numas: {err}") from err
     knobs = {}
@@ -547,6 +551,7 @@ class MetaCacheComponent:
             pools=len(state.pools),
             regions=len(state.regions),
         )
+        warn_beyond_api_bounds(state, self.config.state_dir)
 
     def stop(self) -> None:
         """Stop the collector; leave a compacted snapshot and an empty journal (the daemon

@@ -3,13 +3,13 @@
 The document is either numamem's own (only the fields numamem reads) or the
 kubelet's ``KubeletConfiguration`` as it is (``kind``/``apiVersion`` set): then
 the kubelet's other fields are ignored, and only a field in neither schema is
-an error.
+an error. It is read within :mod:`numamem.config.yamlbounds`' bounds (size, depth,
+values with aliases expanded).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import yaml
 
@@ -17,6 +17,7 @@ from numamem.config.flags import YAML_KEYS, apply_value
 from numamem.config.kubelet_fields import API_GROUP, KIND, KUBELET_FIELDS
 from numamem.config.model import Config
 from numamem.config.syntax import merge_feature_gates, parse_feature_gates
+from numamem.config.yamlbounds import compose_bounded, construct, read_bounded
 from numamem.errors import PATH_QUOTE_BYTES, ConfigError, quote
 
 
@@ -24,20 +25,22 @@ def apply_yaml(cfg: Config, path: str) -> Config:
     """Apply the kubelet-style fields of a YAML file; unknown fields are errors, each naming
     the field, the file and its line. Logs nothing (it runs before logging is configured):
     the kubelet fields numamem ignores are in ``Config.ignored_kubelet_fields``."""
+    named = f"--config {quote(path, limit=PATH_QUOTE_BYTES)}"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bounded(path, named)
     except OSError as err:
-        raise ConfigError(
-            f"--config {quote(path, limit=PATH_QUOTE_BYTES)}: cannot read: {err.strerror}"
-        ) from err
+        raise ConfigError(f"{named}: cannot read: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{named}: not UTF-8 text (byte {err.start})") from err
     try:
-        doc = yaml.safe_load(text)
+        node = compose_bounded(text, named)
+        doc = construct(node)
     except yaml.YAMLError as err:
         line = getattr(getattr(err, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""
-        raise ConfigError(
-            f"--config {quote(path, limit=PATH_QUOTE_BYTES)}: not valid YAML{where}"
-        ) from err
+        problem = getattr(err, "problem", None)
+        why = f": {quote(problem, style='bare')}" if problem else ""
+        raise ConfigError(f"{named}: not valid YAML{where}{why}") from err
     if doc is None:
         return cfg
     if not isinstance(doc, dict):
@@ -45,7 +48,7 @@ def apply_yaml(cfg: Config, path: str) -> Config:
             f"--config {quote(path, limit=PATH_QUOTE_BYTES)}: expected a mapping of fields, got {type(doc).__name__}"
         )
     kubelet = _is_kubelet_configuration(doc, path)
-    lines = _key_lines(text)
+    lines = _key_lines(node)
     ignored = []
     for key, value in doc.items():
         where = f"{key} (in {path}" + (f", line {lines[key]})" if key in lines else ")")
@@ -67,9 +70,8 @@ def apply_yaml(cfg: Config, path: str) -> Config:
     return replace(cfg, ignored_kubelet_fields=tuple(ignored)) if ignored else cfg
 
 
-def _key_lines(text: str) -> dict[object, int]:
+def _key_lines(node: yaml.Node | None) -> dict[object, int]:
     """Top-level key -> its 1-based line, for the messages."""
-    node = yaml.compose(text, Loader=yaml.SafeLoader)
     if not isinstance(node, yaml.MappingNode):
         return {}
     loader = yaml.SafeLoader("")

@@ -75,6 +75,10 @@ def parse_options(options: Mapping[str, str]) -> ParsedOptions:
                 raise ConfigError(
                     f"bad value for option {quote(name, style='go')}: {quote(value, style='go')} is negative{allowed}"
                 )
+            if q.value >= 1 << 63:  # the kubelet's int64; 1e1000 crashed format_bytes (issue 38)
+                raise ConfigError(
+                    f"bad value for option {quote(name, style='go')}: {quote(value, style='go')} is 2^63 bytes or more{allowed}"
+                )
             size = int(q.value) if q.value.denominator == 1 else int(q.value) + 1
             mode = str(size)
         elif name == HUGEPAGES_VERIFICATION:

@@ -7,7 +7,11 @@ always initialised (katalyst's ``"nil"`` zero value reads back as ``""``),
 therefore equal to the value stored.
 
 Every type has ``clone()`` (a deep copy) and ``to_json()`` (its part of the
-project's canonical checkpoint JSON). Stored objects are never mutated: the
+project's canonical checkpoint JSON); ``from_json()`` reads the files back, each
+cpuset as ranges with ids below ``cpuset.STORED_ID_LIMIT`` (what numamem ever
+accepted), not the API's ``MAX_CPUS``/``MAX_NUMA_NODES``: an entry an older daemon
+wrote restores as it was, in time proportional to its text (see
+:mod:`numamem.metacache.bounds`). Stored objects are never mutated: the
 cache replaces them, so ``to_json`` results are cached on the object.
 """
 
@@ -19,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from numamem.cpuset import CPUSet
+from numamem.cpuset import STORED_ID_LIMIT, CPUSet
 from numamem.errors import quote
 
 TopologyAwareAssignment = dict[int, CPUSet]
@@ -41,7 +45,7 @@ def _assignments_json(value: TopologyAwareAssignment) -> dict[str, str]:
 
 
 def _assignments_from(value: Mapping[str, str] | None) -> TopologyAwareAssignment:
-    return {int(k): CPUSet.parse(v) for k, v in (value or {}).items()}
+    return {int(k): CPUSet.parse(v, STORED_ID_LIMIT) for k, v in (value or {}).items()}
 
 
 def _finite(value: Any) -> float:
@@ -308,7 +312,7 @@ class RegionInfo(_Cached):
             str(d.get("region_name", "")),
             str(d.get("region_type", "")),
             str(d.get("owner_pool_name", "")),
-            CPUSet.parse(str(d.get("binding_numas", ""))),
+            CPUSet.parse(str(d.get("binding_numas", "")), STORED_ID_LIMIT, "NUMA node"),
             RegionStatus(
                 {str(k): str(v) for k, v in (status.get("overshoot_status") or {}).items()},
                 str(status.get("bound_type", "")),

@@ -11,7 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 AUTO_SLACK = 64 * 1024 * 1024
+MAX_IOMEM_BYTES = 1 << 20
+"""The most of ``iomem`` read (a large server's is tens of KiB; the kernel image lines come
+first, under System RAM): the rest is not read (issue 38)."""
 _KERNEL_PARTS = ("Kernel code", "Kernel data", "Kernel bss")
+_MAX_HEX_DIGITS = 16
+"""A physical address is 64 bits: a longer number is no address."""
 
 
 def kernel_image_span(proc_root: str | Path) -> int | None:
@@ -29,7 +34,8 @@ def why_no_span(proc_root: str | Path) -> str:
 def _scan(proc_root: str | Path) -> tuple[int | None, str]:
     path = Path(proc_root) / "iomem"
     try:
-        text = path.read_text(encoding="ascii", errors="replace")
+        with open(path, "rb") as f:
+            text = f.read(MAX_IOMEM_BYTES).decode("ascii", errors="replace")
     except OSError as err:
         return None, f"{path} cannot be read ({err.strerror or err})"
     starts: list[int] = []
@@ -39,6 +45,8 @@ def _scan(proc_root: str | Path) -> tuple[int | None, str]:
         if not sep or name.strip() not in _KERNEL_PARTS:
             continue
         first, dash, last = head.strip().partition("-")
+        if max(len(first.strip()), len(last.strip())) > _MAX_HEX_DIGITS:
+            continue
         try:
             start, end = int(first.strip(), 16), int(last.strip(), 16)
         except ValueError:

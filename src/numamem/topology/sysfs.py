@@ -16,6 +16,12 @@ Every file is parsed as kernels write them across versions: trailing NUL
 bytes and whitespace are ignored (Linux 5.15-rc1 ends bitmap files with
 ``\\n\\0``).
 
+Bounds (issue 38: a short file must not name a large amount of work): every
+file is read up to :data:`MAX_FILE_BYTES`; node ids are below
+``cpuset.MAX_NUMA_NODES`` and CPU ids below ``cpuset.MAX_CPUS`` (a ``cpumap`` has
+at most ``MAX_CPUS / 32`` words); a number has at most :data:`MAX_NUMBER_DIGITS`
+digits. Beyond them the tree is no Linux machine's: :class:`TopologyError`.
+
 Odd machines:
 
 * no ``node*`` directory (a kernel without NUMA): one node 0 with the machine's
@@ -45,7 +51,7 @@ from pathlib import Path
 
 import psutil
 
-from numamem.cpuset import MAX_CPU_ID, format_cpulist, parse_cpulist
+from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES, format_cpulist, parse_cpulist
 from numamem.errors import InvalidArgumentError, TopologyError, quote
 from numamem.quantity import format_bytes_exact
 from numamem.topology.machine import HugePagePool, Machine, NUMANode
@@ -54,10 +60,17 @@ NODE_DIR = Path("devices/system/node")
 KERNEL_HUGEPAGES = Path("kernel/mm/hugepages")
 MEMORY_TIERS = Path("devices/virtual/memory_tiering")
 LOCAL_DISTANCE = 10
-_NODE_RE = re.compile(r"^node(\d+)$")
-_HUGEPAGES_RE = re.compile(r"^hugepages-(\d+)kB$")
-_TIER_RE = re.compile(r"^memory_tier(\d+)$")
-_MEMTOTAL_RE = re.compile(r"MemTotal:\s*([0-9]+) kB")
+MAX_FILE_BYTES = 64 * 1024
+"""The most bytes read of any sysfs file: the longest the kernel writes is a cpulist of
+:data:`~numamem.cpuset.MAX_CPUS` CPUs with every other one online (``0,2,...,8190``: 20 KiB;
+a ``distance`` row of 1024 nodes is 4 KiB). A larger file is no sysfs file (a wrong
+``--sysfs-root``): refused, not read whole."""
+MAX_NUMBER_DIGITS = 20
+"""Digits of a page count, a size, a distance or a tier id: 2^64 has 20."""
+_NODE_RE = re.compile(r"^node(\d{1,20})$")
+_HUGEPAGES_RE = re.compile(r"^hugepages-(\d{1,20})kB$")
+_TIER_RE = re.compile(r"^memory_tier(\d{1,20})$")
+_MEMTOTAL_RE = re.compile(r"MemTotal:\s*([0-9]{1,20}) kB")
 _TRAILING = "\x00 \t\r\n"
 
 
@@ -74,6 +87,11 @@ def discover(sysfs_root: str | Path, total_memory: Callable[[], int] | None = No
         for child in node_root.iterdir():
             match = _NODE_RE.match(child.name)
             if match and child.is_dir():
+                if int(match.group(1)) >= MAX_NUMA_NODES:
+                    raise TopologyError(
+                        f"{child}: node id {match.group(1)} is not below {MAX_NUMA_NODES} "
+                        "(MAX_NUMA_NODES, Linux's largest MAX_NUMNODES)"
+                    )
                 entries.append((int(match.group(1)), child))
     entries.sort()
     memory = (total_memory or (lambda: int(psutil.virtual_memory().total)))()
@@ -109,7 +127,7 @@ def _numa_less(root: Path, memory: int) -> Machine:
     online = root / "devices/system/cpu/online"
     cpus: tuple[int, ...] = ()
     if online.exists():
-        cpus = tuple(_cpulist(online))
+        cpus = tuple(_cpulist(online, MAX_CPUS, "CPU"))
     else:
         warnings.append(f"{online}: missing; node 0 has no CPUs")
     pools = _hugepage_pools(root / KERNEL_HUGEPAGES)
@@ -147,7 +165,7 @@ def _read_node(
 def _node_cpus(path: Path) -> tuple[int, ...]:
     cpulist = path / "cpulist"
     if cpulist.exists() or not (path / "cpumap").exists():
-        return tuple(_cpulist(cpulist))
+        return tuple(_cpulist(cpulist, MAX_CPUS, "CPU"))
     return tuple(_cpumap(path / "cpumap"))
 
 
@@ -179,7 +197,7 @@ def _distances(path: Path, warnings: list[str]) -> tuple[int, ...]:
     text = _read(path)
     tokens = text.rstrip(_TRAILING).split()
     for token in tokens:
-        if not (token.isascii() and token.isdigit()):
+        if not (token.isascii() and token.isdigit()) or len(token) > MAX_NUMBER_DIGITS:
             raise TopologyError(
                 f"{path}: cannot convert {quote(token, style='bare')} to int (content {_excerpt(text)})"
             )
@@ -223,7 +241,7 @@ def _node_list(path: Path) -> set[int]:
     """A node list file (``has_generic_initiator``); empty when the kernel has none."""
     if not path.exists():
         return set()
-    return set(_cpulist(path))
+    return set(_cpulist(path, MAX_NUMA_NODES, "NUMA node"))
 
 
 def _memory_tiers(directory: Path) -> dict[int, int]:
@@ -234,15 +252,16 @@ def _memory_tiers(directory: Path) -> dict[int, int]:
     for child in sorted(directory.iterdir(), key=lambda p: p.name):
         match = _TIER_RE.match(child.name)
         if match and (child / "nodelist").exists():
-            for node in _cpulist(child / "nodelist"):
+            for node in _cpulist(child / "nodelist", MAX_NUMA_NODES, "NUMA node"):
                 tiers[node] = int(match.group(1))
     return tiers
 
 
-def _cpulist(path: Path) -> list[int]:
+def _cpulist(path: Path, limit: int, what: str) -> list[int]:
+    """The ids of a list file, each below ``limit`` (at most ``limit`` ids, however long)."""
     text = _read(path)
     try:
-        return parse_cpulist(text.rstrip(_TRAILING))
+        return parse_cpulist(text.rstrip(_TRAILING), limit, what)
     except InvalidArgumentError as err:
         raise TopologyError(f"{path}: {err}") from err
 
@@ -251,6 +270,11 @@ def _cpumap(path: Path) -> list[int]:
     """``cpumap``: 32-bit hex words separated by commas, the most significant word first."""
     text = _read(path)
     words = text.rstrip(_TRAILING).split(",")
+    if len(words) > MAX_CPUS // 32:
+        raise TopologyError(
+            f"{path}: invalid cpumap {_excerpt(text)}: {len(words)} words name CPUs beyond "
+            f"{MAX_CPUS} (MAX_CPUS, Linux's largest CONFIG_NR_CPUS)"
+        )
     cpus: list[int] = []
     for index, word in enumerate(reversed(words)):
         token = word.strip()
@@ -258,22 +282,28 @@ def _cpumap(path: Path) -> list[int]:
             raise TopologyError(f"{path}: invalid cpumap {_excerpt(text)}: bad word {quote(token)}")
         value = int(token, 16)
         cpus.extend(index * 32 + bit for bit in range(32) if value >> bit & 1)
-    if cpus and cpus[-1] > MAX_CPU_ID:
-        raise TopologyError(f"{path}: invalid cpumap {_excerpt(text)}: CPU {cpus[-1]} too large")
     return sorted(cpus)
 
 
 def _read(path: Path) -> str:
+    """The file as text, refused when longer than :data:`MAX_FILE_BYTES` (read no further)."""
     try:
-        return path.read_text(encoding="ascii", errors="replace")
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise TopologyError(f"{path}: cannot read: {err.strerror or err}") from err
+    if len(data) > MAX_FILE_BYTES:
+        raise TopologyError(
+            f"{path}: longer than {MAX_FILE_BYTES} bytes (MAX_FILE_BYTES), which no sysfs file "
+            "of a Linux machine is: is --sysfs-root a sysfs tree?"
+        )
+    return data.decode("ascii", errors="replace")
 
 
 def _read_count(path: Path) -> int:
     text = _read(path)
     body = text.rstrip(_TRAILING).strip()
-    if not (body.isascii() and body.isdigit()):
+    if not (body.isascii() and body.isdigit()) or len(body) > MAX_NUMBER_DIGITS:
         raise TopologyError(f"{path}: expected a page count, got {_excerpt(text)}")
     return int(body)
 

@@ -170,14 +170,14 @@ def path_dirs(root: Path, mode: str, rel: str) -> CgroupDirs:
 
 def read_int(path: Path) -> int:
     """A single number; ``max`` is :data:`UNLIMITED`."""
-    text = path.read_text().strip()
+    text = read_small(path).strip()
     return UNLIMITED if text == "max" else int(text)
 
 
 def read_keyed(path: Path) -> dict[str, int]:
     """``key value`` lines (``memory.stat``, ``cpu.stat``, ``memory.events``)."""
     out = {}
-    for line in path.read_text().splitlines():
+    for line in read_small(path).splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].lstrip("-").isdigit():
             out[parts[0]] = int(parts[1])
@@ -186,12 +186,14 @@ def read_keyed(path: Path) -> dict[str, int]:
 
 def read_cpu_max(path: Path) -> tuple[int, int]:
     """v2 ``cpu.max``: (quota or -1 for ``max``, period)."""
-    quota, _, period = path.read_text().strip().partition(" ")
+    quota, _, period = read_small(path).strip().partition(" ")
     return (-1 if quota == "max" else int(quota)), int(period or 100000)
 
 
 MAX_NUMA_STAT_BYTES = 1 << 20
 MAX_SMALL_FILE_BYTES = 1 << 16
+"""The most bytes read of any other cgroup file (``memory.stat`` is about 3 KiB): a larger
+one is refused, not read whole (issue 38; a wrong --cgroup-root may name any file)."""
 
 
 def read_small(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str:
@@ -249,7 +251,7 @@ def read_hugetlb_numa_stats(directory: Path) -> dict[str, Mapping[int, int]]:
 
 def read_psi_avg60(path: Path) -> float:
     """``memory.pressure``: the ``some`` line's avg60."""
-    for line in path.read_text().splitlines():
+    for line in read_small(path).splitlines():
         if line.startswith("some "):
             for token in line.split()[1:]:
                 key, _, value = token.partition("=")

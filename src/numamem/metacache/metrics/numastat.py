@@ -23,12 +23,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from numamem.cpuset import parse_cpulist
+from numamem.cpuset import MAX_NUMA_NODES, parse_cpulist
 from numamem.errors import CgroupFormatError, InvalidArgumentError, quote
 
 V1_FORMAT, V2_FORMAT = "v1", "v2"
 MAX_LINES = 256
-MAX_NODE = 1 << 16  # far above MAX_NUMNODES of any kernel configuration
+MAX_NODE = MAX_NUMA_NODES - 1  # the largest node id of any kernel configuration
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _NODE = re.compile(r"^N([0-9]+)=([0-9]+)$")
 _UINT64 = 1 << 64
@@ -93,9 +93,10 @@ def parse_numa_stat(text: str, path: str, page_size: int) -> NumaStat:
 
 
 def parse_mems(text: str, path: str) -> frozenset[int]:
-    """A ``cpuset.mems``-style node list (``0-1,3``; empty text is no node)."""
+    """A ``cpuset.mems``-style node list (``0-1,3``; empty text is no node), each id below
+    ``MAX_NUMA_NODES``."""
     try:
-        return frozenset(parse_cpulist(text))
+        return frozenset(parse_cpulist(text, MAX_NUMA_NODES, "NUMA node"))
     except InvalidArgumentError as err:
         raise CgroupFormatError(f"{path}: {err}") from None
 

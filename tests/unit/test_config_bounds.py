@@ -1,0 +1,89 @@
+"""Issue 38 in ``--config``: a short YAML document must not name a large amount of work.
+
+Aliases that expand to millions of values, nesting thousands deep, a recursive alias and
+a file of megabytes are refused naming the file and the bound
+(:mod:`numamem.config.yamlbounds`); anchors within the bounds still work. Costs are checked
+on the memory counted (tracemalloc), not on time.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from numamem.config.model import Config
+from numamem.config.yamlbounds import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES
+from numamem.config.yamlfile import apply_yaml
+from numamem.errors import ConfigError
+
+KUBELET = "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n"
+
+
+def _bomb(levels: int, field: str) -> str:
+    """Ten values, then ``levels`` lists of ten aliases of the one before: 10^(levels+1)
+    strings in ~40 bytes a level, under a kubelet field numamem ignores."""
+    lines = ["clusterDNS:", '- &l0 ["x","x","x","x","x","x","x","x","x","x"]']
+    lines += [f"- &l{i} [" + ",".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, levels + 1)]
+    return KUBELET + "\n".join(lines) + f"\n{field}: *l{levels}\n"
+
+
+def _refusal(tmp_path: Path, text: str) -> tuple[str, int]:
+    """The ConfigError of ``text`` as a --config file, and the peak of Python allocations."""
+    path = tmp_path / "numamem.yaml"
+    path.write_text(text)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError) as info:
+            apply_yaml(Config(), str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(path) in str(info.value)
+    return str(info.value), peak
+
+
+@pytest.mark.parametrize("field", ["topologyManagerPolicy", "reservedMemory", "featureGates"])
+def test_aliases_that_expand_past_max_values_are_refused_unexpanded(
+    tmp_path: Path, field: str
+) -> None:
+    """A 600-byte file naming 10^7 strings took 2.3 s and 72 MiB to refuse (its value was
+    quoted in full); one more level, ten times that."""
+    message, peak = _refusal(tmp_path, _bomb(6, field))
+    assert f"more than {MAX_VALUES} values (MAX_VALUES) with its aliases expanded" in message
+    assert peak < 4 << 20  # the expansion quoted in full: 50 MB and more
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("featureGates: " + "[" * 20000 + "]" * 20000 + "\n", "exceeded maximum nesting depth"),
+        (
+            "featureGates:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 100)) + "  x: 1\n",
+            f"nested more than {MAX_DEPTH} deep (MAX_DEPTH) at line {MAX_DEPTH + 1}",
+        ),
+        ("featureGates: &a [*a]\n", "a recursive alias at line 1"),
+        ("# filler\n" * (MAX_FILE_BYTES // 9 + 1), f"longer than {MAX_FILE_BYTES} bytes"),
+    ],
+    ids=["flow-nesting", "block-nesting", "recursive-alias", "too-long"],
+)
+def test_documents_past_a_bound_are_refused_naming_it(
+    tmp_path: Path, text: str, fragment: str
+) -> None:
+    """Flow nesting 20,000 deep raised RecursionError (a traceback at start); the others were
+    read whole or expanded."""
+    message, peak = _refusal(tmp_path, text)
+    assert fragment in message
+    assert peak < 4 * MAX_FILE_BYTES
+
+
+def test_anchors_within_the_bounds_still_work(tmp_path: Path) -> None:
+    path = tmp_path / "numamem.yaml"
+    path.write_text(
+        KUBELET + "systemReserved: &r {memory: 1Gi}\nkubeReserved: *r\n"
+        "memoryManagerPolicy: Static\n"
+    )
+    cfg = apply_yaml(Config(), str(path))
+    assert cfg.memory_manager_policy == "Static"
+    assert cfg.system_reserved == cfg.kube_reserved and "1Gi" in str(cfg.kube_reserved)
