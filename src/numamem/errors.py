@@ -122,6 +122,12 @@ def cut_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
     return head + CUT_MARK
 
 
+ERROR_DOMAIN = "numamem.v1"
+"""The ``google.rpc.ErrorInfo`` domain of numamem's error statuses (:mod:`numamem.api.status`
+sends it; :func:`numamem.client.error_reason` reads it): here, below both, so that a client
+needs nothing of the server to read a reason."""
+
+
 class NumamemError(Exception):
     """Base of every deliberate numamem error."""
 

@@ -28,6 +28,7 @@ class CommittedReads:
     _versions: Versions
     _allocatable: list[Block]
     _topology_policy: TopologyPolicy | None
+    _topology_scope: str
 
     @property
     def _committed(self) -> Committed:
@@ -45,6 +46,11 @@ class CommittedReads:
     def topology_policy_name(self) -> str:
         """The topology manager policy's name ("" without one)."""
         return "" if self._topology_policy is None else self._topology_policy.name
+
+    @property
+    def topology_scope_name(self) -> str:
+        """The topology manager scope: "container" or "pod"."""
+        return self._topology_scope
 
     # --- readers: the committed state, no lock ------------------------------------
 
