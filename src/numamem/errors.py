@@ -320,6 +320,27 @@ class NriStatusError(NumamemError):
         self.message = message
 
 
+class UnusableInputError(InvalidArgumentError):
+    """The runtime sent something the NRI plugin cannot use (a cgroup layout it does not
+    know, a Guaranteed pod's container without limits, ...): the plugin logs it once and
+    leaves the container alone. ``problem`` is a stable identifier of the kind."""
+
+    def __init__(self, problem: str, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+class DaemonRefusedError(NumamemError):
+    """The daemon answered an RPC of a client (the NRI plugin) with an error status other
+    than unavailability: ``code`` is the gRPC status code's name, ``reason`` its ErrorInfo
+    reason ("" when it has none), the message the daemon's."""
+
+    def __init__(self, code: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+
+
 class NriConnectionError(UnavailableError):
     """The NRI connection to the runtime is not established or was closed; a call sent
     before the close may or may not have been applied."""
