@@ -205,7 +205,7 @@ class MemoryPlugin(Handler):
                 action=mm.ResizeAction.Name(reply.action),
                 numa_nodes=list(entry.nodes),
             )
-            updates += self._moved(reply)
+            updates += [u for u in self._moved(reply) if u.container_id != entry.container_id]
         else:
             entry.limits = limits
         mems = kube.mems_string(entry.nodes)

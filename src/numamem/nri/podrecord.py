@@ -168,7 +168,7 @@ class PodRecord:
             kind = kinds[name]
             msg = container_message(entry, kind)
             (inits if kind in (Kind.INIT, Kind.SIDECAR) else apps).append(msg)
-        if not apps:  # a pod needs an app container: the newest listed is the one
+        if not apps and inits:  # a pod needs an app container: the newest listed is the one
             apps.append(inits.pop())
             apps[0].restart_policy = ""
         return mm.Pod(

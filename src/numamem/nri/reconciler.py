@@ -160,9 +160,14 @@ class Reconciler:
                     pod=record.identity.describe(),
                     containers=[e.name for e in adopted],
                 )
-        pod = record.admission_pod()
-        for entry in list(record.entries.values()):
-            if entry.pin is Pin.PINNED and not entry.stopped and not entry.id_recorded:
+        unrecorded = [
+            e
+            for e in record.entries.values()
+            if e.pin is Pin.PINNED and not e.stopped and not e.id_recorded
+        ]
+        if unrecorded:
+            pod = record.admission_pod()
+            for entry in unrecorded:
                 add_container(state, record, pod, entry, budget)
         return mems_updates(state.view, {uid: record})
 
@@ -217,5 +222,11 @@ class Reconciler:
             if not (self._wanted.is_set() or owed):
                 continue
             self._wanted.clear()
-            if not self.full():
+            try:
+                completed = self.full()
+            except Exception:  # noqa: BLE001 - a defect must not end reconciliation for good
+                _log.exception("NRI reconciliation failed; retrying")
+                self.state.dirty.set()
+                completed = False
+            if not completed:
                 self._stopping.wait(self.poll)
