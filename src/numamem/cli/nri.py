@@ -90,8 +90,6 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         log_format=args.log_format,
     )
-    nlog.configure(options.log_level, options.log_format, stream=sys.stderr, cache=False)
-    log = nlog.get_logger("nri")
     handler = MemoryPlugin(options)
     handler.reconfigure_logging = True
     prelaunched = Plugin.is_prelaunched()
@@ -108,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"numamem: {err}", file=sys.stderr)
             return EXIT_FAILED
         raise UsageError(str(err)) from None
+    # Not before: a usage error logs nothing (and leaves logging as it was).
+    nlog.configure(options.log_level, options.log_format, stream=sys.stderr, cache=False)
+    log = nlog.get_logger("nri")
     handler.reconciler.updater = plugin.update_containers
 
     def stop(signum: int, frame: FrameType | None) -> None:

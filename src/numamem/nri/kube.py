@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from numamem.errors import UnusableInputError, quote
@@ -218,8 +218,8 @@ def parse_mems(text: str) -> frozenset[int] | None:
     out: set[int] = set()
     try:
         for part in text.split(","):
-            low, _, high = part.strip().partition("-")
-            out.update(range(int(low), int(high or low) + 1))
+            low, dash, high = part.strip().partition("-")
+            out.update(range(int(low), int(high if dash else low) + 1))
     except ValueError:
         return None
     return frozenset(out)
@@ -230,8 +230,3 @@ def _bytes(size: int) -> str:
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
     return str(size)
-
-
-def labels_name(labels: Mapping[str, str], fallback: str) -> str:
-    """The kubelet's container name label, else ``fallback`` (the runtime's name)."""
-    return labels.get(LABEL_CONTAINER_NAME) or fallback
