@@ -99,7 +99,7 @@ class MemoryPlugin(Handler):
         if options != state.options:
             _log.info("NRI plugin configuration from the runtime", config=req.config[:256])
             if self.reconfigure_logging:
-                nlog.configure(options.log_level, options.log_format)
+                nlog.configure(options.log_level, options.log_format, cache=False)
             if options.socket != state.options.socket:
                 old, state.daemon = state.daemon, DaemonLink(options.socket)
                 old.close()
