@@ -111,14 +111,22 @@ def test_a_sigkilled_daemon_loses_nothing_and_holds_nothing_twice(node: Node) ->
     c = node.run_pod("c", "uid-c")
     with pytest.raises(NriStatusError, match="did not answer"):
         node.create(c, "app", GI)  # fails by default: the kubelet retries
+    passes = node.handler.reconciler.passes
+    node.daemon.start()
+    node.wait_reconciled(passes + 1)  # the plugin reconciles once the daemon answers
+    assert held(node) == {"uid-a": {"app"}}
+    assert_consistent(node)
+
+    # Again, with --on-reject=unpinned: a container created meanwhile starts unpinned and is
+    # adopted once the daemon is back.
+    node.daemon.stop(signal.SIGKILL)
     node.stop_plugin()
     node.on_reject = "unpinned"
     node.start_plugin(synchronize=False)
     node.synchronize()
     d = node.run_pod("d", "uid-d")
-    _, reply = node.create(d, "app", GI)  # --on-reject=unpinned: starts, adopted later
+    _, reply = node.create(d, "app", GI)
     assert not reply.adjust.HasField("linux")
-
     passes = node.handler.reconciler.passes
     node.daemon.start()
     node.wait_reconciled(passes + 1)
