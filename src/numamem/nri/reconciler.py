@@ -56,6 +56,7 @@ class Reconciler:
         self.updater: Updater | None = None
         self.passes = 0
         """Full reconciliations completed."""
+        self._deferrals = 0
         self._wanted = threading.Event()
         self._stopping = threading.Event()
         self._done = threading.Condition()
@@ -110,8 +111,13 @@ class Reconciler:
                     updates += self._adopt(uid)
         except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
             state.dirty.set()
-            _log.info("NRI reconciliation deferred: the daemon did not answer", error=str(err))
+            self._deferrals += 1
+            if self._deferrals == 1:  # once an outage: the reconciler retries every poll
+                _log.info("NRI reconciliation deferred until the daemon answers", error=str(err))
             return False
+        if self._deferrals:
+            _log.info("NRI reconciliation made after the daemon came back", tries=self._deferrals)
+            self._deferrals = 0
         self._send(updates)
         with self._done:
             self.passes += 1
