@@ -21,9 +21,8 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
-from numamem.api.convert import state_from_proto
-from numamem.api.status import DOMAIN
 from numamem.config.model import DEFAULT_SOCKET
+from numamem.errors import ERROR_DOMAIN
 from numamem.v1 import (
     common_pb2,
     memorymanager_pb2,
@@ -34,7 +33,7 @@ from numamem.v1 import (
     topology_pb2_grpc,
 )
 
-__all__ = ["NumamemClient", "error_reason", "state_from_proto"]
+__all__ = ["NumamemClient", "error_reason"]
 
 
 def error_reason(err: grpc.RpcError) -> str | None:
@@ -45,7 +44,7 @@ def error_reason(err: grpc.RpcError) -> str | None:
     details = rpc_status.from_call(cast(grpc.Call, err))
     for detail in details.details if details is not None else ():
         info = error_details_pb2.ErrorInfo()
-        if detail.Unpack(info) and info.domain == DOMAIN:
+        if detail.Unpack(info) and info.domain == ERROR_DOMAIN:
             reason: str = info.reason
             return reason
     return None
@@ -86,14 +85,24 @@ class NumamemClient:
     ) -> None:
         self.close()
 
-    def call(self, method: Callable[..., R], request: Any, request_id: str | None = None) -> R:
-        """``method(request)`` with the client's deadline and an ``x-request-id``.
+    def call(
+        self,
+        method: Callable[..., R],
+        request: Any,
+        request_id: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> R:
+        """``method(request)`` with a deadline (``timeout`` seconds, default the client's) and
+        an ``x-request-id``.
 
         ``method`` is a stub's multicallable (``client.memory.Admit``); the
         typed methods below are this call plus the request they build.
         """
         metadata = (("x-request-id", request_id or uuid.uuid4().hex[:16]),)
-        return method(request, timeout=self.timeout, metadata=metadata)
+        return method(
+            request, timeout=self.timeout if timeout is None else timeout, metadata=metadata
+        )
 
     # --- health and topology ------------------------------------------------
 

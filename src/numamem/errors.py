@@ -122,6 +122,12 @@ def cut_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
     return head + CUT_MARK
 
 
+ERROR_DOMAIN = "numamem.v1"
+"""The ``google.rpc.ErrorInfo`` domain of numamem's error statuses (:mod:`numamem.api.status`
+sends it; :func:`numamem.client.error_reason` reads it): here, below both, so that a client
+needs nothing of the server to read a reason."""
+
+
 class NumamemError(Exception):
     """Base of every deliberate numamem error."""
 
@@ -312,6 +318,27 @@ class NriStatusError(NumamemError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class UnusableInputError(InvalidArgumentError):
+    """The runtime sent something the NRI plugin cannot use (a cgroup layout it does not
+    know, a Guaranteed pod's container without limits, ...): the plugin logs it once and
+    leaves the container alone. ``problem`` is a stable identifier of the kind."""
+
+    def __init__(self, problem: str, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+class DaemonRefusedError(NumamemError):
+    """The daemon answered an RPC of a client (the NRI plugin) with an error status other
+    than unavailability: ``code`` is the gRPC status code's name, ``reason`` its ErrorInfo
+    reason ("" when it has none), the message the daemon's."""
+
+    def __init__(self, code: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
 
 
 class NriConnectionError(UnavailableError):

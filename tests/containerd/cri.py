@@ -213,6 +213,15 @@ class CriClient:
             message=status.message,
         )
 
+    def runtime_spec(self, container_id: str) -> dict[str, Any]:
+        """The container's OCI spec as the runtime made it (the verbose status's
+        ``runtimeSpec``: the CRI's request with the NRI plugins' adjustments)."""
+        request = api.ContainerStatusRequest(container_id=container_id, verbose=True)
+        response = self._call(self._rt, "ContainerStatus", request)
+        info = json.loads(response.info["info"]) if "info" in response.info else {}
+        spec: dict[str, Any] = info.get("runtimeSpec") or {}
+        return spec
+
     def exec_sync(
         self, container_id: str, cmd: Sequence[str], timeout: int = 10
     ) -> api.ExecSyncResponse:

@@ -36,10 +36,11 @@ from typing import Any
 
 import pytest
 
+from numamem.api.convert import state_from_proto
 from numamem.checkpoint.containerfile import encode_containers
 from numamem.checkpoint.kubelet import encode_v1
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
-from numamem.client import NumamemClient, state_from_proto
+from numamem.client import NumamemClient
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import FakeNode, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm

@@ -14,8 +14,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from numamem.api.convert import state_from_proto
 from numamem.checkpoint import kubelet
-from numamem.client import NumamemClient, state_from_proto
+from numamem.client import NumamemClient
 from numamem.memorymanager.invariants import violations
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from numamem.client import NumamemClient, state_from_proto
+from numamem.api.convert import state_from_proto
+from numamem.client import NumamemClient
 from numamem.testing.daemon import DaemonProcess, short_tmpdir
 from numamem.testing.sysfs import HP_1G, HP_2M, FakeNode, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm

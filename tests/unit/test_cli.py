@@ -42,7 +42,7 @@ def test_help_lists_every_command_with_a_one_line_description(
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    for name in ["serve", "plan-reservations", *CLIENT_COMMANDS]:
+    for name in ["serve", "plan-reservations", "nri", *CLIENT_COMMANDS]:
         # argparse puts a long command's description on the next line
         assert any(
             line.split()[:1] == [name]
@@ -52,7 +52,13 @@ def test_help_lists_every_command_with_a_one_line_description(
             for i, line in enumerate(lines)
         ), name
     assert "Exit codes: 0 success, 1 failure" in out
-    assert set(_subparsers()) == {"serve", "health", "plan-reservations", *CLIENT_COMMANDS}
+    assert set(_subparsers()) == {
+        "serve",
+        "health",
+        "plan-reservations",
+        "nri",
+        *CLIENT_COMMANDS,
+    }
 
 
 @pytest.mark.parametrize("name", [*CLIENT_COMMANDS, "health"])

@@ -346,6 +346,8 @@ def test_admit_under_each_policy_and_scope(
     policy: str, scope: str, wide_admitted: bool, wide_reason: str
 ) -> None:
     with serve_in_process(topology_manager_policy=policy, topology_manager_scope=scope) as server:
+        state = server.client.get_state()  # what an agent acting as the kubelet reads first
+        assert (state.topology_manager_policy, state.topology_manager_scope) == (policy, scope)
         narrow = server.client.admit(ONE_NODE_POD)
         assert narrow.admitted
         nodes = {tuple(b.numa_affinity) for c in narrow.containers for b in c.blocks}

@@ -292,7 +292,11 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
         # the disk.
         committed = self.manager.committed()
         state = committed.view
-        resp = memorymanager_pb2.GetStateResponse(policy_name=self.manager.policy.name)
+        resp = memorymanager_pb2.GetStateResponse(
+            policy_name=self.manager.policy.name,
+            topology_manager_policy=self.manager.topology_policy_name,
+            topology_manager_scope=self.manager.topology_scope_name,
+        )
         for node_id, node in state.machine_view().items():
             if node is not None:
                 resp.machine_state[node_id].CopyFrom(node_state_to_proto(node))

@@ -26,7 +26,7 @@ from grpc_status import rpc_status
 
 from numamem import errors
 
-DOMAIN = "numamem.v1"
+DOMAIN = errors.ERROR_DOMAIN
 
 # Most specific classes first: the first isinstance match wins.
 _MAPPING: tuple[tuple[type[errors.NumamemError], grpc.StatusCode, str], ...] = (

@@ -99,6 +99,11 @@ COMMANDS: dict[str, Entry] = {
         "add_parser",
         "show where pinned containers' memory is, per NUMA node, and their cpuset.mems",
     ),
+    "nri": Entry(
+        "nri",
+        "add_parser",
+        "run the NRI plugin: pin containers a runtime (containerd) creates, as the kubelet would",
+    ),
     "health": Entry(
         "health", "add_parser", "check health (grpc.health.v1); exit 0 when SERVING", logs=False
     ),
@@ -146,6 +151,9 @@ class Parser(argparse.ArgumentParser):
         super().__init__(**kwargs)
 
 
+PRELAUNCHED_ENV = "NRI_PLUGIN_SOCKET"
+"""Set by the runtime for a pre-launched NRI plugin (``numamem.nri.plugin.ENV_SOCKET``)."""
+
 ALL = "*"
 """``build_parser``'s default: every command's module imported and its parser built."""
 
@@ -191,6 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # grpc core writes its own non-JSON lines to stderr unless told otherwise.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     words = list(sys.argv[1:] if argv is None else argv)
+    if not words and PRELAUNCHED_ENV in os.environ:
+        # containerd runs a pre-launched NRI plugin (plugin_path/IDX-NAME) with no arguments:
+        # a symlink to numamem there is `numamem nri`.
+        words = ["nri"]
     command, listed = command_in(words)
     parser = build_parser(command, listed=listed)
     args, extra = parser.parse_known_args(words)

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from numamem.api.convert import pod_entries_from_proto
+from numamem.api.convert import pod_entries_from_proto, state_from_proto
 from numamem.cli.common import (
     EXIT_OK,
     add_client_args,
@@ -33,7 +33,7 @@ from numamem.cli.common import (
     print_json,
 )
 from numamem.cli.state_table import render
-from numamem.client import NumamemClient, state_from_proto
+from numamem.client import NumamemClient
 from numamem.config.flags import add_serve_arguments
 from numamem.config.model import DEFAULT_STATE_DIR
 from numamem.v1 import memorymanager_pb2

@@ -29,6 +29,7 @@ class CommittedReads:
     _versions: Versions
     _allocatable: list[Block]
     _topology_policy: TopologyPolicy | None
+    _topology_scope: str
 
     @property
     def _committed(self) -> Committed:
@@ -52,6 +53,11 @@ class CommittedReads:
         """The lock writers commit under, held across the checkpoint write. Only for a
         liveness probe: acquire it with a timeout, release it at once, call nothing inside."""
         return self._versions.lock
+
+    @property
+    def topology_scope_name(self) -> str:
+        """The topology manager scope: "container" or "pod"."""
+        return self._topology_scope
 
     # --- readers: the committed state, no lock ------------------------------------
 

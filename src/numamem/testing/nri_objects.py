@@ -44,8 +44,13 @@ def container(
     cpus: str = "",
     mems: str = "",
     state: int = api.CONTAINER_CREATED,
+    cpu_milli: int | None = None,
+    hugepages: dict[str, int] | None = None,
+    created_at: int = 0,
 ) -> api.Container:
-    """A container of ``sandbox`` with the kubelet's labels and the given resources."""
+    """A container of ``sandbox`` with the kubelet's labels and the given resources: the CPU
+    limit as the kubelet gives it (``cpu_milli`` as a CFS quota over a 100 ms period, shares
+    from the same request), hugepage limits by the CRI's page size ("2MB", "1GB")."""
     out = api.Container(
         id=container_id or f"{sandbox.id}-{name}",
         pod_sandbox_id=sandbox.id,
@@ -61,8 +66,15 @@ def container(
     resources = out.linux.resources
     if memory_limit is not None:
         resources.memory.limit.value = memory_limit
+    if cpu_milli is not None:
+        resources.cpu.period.value = 100_000
+        resources.cpu.quota.value = max(cpu_milli * 100, 1000)
+        resources.cpu.shares.value = max(cpu_milli * 1024 // 1000, 2)
+    for size, limit in (hugepages or {}).items():
+        resources.hugepage_limits.add(page_size=size, limit=limit)
     resources.cpu.cpus = cpus
     resources.cpu.mems = mems
+    out.created_at = created_at
     out.linux.cgroups_path = f"{sandbox.linux.cgroup_parent}/{out.id}"
     return out
 

@@ -1237,7 +1237,18 @@ class GetStateResponse(_message.Message):
     POLICY_NAME_FIELD_NUMBER: _builtins.int
     MACHINE_STATE_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_MANAGER_POLICY_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_MANAGER_SCOPE_FIELD_NUMBER: _builtins.int
     policy_name: _builtins.str
+    topology_manager_policy: _builtins.str
+    """The topology manager policy (--topology-manager-policy: "none",
+    "best-effort", "restricted", "single-numa-node") and scope
+    (--topology-manager-scope: "container" or "pod") the daemon admits with:
+    what an agent that calls Admit must know to act as the kubelet would
+    (the NRI plugin refuses the pod scope, whose hints need every container
+    of the pod up front).
+    """
+    topology_manager_scope: _builtins.str
     @_builtins.property
     def machine_state(self) -> _containers.MessageMap[_builtins.int, Global___NUMANodeState]: ...
     @_builtins.property
@@ -1248,10 +1259,12 @@ class GetStateResponse(_message.Message):
         policy_name: _builtins.str = ...,
         machine_state: _abc.Mapping[_builtins.int, Global___NUMANodeState] | None = ...,
         entries: _abc.Mapping[_builtins.str, Global___PodAssignments] | None = ...,
+        topology_manager_policy: _builtins.str = ...,
+        topology_manager_scope: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "machine_state", b"machine_state", "policy_name", b"policy_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "machine_state", b"machine_state", "policy_name", b"policy_name", "topology_manager_policy", b"topology_manager_policy", "topology_manager_scope", b"topology_manager_scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

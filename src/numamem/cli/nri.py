@@ -1,0 +1,134 @@
+"""``numamem nri``: the NRI plugin (containerd's Node Resource Interface), a client of the daemon.
+
+External (the default): connects to the runtime's NRI socket, reconnects with backoff when
+the runtime restarts. Pre-launched: when ``NRI_PLUGIN_SOCKET`` is set, the runtime started
+this process as ``plugin_path/IDX-NAME`` with its connection on that fd (name and index from
+``NRI_PLUGIN_NAME``/``NRI_PLUGIN_IDX``, options from the runtime's config string: see
+:mod:`numamem.nri.options`); ``numamem`` run with no arguments in that environment is this
+command, so the plugin file can be a symlink to the ``numamem`` executable.
+
+Exit codes: 0 after SIGTERM/SIGINT (external) or when the runtime closes the connection
+(pre-launched); 1 when the plugin cannot start (a bad ``NRI_PLUGIN_*`` variable); 2 usage
+(the command line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from numamem.cli.common import DEFAULT_SOCKET, EXIT_FAILED, EXIT_OK, UsageError
+
+DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
+"""``numamem.nri.plugin.DEFAULT_SOCKET`` (a test checks they agree), without its imports."""
+HELP = "run the NRI plugin: pin containers a runtime (containerd) creates, as the kubelet would"
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "nri",
+        help=HELP,
+        description=(
+            "Serve as an NRI plugin of the container runtime until SIGTERM/SIGINT: admit each "
+            "container of a Guaranteed pod through the daemon as the kubelet's memory manager "
+            "(container scope) would, set its cpuset.mems, resize, release and reconcile. "
+            "Pre-launched by the runtime (NRI_PLUGIN_SOCKET set), the name and index come from "
+            "the environment and the options also from the runtime's config string (YAML: "
+            "socket, on-reject, log-level, log-format)."
+        ),
+    )
+    parser.add_argument(
+        "--nri-socket",
+        default=DEFAULT_NRI_SOCKET,
+        metavar="PATH",
+        help="the runtime's NRI socket (external plugin; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--socket",
+        default=os.environ.get("NUMAMEM_SOCKET", DEFAULT_SOCKET),
+        metavar="PATH",
+        help="the daemon's socket (default: $NUMAMEM_SOCKET or %(default)s)",
+    )
+    parser.add_argument(
+        "--plugin-name", default="numamem", help="the plugin's name (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--plugin-idx",
+        default="50",
+        metavar="IDX",
+        help="two digits: the runtime calls plugins in ascending order (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--on-reject",
+        choices=("fail", "unpinned"),
+        default="fail",
+        help="a container numamem does not admit, or cannot reach the daemon for: fail its "
+        "creation with the reason, or start it unpinned, logged and counted (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default="info"
+    )
+    parser.add_argument("--log-format", choices=("json", "console"), default="json")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from numamem import logging as nlog
+    from numamem.errors import ConfigError
+    from numamem.nri.memoryplugin import MemoryPlugin
+    from numamem.nri.options import PluginOptions
+    from numamem.nri.plugin import Plugin
+
+    options = PluginOptions(
+        socket=args.socket,
+        on_reject=args.on_reject,
+        log_level=args.log_level,
+        log_format=args.log_format,
+    )
+    handler = MemoryPlugin(options)
+    handler.reconfigure_logging = True
+    prelaunched = Plugin.is_prelaunched()
+    try:
+        if prelaunched:
+            plugin = Plugin.prelaunched(handler)
+        else:
+            plugin = Plugin(
+                handler, name=args.plugin_name, idx=args.plugin_idx, socket_path=args.nri_socket
+            )
+    except ConfigError as err:
+        handler.stop()
+        if prelaunched:
+            print(f"numamem: {err}", file=sys.stderr)
+            return EXIT_FAILED
+        raise UsageError(str(err)) from None
+    # Not before: a usage error logs nothing (and leaves logging as it was).
+    nlog.configure(options.log_level, options.log_format, stream=sys.stderr, cache=False)
+    log = nlog.get_logger("nri")
+    handler.reconciler.updater = plugin.update_containers
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("NRI plugin stopping", signal=signal.Signals(signum).name)
+        plugin.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info(
+        "NRI plugin starting",
+        mode="pre-launched" if prelaunched else "external",
+        plugin=f"{plugin.idx}-{plugin.name}",
+        nri_socket=None if prelaunched else plugin.socket_path,
+        daemon_socket=options.socket,
+        on_reject=options.on_reject,
+    )
+    handler.start()
+    try:
+        plugin.run()
+    finally:
+        handler.stop()
+        log.info("NRI plugin stopped", counts=handler.counts)
+    return EXIT_OK

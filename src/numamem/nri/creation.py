@@ -1,0 +1,216 @@
+"""CreateContainer: the kubelet's container-scope admission of a Guaranteed container, at the
+moment the runtime creates it, and its ``cpuset.mems``.
+
+For a container of a Guaranteed pod (the cgroup parent says so, and it has a CPU and a
+memory limit) the plugin admits the pod as known so far (:meth:`PodRecord.admission_pod
+<numamem.nri.podrecord.PodRecord.admission_pod>`: the containers numamem holds and this
+one), which is idempotent for the containers already allocated, then records the runtime
+id (``AddContainer``, the kubelet's PreStartContainer: it frees the memory of the pod's
+earlier regular init containers) and returns the container's NUMA nodes as
+``cpuset.mems``, written as the kubelet writes them ("0,1"). ``cpuset.cpus`` is never
+touched (the kubelet's CPU manager owns it).
+
+A container numamem does not admit, or cannot ask the daemon about, fails its creation with
+a message naming the pod, the container, what it asks and how to see why (``numamem
+explain``); with ``--on-reject=unpinned`` it starts unpinned instead, logged and counted.
+Everything else (Burstable and BestEffort pods, what the runtime sent that cannot be used)
+is left alone.
+"""
+
+from __future__ import annotations
+
+import time
+
+from numamem.errors import (
+    DaemonRefusedError,
+    DeadlineExceededError,
+    NriStatusError,
+    UnavailableError,
+    UnusableInputError,
+    quote,
+)
+from numamem.logging import get_logger
+from numamem.nri import kube, status
+from numamem.nri import pluginstate as counters
+from numamem.nri.daemonlink import Budget
+from numamem.nri.pluginstate import PluginState
+from numamem.nri.podrecord import Entry, Pin, PodRecord
+from numamem.nri.reconcile import block_nodes
+from numamem.nriapi import api_pb2 as api
+from numamem.v1 import memorymanager_pb2 as mm
+
+_log = get_logger("nri")
+
+POD_SCOPE = "pod"
+
+
+def create(
+    state: PluginState, sandbox: api.PodSandbox, container: api.Container, budget: Budget
+) -> api.CreateContainerResponse:
+    """The adjustment of a created container (see the module docstring). The caller holds
+    ``state.lock``. Raises ``NriStatusError`` to fail the creation."""
+    began = time.perf_counter()
+    state.view.add_container(container, sandbox)
+    fields = {"container": quote(container.name, style="bare"), "container_id": container.id}
+    try:
+        identity = kube.pod_identity(sandbox)
+        qos = kube.qos_from_cgroup_parent(sandbox.linux.cgroup_parent, identity.uid)
+        fields["pod"] = identity.describe()
+        if qos != kube.GUARANTEED:
+            _log.debug("NRI container left alone: not Guaranteed", qos=qos, **fields)
+            return api.CreateContainerResponse()
+        limits = kube.container_limits(container)
+        kube.check_guaranteed(limits, container.name)
+    except UnusableInputError as err:
+        state.left_alone(err, **fields)
+        return api.CreateContainerResponse()
+    record = state.record_for(identity)
+    entry = record.created(container.name, container.id, limits)
+    if entry.pin is Pin.RELEASED:
+        entry.note = (
+            "re-created after numamem freed it as a finished init container: it runs unpinned, "
+            "as under the kubelet"
+        )
+        _log.info("NRI container left alone", reason=entry.note, **fields)
+        return api.CreateContainerResponse()
+    response = _admit(state, record, entry, container, budget)
+    _log.debug(
+        "NRI CreateContainer handled",
+        seconds=round(time.perf_counter() - began, 6),
+        mems=response.adjust.linux.resources.cpu.mems,
+        **fields,
+    )
+    return response
+
+
+def _admit(
+    state: PluginState, record: PodRecord, entry: Entry, container: api.Container, budget: Budget
+) -> api.CreateContainerResponse:
+    request_id = f"nri-create-{container.id[:12]}"
+    try:
+        settings = state.daemon.current_settings(budget)
+        if settings.topology_manager_scope == POD_SCOPE:
+            return reject(state, record, entry, container.id, pod_scope_refusal(record, entry))
+        pod = record.admission_pod(entry.name)
+        reply: mm.AdmitResponse = state.daemon.call(
+            "Admit", mm.AdmitRequest(pod=pod), budget, request_id
+        )
+    except (UnavailableError, DeadlineExceededError) as err:
+        return reject(state, record, entry, container.id, str(err), retry=True)
+    except DaemonRefusedError as err:
+        text = f"the numamem daemon refused Admit: {err.code}: {err}"
+        return reject(state, record, entry, container.id, text)
+    if not reply.admitted:
+        text = rejection_message(record, entry, reply, settings.topology_manager_policy)
+        return reject(state, record, entry, container.id, text)
+    admission = next((c for c in reply.containers if c.container_name == entry.name), None)
+    nodes = block_nodes(admission.blocks) if admission is not None else ()
+    if not nodes:
+        entry.pin = Pin.LEFT_ALONE
+        entry.note = admission.not_pinned_message if admission is not None else "no blocks"
+        _log.info(
+            "NRI container not pinned by numamem",
+            reason=admission.not_pinned_reason if admission is not None else "",
+            message=entry.note,
+            pod=record.identity.describe(),
+            container=entry.name,
+        )
+        return api.CreateContainerResponse()
+    entry.pin, entry.nodes = Pin.PINNED, nodes
+    state.count(counters.ADMITTED)
+    add_container(state, record, pod, entry, budget)
+    mems = kube.mems_string(nodes)
+    state.view.set_mems(container.id, mems)
+    response = api.CreateContainerResponse()
+    response.adjust.linux.resources.cpu.mems = mems
+    return response
+
+
+def add_container(
+    state: PluginState, record: PodRecord, pod: mm.Pod, entry: Entry, budget: Budget
+) -> None:
+    """Record the container's runtime id with the daemon; mark the regular init containers it
+    frees. An unreachable daemon is not an error here (the memory is held; the next
+    reconciliation records the id)."""
+    request = mm.AddContainerRequest(
+        pod=pod, container_name=entry.name, container_id=entry.container_id
+    )
+    try:
+        state.daemon.call("AddContainer", request, budget, f"nri-add-{entry.container_id[:12]}")
+    except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
+        _log.warning(
+            "NRI container pinned, but its runtime id was not recorded; the next "
+            "reconciliation records it",
+            pod=record.identity.describe(),
+            container=entry.name,
+            error=str(err),
+        )
+        state.dirty.set()
+        return
+    entry.id_recorded = True
+    for name in record.freed_by(pod, entry.name):
+        freed = record.entries.get(name)
+        if freed is not None and freed.pin is Pin.PINNED:
+            freed.pin, freed.nodes = Pin.RELEASED, ()
+
+
+def reject(
+    state: PluginState,
+    record: PodRecord,
+    entry: Entry,
+    container_id: str,
+    message: str,
+    *,
+    retry: bool = False,
+) -> api.CreateContainerResponse:
+    """Fail the creation with ``message`` or, with ``--on-reject=unpinned``, let the container
+    start unpinned (logged, counted). ``retry``: the daemon was not reached (a later
+    reconciliation tries to admit the unpinned container)."""
+    if state.options.on_reject == "unpinned":
+        entry.pin = Pin.UNKNOWN if retry else Pin.LEFT_ALONE
+        entry.note = message
+        total = state.count(counters.UNPINNED)
+        _log.warning(
+            "NRI container starts unpinned (--on-reject=unpinned)",
+            reason=message,
+            unpinned_total=total,
+        )
+        return api.CreateContainerResponse()
+    total = state.count(counters.FAILED)
+    _log.warning("NRI container creation failed", reason=message, failed_total=total)
+    forget(state, record, entry, container_id)
+    raise NriStatusError(status.UNKNOWN, message)
+
+
+def forget(state: PluginState, record: PodRecord, entry: Entry, container_id: str) -> None:
+    """A creation that failed: the container never existed."""
+    state.view.remove_container(container_id)
+    if entry.container_id == container_id:
+        if entry.older_ids:
+            entry.container_id = entry.older_ids.pop()
+            entry.stopped = True
+        else:
+            record.entries.pop(entry.name, None)
+
+
+def rejection_message(record: PodRecord, entry: Entry, reply: mm.AdmitResponse, policy: str) -> str:
+    """Why the creation fails, for the pod's events: pod, container, what it asks, the
+    daemon's reason, and how to see why."""
+    who = record.identity
+    return (
+        f"numamem did not admit container {quote(entry.name)} of pod {who.describe()}: "
+        f"{reply.reason}: {reply.message} (it asks {entry.limits.describe()}; topology manager "
+        f"policy {policy or 'none'}); see why with: kubectl get pod -n "
+        f"{quote(who.namespace, style='bare')} {quote(who.name, style='bare')} -o yaml | "
+        "numamem explain -f -"
+    )
+
+
+def pod_scope_refusal(record: PodRecord, entry: Entry) -> str:
+    return (
+        f"numamem cannot admit container {quote(entry.name)} of pod "
+        f"{record.identity.describe()} as the kubelet would: the daemon admits in the pod "
+        "scope (--topology-manager-scope pod), whose hints sum every container of the pod, "
+        "and the runtime tells a pod's containers one at a time, as it creates them; run the "
+        "daemon with --topology-manager-scope container for numamem nri"
+    )

@@ -1,0 +1,304 @@
+"""``numamem nri``'s handler: the runtime's events as the daemon's RPCs, with the kubelet's
+memory-manager semantics.
+
+=====================  ===================================================================
+runtime event          what numamem does
+=====================  ===================================================================
+Configure              applies the config string (:mod:`numamem.nri.options`)
+Synchronize            reconciles both ways (:mod:`numamem.nri.reconciler`)
+CreateContainer        admits a Guaranteed container, ``cpuset.mems`` (:mod:`.creation`)
+UpdateContainer        ``Resize`` of a pinned container; its new ``cpuset.mems``
+StopContainer          notes it stopped (a regular init container, if a new one follows)
+RemoveContainer        ``RemoveContainer`` of its id (not of an older instance's)
+RemovePodSandbox       ``ReleasePod`` (not for a sandbox the kubelet replaced)
+=====================  ===================================================================
+
+Every daemon RPC made for a runtime call ends well before the runtime's request timeout
+(:func:`~numamem.nri.daemonlink.budget_for`). What the runtime sends that cannot be used is
+logged once a kind and the container left alone; an error reaches the runtime only to fail a
+creation or a resize on purpose. Releases the daemon could not be told are made by the next
+reconciliation, which runs as soon as the daemon answers again.
+
+Deliberate deviations from the kubelet (README "The NRI plugin"): each container is reserved
+when the runtime creates it, not all of a pod's at admission; the pod scope is refused
+(its hints need every container up front); containers are told apart by what the runtime
+shows (:mod:`numamem.nri.podrecord`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from numamem import logging as nlog
+from numamem.errors import (
+    ConfigError,
+    DaemonRefusedError,
+    DeadlineExceededError,
+    NriStatusError,
+    UnavailableError,
+    UnusableInputError,
+    quote,
+)
+from numamem.nri import kube, status
+from numamem.nri import pluginstate as counters
+from numamem.nri.creation import create
+from numamem.nri.daemonlink import Budget, DaemonLink, budget_for
+from numamem.nri.handler import CallContext, Handler
+from numamem.nri.options import PluginOptions, apply_config
+from numamem.nri.pluginstate import PluginState
+from numamem.nri.podrecord import Pin
+from numamem.nri.reconcile import mems_update
+from numamem.nri.reconciler import Reconciler
+from numamem.nriapi import api_pb2 as api
+from numamem.v1 import memorymanager_pb2 as mm
+
+_log = nlog.get_logger("nri")
+
+EVENTS = (
+    api.CREATE_CONTAINER,
+    api.UPDATE_CONTAINER,
+    api.STOP_CONTAINER,
+    api.REMOVE_CONTAINER,
+    api.REMOVE_POD_SANDBOX,
+)
+
+
+class MemoryPlugin(Handler):
+    """See the module docstring. :meth:`start` before serving, :meth:`stop` after."""
+
+    def __init__(
+        self, options: PluginOptions, daemon: DaemonLink | None = None, *, poll: float = 0.5
+    ) -> None:
+        self.state = PluginState(daemon or DaemonLink(options.socket), options)
+        self.reconciler = Reconciler(self.state, poll)
+        self.reconfigure_logging = False
+        """Whether a config string's log-level and log-format re-configure logging (the
+        command's own logging; tests leave theirs alone)."""
+
+    def start(self) -> None:
+        self.reconciler.start()
+
+    def stop(self) -> None:
+        self.reconciler.stop()
+        self.state.daemon.close()
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """What the plugin did so far (:mod:`numamem.nri.pluginstate`'s counter names)."""
+        with self.state.lock:
+            return dict(self.state.counts)
+
+    # --- configuration and synchronization ------------------------------------------------
+
+    def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
+        state = self.state
+        try:
+            options = apply_config(state.options, req.config)
+        except ConfigError as err:
+            raise NriStatusError(status.INVALID_ARGUMENT, f"numamem nri: {err}") from None
+        if options != state.options:
+            _log.info("NRI plugin configuration from the runtime", config=req.config[:256])
+            if self.reconfigure_logging:
+                nlog.configure(options.log_level, options.log_format, cache=False)
+            if options.socket != state.options.socket:
+                old, state.daemon = state.daemon, DaemonLink(options.socket)
+                old.close()
+            state.options = options
+        mask = 0
+        for event in EVENTS:
+            mask |= 1 << (event - 1)
+        return api.ConfigureResponse(events=mask)
+
+    def synchronize(self, req: api.SynchronizeRequest, ctx: CallContext) -> api.SynchronizeResponse:
+        state = self.state
+        budget = budget_for(ctx)
+        updates: list[api.ContainerUpdate] = []
+        with state.locked(budget):
+            state.view.replace(req.pods, req.containers)
+            state.synchronized = True
+            try:
+                updates = self.reconciler.quick(budget)
+            except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
+                state.dirty.set()
+                _log.warning(
+                    "NRI synchronize: the daemon did not answer; reconciling when it does",
+                    error=str(err),
+                )
+        self.reconciler.request()
+        if updates:
+            _log.info("NRI synchronize: cpuset.mems updated", containers=len(updates))
+        return api.SynchronizeResponse(update=updates)
+
+    # --- containers -----------------------------------------------------------------------
+
+    def create_container(
+        self, req: api.CreateContainerRequest, ctx: CallContext
+    ) -> api.CreateContainerResponse:
+        budget = budget_for(ctx)
+        try:
+            with self.state.locked(budget):
+                return create(self.state, req.pod, req.container, budget)
+        except UnavailableError as err:  # the lock: the creation fails unless unpinned
+            if self.state.options.on_reject == "unpinned":
+                _log.warning("NRI container starts unpinned", reason=str(err))
+                return api.CreateContainerResponse()
+            raise NriStatusError(status.UNAVAILABLE, str(err)) from None
+
+    def update_container(
+        self, req: api.UpdateContainerRequest, ctx: CallContext
+    ) -> api.UpdateContainerResponse:
+        budget = budget_for(ctx)
+        with self.state.locked(budget):
+            return self._update(req.pod, req.container, req.linux_resources, budget)
+
+    def _update(
+        self,
+        sandbox: api.PodSandbox,
+        container: api.Container,
+        resources: api.LinuxResources,
+        budget: Budget,
+    ) -> api.UpdateContainerResponse:
+        state = self.state
+        uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
+        record = state.records.get(uid)
+        entry = record.entries.get(container.name) if record is not None else None
+        if record is None or entry is None or entry.container_id != container.id:
+            state.view.set_resources(container.id, resources)
+            return api.UpdateContainerResponse()
+        if entry.pin is not Pin.PINNED:
+            state.view.set_resources(container.id, resources)
+            return api.UpdateContainerResponse()
+        try:
+            limits = kube.limits_of(resources)
+        except UnusableInputError as err:
+            state.left_alone(err, pod=record.identity.describe(), container=entry.name)
+            return api.UpdateContainerResponse(
+                update=[mems_update(entry.container_id, kube.mems_string(entry.nodes))]
+            )
+        updates = []
+        if limits.memory_resources() != entry.limits.memory_resources():
+            previous, entry.limits = entry.limits, limits
+            pod = record.admission_pod(entry.name)
+            try:
+                reply: mm.ResizeResponse = state.daemon.call(
+                    "Resize",
+                    mm.ResizeRequest(pod=pod, container_name=entry.name),
+                    budget,
+                    f"nri-resize-{container.id[:12]}",
+                )
+            except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
+                entry.limits = previous
+                state.count(counters.REFUSED_RESIZES)
+                text = (
+                    f"numamem refused the resize of container {quote(entry.name)} of pod "
+                    f"{record.identity.describe()} to {limits.describe()}: {err}; see why with: "
+                    "numamem explain --resize"
+                )
+                _log.warning("NRI resize refused", reason=text)
+                raise NriStatusError(status.UNKNOWN, text) from None
+            state.count(counters.RESIZED)
+            entry.nodes = tuple(sorted(reply.numa_nodes)) or entry.nodes
+            _log.info(
+                "NRI container resized",
+                pod=record.identity.describe(),
+                container=entry.name,
+                action=mm.ResizeAction.Name(reply.action),
+                numa_nodes=list(entry.nodes),
+            )
+            updates += [u for u in self._moved(reply) if u.container_id != entry.container_id]
+        else:
+            entry.limits = limits
+        mems = kube.mems_string(entry.nodes)
+        resources_copy = api.LinuxResources()
+        resources_copy.CopyFrom(resources)
+        resources_copy.cpu.mems = mems
+        state.view.set_resources(container.id, resources_copy)
+        updates.insert(0, mems_update(entry.container_id, mems))
+        return api.UpdateContainerResponse(update=updates)
+
+    def _moved(self, reply: mm.ResizeResponse) -> list[api.ContainerUpdate]:
+        """Updates for the other containers a resize moved to more nodes (its whole group)."""
+        out: list[api.ContainerUpdate] = []
+        mems = kube.mems_string(reply.numa_nodes)
+        for ref in reply.moved:
+            record = self.state.records.get(ref.pod_uid)
+            entry = record.entries.get(ref.container_name) if record is not None else None
+            if entry is None or entry.stopped:
+                continue
+            entry.nodes = tuple(sorted(reply.numa_nodes))
+            if not any(u.container_id == entry.container_id for u in out):
+                out.append(mems_update(entry.container_id, mems))
+                self.state.view.set_mems(entry.container_id, mems)
+        return out
+
+    def stop_container(
+        self, req: api.StopContainerRequest, ctx: CallContext
+    ) -> api.StopContainerResponse:
+        with self.state.locked(budget_for(ctx)):
+            self.state.view.stop(req.container.id)
+            uid = req.pod.uid or req.pod.labels.get(kube.LABEL_POD_UID, "")
+            record = self.state.records.get(uid)
+            if record is not None:
+                record.stopped(req.container.id)
+        return api.StopContainerResponse()
+
+    def remove_container(
+        self, req: api.RemoveContainerRequest, ctx: CallContext
+    ) -> api.RemoveContainerResponse:
+        budget = budget_for(ctx)
+        with self.state.locked(budget):
+            self._remove(req.pod, req.container, budget)
+        return api.RemoveContainerResponse()
+
+    def _remove(self, sandbox: api.PodSandbox, container: api.Container, budget: Budget) -> None:
+        state = self.state
+        state.view.remove_container(container.id)
+        uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
+        record = state.records.get(uid)
+        if record is None:
+            if state.synchronized:
+                return  # not a Guaranteed pod's: numamem holds nothing for it
+        else:
+            entry, newest = record.removed(container.id)
+            if entry is None or not newest:
+                return  # unknown, or an older instance: its name's memory is the newest's
+            if entry.pin in (Pin.RELEASED, Pin.LEFT_ALONE):
+                return
+        self._release(
+            "RemoveContainer", mm.RemoveContainerRequest(container_id=container.id), budget
+        )
+
+    def remove_pod_sandbox(
+        self, req: api.RemovePodSandboxRequest, ctx: CallContext
+    ) -> api.RemovePodSandboxResponse:
+        budget = budget_for(ctx)
+        state = self.state
+        with state.locked(budget):
+            sandbox = req.pod
+            state.view.remove_pod(sandbox.id)
+            uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
+            if any(
+                (s.uid or s.labels.get(kube.LABEL_POD_UID, "")) == uid
+                for s in state.view.sandboxes()
+            ):
+                return api.RemovePodSandboxResponse()  # the kubelet replaced this sandbox
+            record = state.records.pop(uid, None)
+            if uid and (record is not None or not state.synchronized):
+                self._release("ReleasePod", mm.ReleasePodRequest(pod_uid=uid), budget)
+        return api.RemovePodSandboxResponse()
+
+    def _release(self, method: str, request: object, budget: Budget) -> None:
+        """A release; one the daemon does not get is made by the next reconciliation."""
+        began = time.perf_counter()
+        try:
+            self.state.daemon.call(method, request, budget)
+        except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
+            self.state.dirty.set()
+            _log.warning(
+                "NRI release not made now; the next reconciliation makes it",
+                method=method,
+                error=str(err),
+            )
+            return
+        self.state.count(counters.RELEASED)
+        _log.debug("NRI release", method=method, seconds=round(time.perf_counter() - began, 6))

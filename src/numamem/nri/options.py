@@ -1,0 +1,102 @@
+"""The NRI plugin's options: from ``numamem nri``'s flags, and from the runtime's config string.
+
+A pre-launched plugin gets no command line: containerd runs ``plugin_path/IDX-NAME`` with an
+empty environment but for ``NRI_PLUGIN_*`` and passes the contents of
+``plugin_config_path/IDX-NAME.conf`` (or ``NAME.conf``) as ``Configure``'s config. That
+config is a YAML mapping whose keys are the long flags without their dashes
+(:data:`CONFIG_KEYS`)::
+
+    socket: /run/numamem/numamem.sock
+    on-reject: unpinned
+    log-level: debug
+
+It is applied over the flags (so an external plugin may be given one too); an empty config
+changes nothing. An unknown key or a bad value refuses the configuration (the runtime then
+drops the plugin), naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import yaml
+
+from numamem.errors import PATH_QUOTE_BYTES, ConfigError, quote
+
+DEFAULT_DAEMON_SOCKET = "/run/numamem/numamem.sock"
+ON_REJECT = ("fail", "unpinned")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "console")
+
+
+@dataclass(frozen=True)
+class PluginOptions:
+    """What the plugin does; see ``numamem nri --help``."""
+
+    socket: str = DEFAULT_DAEMON_SOCKET
+    """The daemon's socket."""
+    on_reject: str = "fail"
+    """A container numamem does not admit (or cannot reach the daemon for): ``fail`` its
+    creation with the reason, or start it ``unpinned`` (logged and counted)."""
+    log_level: str = "info"
+    log_format: str = "json"
+
+    def __post_init__(self) -> None:
+        _one_of("on-reject", self.on_reject, ON_REJECT)
+        _one_of("log-level", self.log_level, LOG_LEVELS)
+        _one_of("log-format", self.log_format, LOG_FORMATS)
+        if not self.socket:
+            raise ConfigError("socket: the daemon's socket path must not be empty")
+
+
+CONFIG_KEYS = {
+    "socket": "socket",
+    "on-reject": "on_reject",
+    "log-level": "log_level",
+    "log-format": "log_format",
+}
+"""Config string key -> :class:`PluginOptions` field."""
+
+
+def apply_config(
+    options: PluginOptions, text: str, source: str = "the runtime's config"
+) -> PluginOptions:
+    """``options`` with the YAML mapping ``text`` applied (see the module docstring)."""
+    if not text.strip():
+        return options
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}: not valid YAML{where}") from None
+    if doc is None:
+        return options
+    if not isinstance(doc, dict):
+        raise ConfigError(
+            f"{source}: expected a mapping of {', '.join(CONFIG_KEYS)}, got {type(doc).__name__}"
+        )
+    changes: dict[str, str] = {}
+    for key, value in doc.items():
+        attr = CONFIG_KEYS.get(str(key))
+        if attr is None:
+            raise ConfigError(
+                f"{source}: unknown key {quote(str(key))}; the keys are {', '.join(CONFIG_KEYS)} "
+                "(numamem nri's long flags without the dashes)"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"{source}: {key}: {quote(value)} is a {type(value).__name__}, expected a string"
+            )
+        changes[attr] = value
+    try:
+        return replace(options, **changes)
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
+
+
+def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(
+            f"{key}: {quote(value, limit=PATH_QUOTE_BYTES)} is not one of {', '.join(allowed)}"
+        )

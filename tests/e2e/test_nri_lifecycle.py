@@ -1,0 +1,228 @@
+"""``numamem nri`` on the real daemon (fake 2-node machine), scripted runtime: rejections,
+resizes, releases and what the runtime sends that the plugin cannot use.
+
+The fake machine's nodes have 16 GiB of which 5 GiB are hugepages (512 2Mi, 4 1Gi): 11 GiB
+of regular memory, 10 GiB on node 0 after its 1 GiB reservation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from numamem.errors import NriStatusError
+from numamem.nri.service import PLUGIN_SERVICE
+from numamem.testing.daemon import DaemonProcess
+from numamem.v1 import memorymanager_pb2 as mm
+from tests.daemon import STATIC_ARGS
+from tests.e2e.nri_node import GI, Node
+
+pytestmark = pytest.mark.e2e
+
+
+def start(root: Path, factory: list[DaemonProcess], *flags: str, flavor: str = "2.x") -> Node:
+    d = DaemonProcess(root, [*STATIC_ARGS, *flags])
+    factory.append(d)
+    d.start()
+    node = Node(root, d, flavor=flavor)  # type: ignore[arg-type]
+    node.start_plugin()
+    return node
+
+
+@pytest.fixture
+def flavor() -> str:
+    """containerd 2.x's event delivery; the release tests run with 1.7's too (lifecycle
+    events through StateChange only), the one place the two differ for the plugin."""
+    return "2.x"
+
+
+@pytest.fixture
+def node(short_root: Path, daemon_factory: list[DaemonProcess], flavor: str) -> Iterator[Node]:
+    n = start(short_root, daemon_factory, flavor=flavor)
+    yield n
+    n.close()
+
+
+BOTH_FLAVORS = pytest.mark.parametrize("flavor", ["2.x", "1.7"])
+
+
+def held(node: Node) -> dict[str, set[str]]:
+    return {uid: set(e.containers) for uid, e in node.client.get_state().entries.items()}
+
+
+# --- rejections ------------------------------------------------------------------------------
+
+
+def test_single_numa_node_rejection_fails_creation_with_the_reason(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    node = start(short_root, daemon_factory, "--topology-manager-policy", "single-numa-node")
+    try:
+        sandbox = node.run_pod("web-1", "uid-web-1")
+        with pytest.raises(NriStatusError) as caught:
+            node.create(sandbox, "wide", 14 * GI)  # needs both nodes
+        node.create(sandbox, "small", 2 * GI)
+        text = caught.value.message
+        for part in (
+            "'wide'",  # the container
+            "default/web-1 (uid uid-web-1)",  # the pod
+            "memory 14Gi",  # the resource
+            "TopologyAffinityError",
+            "single-numa-node",
+            "numamem explain",
+        ):
+            assert part in text, (part, text)
+        assert held(node) == {"uid-web-1": {"small"}}  # nothing of the rejected one
+        assert node.handler.counts["failed"] == 1
+
+        # --on-reject=unpinned: the creation goes on without cpuset.mems, counted.
+        node.stop_plugin()
+        node.on_reject = "unpinned"
+        node.start_plugin()
+        _, reply = node.create(sandbox, "wide", 14 * GI)
+        assert not reply.adjust.HasField("linux")
+        assert node.handler.counts["unpinned"] == 1
+        assert held(node) == {"uid-web-1": {"small"}}
+        _, reply = node.create(sandbox, "after", GI)  # the unpinned one is not in later pods
+        assert reply.adjust.linux.resources.cpu.mems in ("0", "1")
+    finally:
+        node.close()
+
+
+def test_the_pod_scope_is_refused_per_pod_with_the_reason(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    node = start(short_root, daemon_factory, "--topology-manager-scope", "pod")
+    try:
+        sandbox = node.run_pod("scoped")
+        with pytest.raises(NriStatusError, match="--topology-manager-scope container"):
+            node.create(sandbox, "app", GI)
+        assert held(node) == {}
+    finally:
+        node.close()
+
+
+def test_an_unreachable_daemon_fails_creation_clearly_and_in_time(node: Node) -> None:
+    node.daemon.stop()
+    sandbox = node.run_pod("nodaemon")
+    with pytest.raises(NriStatusError) as caught:
+        node.create(sandbox, "app", GI)  # answered: the runtime did not drop the plugin
+    assert "did not answer Admit" in caught.value.message
+    assert "is it running?" in caught.value.message
+    assert not node.peer.closed
+
+
+# --- resize ----------------------------------------------------------------------------------
+
+
+def test_update_container_resizes_through_numamem(node: Node) -> None:
+    sandbox = node.run_pod("resized", "uid-r")
+    a, reply = node.create(sandbox, "a", 4 * GI)
+    b, _ = node.create(sandbox, "b", 4 * GI)
+    assert (node.mems(a), node.mems(b)) == ("0", "0")
+
+    reply = node.update(a, 5 * GI)  # grows in its node
+    assert [(u.container_id, u.linux.resources.cpu.mems) for u in reply.update] == [(a.id, "0")]
+    reply = node.update(a, 10 * GI)  # 14 GiB no longer fit node 0: the group grows to both
+    assert [(u.container_id, u.linux.resources.cpu.mems) for u in reply.update] == [
+        (a.id, "0,1"),
+        (b.id, "0,1"),  # moved with its group
+    ]
+    assert (node.mems(a), node.mems(b)) == ("0,1", "0,1")
+    blocks = node.client.get_memory("uid-r", "a")
+    assert [(list(x.numa_affinity), x.type, x.size) for x in blocks] == [
+        ([0, 1], "memory", 10 * GI)
+    ]
+
+    with pytest.raises(NriStatusError) as caught:
+        node.update(a, 100 * GI)  # no machine holds it
+    assert "numamem refused the resize of container 'a'" in caught.value.message
+    assert "Infeasible" in caught.value.message
+    assert [x.size for x in node.client.get_memory("uid-r", "a")] == [10 * GI]  # unchanged
+    reply = node.update(a, 10 * GI, cpu_milli=2000)  # a CPU change: memory as it was
+    assert [(u.container_id, u.linux.resources.cpu.mems) for u in reply.update] == [(a.id, "0,1")]
+
+
+# --- releases --------------------------------------------------------------------------------
+
+
+@BOTH_FLAVORS
+def test_removal_releases_and_an_older_instance_does_not(node: Node) -> None:
+    sandbox = node.run_pod("restarting", "uid-x")
+    first, _ = node.create(sandbox, "app", 2 * GI)
+    node.stop(first)  # it crashed: the kubelet creates it again, same name
+    second, reply = node.create(sandbox, "app", 2 * GI)
+    assert reply.adjust.linux.resources.cpu.mems == "0"  # the same blocks
+    node.remove(first)  # the kubelet's garbage collection of the dead instance
+    assert held(node) == {"uid-x": {"app"}}
+    node.remove(second)
+    assert held(node) == {}
+
+    kept = node.run_pod("kept", "uid-k")
+    node.create(kept, "app", GI)
+    node.remove_pod(kept)
+    assert held(node) == {}
+
+
+@BOTH_FLAVORS
+def test_a_replaced_sandbox_does_not_release_its_pod(node: Node) -> None:
+    old = node.run_pod("resandboxed", "uid-s")
+    init, _ = node.create(old, "init", GI)
+    node.stop(init)
+    app, _ = node.create(old, "app", 2 * GI)
+    node.stop(app)  # the sandbox died; the kubelet makes a new one and re-creates the pod
+    new = node.run_pod("resandboxed", "uid-s")
+    again, reply = node.create(new, "init", GI)
+    assert not reply.adjust.HasField("linux")  # freed as a finished init: unpinned, as kubelet
+    node.stop(again)
+    _, reply = node.create(new, "app", 2 * GI)
+    assert reply.adjust.linux.resources.cpu.mems == "0"
+    node.remove_pod(old)  # garbage collection of the old sandbox
+    assert held(node) == {"uid-s": {"app"}}
+    node.remove_pod(new)
+    assert held(node) == {}
+
+
+# --- what the plugin cannot use --------------------------------------------------------------
+
+
+def test_unusable_input_is_left_alone_logged_once_and_the_plugin_serves_on(node: Node) -> None:
+    with capture_logs() as logs:
+        no_limits = node.run_pod("nolimits", "uid-n")
+        for name in ("a", "b"):
+            _, reply = node.create(no_limits, name, None)  # Guaranteed cgroup, no memory limit
+            assert not reply.adjust.HasField("linux")
+        odd = node.run_pod("odd", "uid-o", cgroup_parent="/system.slice/odd.scope")
+        _, reply = node.create(odd, "app", GI)
+        assert not reply.adjust.HasField("linux")
+        with pytest.raises(NriStatusError):  # an undecodable request: answered, not fatal
+            node.peer.call_raw(PLUGIN_SERVICE, "CreateContainer", b"\x0a\xff")
+        node.peer.send_frame(7, b"garbage for a connection that does not exist")
+    problems = [e.get("problem") for e in logs if "problem" in e]
+    assert problems.count("no_limits") == 1  # twice sent, once logged
+    assert problems.count("unknown_cgroup_layout") == 1
+    assert node.handler.counts["left_alone"] == 3
+    assert held(node) == {}
+    systemd = node.run_pod(
+        "sysd", "1b2c-3d", cgroup_parent="/kubepods.slice/kubepods-pod1b2c_3d.slice"
+    )
+    _, reply = node.create(systemd, "app", GI)  # and still pins what it can
+    assert reply.adjust.linux.resources.cpu.mems == "0"
+    assert held(node) == {"1b2c-3d": {"app"}}
+
+
+def test_resize_of_a_pod_admitted_elsewhere_is_left_to_that_agent(node: Node) -> None:
+    """A container the plugin does not hold (not in its records) is not its to resize."""
+    sandbox = node.run_pod("other", "uid-o2")
+    c, _ = node.create(sandbox, "app", GI)
+    node.client.release_pod("uid-o2")  # another agent took it away
+    node.stop_plugin()
+    node.start_plugin()  # the plugin learns it (and adopts the running container again)
+    assert held(node) == {"uid-o2": {"app"}}
+    reply = node.update(c, 2 * GI)
+    assert [u.linux.resources.cpu.mems for u in reply.update] == ["0"]
+    assert [x.size for x in node.client.get_memory("uid-o2", "app")] == [2 * GI]
+    assert isinstance(node.client.get_state(), mm.GetStateResponse)
