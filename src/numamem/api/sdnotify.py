@@ -13,8 +13,9 @@ newline-separated ``KEY=VALUE`` lines. numamem sends:
 * ``WATCHDOG=1`` every half ``WATCHDOG_USEC`` from the serving loop, when the service
   manager asks for it (``WatchdogSec=``) and ``WATCHDOG_PID``, if set, is this process,
   and only after a liveness probe succeeded within that half period: a task on the RPC
-  worker pool that takes the memory manager's and the metacache's writer locks
-  (:mod:`numamem.api.watchdog`). A saturated pool or a lock held longer sends no ping
+  worker pool that takes the memory manager's and the metacache's writer locks and
+  finds no metacache commit round running longer (:mod:`numamem.api.watchdog`). A
+  saturated pool, a lock held longer or such a commit sends no ping
   (logged, naming what is stuck), so systemd restarts a wedged daemon once
   ``WatchdogSec=`` passes (``Restart=on-failure``; the unit's ``WatchdogSec=30s`` gives a
   probe 15 s). Pings start after ``READY=1``: a long restore is not cut short.
