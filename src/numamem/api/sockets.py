@@ -31,12 +31,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import pwd
 import secrets
 import socket
 import stat
 from typing import Protocol
 
+from numamem.api.statedir import who_cannot_write
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.logging import get_logger
 
@@ -251,18 +251,9 @@ def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -
     directory = os.path.dirname(path) or "."
     reason = (probe.strerror or str(probe)).lower()
     if probe.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        uid = os.geteuid()
-        try:
-            user = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-        except KeyError:
-            user = f"uid {uid}"
-        owner = ""
-        with contextlib.suppress(OSError):
-            st = os.stat(directory)
-            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
         return (
-            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}: {user} cannot create "
-            f"files in {directory}{owner}; run numamem as a user who can, give that user write "
-            f"access to the directory, or choose another {flag}"
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: "
+            f"{reason}: {who_cannot_write(directory)}; run numamem as a user who can, give that "
+            f"user write access to the directory, or choose another {flag}"
         )
     return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}"
