@@ -188,10 +188,6 @@ def tree(root: Path) -> dict[str, bytes | None]:
             ["--memory-manager-policy", "Static", "--reserved-memory", "0:memory=1Gi"],
             "determined by Node Allocatable feature",
         ),
-        (
-            ["--topology-manager-policy-options", "bogus=1"],
-            "unknown Topology Manager Policy option",
-        ),
     ],
 )
 def test_a_refused_start_is_one_line_and_changes_nothing(

@@ -127,13 +127,55 @@ def test_a_bad_config_file_is_refused_as_serve_refuses_it(short_root: Path, mach
     assert "unknown field" in stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--memory-manager-policy", "static"], 'unknown policy: "static"'),
+        (["--workers", "0"], "allowed: an integer from 1 to 1024"),
+        # Review of issue 38: a policy option's value that does not parse exited 1, unnamed.
+        (
+            ["--memory-manager-policy-options", "memory-drift-tolerance=bogus"],
+            'bad value for option "memory-drift-tolerance": ',
+        ),
+        (
+            ["--topology-manager-policy-options", "prefer-closest-numa-nodes=maybe"],
+            'strconv.ParseBool: parsing "maybe": invalid syntax',
+        ),
+        (
+            ["--topology-manager-policy-options", "max-allowable-numa-nodes=x"],
+            'strconv.Atoi: parsing "x": invalid syntax',
+        ),
+        (
+            ["--topology-manager-policy-options", "bogus=1"],
+            'unknown Topology Manager Policy option: "bogus"',
+        ),
+    ],
+)
 def test_a_bad_flag_value_is_a_usage_error_for_serve_and_check(
-    short_root: Path, machine: Path
+    short_root: Path, machine: Path, args: list[str], fragment: str
 ) -> None:
-    for args in (["--memory-manager-policy", "static"], ["--workers", "0"]):
-        stderr = assert_same_refusal(short_root, machine, args, code=2)
-        assert stderr.startswith("usage: numamem serve ")
-        assert f"numamem serve: error: {args[0]}: " in stderr.splitlines()[-1]
+    stderr = assert_same_refusal(short_root, machine, args, code=2)
+    assert stderr.startswith("usage: numamem serve ")
+    last = stderr.splitlines()[-1]
+    assert last.startswith(f"numamem serve: error: {args[0]}: ") and fragment in last
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("memoryManagerPolicyOptions", "{memory-drift-tolerance: bogus}", "bad value for option"),
+        ("topologyManagerPolicyOptions", "{prefer-closest-numa-nodes: maybe}", "ParseBool"),
+        ("topologyManagerPolicyOptions", "{max-allowable-numa-nodes: x}", "strconv.Atoi"),
+    ],
+)
+def test_a_bad_policy_option_in_the_file_is_refused_naming_the_field(
+    short_root: Path, machine: Path, field: str, value: str, fragment: str
+) -> None:
+    config = short_root / "numamem.yaml"
+    config.write_text(f"{field}: {value}\n")
+    stderr = assert_same_refusal(short_root, machine, ["--config", str(config)])
+    [line] = stderr.splitlines()
+    assert line.startswith(f"numamem: {field} (in {config}, line 1): ") and fragment in line
 
 
 def test_a_good_configuration_passes_and_changes_nothing(short_root: Path, machine: Path) -> None:
