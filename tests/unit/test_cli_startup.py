@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from numamem.cli import health_wire
 from numamem.cli.main import ALL, COMMANDS, build_parser, main
 from numamem.testing.server import InProcessServer
+from numamem.version import UNKNOWN, commit, describe
 
 HEAVY = (
     "numamem.v1",  # the generated code and with it the protobuf runtime
@@ -63,7 +64,19 @@ def test_version_imports_neither_grpc_nor_any_command() -> None:
         "numamem",
         "numamem.cli",
         "numamem.cli.main",
+        "numamem.version",  # the commit (review of issue 38); make bench: 2.7x the floor
     ]
+
+
+def test_version_says_the_commit(capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of issue 38: ``--version`` printed the version alone; it says the commit as the
+    daemon's start-up line and build_info do (here: this checkout's HEAD)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == describe() + "\n"
+    if commit() != UNKNOWN:
+        assert describe().endswith(f" (commit {commit()[:12]})")
 
 
 def test_health_imports_grpc_and_nothing_heavy(numamem_server: InProcessServer) -> None:
