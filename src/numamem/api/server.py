@@ -72,6 +72,7 @@ from numamem.api.sockets import (
     prepare_socket_path,
 )
 from numamem.api.statedir import LOCK_FILE, check_dir, claim_state_dir, make_dirs, record_pid
+from numamem.api.wakeup import signal_wakeup
 from numamem.api.watchdog import Watchdog, serving_loop_watchdog
 from numamem.config.model import Config
 from numamem.errors import StartupError, quote
@@ -236,13 +237,12 @@ class Daemon:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         self._wake = (read_end, write_end)
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
         try:
-            self.start()
-            if self.on_serving is not None:
-                self.on_serving()
-            self._serve_until_stopped()
+            with signal_wakeup(self._on_signal, write_end):  # from any thread (api/wakeup.py)
+                self.start()
+                if self.on_serving is not None:
+                    self.on_serving()
+                self._serve_until_stopped()
         finally:
             self.shutdown()
             self.notifier.close()
