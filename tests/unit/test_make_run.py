@@ -128,3 +128,29 @@ def test_run_reset_refuses_while_a_stalled_daemon_holds_the_lock(
     done = make("run-reset", f"RUN_DIR={run_dir}", env=env)  # the lock is free now
     assert done.returncode == 0, done.stderr
     assert not run_dir.exists()
+
+
+def test_run_reset_refuses_while_a_stalled_daemon_listens_on_its_socket(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """The review's case: RUN_DIR holds the socket of a daemon that does not answer (its state
+    elsewhere, e.g. RUN_FLAGS=--state-dir): a test connect that is not refused shows it alive
+    (a stopped process's listening socket still accepts into its backlog)."""
+    sysfs = write_sysfs(short_root / "sys", standard_nodes(1))
+    daemon = DaemonProcess(short_root, ["--sysfs-root", str(sysfs), *STATIC_ARGS])
+    daemon_factory.append(daemon)
+    daemon.start()
+    assert daemon.proc is not None
+    run_dir = Path(daemon.socket).parent
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        refused = make("run-reset", f"RUN_DIR={run_dir}")
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert refused.returncode != 0
+    assert (
+        f"make run-reset: a process listens on {run_dir}/numamem.sock but does not answer "
+        "(stalled or starting): stop make run (Ctrl-C) first"
+    ) in refused.stderr
+    assert os.path.exists(daemon.socket)
+    assert daemon.stop() == 0
