@@ -73,13 +73,32 @@ run: $(RUN_STAMP)
 	  --log-format console $(RUN_FLAGS)
 
 # Removes make run's state (RUN_DIR: its socket and checkpoints) so that the next
-# make run starts with nothing admitted; refused while a daemon serves there.
+# make run starts with nothing admitted; refused while a daemon serves there, while
+# anything else listens on its socket (a test connect that is not refused: a stalled
+# daemon's backlog still accepts) or holds the state dir's lock (stalled, restoring, not
+# serving), which is held (flock, util-linux; else Python's fcntl) while it is removed.
+RESET_LOCK = $(RUN_DIR)/state/numamem.lock
+RESET_HELD = make run-reset: a numamem process holds $(RESET_LOCK) (serving, stalled or \
+  starting): stop make run (Ctrl-C) first
+RESET_PY = $$([ -x $(BIN)/python ] && echo $(BIN)/python || echo python3)
 run-reset:
 	@if [ -S $(RUN_DIR)/numamem.sock ] && [ -x $(BIN)/numamem ] && \
 	  $(BIN)/numamem health --socket $(RUN_DIR)/numamem.sock --timeout 2 >/dev/null 2>&1; then \
 	  echo "make run-reset: a daemon is serving on $(RUN_DIR)/numamem.sock: stop make run (Ctrl-C) first" >&2; \
 	  exit 1; fi
-	rm -rf $(RUN_DIR)
+	@if [ -S $(RUN_DIR)/numamem.sock ] && $(RESET_PY) -c 'import errno, socket, sys; \
+	  s = socket.socket(socket.AF_UNIX); s.settimeout(2); \
+	  sys.exit(s.connect_ex(sys.argv[1]) in (errno.ECONNREFUSED, errno.ENOENT))' $(RUN_DIR)/numamem.sock; then \
+	  echo "make run-reset: a process listens on $(RUN_DIR)/numamem.sock but does not answer (stalled or starting): stop make run (Ctrl-C) first" >&2; \
+	  exit 1; fi
+	@if [ ! -e $(RESET_LOCK) ]; then echo "rm -rf $(RUN_DIR)"; rm -rf $(RUN_DIR); \
+	elif command -v flock >/dev/null; then \
+	  flock -n $(RESET_LOCK) -c 'echo "rm -rf $(RUN_DIR)"; rm -rf $(RUN_DIR)' || \
+	  { echo "$(RESET_HELD)" >&2; exit 1; }; \
+	else $(RESET_PY) -c 'import fcntl, os, shutil, sys; \
+	  fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB); \
+	  print("rm -rf", sys.argv[2]); shutil.rmtree(sys.argv[2])' $(RESET_LOCK) $(RUN_DIR) 2>/dev/null || \
+	  { echo "$(RESET_HELD)" >&2; exit 1; }; fi
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

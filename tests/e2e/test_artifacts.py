@@ -180,18 +180,19 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Comple
     )
 
 
-def serve_and_probe(numamem: Path) -> None:
-    """``numamem --version``; ``serve`` with the DaemonSet's arguments; its probes pass while
+def serve_and_probe(numamem: Path, version_line: str = f"numamem {__version__}") -> None:
+    """``numamem --version`` (``version_line``: the image names the commit it was built from,
+    the sdist and the wheel have none to name); ``serve`` with the DaemonSet's arguments; its probes pass while
     it serves and the exec probe fails once it stopped. Everything runs in a temporary
     directory, so nothing of the checkout is importable."""
     root = short_tmpdir("art")
     try:
-        _serve_and_probe(numamem, root)
+        _serve_and_probe(numamem, root, version_line)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _serve_and_probe(numamem: Path, root: Path) -> None:
+def _serve_and_probe(numamem: Path, root: Path, version_line: str) -> None:
     venv = numamem.parent.parent
     imported = run(
         [str(venv / "bin" / "python"), "-c", "import numamem; print(numamem.__file__)"],
@@ -212,9 +213,7 @@ def _serve_and_probe(numamem: Path, root: Path) -> None:
         cwd=root,
         env=clean_env(),
     )
-    assert (version.returncode, version.stdout.strip()) == (0, f"numamem {__version__}"), (
-        version.stderr
-    )
+    assert (version.returncode, version.stdout.strip()) == (0, version_line), version.stderr
     args, ports = daemonset_serve_args(root)
     daemon = DaemonProcess(
         root, args, cwd=root, program=(str(numamem),), env=clean_env(), inherit_env=False
@@ -276,16 +275,30 @@ def build_distributions(work: Path) -> dict[str, Path]:
     return {"sdist": sdist, "wheel": wheel}
 
 
+IMAGE_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+"""The ``--build-arg NUMAMEM_COMMIT`` the image test builds with."""
+
+
 def image_context(work: Path) -> Path:
-    """The Containerfile's ``COPY . /src/numamem`` of the context docker build would send."""
+    """The Containerfile's ``COPY . /src/numamem`` of the context docker build would send,
+    and what its RUN does before ``pip install`` (the COMMIT file from the build argument
+    :data:`IMAGE_COMMIT`), run by sh on the copy."""
     containerfile = deploy_file("Containerfile").read_text().splitlines()
+    assert 'ARG NUMAMEM_COMMIT=""' in containerfile
     assert f"COPY . {IMAGE_SOURCE}" in containerfile
     [run_line] = [line for line in containerfile if line.startswith("RUN ")]
-    assert f"pip install --no-cache-dir {IMAGE_SOURCE} " in run_line
+    before, pip, _ = run_line.removeprefix("RUN ").partition(
+        f" && pip install --no-cache-dir {IMAGE_SOURCE} "
+    )
+    assert pip, run_line
     context = work / "context" / IMAGE_SOURCE.strip("/")
     files = copy_context(REPO, context)
     assert ".dockerignore" in files and "deploy/Containerfile" in files
     assert not any(f.startswith((".venv/", ".git/", ".numamem/")) for f in files)
+    assert "src/numamem/COMMIT" not in files
+    step = before.replace(f" {IMAGE_SOURCE}/", f" {context}/")  # the image's path, not its parts
+    subprocess.run(["sh", "-c", step], check=True, env={"NUMAMEM_COMMIT": IMAGE_COMMIT})
+    assert (context / "src" / "numamem" / "COMMIT").read_text() == IMAGE_COMMIT + "\n"
     return context
 
 
@@ -312,7 +325,7 @@ def test_the_image_context_installs_serves_and_passes_its_probes(
     """On d2bff35 .dockerignore left the committed src/numamem/v1 code out of the context:
     every command of the image failed with ImportError: cannot import name
     'memorymanager_pb2' from 'numamem.v1', the probes included."""
-    serve_and_probe(installed["image"])
+    serve_and_probe(installed["image"], f"numamem {__version__} (commit {IMAGE_COMMIT[:12]})")
 
 
 @pytest.mark.parametrize("kind", ["sdist", "wheel"])

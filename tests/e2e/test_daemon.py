@@ -8,6 +8,7 @@ import signal
 import socket
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import grpc
@@ -157,6 +158,25 @@ def test_sigterm_stops_cleanly(daemon: DaemonProcess) -> None:
     assert events[-2:] == ["signal received, shutting down", "stopped"]
 
 
+def test_sigterm_after_sigstop_and_sigcont_stops_it(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """Found while testing make run-reset (review of issue 38): after SIGSTOP and SIGCONT the
+    kernel may hand SIGTERM to a gRPC thread, and the main thread slept on in select(): 4 of
+    8 daemons never exited. Each try is a fresh daemon (so about 1 in 100 passes without the
+    fix by chance, none fails with it)."""
+    for attempt in range(7):
+        d = DaemonProcess(short_root / f"d{attempt}")
+        (short_root / f"d{attempt}").mkdir()
+        daemon_factory.append(d)
+        d.start()
+        assert d.proc is not None
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        time.sleep(0.3)  # stopped for a while, as a debugger or an operator leaves it
+        os.kill(d.proc.pid, signal.SIGCONT)
+        assert d.stop(signal.SIGTERM, timeout=10) == 0, f"attempt {attempt}: {d.stderr()}"
+
+
 def test_a_bad_flag_value_is_a_usage_error(short_root: Path) -> None:
     """Issue 38: a flag value that does not parse is a usage error, exit 2 with serve's usage
     (as an unknown flag); before, it exited 1 like a refused start."""
@@ -187,10 +207,6 @@ def tree(root: Path) -> dict[str, bytes | None]:
         (
             ["--memory-manager-policy", "Static", "--reserved-memory", "0:memory=1Gi"],
             "determined by Node Allocatable feature",
-        ),
-        (
-            ["--topology-manager-policy-options", "bogus=1"],
-            "unknown Topology Manager Policy option",
         ),
     ],
 )

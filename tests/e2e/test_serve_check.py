@@ -8,12 +8,13 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from numamem.client import NumamemClient
+from numamem.metacache.journal_store import JournalPersister
 from numamem.testing.daemon import DaemonProcess, fake_machine_args, short_tmpdir
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.daemon import REPO, STATIC_ARGS
@@ -30,7 +31,7 @@ def machine() -> Iterator[Path]:
 
 
 def serve(
-    root: Path, machine: Path, *args: str, check: bool = False
+    root: Path, machine: Path, *args: str, check: bool = False, prefix: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:
     argv = [
         "serve",
@@ -42,7 +43,7 @@ def serve(
         *args,
     ]
     return subprocess.run(
-        [sys.executable, "-m", "numamem", *fake_machine_args(machine, argv)],
+        [*prefix, sys.executable, "-m", "numamem", *fake_machine_args(machine, argv)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -61,14 +62,17 @@ def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
     return out
 
 
-def assert_same_refusal(root: Path, machine: Path, args: list[str], code: int = 1) -> str:
+def assert_same_refusal(
+    root: Path, machine: Path, args: list[str], code: int = 1, prefix: Sequence[str] = ()
+) -> str:
     """--check refuses as serve does (exit code and stderr, byte for byte), leaving ``root``
-    as it was, with no socket, lock or directory made."""
+    as it was, with no socket, lock or directory made. ``prefix`` runs both under another
+    command (fewer privileges, another mount namespace)."""
     fake_machine_args(machine, [])  # the fake machine exists before the snapshot
     before = tree(root)
-    checked = serve(root, machine, *args, check=True)
+    checked = serve(root, machine, *args, check=True, prefix=prefix)
     assert tree(root) == before
-    served = serve(root, machine, *args)
+    served = serve(root, machine, *args, prefix=prefix)
     assert (checked.returncode, served.returncode) == (code, code), checked.stderr
     assert checked.stderr == served.stderr
     assert checked.stdout == ""
@@ -123,13 +127,55 @@ def test_a_bad_config_file_is_refused_as_serve_refuses_it(short_root: Path, mach
     assert "unknown field" in stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--memory-manager-policy", "static"], 'unknown policy: "static"'),
+        (["--workers", "0"], "allowed: an integer from 1 to 1024"),
+        # Review of issue 38: a policy option's value that does not parse exited 1, unnamed.
+        (
+            ["--memory-manager-policy-options", "memory-drift-tolerance=bogus"],
+            'bad value for option "memory-drift-tolerance": ',
+        ),
+        (
+            ["--topology-manager-policy-options", "prefer-closest-numa-nodes=maybe"],
+            'strconv.ParseBool: parsing "maybe": invalid syntax',
+        ),
+        (
+            ["--topology-manager-policy-options", "max-allowable-numa-nodes=x"],
+            'strconv.Atoi: parsing "x": invalid syntax',
+        ),
+        (
+            ["--topology-manager-policy-options", "bogus=1"],
+            'unknown Topology Manager Policy option: "bogus"',
+        ),
+    ],
+)
 def test_a_bad_flag_value_is_a_usage_error_for_serve_and_check(
-    short_root: Path, machine: Path
+    short_root: Path, machine: Path, args: list[str], fragment: str
 ) -> None:
-    for args in (["--memory-manager-policy", "static"], ["--workers", "0"]):
-        stderr = assert_same_refusal(short_root, machine, args, code=2)
-        assert stderr.startswith("usage: numamem serve ")
-        assert f"numamem serve: error: {args[0]}: " in stderr.splitlines()[-1]
+    stderr = assert_same_refusal(short_root, machine, args, code=2)
+    assert stderr.startswith("usage: numamem serve ")
+    last = stderr.splitlines()[-1]
+    assert last.startswith(f"numamem serve: error: {args[0]}: ") and fragment in last
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("memoryManagerPolicyOptions", "{memory-drift-tolerance: bogus}", "bad value for option"),
+        ("topologyManagerPolicyOptions", "{prefer-closest-numa-nodes: maybe}", "ParseBool"),
+        ("topologyManagerPolicyOptions", "{max-allowable-numa-nodes: x}", "strconv.Atoi"),
+    ],
+)
+def test_a_bad_policy_option_in_the_file_is_refused_naming_the_field(
+    short_root: Path, machine: Path, field: str, value: str, fragment: str
+) -> None:
+    config = short_root / "numamem.yaml"
+    config.write_text(f"{field}: {value}\n")
+    stderr = assert_same_refusal(short_root, machine, ["--config", str(config)])
+    [line] = stderr.splitlines()
+    assert line.startswith(f"numamem: {field} (in {config}, line 1): ") and fragment in line
 
 
 def test_a_good_configuration_passes_and_changes_nothing(short_root: Path, machine: Path) -> None:
@@ -174,3 +220,148 @@ def test_a_first_start_passes_without_any_directory(short_root: Path, machine: P
     assert out.returncode == 0, out.stderr
     assert "read and valid: none yet" in out.stdout
     assert not (short_root / "new").exists()
+
+
+# --- what the process may not do: serve's refusals that --check used to pass (review of
+# issue 38). Permissions apply to root too once it has no CAP_DAC_OVERRIDE (as the shipped
+# unit's user has none); as another user they apply anyway.
+
+NO_DAC = (
+    (
+        "setpriv",
+        "--bounding-set=-dac_override,-dac_read_search",
+        "--inh-caps=-dac_override,-dac_read_search",
+    )
+    if os.geteuid() == 0
+    else ()
+)
+
+
+def read_only(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o555)
+
+
+def with_lock_file(mode: int) -> Callable[[Path], None]:
+    def prepare(root: Path) -> None:
+        (root / "state").mkdir(mode=0o700)
+        (root / "state" / "numamem.lock").write_text("")
+        (root / "state" / "numamem.lock").chmod(mode)
+
+    return prepare
+
+
+def state_dir_with_lock_read_only(root: Path) -> None:
+    with_lock_file(0o600)(root)
+    (root / "state").chmod(0o555)
+
+
+def read_only_journal(root: Path) -> None:
+    (root / "state").mkdir(mode=0o700)
+    persister = JournalPersister(root / "state", background=False)
+    persister.load()
+    persister.restored()  # a snapshot and a journal, as a daemon leaves them
+    persister.close()
+    (root / "state" / "sys_advisor_state.journal").chmod(0o444)
+
+
+def fifo_lock(root: Path) -> None:
+    (root / "state").mkdir(mode=0o700)
+    os.mkfifo(root / "state" / "numamem.lock", 0o600)
+
+
+def lock_is_a_directory(root: Path) -> None:
+    (root / "state" / "numamem.lock").mkdir(parents=True, mode=0o700)
+    (root / "state").chmod(0o700)
+
+
+REFUSALS: dict[str, tuple[Callable[[Path], None], list[str], bool, str]] = {
+    # case: (prepare the root, serve's flags (ROOT: the root), needs NO_DAC, serve's words)
+    "lock file is a directory": (
+        lock_is_a_directory,
+        [],
+        False,
+        "numamem.lock': cannot open: Is a directory",
+    ),
+    "lock file is a FIFO": (fifo_lock, [], False, "numamem.lock' is a FIFO, not a regular file"),
+    "lock file read-only": (with_lock_file(0o444), [], True, "cannot open: Permission denied"),
+    "state dir read-only, no lock file": (
+        lambda root: read_only(root / "state"),
+        [],
+        True,
+        "numamem.lock': cannot open: Permission denied",
+    ),
+    "state dir read-only, with a lock file": (
+        state_dir_with_lock_read_only,
+        [],
+        True,
+        "/state': cannot write checkpoints: permission denied: user ",
+    ),
+    "socket dir read-only": (
+        lambda root: read_only(root / "run"),
+        [],
+        True,
+        "cannot bind the unix socket: permission denied: user ",
+    ),
+    "metrics socket dir read-only": (
+        lambda root: read_only(root / "m"),
+        ["--metrics-socket", "ROOT/m/metrics.sock"],
+        True,
+        "metrics.sock': cannot listen: Permission denied",
+    ),
+    "podresources socket dir read-only": (
+        lambda root: read_only(root / "pr"),
+        ["--podresources-socket", "ROOT/pr/pr.sock"],
+        True,
+        "pr.sock': cannot bind the unix socket: permission denied: user ",
+    ),
+    "metacache journal read-only": (
+        read_only_journal,
+        [],
+        True,
+        "cannot open the metacache journal ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_what_serve_may_not_do_is_refused_by_the_check_in_serves_words(
+    short_root: Path, machine: Path, case: str
+) -> None:
+    prepare, flags, no_dac, fragment = REFUSALS[case]
+    if no_dac and os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv cannot drop CAP_DAC_OVERRIDE")
+    prepare(short_root)
+    args = [flag.replace("ROOT", str(short_root)) for flag in flags]
+    try:
+        stderr = assert_same_refusal(short_root, machine, args, prefix=NO_DAC if no_dac else ())
+    finally:
+        for path in short_root.rglob("*"):  # let the fixture remove the tree, as any user
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o700)
+    [line] = stderr.splitlines()
+    assert fragment in line
+
+
+def can_mount() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs tmpfs /mnt"],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not can_mount(), reason="needs a mount namespace (unshare --mount, tmpfs)")
+def test_a_state_dir_on_a_read_only_file_system_is_refused_by_the_check(
+    short_root: Path, machine: Path
+) -> None:
+    """Each run in a mount namespace of its own, the state dir a read-only tmpfs there."""
+    state = short_root / "state"
+    state.mkdir(mode=0o700)
+    mount_read_only = 'mount -t tmpfs -o ro,mode=0700 tmpfs "$0" && exec "$@"'
+    prefix = ["unshare", "--mount", "--", "sh", "-c", mount_read_only, str(state)]
+    stderr = assert_same_refusal(short_root, machine, [], prefix=prefix)
+    assert "numamem.lock': cannot open: Read-only file system" in stderr

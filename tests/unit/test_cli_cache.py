@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from numamem.api.server import acquire_lock
+from numamem.api.statedir import acquire_lock
 from numamem.cli.main import main
 from numamem.metacache.cache import MetaCache
 from numamem.metacache.journal import JOURNAL_FILE, header

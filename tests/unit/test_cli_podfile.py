@@ -249,7 +249,7 @@ TYPOS = [
     (("    restartPolicy: Always\n    termination", "    restartpolicy: Always\n    termination"), "spec.initContainers[0].restartpolicy: unknown field of a Container; did you mean 'restartPolicy'?"),
     (("      limits: {cpu: \"2\", memory: 2Gi, huge", "      limts: {cpu: \"2\", memory: 2Gi, huge"), "spec.containers[0].resources.limts: unknown field of a ResourceRequirements; did you mean 'limits'?"),
     (("      requests: {cpu: 500m", "      request: {cpu: 500m"), "spec.initContainers[0].resources.request: unknown field of a ResourceRequirements; did you mean 'requests'?"),
-    (("      limits: {cpu: 500m", "      memory: {cpu: 500m"), "spec.initContainers[0].resources.memory: unknown field of a ResourceRequirements (its fields: claims, limits, requests)"),
+    (("      limits: {cpu: 500m", "      memory: {cpu: 500m"), "spec.initContainers[0].resources.memory: unknown field of a ResourceRequirements (its fields: claims, limits, requests); numamem knows the fields of Kubernetes 1.37: if this one is from a newer Kubernetes, pass --validate=warn"),
     (("  qosClass: Guaranteed", "  qosclass: Guaranteed"), "status.qosclass: unknown field of a PodStatus; did you mean 'qosClass'?"),
     (("\n  containerStatuses:", "\n  containerStatus:"), "status.containerStatus: unknown field of a PodStatus; did you mean 'containerStatuses'?"),
 ]  # fmt: skip
@@ -311,8 +311,16 @@ def test_a_typo_in_a_listed_pod_names_the_item(tmp_path: Path) -> None:
         ("apiVersion: v2\nkind: Pod\nmetadata: {uid: u}\n", "apiVersion is 'v2', expected 'v1'"),
         ("apiVersion: apps/v1\nkind: Deployment\n", "kind is 'Deployment', expected 'Pod' or 'List'"),
         ("kind: List\nitems: [{kind: Service}]\n", "items[0].kind is 'Service', expected 'Pod'"),
+        # Review of issue 38: the item was walked as a Pod first ("spec.ports: unknown field
+        # of a PodSpec; did you mean 'priority'?").
+        (
+            "kind: List\nitems:\n- {apiVersion: v1, kind: Service, metadata: {name: s}, spec: {ports: [{port: 80}]}}\n",
+            "items[0].kind is 'Service', expected 'Pod'",
+        ),
+        ("kind: List\nitems: [7]\n", "items[0]: expected a Pod (a mapping), got int '7'"),
+        ("kind: List\nitems: {a: 1}\n", "items: expected a list of Pods"),
     ],
-    ids=["duplicate", "not-a-list", "null-item", "not-a-mapping", "null-quantity", "uid-list", "api-version", "kind", "list-kind"],
+    ids=["duplicate", "not-a-list", "null-item", "not-a-mapping", "null-quantity", "uid-list", "api-version", "kind", "list-kind", "list-service", "list-item-int", "list-items-mapping"],
 )  # fmt: skip
 def test_shapes_kubectl_refuses_are_refused(tmp_path: Path, text: str, fragment: str) -> None:
     with pytest.raises(PodFileError) as err:

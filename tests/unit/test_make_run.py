@@ -4,8 +4,10 @@ daemon serves on it."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -18,13 +20,14 @@ from tests.daemon import REPO, STATIC_ARGS
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 
-def make(*args: str) -> subprocess.CompletedProcess[str]:
+def make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["make", "--no-print-directory", "-C", str(REPO), *args],
+        [shutil.which("make") or "make", "--no-print-directory", "-C", str(REPO), *args],
         capture_output=True,
         text=True,
         check=False,
         timeout=60,
+        env=env,
     )
 
 
@@ -90,3 +93,64 @@ def test_run_reset_removes_the_state_but_not_under_a_serving_daemon(
     done = make("run-reset", f"RUN_DIR={run_dir}")
     assert done.returncode == 0, done.stderr
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("locker", ["flock", "python"])
+def test_run_reset_refuses_while_a_stalled_daemon_holds_the_lock(
+    short_root: Path, daemon_factory: list[DaemonProcess], tmp_path: Path, locker: str
+) -> None:
+    """Review of issue 38: run-reset asked only ``numamem health`` (2 s), so a live daemon that
+    did not answer SERVING in time (stalled, restoring, NOT_SERVING) had its state deleted.
+    The state dir's lock says whether a daemon holds it; ``python``: no flock on PATH (the
+    recipe falls back to Python's fcntl)."""
+    if locker == "python" and not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("the fallback runs the venv's python; PATH is emptied")
+    env = None if locker == "flock" else {**os.environ, "PATH": str(tmp_path)}
+    sysfs = write_sysfs(short_root / "sys", standard_nodes(1))
+    daemon = DaemonProcess(short_root, ["--sysfs-root", str(sysfs), *STATIC_ARGS])
+    daemon_factory.append(daemon)
+    daemon.start()
+    assert daemon.proc is not None
+    run_dir = short_root  # RUN_DIR/state is the daemon's state dir, as for make run
+    os.kill(daemon.proc.pid, signal.SIGSTOP)  # alive, holding its lock, answering nothing
+    try:
+        refused = make("run-reset", f"RUN_DIR={run_dir}", env=env)
+        alive = daemon.proc.poll() is None
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert alive and refused.returncode != 0
+    assert (
+        f"make run-reset: a numamem process holds {run_dir}/state/numamem.lock (serving, "
+        "stalled or starting): stop make run (Ctrl-C) first"
+    ) in refused.stderr
+    assert (run_dir / "state" / "memory_manager_state").exists()
+    assert daemon.stop() == 0
+    done = make("run-reset", f"RUN_DIR={run_dir}", env=env)  # the lock is free now
+    assert done.returncode == 0, done.stderr
+    assert not run_dir.exists()
+
+
+def test_run_reset_refuses_while_a_stalled_daemon_listens_on_its_socket(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """The review's case: RUN_DIR holds the socket of a daemon that does not answer (its state
+    elsewhere, e.g. RUN_FLAGS=--state-dir): a test connect that is not refused shows it alive
+    (a stopped process's listening socket still accepts into its backlog)."""
+    sysfs = write_sysfs(short_root / "sys", standard_nodes(1))
+    daemon = DaemonProcess(short_root, ["--sysfs-root", str(sysfs), *STATIC_ARGS])
+    daemon_factory.append(daemon)
+    daemon.start()
+    assert daemon.proc is not None
+    run_dir = Path(daemon.socket).parent
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        refused = make("run-reset", f"RUN_DIR={run_dir}")
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert refused.returncode != 0
+    assert (
+        f"make run-reset: a process listens on {run_dir}/numamem.sock but does not answer "
+        "(stalled or starting): stop make run (Ctrl-C) first"
+    ) in refused.stderr
+    assert os.path.exists(daemon.socket)
+    assert daemon.stop() == 0

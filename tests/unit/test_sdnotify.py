@@ -94,6 +94,8 @@ def test_a_notify_socket_that_does_not_exist_is_logged_once_and_ignored() -> Non
         (" 5", None, "not a number of microseconds"),
         ("1_000", None, "not a number of microseconds"),
         ("²", None, "not a number of microseconds"),  # before: int() raised ValueError
+        ("9" * 5000, None, "not a number of microseconds"),  # before: int()'s 4,300 digits
+        ("0" * 30 + "1", None, "not a number of microseconds"),  # 21+ digits: never systemd's
         ("", None, None),
     ],
 )
@@ -122,6 +124,7 @@ def test_watchdog_usec_is_parsed_strictly_and_the_interval_clamped(
         ("1", False, False),  # another process's watchdog
         ("²", False, True),  # before: int() raised ValueError
         ("x1", False, True),
+        ("1" * 5000, False, True),  # before: ValueError (int()'s 4,300-digit limit) at start
     ],
 )
 def test_watchdog_pid(pid: str, pings: bool, logged: bool) -> None:

@@ -4,6 +4,7 @@ unlink at stop included)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import socket
@@ -18,6 +19,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
+from numamem.api import sockets
 from numamem.api.metrics import Metrics, MetricsServer
 from numamem.api.podresources import PodResourcesComponent
 from numamem.api.server import Daemon
@@ -155,6 +157,80 @@ def test_a_socket_created_after_the_check_is_not_replaced_by_the_bind(sock: str)
         assert identity(sock) == before
         assert os.listdir(os.path.dirname(sock)) == ["s.sock"]
     server.stop(None).wait()
+
+
+def no_hard_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system without hard links (some FUSE or network file systems): link() EPERM."""
+
+    def refuse(src: str, dst: str) -> None:
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), dst)
+
+    monkeypatch.setattr(sockets.os, "link", refuse)
+
+
+def test_without_hard_links_the_socket_is_renamed_into_place(
+    sock: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    no_hard_links(monkeypatch)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    bound = bind_unix_socket(server, sock, "--socket")
+    server.start()
+    try:
+        assert os.listdir(os.path.dirname(sock)) == ["s.sock"]
+        assert (bound.device, bound.inode) == identity(sock)
+        assert probe_connect(sock) is None
+    finally:
+        server.stop(None).wait()
+    assert bound.remove() and not os.path.lexists(sock)
+
+
+def test_without_hard_links_a_socket_made_meanwhile_is_not_renamed_over(
+    sock: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of issue 38: the fallback was os.rename, which silently replaced a socket that
+    appeared after prepare_socket_path."""
+    no_hard_links(monkeypatch)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    with listener(sock):
+        before = identity(sock)
+        with pytest.raises(StartupError, match="created by another process while numamem"):
+            bind_unix_socket(server, sock, "--socket")
+        assert identity(sock) == before
+        assert os.listdir(os.path.dirname(sock)) == ["s.sock"]
+    server.stop(None).wait()
+
+
+def test_without_hard_links_or_renameat2_the_start_is_refused(
+    sock: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    no_hard_links(monkeypatch)
+
+    def no_renameat2(src: str, dst: str) -> None:
+        raise OSError(errno.ENOSYS, "this C library has no renameat2", dst)
+
+    monkeypatch.setattr(sockets, "rename_noreplace", no_renameat2)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    with pytest.raises(StartupError) as err:
+        bind_unix_socket(server, sock, "--socket")
+    server.stop(None).wait()
+    assert str(err.value) == (
+        f"--socket '{sock}': cannot name the unix socket: the file system has no hard links "
+        "(link: operation not permitted) and renaming without replacing failed (renameat2 "
+        "RENAME_NOREPLACE: this c library has no renameat2); numamem never renames over a "
+        "path that may hold another socket: choose a --socket on another file system (a tmpfs "
+        "such as /run)"
+    )
+    assert os.listdir(os.path.dirname(sock)) == []  # the temporary name is gone too
+
+
+def test_rename_noreplace_renames_and_never_replaces(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("a")
+    sockets.rename_noreplace(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert (tmp_path / "b").read_text() == "a" and not (tmp_path / "a").exists()
+    (tmp_path / "c").write_text("c")
+    with pytest.raises(FileExistsError):
+        sockets.rename_noreplace(str(tmp_path / "c"), str(tmp_path / "b"))
+    assert (tmp_path / "b").read_text() == "a" and (tmp_path / "c").read_text() == "c"
 
 
 def test_grpcio_unlinks_the_path_it_bound_when_it_stops(sock: str) -> None:

@@ -1,6 +1,7 @@
 """Issue 38: ``WATCHDOG=1`` only after a liveness probe through the RPC worker pool and the
-components' writer locks succeeded (api/watchdog.py). A wedged writer lock and a saturated
-pool stop the pings (and say what is stuck); a healthy daemon keeps pinging."""
+components' writer locks succeeded (api/watchdog.py). A wedged writer lock, a disk write
+that hangs outside the lock (the metacache's group commit) and a saturated pool stop the
+pings (and say what is stuck); a healthy daemon keeps pinging."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
 
+import grpc
 import pytest
 from structlog.testing import capture_logs
 
@@ -26,6 +28,7 @@ from numamem.api.server import Daemon
 from numamem.api.watchdog import Watchdog
 from numamem.testing.daemon import short_tmpdir
 from numamem.testing.server import InProcessServer, serve_in_process
+from numamem.v1 import metacache_pb2 as mc
 
 INTERVAL = 0.05
 """Short, so that a probe blocked on a held lock gives up soon (no assertion is timed)."""
@@ -36,11 +39,22 @@ PATIENCE = 30.0
 class Loop:
     """The serving loop's part: tick, then sleep until the probe wakes it or the timeout."""
 
-    def __init__(self, locks: list[tuple[str, threading.Lock]], pool: futures.Executor) -> None:
+    def __init__(
+        self,
+        locks: list[tuple[str, threading.Lock]],
+        pool: futures.Executor,
+        writes: Sequence[tuple[str, Callable[[], float]]] = (),
+    ) -> None:
         self.woke = threading.Event()
         self.pinged = 0
         self.watchdog = Watchdog(
-            self.ping, INTERVAL, pool.submit, lambda: locks, self.woke.set, pool_state=lambda: "x"
+            self.ping,
+            INTERVAL,
+            pool.submit,
+            lambda: locks,
+            self.woke.set,
+            writes=lambda: writes,
+            pool_state=lambda: "x",
         )
 
     def ping(self) -> None:
@@ -106,6 +120,31 @@ def test_a_wedged_writer_lock_stops_the_pings_and_is_named(
     assert [e["event"] for e in logs if e["log_level"] == "info"] == [
         "liveness probe succeeded again: pinging the watchdog"
     ]
+
+
+def test_a_disk_write_running_past_the_interval_stops_the_pings_and_is_named(
+    pool: futures.ThreadPoolExecutor,
+) -> None:
+    """Review of issue 38: the metacache's commit writes with no lock held, so a hung fsync
+    there leaves every writer lock free; the write's age is what the probe must look at."""
+    running = [0.0]
+    loop = Loop([("metacache", threading.Lock())], pool, [("metacache", lambda: running[0])])
+    running[0] = INTERVAL / 2  # a commit in progress, younger than the interval: fine
+    loop.until(lambda: loop.pinged >= 2)
+    with capture_logs() as logs:
+        running[0] = 2.5  # a round that has run 2.5 s: every metacache write waits for it
+        stuck_from = loop.watchdog.failures
+        loop.until(lambda: loop.watchdog.failures >= stuck_from + 1)
+        pinged = loop.pinged  # a probe that passed before may ping once
+        loop.until(lambda: loop.watchdog.failures >= stuck_from + 4)
+        assert loop.pinged == pinged
+        running[0] = 0.0  # the round ended
+        loop.until(lambda: loop.pinged > pinged)
+    [warning] = warnings(logs)
+    assert warning["stuck"] == (
+        f"the metacache disk write has run for 2.5 s, more than the {INTERVAL:g} s between "
+        "pings: every metacache write waits for it"
+    )
 
 
 def test_a_saturated_worker_pool_stops_the_pings_and_is_named() -> None:
@@ -244,6 +283,56 @@ def test_the_daemon_stops_pinging_while_a_writer_lock_is_wedged(
         [warning] = warnings(logs)
         assert str(warning["stuck"]).startswith(f"the {name} writer lock is held: the probe ")
     finally:
+        loop.stop()
+
+
+def test_the_daemon_stops_pinging_while_a_metacache_commit_is_wedged(
+    served: InProcessServer,
+) -> None:
+    """Review of issue 38: a metacache write waits for its group commit's disk write, which
+    runs outside the writer lock. A persister whose save never returns (a hung fsync) must
+    stop the pings although every lock the probe takes is free."""
+    metacache = component(served, MetaCacheComponent)
+    persister = metacache.persister  # type: ignore[attr-defined]
+    wedged, entered = threading.Event(), threading.Event()
+    real_save = persister.save
+
+    def hung_fsync(*args: object, **kwargs: object) -> object:
+        entered.set()
+        wedged.wait()  # a disk that does not answer
+        return real_save(*args, **kwargs)
+
+    persister.save = hung_fsync
+    loop = ServingLoop(served.daemon, served.root)
+    errors: list[grpc.StatusCode] = []
+
+    def write() -> None:
+        try:
+            served.client.set_pool_info(mc.PoolInfo(pool_name="share"))
+        except grpc.RpcError as err:
+            errors.append(err.code())
+
+    writer = threading.Thread(target=write, daemon=True)
+    try:
+        loop.wait(lambda: loop.watchdog.pings >= 1)
+        with capture_logs() as logs:
+            writer.start()
+            assert entered.wait(PATIENCE)  # the write is wedged in its commit
+            loop.wait(lambda: loop.watchdog.failures >= 1)
+            loop.pings()  # probes that passed while the round was young may have pinged
+            loop.wait(lambda: loop.watchdog.failures >= 4)
+            assert writer.is_alive()  # still wedged
+            assert loop.pings() == 0
+            wedged.set()
+            writer.join(PATIENCE)
+            before = loop.watchdog.pings
+            loop.wait(lambda: loop.watchdog.pings > before)  # pings resume
+        assert errors == []  # the write was acknowledged once the disk answered
+        [warning] = warnings(logs)
+        assert str(warning["stuck"]).startswith("the metacache disk write has run for ")
+    finally:
+        wedged.set()
+        writer.join(PATIENCE)
         loop.stop()
 
 

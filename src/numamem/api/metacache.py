@@ -5,13 +5,12 @@ info's own ``pod_uid``/``container_name``/``pool_name``/``region_name`` (an
 empty one is filled from the key), a malformed cpulist or one naming a CPU id
 >= ``cpuset.MAX_CPUS`` (a NUMA id >= ``MAX_NUMA_NODES``: an assignment's key,
 ``binding_numas``), kept as ranges (issue 38), a negative or non-finite
-request/limit/headroom, an unknown container type, an unknown field-mask path.
-Missing entries are NOT_FOUND.
+request/limit/headroom, an unknown container type, an unknown field-mask path
+(the conversions in :mod:`numamem.api.metacache_wire`). Missing entries are NOT_FOUND.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,11 +18,21 @@ from collections.abc import Callable, Iterator, Sequence
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from numamem.api.metacache_wire import (
+    checked_keys,
+    container_from_proto,
+    container_to_proto,
+    mask_updater,
+    missing,
+    pool_from_proto,
+    pool_to_proto,
+    region_from_proto,
+    region_to_proto,
+)
 from numamem.api.validation import check_string
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.config.model import Config
-from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES, CPUSet
-from numamem.errors import InvalidArgumentError, NotFoundError, quote
+from numamem.errors import quote
 from numamem.logging import get_logger
 from numamem.metacache.bounds import warn_beyond_api_bounds
 from numamem.metacache.cache import MetaCache, State
@@ -31,231 +40,12 @@ from numamem.metacache.journal_store import JournalPersister
 from numamem.metacache.metrics.collector import Collector, Target
 from numamem.metacache.metrics.store import MetricStore, insurance_period_ns
 from numamem.metacache.persistence import STATE_FILE
-from numamem.metacache.types import (
-    CONTAINER_FIELDS,
-    CONTAINER_TYPES,
-    ContainerInfo,
-    ControlKnobItem,
-    PoolInfo,
-    RegionInfo,
-    RegionStatus,
-    TopologyAwareAssignment,
-)
+from numamem.metacache.types import ContainerInfo
 from numamem.v1 import common_pb2, metacache_pb2, metacache_pb2_grpc
 
 READER_SERVICE = metacache_pb2.DESCRIPTOR.services_by_name["MetaReader"].full_name
 WRITER_SERVICE = metacache_pb2.DESCRIPTOR.services_by_name["MetaWriter"].full_name
 _log = get_logger("metacache")
-_KEY_FIELDS = {"pod_uid", "container_name"}
-_NUMA_BOUND = f"must be in [0, {MAX_NUMA_NODES}) (MAX_NUMA_NODES, Linux's largest MAX_NUMNODES)"
-
-
-# --- proto <-> types -------------------------------------------------------------
-
-
-def _cpusets(values: dict[int, str], field: str) -> TopologyAwareAssignment:
-    result: TopologyAwareAssignment = {}
-    for numa, text in values.items():
-        if not 0 <= numa < MAX_NUMA_NODES:
-            raise InvalidArgumentError(f"{field}[{numa}]: NUMA id {_NUMA_BOUND}")
-        try:
-            result[numa] = CPUSet.parse(text, MAX_CPUS)
-        except InvalidArgumentError as err:
-            raise InvalidArgumentError(f"{field}[{numa}]: {err}") from err
-    return result
-
-
-def _amount(value: float, field: str) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise InvalidArgumentError(f"{field}: must be a finite number >= 0, got {value}")
-    return value
-
-
-def _same_key(msg: object, key_field: str, key: str, field: str) -> None:
-    """The info's own ``key_field``, when given, must be the request's key (every MetaWriter
-    RPC that takes an info and its key)."""
-    given = getattr(msg, key_field)
-    if given and given != key:
-        raise InvalidArgumentError(
-            f"{field}.{key_field}: {quote(given)} disagrees with {key_field} {quote(key)}"
-        )
-
-
-def _missing(what: str) -> NotFoundError:
-    """NOT_FOUND for ``what`` (already quoted: ``pod 'p1'``)."""
-    return NotFoundError(f"{what} is not in the metacache")
-
-
-def container_from_proto(
-    msg: metacache_pb2.ContainerInfo, pod_uid: str, name: str, field: str = "info"
-) -> ContainerInfo:
-    _same_key(msg, "pod_uid", pod_uid, field)
-    _same_key(msg, "container_name", name, field)
-    if msg.container_type not in CONTAINER_TYPES:
-        raise InvalidArgumentError(f"{field}.container_type: unknown value {msg.container_type}")
-    return ContainerInfo(
-        pod_uid,
-        check_string(msg.pod_namespace, f"{field}.pod_namespace", required=False),
-        check_string(msg.pod_name, f"{field}.pod_name", required=False),
-        name,
-        msg.container_type,
-        msg.container_index,
-        dict(msg.labels),
-        dict(msg.annotations),
-        check_string(msg.qos_level, f"{field}.qos_level", required=False),
-        _amount(msg.cpu_request, f"{field}.cpu_request"),
-        _amount(msg.cpu_limit, f"{field}.cpu_limit"),
-        _amount(msg.memory_request, f"{field}.memory_request"),
-        _amount(msg.memory_limit, f"{field}.memory_limit"),
-        msg.origin_owner_pool_name,
-        msg.ramp_up,
-        msg.owner_pool_name,
-        _cpusets(dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"),
-        _cpusets(
-            dict(msg.original_topology_aware_assignments),
-            f"{field}.original_topology_aware_assignments",
-        ),
-        set(msg.region_names),
-        msg.isolated,
-        check_string(msg.container_id, f"{field}.container_id", required=False),
-    )
-
-
-def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
-    return metacache_pb2.ContainerInfo(
-        pod_uid=info.pod_uid,
-        pod_namespace=info.pod_namespace,
-        pod_name=info.pod_name,
-        container_name=info.container_name,
-        container_type=info.container_type,  # type: ignore[arg-type]
-        container_index=info.container_index,
-        labels=info.labels,
-        annotations=info.annotations,
-        qos_level=info.qos_level,
-        cpu_request=info.cpu_request,
-        cpu_limit=info.cpu_limit,
-        memory_request=info.memory_request,
-        memory_limit=info.memory_limit,
-        origin_owner_pool_name=info.origin_owner_pool_name,
-        ramp_up=info.ramp_up,
-        owner_pool_name=info.owner_pool_name,
-        topology_aware_assignments={k: str(v) for k, v in info.topology_aware_assignments.items()},
-        original_topology_aware_assignments={
-            k: str(v) for k, v in info.original_topology_aware_assignments.items()
-        },
-        region_names=sorted(info.region_names),
-        isolated=info.isolated,
-        container_id=info.container_id,
-    )
-
-
-def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info") -> PoolInfo:
-    _same_key(msg, "pool_name", name, field)
-    return PoolInfo(
-        name,
-        _cpusets(dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"),
-        _cpusets(
-            dict(msg.original_topology_aware_assignments),
-            f"{field}.original_topology_aware_assignments",
-        ),
-        set(msg.region_names),
-    )
-
-
-def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
-    return metacache_pb2.PoolInfo(
-        pool_name=info.pool_name,
-        topology_aware_assignments={k: str(v) for k, v in info.topology_aware_assignments.items()},
-        original_topology_aware_assignments={
-            k: str(v) for k, v in info.original_topology_aware_assignments.items()
-        },
-        region_names=sorted(info.region_names),
-    )
-
-
-def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "info") -> RegionInfo:
-    _same_key(msg, "region_name", name, field)
-    try:
-        numas = CPUSet.parse(msg.binding_numas, MAX_NUMA_NODES, "NUMA node")
-    except InvalidArgumentError as err:
-        raise InvalidArgumentError(f"{field}.binding_numas: {err}") from err
-    knobs = {}
-    for knob, item in msg.control_knob_map.items():
-        if not math.isfinite(item.value):
-            raise InvalidArgumentError(
-                f"{field}.control_knob_map[{quote(knob)}].value: must be finite"
-            )
-        knobs[knob] = ControlKnobItem(item.value, item.action)
-    if not math.isfinite(msg.headroom):
-        raise InvalidArgumentError(f"{field}.headroom: must be finite")
-    return RegionInfo(
-        name,
-        msg.region_type,
-        msg.owner_pool_name,
-        numas,
-        RegionStatus(dict(msg.region_status.overshoot_status), msg.region_status.bound_type),
-        {pod: set(names.container_names) for pod, names in msg.pods.items()},
-        knobs,
-        msg.provision_policy_top_priority,
-        msg.provision_policy_in_use,
-        msg.headroom,
-        msg.headroom_policy_top_priority,
-        msg.headroom_policy_in_use,
-    )
-
-
-def region_to_proto(info: RegionInfo) -> metacache_pb2.RegionInfo:
-    return metacache_pb2.RegionInfo(
-        region_name=info.region_name,
-        region_type=info.region_type,
-        owner_pool_name=info.owner_pool_name,
-        binding_numas=str(info.binding_numas),
-        region_status=metacache_pb2.RegionStatus(
-            overshoot_status=info.region_status.overshoot_status,
-            bound_type=info.region_status.bound_type,
-        ),
-        pods={
-            p: metacache_pb2.ContainerNames(container_names=sorted(c)) for p, c in info.pods.items()
-        },
-        control_knob_map={
-            k: metacache_pb2.ControlKnobItem(value=v.value, action=v.action)
-            for k, v in info.control_knob_map.items()
-        },
-        provision_policy_top_priority=info.provision_policy_top_priority,
-        provision_policy_in_use=info.provision_policy_in_use,
-        headroom=info.headroom,
-        headroom_policy_top_priority=info.headroom_policy_top_priority,
-        headroom_policy_in_use=info.headroom_policy_in_use,
-    )
-
-
-def _keys(pod_uid: str, container_name: str) -> tuple[str, str]:
-    return check_string(pod_uid, "pod_uid"), check_string(container_name, "container_name")
-
-
-def mask_updater(
-    update: metacache_pb2.ContainerUpdate, field: str
-) -> Callable[[ContainerInfo], None]:
-    """An in-place update of the named fields (all but the keys when the mask is empty)."""
-    pod_uid, name = _keys(update.pod_uid, update.container_name)
-    new = container_from_proto(update.info, pod_uid, name, f"{field}.info")
-    paths = list(update.update_mask.paths) or [f for f in CONTAINER_FIELDS if f not in _KEY_FIELDS]
-    for path in paths:
-        if path not in CONTAINER_FIELDS:
-            raise InvalidArgumentError(
-                f"{field}.update_mask: unknown path {quote(path)} "
-                f"(ContainerInfo fields: {', '.join(CONTAINER_FIELDS)})"
-            )
-        if path in _KEY_FIELDS:
-            raise InvalidArgumentError(
-                f"{field}.update_mask: {quote(path)} is the entry's key and cannot be updated"
-            )
-
-    def apply(info: ContainerInfo) -> None:
-        for path in paths:
-            setattr(info, path, getattr(new, path))
-
-    return apply
 
 
 # --- servicers ----------------------------------------------------------------------
@@ -274,7 +64,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.GetContainerEntriesResponse:
         entries = self.cache.get_container_entries(check_string(request.pod_uid, "pod_uid"))
         if entries is None:
-            raise _missing(f"pod {quote(request.pod_uid)}")
+            raise missing(f"pod {quote(request.pod_uid)}")
         return metacache_pb2.GetContainerEntriesResponse(
             containers={name: container_to_proto(info) for name, info in entries.items()}
         )
@@ -282,9 +72,9 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     def GetContainerInfo(
         self, request: metacache_pb2.GetContainerInfoRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.ContainerInfo:
-        info = self.cache.get_container_info(*_keys(request.pod_uid, request.container_name))
+        info = self.cache.get_container_info(*checked_keys(request.pod_uid, request.container_name))
         if info is None:
-            raise _missing(
+            raise missing(
                 f"container {quote(request.container_name)} of pod {quote(request.pod_uid)}"
             )
         return container_to_proto(info)
@@ -292,7 +82,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     def GetContainerMetric(
         self, request: metacache_pb2.GetContainerMetricRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.GetContainerMetricResponse:
-        pod_uid, name = _keys(request.pod_uid, request.container_name)
+        pod_uid, name = checked_keys(request.pod_uid, request.container_name)
         metric = check_string(request.metric_name, "metric_name")
         value = self.metrics.get_container_metric(pod_uid, name, metric, self.clock())
         stamp = Timestamp()
@@ -305,7 +95,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
         state = self.cache.state()
         if request.pod_uid:
             if request.pod_uid not in state.pods:
-                raise _missing(f"pod {quote(request.pod_uid)}")
+                raise missing(f"pod {quote(request.pod_uid)}")
             pods = [request.pod_uid]
         else:
             pods = sorted(state.pods)
@@ -318,7 +108,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.PoolInfo:
         info = self.cache.get_pool_info(check_string(request.pool_name, "pool_name"))
         if info is None:
-            raise _missing(f"pool {quote(request.pool_name)}")
+            raise missing(f"pool {quote(request.pool_name)}")
         return pool_to_proto(info)
 
     def GetPoolSize(
@@ -326,7 +116,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.GetPoolSizeResponse:
         size = self.cache.get_pool_size(check_string(request.pool_name, "pool_name"))
         if size is None:
-            raise _missing(f"pool {quote(request.pool_name)}")
+            raise missing(f"pool {quote(request.pool_name)}")
         return metacache_pb2.GetPoolSizeResponse(size=size)
 
     def ListPools(
@@ -341,7 +131,7 @@ class MetaReaderServicer(metacache_pb2_grpc.MetaReaderServicer):
     ) -> metacache_pb2.RegionInfo:
         info = self.cache.get_region_info(check_string(request.region_name, "region_name"))
         if info is None:
-            raise _missing(f"region {quote(request.region_name)}")
+            raise missing(f"region {quote(request.region_name)}")
         return region_to_proto(info)
 
     def ListRegions(
@@ -359,7 +149,7 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
     def AddContainer(
         self, request: metacache_pb2.AddContainerInfoRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.MetaWriteResponse:
-        pod_uid, name = _keys(request.pod_uid, request.container_name)
+        pod_uid, name = checked_keys(request.pod_uid, request.container_name)
         info = (
             container_from_proto(request.info, pod_uid, name) if request.HasField("info") else None
         )
@@ -369,7 +159,7 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
     def SetContainerInfo(
         self, request: metacache_pb2.SetContainerInfoRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.MetaWriteResponse:
-        pod_uid, name = _keys(request.pod_uid, request.container_name)
+        pod_uid, name = checked_keys(request.pod_uid, request.container_name)
         self.cache.set_container_info(
             pod_uid, name, container_from_proto(request.info, pod_uid, name)
         )
@@ -378,7 +168,7 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
     def DeleteContainer(
         self, request: metacache_pb2.DeleteContainerRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.MetaWriteResponse:
-        self.cache.delete_container(*_keys(request.pod_uid, request.container_name))
+        self.cache.delete_container(*checked_keys(request.pod_uid, request.container_name))
         return metacache_pb2.MetaWriteResponse()
 
     def RemovePod(
@@ -516,6 +306,10 @@ class MetaCacheComponent:
     def liveness_locks(self) -> list[tuple[str, threading.Lock]]:
         """The writer lock the daemon's watchdog probe takes (:mod:`numamem.api.watchdog`)."""
         return [("metacache", self.cache.writer_lock)]
+
+    def liveness_writes(self) -> list[tuple[str, Callable[[], float]]]:
+        """The commit round the watchdog probe times (it writes outside the writer lock)."""
+        return [("metacache", self.cache.commit_running_for)]
 
     def register(self, server: grpc.Server) -> None:
         metacache_pb2_grpc.add_MetaReaderServicer_to_server(self.reader, server)

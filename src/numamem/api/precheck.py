@@ -9,10 +9,13 @@ read, in the same order and with the same refusals (each a
    machine, policy options, feature gates) and topology discovery on ``--sysfs-root``;
 3. the directories ``serve`` would create: their nearest existing parent must be a
    writable directory (the ``cannot create`` refusal of a start);
-4. the single-instance lock file: it must be openable; it is never taken. When a live
-   numamem holds it (``/proc/locks``), this is a configuration check beside a running
-   daemon: said in the summary, and the socket checks below are left out (that daemon
-   serves them);
+4. the single-instance lock file: a regular file that opens for reading and writing
+   (opened without ``O_CREAT``, closed at once; never created, never taken), or, when
+   missing, a state dir where it can be created. When a live numamem holds it
+   (``/proc/locks``), this is a configuration check beside a running daemon: said in
+   the summary, and the socket checks below are left out (that daemon serves them).
+   Then an existing state dir must be one this process can write checkpoints in (write
+   and search permission, not on a read-only file system);
 5. the checkpoints in ``--state-dir`` are read and validated by the components whose
    ``load`` only reads (topology, memory manager, metacache), through a file system that
    refuses every write (a write attempt is reported as a numamem bug). With
@@ -20,7 +23,13 @@ read, in the same order and with the same refusals (each a
    aside (a note), not a refusal;
 6. ``--metrics-socket``, ``--podresources-socket`` (and its directory) and ``--socket``:
    a non-socket file, a live socket and one in doubt are refused as ``serve`` refuses
-   them; a dead one is a note (``serve`` removes it).
+   them; a dead one is a note (``serve`` removes it); an existing directory this
+   process cannot create the socket in is refused as the bind fails;
+7. the metacache journal that the start appends to (when it keeps the one found) must
+   be writable.
+
+Permissions are asked of the kernel with ``access(2)`` (real uid, with the
+capabilities the process has) and ``statvfs`` (a read-only mount).
 
 Never done: binding (so whether ``--health-port``/``--metrics-port`` are free is not
 known), locking, creating or removing a file or directory, writing.
@@ -38,15 +47,23 @@ from pathlib import Path
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.api.server import Component
-from numamem.api.sockets import check_socket_path, in_doubt, probe_connect
-from numamem.api.statedir import LOCK_FILE, check_dir
+from numamem.api.sockets import bind_failure, check_socket_path, in_doubt, probe_connect
+from numamem.api.statedir import (
+    LOCK_FILE,
+    check_dir,
+    check_writable_dir,
+    lock_file_refusal,
+    write_error,
+)
 from numamem.api.topology import TopologyComponent
+from numamem.checkpoint.filestore import error_text
 from numamem.checkpoint.fs import FileSystem, StrPath
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
 from numamem.checkpoint.namesfile import NAMES_FILE
 from numamem.config.model import Config
 from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, StartupError, quote
 from numamem.metacache.journal import JOURNAL_FILE
+from numamem.metacache.journal_store import JournalPersister
 from numamem.metacache.persistence import STATE_FILE as METACACHE_FILE
 
 CHECKPOINTS = (STATE_FILE, CONTAINERS_FILE, NAMES_FILE, METACACHE_FILE, JOURNAL_FILE)
@@ -135,6 +152,8 @@ def check_start(
     could_make(state_dir, "--state-dir")
     could_make(socket_dir, "--socket directory")
     holder = check_lock(state_dir / LOCK_FILE, proc_locks)
+    if state_dir.exists():
+        check_writable_dir(state_dir, "--state-dir")
     if holder is not None:
         report.notes.append(
             f"numamem (pid {holder}) is running on this state dir: its checkpoints were read "
@@ -157,7 +176,22 @@ def check_start(
     if holder is None:
         check_side_sockets(config, report)
         check_socket(config.socket, "--socket", report)
+        check_bindable(config.socket, "--socket")
+    for component in components:
+        if isinstance(component, MetaCacheComponent) and component.persister is not None:
+            check_journal(component.persister)
     return report
+
+
+def check_journal(persister: JournalPersister) -> None:
+    """Refuse, as the metacache's start would, a journal it appends to but may not write."""
+    path = persister.journal_path
+    if persister.appends_to_found_journal and path.is_file() and not os.access(path, os.W_OK):
+        denied = OSError(errno.EACCES, os.strerror(errno.EACCES))
+        raise StartupError(  # the text of JournalPersister's refusal
+            f"cannot open the metacache journal {quote(path, limit=PATH_QUOTE_BYTES)} to "
+            f"append: {error_text(denied)}; the change was not applied"
+        )
 
 
 def check_side_sockets(config: Config, report: CheckReport) -> None:
@@ -166,10 +200,13 @@ def check_side_sockets(config: Config, report: CheckReport) -> None:
     if config.metrics_socket is not None:
         check_socket(config.metrics_socket, "--metrics-socket", report)
         directory = os.path.dirname(config.metrics_socket) or "."
-        if not os.path.isdir(directory):
+        failure: OSError | None = OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+        if os.path.isdir(directory):
+            failure = write_error(directory)
+        if failure is not None:
             raise StartupError(
                 f"--metrics-socket {quote(config.metrics_socket, limit=PATH_QUOTE_BYTES)}: cannot listen: "
-                f"{os.strerror(errno.ENOENT)}"
+                f"{failure.strerror}"
             )
     if config.podresources_socket is not None:
         path = config.podresources_socket
@@ -178,6 +215,17 @@ def check_side_sockets(config: Config, report: CheckReport) -> None:
         check_dir(parent, "--podresources-socket directory", config.allow_shared_dirs)
         could_make(parent, "--podresources-socket directory")
         check_socket(path, "--podresources-socket", report)
+        check_bindable(path, "--podresources-socket")
+
+
+def check_bindable(path: str, flag: str) -> None:
+    """Refuse, as the bind of :func:`numamem.api.sockets.bind_unix_socket` would, a socket
+    whose existing directory this process cannot create files in."""
+    directory = os.path.dirname(path) or "."
+    if os.path.isdir(directory):
+        failure = write_error(directory)
+        if failure is not None:
+            raise StartupError(bind_failure(path, flag, "", failure))
 
 
 def check_socket(path: str, flag: str, report: CheckReport) -> None:
@@ -229,19 +277,25 @@ def could_make(path: Path, what: str) -> None:
 
 def check_lock(path: Path, proc_locks: Path) -> int | None:
     """The pid of a process that holds the lock file (``flock``), or None; refuses, as
-    :func:`numamem.api.statedir.acquire_lock` would, a lock file that cannot be opened."""
+    :func:`numamem.api.statedir.acquire_lock` would, a lock file that cannot be opened or
+    created, or that is no regular file. Creates nothing, locks nothing."""
+    shown = quote(path, limit=PATH_QUOTE_BYTES)
     try:
         st = os.stat(path)
     except FileNotFoundError:
+        failure = write_error(path.parent) if path.parent.is_dir() else None
+        if failure is not None:  # serve's open(O_CREAT) fails so
+            raise StartupError(f"lock file {shown}: cannot open: {failure.strerror}") from None
         return None
     except OSError as err:
-        raise StartupError(
-            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot open: {err.strerror}"
-        ) from err
-    if not os.access(path, os.R_OK | os.W_OK):
-        raise StartupError(
-            f"lock file {quote(path, limit=PATH_QUOTE_BYTES)}: cannot open: {os.strerror(errno.EACCES)}"
-        )
+        raise StartupError(f"lock file {shown}: cannot open: {err.strerror}") from err
+    refusal = lock_file_refusal(path, st)
+    if refusal is not None:
+        raise refusal
+    try:  # a regular file: opening it changes nothing (no O_CREAT, no O_TRUNC)
+        os.close(os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY))
+    except OSError as err:
+        raise StartupError(f"lock file {shown}: cannot open: {err.strerror}") from err
     return flock_holder(st, proc_locks)
 
 

@@ -13,16 +13,17 @@ newline-separated ``KEY=VALUE`` lines. numamem sends:
 * ``WATCHDOG=1`` every half ``WATCHDOG_USEC`` from the serving loop, when the service
   manager asks for it (``WatchdogSec=``) and ``WATCHDOG_PID``, if set, is this process,
   and only after a liveness probe succeeded within that half period: a task on the RPC
-  worker pool that takes the memory manager's and the metacache's writer locks
-  (:mod:`numamem.api.watchdog`). A saturated pool or a lock held longer sends no ping
+  worker pool that takes the memory manager's and the metacache's writer locks and
+  finds no metacache commit round running longer (:mod:`numamem.api.watchdog`). A
+  saturated pool, a lock held longer or such a commit sends no ping
   (logged, naming what is stuck), so systemd restarts a wedged daemon once
   ``WatchdogSec=`` passes (``Restart=on-failure``; the unit's ``WatchdogSec=30s`` gives a
   probe 15 s). Pings start after ``READY=1``: a long restore is not cut short.
   The interval is kept within :data:`WATCHDOG_MIN_S` and :data:`WATCHDOG_MAX_S`: a
   ``WatchdogSec=`` under 0.2 s cannot be met (and is logged), pinging more often than
   half a longer timeout is harmless. A ``WATCHDOG_USEC`` or ``WATCHDOG_PID`` that is not
-  a number (``WATCHDOG_USEC`` 0 and 2^64-1 are systemd's "unset" too) is logged once and
-  ignored: no pings.
+  a number of at most 20 digits (``WATCHDOG_USEC`` 0 and 2^64-1 are systemd's "unset" too)
+  is logged once and ignored: no pings.
 
 Without ``NOTIFY_SOCKET`` every call does nothing. Sends never block (``MSG_DONTWAIT``): a
 service manager whose queue is full, a socket that does not exist or any other error of
@@ -54,7 +55,9 @@ WARN_EVERY_S = 60.0
 """At most one log line about failed notifications per this many seconds."""
 USEC_INFINITY = 2**64 - 1
 """systemd's ``USEC_INFINITY``: like 0, "no watchdog"."""
-_DIGITS = re.compile(r"[0-9]+")
+_DIGITS = re.compile(r"[0-9]{1,20}")
+"""A decimal of at most 20 digits (2^64-1 has 20): a longer one is refused like any value
+that does not parse, before ``int()`` (which raises ValueError past 4,300 digits)."""
 
 
 class Notifier:

@@ -7,10 +7,10 @@ refuses with one clear line on failure):
    (unless ``--allow-shared-dirs``);
 2. components are built: configuration checks and topology discovery, no I/O
    beyond reading;
-3. missing directories are created (state dir 0700, socket dir 0750) and the
-   single-instance lock ``<state-dir>/numamem.lock`` is taken (``flock``,
-   non-blocking; nothing is written to it yet): grpcio silently replaces a live
-   socket file, so the lock is what protects a running daemon;
+3. missing directories are created (state dir 0700, socket dir 0750), the lock
+   ``<state-dir>/numamem.lock`` taken (``flock``, non-blocking, nothing written to
+   it yet: grpcio silently replaces a live socket file, so the lock is what protects
+   a running daemon) and a state dir numamem cannot write checkpoints in refused;
 4. components **load**: checkpoints are read and validated, TCP listeners are
    bound; nothing is written;
 5. the socket path is made free (a socket that refuses connections, left by a
@@ -71,7 +71,8 @@ from numamem.api.sockets import (
     check_socket_path,
     prepare_socket_path,
 )
-from numamem.api.statedir import LOCK_FILE, acquire_lock, check_dir, make_dirs, record_pid
+from numamem.api.statedir import LOCK_FILE, check_dir, claim_state_dir, make_dirs, record_pid
+from numamem.api.wakeup import signal_wakeup
 from numamem.api.watchdog import Watchdog, serving_loop_watchdog
 from numamem.config.model import Config
 from numamem.errors import StartupError, quote
@@ -88,7 +89,6 @@ __all__ = [
     "Daemon",
     "DurabilityReport",
     "HealthService",
-    "acquire_lock",
     "check_dir",
     "make_dirs",
 ]
@@ -237,13 +237,12 @@ class Daemon:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         self._wake = (read_end, write_end)
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
         try:
-            self.start()
-            if self.on_serving is not None:
-                self.on_serving()
-            self._serve_until_stopped()
+            with signal_wakeup(self._on_signal, write_end):  # from any thread (api/wakeup.py)
+                self.start()
+                if self.on_serving is not None:
+                    self.on_serving()
+                self._serve_until_stopped()
         finally:
             self.shutdown()
             self.notifier.close()
@@ -326,7 +325,7 @@ class Daemon:
         try:
             self._created += make_dirs(state_dir, 0o700, "--state-dir")
             self._created += make_dirs(socket_dir, 0o750, "--socket directory")
-            self._lock_fd, lock_created = acquire_lock(state_dir / LOCK_FILE)
+            self._lock_fd, lock_created = claim_state_dir(state_dir)
             if lock_created:
                 self._created.append(state_dir / LOCK_FILE)
             for component in self._components:

@@ -1,4 +1,5 @@
-"""The daemon's unix socket paths: made free, bound, removed, never another process's.
+"""The daemon's unix socket paths: made free, bound, removed; another process's only in a
+narrow race at shutdown (below).
 
 * :func:`prepare_socket_path` deletes a socket file only when a test ``connect()`` gets
   ``ECONNREFUSED`` (nobody listens: what a crash leaves). Any other failure is no proof
@@ -9,12 +10,19 @@
 * :func:`bind_unix_socket` binds a gRPC server at a private temporary name in the same
   directory (created 0660 under a umask, then ``chmod``), then ``link()`` s it onto the
   final path (which fails, and refuses the start, if another process created the path
-  meanwhile: no socket is ever replaced) and removes the temporary name. grpcio unlinks
+  meanwhile: no socket is ever replaced) and removes the temporary name. On a file system
+  without hard links it renames instead with ``renameat2(RENAME_NOREPLACE)``, which
+  fails as ``link()`` does when the path exists; where that is not available (a C
+  library without ``renameat2``, a file system without the flag) the start is refused
+  rather than risk renaming over a socket that appeared meanwhile. grpcio unlinks
   the path *it* bound when the server stops, whatever file is there by then (tested in
   tests/unit/test_sockets.py); binding at the temporary name makes that unlink hit a
   name that no longer exists, so a newcomer's socket at the final path survives.
 * :class:`BoundSocket` records the device and inode of the socket this process bound;
-  :meth:`BoundSocket.remove` unlinks the path only while it is still that socket.
+  :meth:`BoundSocket.remove` unlinks the path only when it is still that socket just
+  before the unlink. Linux has no atomic "unlink if still this inode", so a newcomer that
+  replaces the path in the microseconds between that check and the unlink loses its
+  socket: a narrow race at shutdown, not a rule.
 
 Two daemons on one state dir are kept apart by the single-instance lock; two daemons
 with different state dirs and one socket path are kept apart here: the second finds the
@@ -29,14 +37,15 @@ grpcio's unlink at stop remove whatever socket is at the path.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
-import pwd
 import secrets
 import socket
 import stat
 from typing import Protocol
 
+from numamem.api.statedir import who_cannot_write
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.logging import get_logger
 
@@ -72,8 +81,10 @@ class BoundSocket:
 
     def remove(self) -> bool:
         """Unlink :attr:`path` if it is still this socket; True when it was removed. Another
-        process's socket there (a newcomer that took the path over) is left alone.
-        Idempotent; closes the descriptor."""
+        process's socket there (a newcomer that took the path over) is left alone, except in
+        a narrow race: one that replaces the path between the identity check and the unlink
+        (no atomic unlink-if-same-inode on Linux) is unlinked. Idempotent; closes the
+        descriptor."""
         if self._fd is None:
             return False
         try:
@@ -216,17 +227,64 @@ def _publish(temporary: str, path: str, flag: str) -> None:
     try:
         os.link(temporary, path)
     except FileExistsError as err:
-        raise StartupError(
-            f"{flag} {shown}: created by another process while numamem was starting; "
-            f"stop it or choose another {flag}"
-        ) from err
+        raise StartupError(_taken(shown, flag)) from err
     except OSError as err:
         if err.errno not in _NO_HARD_LINKS:
             raise StartupError(
                 f"{flag} {shown}: cannot name the unix socket: {(err.strerror or str(err)).lower()}"
             ) from err
-        # A file system without hard links: rename (the path was free a moment ago).
-        os.rename(temporary, path)
+        linked = err
+    else:
+        return
+    # A file system without hard links: rename, but never over a file made meanwhile.
+    try:
+        rename_noreplace(temporary, path)
+    except FileExistsError as err:
+        raise StartupError(_taken(shown, flag)) from err
+    except OSError as err:
+        raise StartupError(
+            f"{flag} {shown}: cannot name the unix socket: the file system has no hard links "
+            f"(link: {(linked.strerror or str(linked)).lower()}) and renaming without "
+            f"replacing failed (renameat2 RENAME_NOREPLACE: {(err.strerror or str(err)).lower()}); "
+            f"numamem never renames over a path that may hold another socket: choose a {flag} "
+            "on another file system (a tmpfs such as /run)"
+        ) from err
+
+
+def _taken(shown: str, flag: str) -> str:
+    return (
+        f"{flag} {shown}: created by another process while numamem was starting; "
+        f"stop it or choose another {flag}"
+    )
+
+
+RENAME_NOREPLACE = 1
+"""``renameat2``'s flag (linux/fs.h): fail with EEXIST when the new path exists."""
+_AT_FDCWD = -100
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """``rename(src, dst)`` that raises FileExistsError when ``dst`` exists, atomically
+    (``renameat2`` with ``RENAME_NOREPLACE``, Linux 3.15, glibc 2.28: Python 3.11's
+    ``os.rename`` has no flags). OSError ENOSYS when the C library has no ``renameat2``;
+    EINVAL when the file system does not support the flag."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        raise OSError(errno.ENOSYS, "this C library has no renameat2", dst)
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), RENAME_NOREPLACE):
+        code = ctypes.get_errno()
+        if code == errno.EEXIST:
+            raise FileExistsError(code, os.strerror(code), dst)
+        raise OSError(code, os.strerror(code), dst)
 
 
 def _probe_bind(path: str) -> OSError | None:
@@ -251,18 +309,9 @@ def bind_failure(path: str, flag: str, grpc_error: str, probe: OSError | None) -
     directory = os.path.dirname(path) or "."
     reason = (probe.strerror or str(probe)).lower()
     if probe.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        uid = os.geteuid()
-        try:
-            user = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-        except KeyError:
-            user = f"uid {uid}"
-        owner = ""
-        with contextlib.suppress(OSError):
-            st = os.stat(directory)
-            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
         return (
-            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}: {user} cannot create "
-            f"files in {directory}{owner}; run numamem as a user who can, give that user write "
-            f"access to the directory, or choose another {flag}"
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: "
+            f"{reason}: {who_cannot_write(directory)}; run numamem as a user who can, give that "
+            f"user write access to the directory, or choose another {flag}"
         )
     return f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot bind the unix socket: {reason}"

@@ -6,8 +6,13 @@ forever (a hung fsync, a deadlock). So each ping interval (half ``WatchdogSec=``
 :mod:`numamem.api.sdnotify`) :class:`Watchdog` submits one probe task to the RPC worker
 pool, the pool numamem RPCs run on. The task takes each component's writer lock in turn
 (the memory manager's, held across its checkpoint write, then the metacache's), with a
-timeout, and releases it at once: nothing is changed, nothing is written. ``WATCHDOG=1`` is
-sent only when the task ran and took every lock within the interval from its submission.
+timeout, and releases it at once: nothing is changed, nothing is written. Then it asks
+each component how long its disk write in progress has run (the metacache's group commit
+writes with no lock held, and every metacache write waits for it: a hung fsync there
+holds no lock the probe could wait for); one running longer than the interval fails the
+probe. ``WATCHDOG=1`` is sent only when the task ran, took every lock and found no such
+write within the interval from its submission. For the writes the probe reads one
+attribute per component: it takes no other lock and waits for nothing more.
 
 When it did not, no ping is sent (systemd then kills and restarts the daemon once
 ``WatchdogSec=`` passes without one), and a warning says what is stuck: the pool
@@ -53,6 +58,10 @@ Locks = Callable[[], Sequence[tuple[str, Lock]]]
 """The components' writer locks, by name, looked up at each probe (a component may replace
 its manager or cache at load)."""
 
+Writes = Callable[[], Sequence[tuple[str, Callable[[], float]]]]
+"""The components' disk writes that run outside their writer lock, by name: each callable
+says how many seconds the write in progress has run (0.0: none), without a lock."""
+
 
 @dataclass
 class Probe:
@@ -65,6 +74,8 @@ class Probe:
     waiting_since: float = 0.0
     failed: str = ""
     """Why the task gave up (a lock not taken in time, a pool that is shut down)."""
+    stalled: str = ""
+    """A disk write found running longer than the interval, in words ("" when none)."""
     finished: float | None = None
     """When the task ended (took every lock, or gave up)."""
     done: threading.Event = field(default_factory=threading.Event)
@@ -74,6 +85,7 @@ class Probe:
     def succeeded_within(self, interval: float) -> bool:
         return (
             not self.failed
+            and not self.stalled
             and self.finished is not None
             and self.finished - self.submitted <= interval
         )
@@ -90,6 +102,7 @@ class Watchdog:
         locks: Locks,
         wake: Callable[[], None],
         *,
+        writes: Writes = lambda: (),
         pool_state: Callable[[], str] = lambda: "",
         clock: Callable[[], float] = time.monotonic,
         warn_every: float = WARN_EVERY_S,
@@ -99,6 +112,7 @@ class Watchdog:
         self._submit = submit
         self._locks = locks
         self._wake = wake
+        self._writes = writes
         self._pool_state = pool_state
         self._clock = clock
         self._warn_every = warn_every
@@ -152,7 +166,8 @@ class Watchdog:
             self._closed = True
 
     def _run(self, probe: Probe) -> None:
-        """The probe task, on a worker: take and release each writer lock in time."""
+        """The probe task, on a worker: take and release each writer lock in time, then
+        look for a disk write running too long."""
         probe.started = self._clock()
         try:
             for name, lock in self._locks():
@@ -163,6 +178,14 @@ class Watchdog:
                     return
                 lock.release()
             probe.waiting_for = ""
+            for name, running_for in self._writes():
+                seconds = running_for()
+                if seconds > self.interval:
+                    probe.stalled = (
+                        f"the {name} disk write has run for {seconds:.1f} s, more than the "
+                        f"{self.interval:g} s between pings: every {name} write waits for it"
+                    )
+                    return
         finally:
             probe.finished = self._clock()
             probe.done.set()
@@ -204,6 +227,8 @@ class Watchdog:
 def describe(probe: Probe, now: float, interval: float, pool_state: str) -> str:
     """What held ``probe`` back, in words."""
     pool = f" ({pool_state})" if pool_state else ""
+    if probe.stalled:
+        return probe.stalled
     if probe.failed.startswith("the worker pool"):
         return probe.failed
     if probe.started is None:
@@ -238,14 +263,19 @@ def serving_loop_watchdog(
 ) -> Watchdog | None:
     """The daemon's watchdog: pings through ``notifier`` (None without ``WatchdogSec=``),
     probes on ``pool`` (the RPC pool; the probe is not counted as an RPC) with the writer
-    locks of every component that has ``liveness_locks()``, wakes the loop through the
-    non-blocking ``wake_fd``."""
+    locks of every component that has ``liveness_locks()`` and the disk writes of every
+    component that has ``liveness_writes()``, wakes the loop through the non-blocking
+    ``wake_fd``."""
     interval = notifier.watchdog_interval
     if interval is None:
         return None
 
     def locks() -> list[tuple[str, Lock]]:
         found = (getattr(c, "liveness_locks", None) for c in components())
+        return [pair for get in found if get is not None for pair in get()]
+
+    def writes() -> list[tuple[str, Callable[[], float]]]:
+        found = (getattr(c, "liveness_writes", None) for c in components())
         return [pair for get in found if get is not None for pair in get()]
 
     def wake() -> None:
@@ -259,5 +289,6 @@ def serving_loop_watchdog(
         lambda task: futures.ThreadPoolExecutor.submit(pool, task),
         locks,
         wake,
+        writes=writes,
         pool_state=lambda: f"{in_flight()} RPCs running or queued on {workers} workers",
     )

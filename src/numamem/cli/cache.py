@@ -62,7 +62,7 @@ def run_export(args: argparse.Namespace) -> int:
 def export(state_dir: Path) -> int:
     """Offline: snapshot + journal folded into one snapshot, under the daemon's lock (so it
     never races a running daemon)."""
-    from numamem.api.server import LOCK_FILE, acquire_lock
+    from numamem.api.statedir import LOCK_FILE, acquire_lock
     from numamem.errors import CheckpointError, PersistenceError, StartupError
     from numamem.metacache import journal
     from numamem.metacache.persistence import STATE_FILE

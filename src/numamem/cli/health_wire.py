@@ -45,10 +45,16 @@ def decode_response(data: bytes) -> int:
     return status
 
 
-def _read_key(data: bytes, pos: int) -> tuple[int, int, int]:
+def _read_key(data: bytes, pos: int, in_group: bool = False) -> tuple[int, int, int]:
+    """(field number, wire type, the position after the key). As protobuf (upb): a key of
+    more than 5 bytes or beyond 32 bits is refused; field number 0 is refused at the top
+    level, but skipped like any other field inside a group being skipped."""
+    start = pos
     key, pos = _read_varint(data, pos)
+    if pos - start > 5:
+        raise ValueError("key longer than 5 bytes")
     field, wire = key >> 3, key & 7
-    if field == 0 or field >= 1 << 29:
+    if (field == 0 and not in_group) or field >= 1 << 29:
         raise ValueError(f"field number {field}")
     return field, wire, pos
 
@@ -61,7 +67,7 @@ def _skip(data: bytes, pos: int, field: int, wire: int, depth: int = 0) -> int:
         if depth >= 100:
             raise ValueError("groups nested too deep")
         while True:
-            inner, inner_wire, pos = _read_key(data, pos)
+            inner, inner_wire, pos = _read_key(data, pos, in_group=True)
             if inner_wire == _EGROUP:
                 if inner != field:
                     raise ValueError(f"group {field} ended by {inner}")

@@ -24,7 +24,7 @@ from numamem.cli.common import (
     print_table,
     shown,
 )
-from numamem.cli.podfile import PodFileError, load_pod, load_pods
+from numamem.cli.podfile import PodFileError, add_validate_argument, load_pod, load_pods
 from numamem.client import NumamemClient
 from numamem.errors import quote
 from numamem.v1 import memorymanager_pb2
@@ -105,6 +105,7 @@ def add_sync_parser(sub: Any) -> None:
         "-f", "--file", action="append", default=[], help="manifest file (repeatable; - for stdin)"
     )
     sync.add_argument("--none", action="store_true", help="no pod is live: release everything")
+    add_validate_argument(sync)
     add_client_args(sync)
     sync.set_defaults(run=client_command(run_sync))
 
@@ -113,11 +114,12 @@ def add_pod_file(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-f", "--file", required=True, help="Pod manifest (YAML or JSON; - for stdin)"
     )
+    add_validate_argument(parser)
 
 
 def pod_from_args(args: argparse.Namespace) -> memorymanager_pb2.Pod | int:
     try:
-        return load_pod(args.file)
+        return load_pod(args.file, args.validate)
     except PodFileError as err:
         return fail(str(err))
 
@@ -295,7 +297,7 @@ def run_sync(args: argparse.Namespace, client: NumamemClient) -> int:
     empty: list[str] = []
     for path in args.file:
         try:
-            listed = load_pods(path)
+            listed = load_pods(path, args.validate)
         except PodFileError as err:
             return fail(str(err))
         if not listed:

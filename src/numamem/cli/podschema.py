@@ -1,11 +1,17 @@
 """The field names of the Kubernetes objects in a Pod manifest, for reading it as strictly as
 ``kubectl apply --validate=strict``: an unknown field is an error naming its path and the
 nearest known field, not a silent ``resource:`` that leaves a pod "admitted, not pinned".
+``--validate=warn`` makes each one a warning and ``--validate=ignore`` says nothing
+(kubectl's names): :func:`check` hands every unknown field to a callback.
 
 The names are the JSON names of the Kubernetes API types (``k8s.io/api/core/v1`` and
-``k8s.io/apimachinery/pkg/apis/meta/v1``, as of Kubernetes 1.35): every field of every object
-numamem reads and of its siblings, so a manifest exactly as ``kubectl get pod -o yaml``
-prints it (status, managedFields, volumes, tolerations, ...) is accepted.
+``k8s.io/apimachinery/pkg/apis/meta/v1``) of Kubernetes :data:`KUBERNETES_VERSION`, the
+newest release checked (against the generated bindings of its OpenAPI schema), plus the
+fields older releases had (``spec.workloadRef``, 1.35's, replaced by ``schedulingGroup``
+in 1.36): every field of every object numamem reads and of its siblings, so a manifest
+exactly as ``kubectl get pod -o yaml`` prints it (status, managedFields, volumes,
+tolerations, ...) is accepted. A field of a newer Kubernetes is refused in strict mode,
+with a message that says so (``--validate=warn`` then reads the manifest).
 
 Checked: the Pod (and a ``List``/``PodList`` of them with its ``ListMeta``), its
 ``ObjectMeta``, ``PodSpec`` and ``PodStatus``, every ``Container`` of ``initContainers`` and
@@ -23,8 +29,18 @@ the daemon (INVALID_QUANTITY).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
+
+from numamem.errors import QUOTE_BYTES, quote
+
+KUBERNETES_VERSION = "1.37"
+"""The newest Kubernetes whose Pod fields the kinds below hold."""
+
+Validation = Literal["strict", "warn", "ignore"]
+"""``--validate``: unknown fields are errors, warnings, or nothing (kubectl's names)."""
+VALIDATIONS: tuple[Validation, ...] = ("strict", "warn", "ignore")
 
 
 @dataclass(frozen=True)
@@ -79,7 +95,8 @@ POD_SPEC = Kind(
             "priorityClassName", "priority", "dnsConfig", "readinessGates", "runtimeClassName",
             "enableServiceLinks", "preemptionPolicy", "overhead", "topologySpreadConstraints",
             "setHostnameAsFQDN", "os", "hostUsers", "schedulingGates", "resourceClaims",
-            "resources", "hostnameOverride", "workloadRef",
+            "resources", "hostnameOverride", "workloadRef", "schedulingGroup",
+            "evictionResponders",
         }
     ),
     {
@@ -98,6 +115,7 @@ POD_STATUS = Kind(
             "initContainerStatuses", "containerStatuses", "qosClass",
             "ephemeralContainerStatuses", "resize", "resourceClaimStatuses",
             "extendedResourceClaimStatus", "allocatedResources", "resources",
+            "nodeAllocatableResourceClaimStatuses", "volumeHealth",
         }
     ),
     {"resources": (RESOURCE_REQUIREMENTS, False)},
@@ -114,14 +132,17 @@ POD = Kind(
 )
 
 LIST_META = Kind(
-    "ListMeta", frozenset({"selfLink", "resourceVersion", "continue", "remainingItemCount"})
+    "ListMeta",
+    frozenset({"selfLink", "resourceVersion", "continue", "remainingItemCount", "shardInfo"}),
 )
 
 LIST = Kind(
     "List",
     frozenset({*TYPE_META, "metadata", "items"}),
-    {"metadata": (LIST_META, False), "items": (POD, True)},
+    {"metadata": (LIST_META, False)},
 )
+"""A List's own fields; its items are checked one by one as Pods once their kind is known
+(:mod:`numamem.cli.podfile`), so that a Service in it is named as such."""
 
 _LISTED = 6
 """A kind with at most this many fields lists them when a field is unknown and none is near."""
@@ -131,9 +152,33 @@ class SchemaError(ValueError):
     """A manifest's field is unknown or of the wrong shape; the message names its path."""
 
 
-def check(doc: object, kind: Kind, path: str = "") -> None:
-    """Raise SchemaError at the first unknown field (in document order) of ``doc`` read as
-    ``kind``, or the first checked field that is not a mapping (a list of mappings)."""
+Unknown = Callable[[str, "Kind", str], None]
+"""Told of an unknown field: its path (for messages), the kind it is not a field of, its
+name. :func:`refuse` raises; a reader in ``warn`` mode prints :func:`unknown_field`."""
+
+
+def unknown_field(path: str, kind: Kind, name: str) -> str:
+    """``<path>: unknown field of a <Kind>`` and the nearest known field, or the kind's
+    fields when it has few."""
+    return f"{path}: unknown field of {_a(kind)}{_hint(name, kind)}"
+
+
+def refuse(path: str, kind: Kind, name: str) -> None:
+    """``--validate=strict``: an unknown field is a SchemaError. When no known field is near
+    it, the message says which Kubernetes numamem knows and how to read a newer one's."""
+    message = unknown_field(path, kind, name)
+    if nearest(name, kind.fields) is None:
+        message += (
+            f"; numamem knows the fields of Kubernetes {KUBERNETES_VERSION}: if this one is "
+            "from a newer Kubernetes, pass --validate=warn"
+        )
+    raise SchemaError(message)
+
+
+def check(doc: object, kind: Kind, path: str = "", unknown: Unknown = refuse) -> None:
+    """Walk ``doc`` read as ``kind``: each unknown field (in document order) goes to
+    ``unknown`` (its value is not walked), the first checked field that is not a mapping (a
+    list of mappings) raises SchemaError."""
     if doc is None:
         return
     if not isinstance(doc, dict):
@@ -142,19 +187,20 @@ def check(doc: object, kind: Kind, path: str = "") -> None:
         name = str(key)
         here = f"{path}.{shown(name)}" if path else shown(name)
         if name not in kind.fields:
-            raise SchemaError(f"{here}: unknown field of {_a(kind)}{_hint(name, kind)}")
+            unknown(here, kind, name)
+            continue
         if name not in kind.nested or value is None:
             continue
         child, many = kind.nested[name]
         if not many:
-            check(value, child, here)
+            check(value, child, here, unknown)
             continue
         if not isinstance(value, list):
             raise SchemaError(f"{here}: expected a list of {child.name}s")
         for i, item in enumerate(value):
             if item is None:
                 raise SchemaError(f"{here}[{i}]: expected {_a(child)} (a mapping), got null")
-            check(item, child, f"{here}[{i}]")
+            check(item, child, f"{here}[{i}]", unknown)
 
 
 def nearest(name: str, known: frozenset[str]) -> str | None:
@@ -185,9 +231,9 @@ def _fold(name: str) -> str:
 
 
 def shown(name: str) -> str:
-    """A key from the manifest in a path: as it is, or escaped when it is not plain text."""
-    if name.isprintable() and name.strip() == name and name:
+    """A key from the manifest in a path: as it is, or quoted (escaped, and cut to
+    :data:`~numamem.errors.QUOTE_BYTES` bytes with its length) when it is not short plain
+    text."""
+    if name and len(name) <= QUOTE_BYTES and name.isprintable() and name.strip() == name:
         return name
-    from numamem.errors import quote
-
     return quote(name)

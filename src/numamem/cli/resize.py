@@ -35,7 +35,7 @@ from numamem.cli.common import (
     print_table,
     shown,
 )
-from numamem.cli.podfile import PodFileError, load_pod
+from numamem.cli.podfile import PodFileError, add_validate_argument, load_pod
 from numamem.client import NumamemClient, error_reason
 from numamem.errors import QuantityError, quote
 from numamem.quantity import parse_quantity
@@ -84,6 +84,7 @@ def add_parser(sub: Any) -> None:
     resize.add_argument(
         "-f", "--file", required=True, help="Pod manifest (YAML or JSON; - for stdin)"
     )
+    add_validate_argument(resize)
     add_resize_args(resize)
     add_client_args(resize)
     resize.set_defaults(run=client_command(run_resize))
@@ -93,7 +94,7 @@ def resized_pod(args: argparse.Namespace) -> tuple[memorymanager_pb2.Pod, str]:
     """The manifest's pod with ``--memory`` and ``--pod-memory`` applied, and the container's
     name ("" for a pod that sets pod-level resources and no ``--container``). Raises
     PodFileError for the manifest, UsageError for the flags."""
-    pod = load_pod(args.file)
+    pod = load_pod(args.file, args.validate)
     containers = [*pod.init_containers, *pod.containers]
     names = ", ".join(c.name for c in containers)
     name = args.container

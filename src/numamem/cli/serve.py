@@ -11,6 +11,7 @@ from numamem.config.flags import add_serve_arguments, describe
 from numamem.errors import NumamemError
 
 if TYPE_CHECKING:
+    from numamem.config.checks import ValueChecks
     from numamem.config.model import Config
     from numamem.logging import HeldStream
 
@@ -27,7 +28,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
             "start is refused (the configuration file, a rule across values or the machine, "
             "the state dir, a held lock, a corrupt checkpoint, a socket in use), one line "
             "'numamem: <why>' on stderr; 2 usage error (an unknown flag, or a flag value that "
-            "does not parse or is out of range)."
+            "does not parse or is out of range, a policy option's included)."
         ),
     )
     add_serve_arguments(parser)
@@ -59,12 +60,13 @@ def run(args: argparse.Namespace) -> int:
     from numamem.config.load import check_flags, config_from_args
     from numamem.version import build_info
 
+    checks = policy_option_checks()
     try:
-        check_flags(args)
+        check_flags(args, checks)
     except NumamemError as err:
         raise UsageError(str(err)) from err
     try:
-        cfg = config_from_args(args)
+        cfg = config_from_args(args, checks)
     except NumamemError as err:
         print(f"numamem: {err}", file=sys.stderr)
         return EXIT_REFUSED
@@ -94,6 +96,19 @@ def run(args: argparse.Namespace) -> int:
         held.release()
     print(f"numamem: {summary}")
     return 0
+
+
+def policy_option_checks() -> ValueChecks:
+    """The policy options' values parsed as the daemon parses them (the configuration layer
+    cannot import the parsers): a flag's bad value is then a usage error naming the flag, a
+    file's a refusal naming the field."""
+    from numamem.memorymanager.options import parse_options
+    from numamem.topologymanager.policy import parse_policy_options
+
+    return {
+        "memory_manager_policy_options": lambda value: parse_options(dict(value)),
+        "topology_manager_policy_options": lambda value: parse_policy_options(dict(value)),
+    }
 
 
 def serve(cfg: Config, held: HeldStream | None) -> int:

@@ -13,6 +13,8 @@ document is therefore composed first and refused, naming the file, when it
 only then is it turned into Python values. The bounds are far above any
 configuration file (a complete ``KubeletConfiguration`` is a few hundred values,
 nested five deep) and make the work of reading one proportional to its bytes.
+Readers of other YAML (the CLI's Pod manifests, :mod:`numamem.cli.podfile`) give their
+own byte and value bounds and read several documents with :func:`compose_all_bounded`.
 """
 
 from __future__ import annotations
@@ -36,15 +38,17 @@ levels in microseconds, where the pure-Python scanner's time grows with the squa
 depth (20,000 ``[`` took 2 s before its RecursionError)."""
 
 
-def read_bounded(path: str, where: str) -> str:
-    """The file as UTF-8 text, refused when longer than :data:`MAX_FILE_BYTES` (read no
-    further). Raises OSError when it cannot be read, UnicodeDecodeError when it is not
-    UTF-8, ConfigError (beginning with ``where``, e.g. ``--config '/etc/x.yaml'``) when it
-    is too long."""
+def read_bounded(
+    path: str, where: str, max_bytes: int = MAX_FILE_BYTES, bound: str = "MAX_FILE_BYTES"
+) -> str:
+    """The file as UTF-8 text, refused when longer than ``max_bytes`` (read no further;
+    ``bound`` names the limit in the message). Raises OSError when it cannot be read,
+    UnicodeDecodeError when it is not UTF-8, ConfigError (beginning with ``where``, e.g.
+    ``--config '/etc/x.yaml'``) when it is too long."""
     with open(path, "rb") as f:
-        data = f.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(f"{where}: longer than {MAX_FILE_BYTES} bytes (MAX_FILE_BYTES)")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{where}: longer than {max_bytes} bytes ({bound})")
     return data.decode("utf-8")
 
 
@@ -56,9 +60,39 @@ def compose_bounded(text: str, where: str) -> yaml.Node | None:
         node = yaml.compose(text, Loader=_LOADER)
     except RecursionError:
         raise ConfigError(f"{where}: nested more than {MAX_DEPTH} deep (MAX_DEPTH)") from None
+    except yaml.YAMLError as err:
+        raise _too_deep(err, where, MAX_DEPTH) or err from None
     if node is not None:
-        _check(node, where)
+        _check(node, where, MAX_VALUES, "MAX_VALUES")
     return node
+
+
+def compose_all_bounded(
+    text: str, where: str, max_values: int, bound: str, max_depth: int = MAX_DEPTH
+) -> list[yaml.Node]:
+    """Every document's node graph (empty ones left out), refused past ``max_depth`` or
+    past ``max_values`` values in all documents together with aliases expanded (``bound``
+    names that limit in the message). Raises as :func:`compose_bounded`."""
+    try:
+        nodes = [n for n in yaml.compose_all(text, Loader=_LOADER) if n is not None]
+    except RecursionError:
+        raise ConfigError(f"{where}: nested more than {max_depth} deep (MAX_DEPTH)") from None
+    except yaml.YAMLError as err:
+        raise _too_deep(err, where, max_depth) or err from None
+    left = max_values
+    for node in nodes:
+        left -= _check(node, where, left, bound, max_depth)
+    return nodes
+
+
+def _too_deep(err: yaml.YAMLError, where: str, max_depth: int) -> ConfigError | None:
+    """libyaml's own nesting limit (1000 levels, far past ``max_depth``) as the refusal of
+    ``max_depth``; None for any other YAML error."""
+    if "maximum nesting depth" not in str(getattr(err, "problem", "") or ""):
+        return None
+    mark = getattr(err, "problem_mark", None)
+    line = f" at line {mark.line + 1}" if mark is not None else ""
+    return ConfigError(f"{where}: nested more than {max_depth} deep (MAX_DEPTH){line}")
 
 
 def construct(node: yaml.Node | None) -> Any:
@@ -68,9 +102,12 @@ def construct(node: yaml.Node | None) -> Any:
     return yaml.SafeLoader("").construct_document(node)
 
 
-def _check(root: yaml.Node, where: str) -> None:
+def _check(
+    root: yaml.Node, where: str, max_values: int, bound: str, max_depth: int = MAX_DEPTH
+) -> int:
     """Count the values of ``root`` with aliases expanded, without expanding them: each node's
-    count is computed once (a DAG walk, iterative so depth costs no Python stack)."""
+    count is computed once (a DAG walk, iterative so depth costs no Python stack). Returns
+    the count; refuses past ``max_values`` or ``max_depth``."""
     counts: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
@@ -80,9 +117,9 @@ def _check(root: yaml.Node, where: str) -> None:
         if done:
             on_path.discard(key)
             counts[key] = 1 + sum(counts[id(child)] for child in _children(node))
-            if counts[key] > MAX_VALUES:
+            if counts[key] > max_values:
                 raise ConfigError(
-                    f"{where}: more than {MAX_VALUES} values (MAX_VALUES) with its "
+                    f"{where}: more than {max_values} values ({bound}) with its "
                     f"aliases expanded, at line {node.start_mark.line + 1}"
                 )
             continue
@@ -90,14 +127,15 @@ def _check(root: yaml.Node, where: str) -> None:
             continue
         if key in on_path:
             raise ConfigError(f"{where}: a recursive alias at line {node.start_mark.line + 1}")
-        if depth > MAX_DEPTH:
+        if depth > max_depth:
             raise ConfigError(
-                f"{where}: nested more than {MAX_DEPTH} deep (MAX_DEPTH) at line "
+                f"{where}: nested more than {max_depth} deep (MAX_DEPTH) at line "
                 f"{node.start_mark.line + 1}"
             )
         on_path.add(key)
         stack.append((node, depth, True))
         stack.extend((child, depth + 1, False) for child in _children(node))
+    return counts[id(root)]
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

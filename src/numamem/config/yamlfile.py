@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import yaml
 
+from numamem.config.checks import ValueChecks, check_value
 from numamem.config.flags import YAML_KEYS, apply_value
 from numamem.config.kubelet_fields import API_GROUP, KIND, KUBELET_FIELDS
 from numamem.config.model import Config
@@ -21,10 +22,11 @@ from numamem.config.yamlbounds import compose_bounded, construct, read_bounded
 from numamem.errors import PATH_QUOTE_BYTES, ConfigError, quote
 
 
-def apply_yaml(cfg: Config, path: str) -> Config:
-    """Apply the kubelet-style fields of a YAML file; unknown fields are errors, each naming
-    the field, the file and its line. Logs nothing (it runs before logging is configured):
-    the kubelet fields numamem ignores are in ``Config.ignored_kubelet_fields``."""
+def apply_yaml(cfg: Config, path: str, checks: ValueChecks | None = None) -> Config:
+    """Apply the kubelet-style fields of a YAML file; unknown fields and values ``checks``
+    refuse are errors, each naming the field, the file and its line. Logs nothing (it runs
+    before logging is configured): the kubelet fields numamem ignores are in
+    ``Config.ignored_kubelet_fields``."""
     named = f"--config {quote(path, limit=PATH_QUOTE_BYTES)}"
     try:
         text = read_bounded(path, named)
@@ -67,6 +69,7 @@ def apply_yaml(cfg: Config, path: str) -> Config:
             cfg = replace(cfg, feature_gates=merge_feature_gates(cfg.feature_gates, settings))
             continue
         cfg = apply_value(cfg, f, value, where)
+        check_value(checks or {}, f.attr, getattr(cfg, f.attr, None), where)
     return replace(cfg, ignored_kubelet_fields=tuple(ignored)) if ignored else cfg
 
 

@@ -12,11 +12,12 @@ Concurrency and durability:
   Readers take the current committed state without any lock, so a Range
   callback can read the cache freely.
 * Writers serialise on one mutation lock, compute the new state copy-on-write
-  from the latest *pending* state (which includes writes not yet durable),
-  and then wait until a checkpoint containing their change is on disk (group
-  commit): the first waiting writer writes the newest pending state for every
-  writer queued so far, so under load one fsync covers many operations. Only
-  then is the write acknowledged and visible to readers.
+  (:mod:`numamem.metacache.state`) from the latest *pending* state (which
+  includes writes not yet durable), and then wait until a checkpoint
+  containing their change is on disk (group commit,
+  :mod:`numamem.metacache.commit`): the first waiting writer writes the newest
+  pending state for every writer queued so far, so under load one fsync covers
+  many operations. Only then is the write acknowledged and visible to readers.
 * If a checkpoint write fails, every pending change is dropped, all waiting
   writers fail with :class:`~numamem.errors.PersistenceError`, and memory is
   the last durable state again (katalyst keeps the in-memory change; numamem
@@ -43,171 +44,21 @@ writes the whole one-file checkpoint per commit instead (katalyst's way).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import cast
 
-from numamem.errors import (
-    DurabilityUnknownError,
-    FailedPreconditionError,
-    LimitExceededError,
-    NotFoundError,
-    PersistenceError,
-    quote,
-)
+from numamem.errors import FailedPreconditionError, LimitExceededError, NotFoundError, quote
+from numamem.metacache.commit import GroupCommit
+from numamem.metacache.state import ContainerRef, Persister, State, Work
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo
 
-PodEntries = Mapping[str, Mapping[str, ContainerInfo]]
-ContainerRef = tuple[str, str]
+__all__ = ["MetaCache", "Persister", "State"]
 
 
-@dataclass(frozen=True)
-class State:
-    """One immutable version of the cache. Values inside are never mutated either."""
-
-    pods: dict[str, dict[str, ContainerInfo]] = field(default_factory=dict)
-    pools: dict[str, PoolInfo] = field(default_factory=dict)
-    regions: dict[str, RegionInfo] = field(default_factory=dict)
-    created: dict[ContainerRef, int] = field(default_factory=dict, compare=False)
-    """Create timestamps (Unix ns) of containers added since start; in memory only, as
-    katalyst keeps them, but part of each version so that a dropped change drops them too."""
-    _entries: int = field(default=-1, init=False, compare=False, repr=False)
-    """entry_count() memoised; a writer's :class:`_Work` sets it from the base's count."""
-    _bytes: int = field(default=-1, init=False, compare=False, repr=False)
-    """byte_count() memoised, likewise."""
-
-    def entry_count(self) -> int:
-        """Containers + pools + regions (O(1) for states made by writers)."""
-        if self._entries < 0:
-            count = sum(len(c) for c in self.pods.values()) + len(self.pools) + len(self.regions)
-            object.__setattr__(self, "_entries", count)
-        return self._entries
-
-    def byte_count(self) -> int:
-        """The bytes of every entry's JSON (what the snapshot holds), O(1) for states made by
-        writers: the base's count plus the pods, pools and regions they touched."""
-        if self._bytes < 0:
-            total = sum(_json_bytes(c) for c in self.pods.values())
-            total += _json_bytes(self.pools) + _json_bytes(self.regions)
-            object.__setattr__(self, "_bytes", total)
-        return self._bytes
-
-
-def _json_bytes(entries: Mapping[str, ContainerInfo | PoolInfo | RegionInfo] | None) -> int:
-    """The bytes of the entries' JSON fragments (a pod's containers, the pools, the regions)."""
-    return sum(info.fragment_bytes() for info in (entries or {}).values())
-
-
-class Persister(Protocol):
-    def save(self, state: State, pods: AbstractSet[str] | None = None) -> None:
-        """Write ``state`` durably; raise PersistenceError on failure. ``pods`` are the pod
-        uids changed since the last save (None: unknown), for persisters that write changes."""
-
-
-class _NoPersistence:
-    def save(self, state: State, pods: AbstractSet[str] | None = None) -> None:
-        return None
-
-
-class _Work:
-    """A writer's copy-on-write view of the pending state, used under the mutation lock."""
-
-    def __init__(self, base: State) -> None:
-        self.base = base
-        self.pods = base.pods
-        self.pools = base.pools
-        self.regions = base.regions
-        self.created = base.created
-        self.changed = False
-        self._own_pods: set[str] = set()
-        self._deleted_pods: set[str] = set()
-        self._own_top: set[str] = set()
-
-    def pods_for_write(self) -> dict[str, dict[str, ContainerInfo]]:
-        if "pods" not in self._own_top:
-            self.pods = dict(self.pods)
-            self._own_top.add("pods")
-        return self.pods
-
-    def pod_for_write(self, pod_uid: str) -> dict[str, ContainerInfo]:
-        pods = self.pods_for_write()
-        if pod_uid not in self._own_pods:
-            pods[pod_uid] = dict(pods.get(pod_uid, {}))
-            self._own_pods.add(pod_uid)
-        return pods[pod_uid]
-
-    def delete_pod(self, pod_uid: str) -> None:
-        del self.pods_for_write()[pod_uid]
-        self._deleted_pods.add(pod_uid)
-
-    def created_for_write(self) -> dict[ContainerRef, int]:
-        """The create timestamps, copied on the first change (they are not a change to persist)."""
-        if "created" not in self._own_top:
-            self.created = dict(self.created)
-            self._own_top.add("created")
-            self.changed = True  # published with the change; the checkpoint bytes do not change
-        return self.created
-
-    def pools_for_write(self) -> dict[str, PoolInfo]:
-        if "pools" not in self._own_top:
-            self.pools = dict(self.pools)
-            self._own_top.add("pools")
-        return self.pools
-
-    def regions_for_write(self) -> dict[str, RegionInfo]:
-        if "regions" not in self._own_top:
-            self.regions = dict(self.regions)
-            self._own_top.add("regions")
-        return self.regions
-
-    def touched_pods(self) -> set[str]:
-        return self._own_pods | self._deleted_pods
-
-    def state(self) -> State:
-        """The new state, its entry count derived from the base's and the pods touched."""
-        state = State(self.pods, self.pools, self.regions, self.created)
-        base = self.base
-        delta = sum(
-            len(self.pods.get(p, ())) - len(base.pods.get(p, ()))
-            for p in self._own_pods | self._deleted_pods
-        )
-        delta += len(self.pools) - len(base.pools) + len(self.regions) - len(base.regions)
-        object.__setattr__(state, "_entries", base.entry_count() + delta)
-        grown = sum(
-            _json_bytes(self.pods.get(p)) - _json_bytes(base.pods.get(p))
-            for p in self._own_pods | self._deleted_pods
-        )
-        if self.pools is not base.pools:
-            grown += _json_bytes(self.pools) - _json_bytes(base.pools)
-        if self.regions is not base.regions:
-            grown += _json_bytes(self.regions) - _json_bytes(base.regions)
-        object.__setattr__(state, "_bytes", base.byte_count() + grown)
-        return state
-
-    def changed_entries(self) -> Iterator[tuple[str, ContainerInfo | PoolInfo | RegionInfo]]:
-        """(what, entry) for every entry this change stores anew (a new object)."""
-        base = self.base
-        for uid in self._own_pods:
-            before = base.pods.get(uid, {})
-            for name, info in self.pods.get(uid, {}).items():
-                if before.get(name) is not info:
-                    yield f"container {quote(name)} of pod {quote(uid)}", info
-        for kind, now, was in (
-            ("pool", self.pools, base.pools),
-            ("region", self.regions, base.regions),
-        ):
-            if now is not was:
-                for name, entry in now.items():
-                    if was.get(name) is not entry:
-                        yield f"{kind} {quote(name)}", entry
-
-
-class MetaCache:
+class MetaCache(GroupCommit):
     """See the module docstring. ``clock`` gives Unix nanoseconds (create timestamps)."""
 
     def __init__(
@@ -216,46 +67,19 @@ class MetaCache:
         *,
         initial: State | None = None,
         clock: Callable[[], int] = time.time_ns,
+        monotonic: Callable[[], float] = time.monotonic,
         max_entries: int = 100000,
         max_entry_bytes: int = 256 * 1024,
         max_bytes: int = 256 * 1024 * 1024,
     ) -> None:
-        self._persister = persister or _NoPersistence()
+        super().__init__(persister, initial, monotonic)
         self._clock = clock
         self._max_entries = max_entries
         self._max_entry_bytes = max_entry_bytes
         self._max_bytes = max_bytes
-        self._committed = initial or State()
-        # Guards _pending and _seq. Held only while computing a change.
-        self._mutation = threading.Lock()
-        self._pending = self._committed
-        self._seq = 0
-        self._dirty: set[str] = set()
-        """Pods changed in the pending state since the last commit (what a journal writes)."""
-        # Guards _durable, _failed_upto, _committing, _committed (publication).
-        self._commit = threading.Condition()
-        self._durable = 0
-        self._failed_upto = 0
-        self._committing = False
-        self._unknown_rounds: collections.deque[tuple[int, int, str]] = collections.deque(
-            maxlen=1024
-        )
-        """(first seq - 1, last seq, message) of recent rounds whose durability is unknown."""
-        self._failed_rounds: collections.deque[tuple[int, int, str, bool]] = collections.deque(
-            maxlen=1024
-        )
-        """(first seq - 1, last seq, message, outcome unknown) of recent failed rounds: each
-        writer learns its own round's outcome, however many rounds failed since."""
         self._walking = threading.local()
-        self.commits = 0
 
     # --- reading (lock-free on the committed state) ---------------------------
-
-    @property
-    def writer_lock(self) -> threading.Lock:
-        """The lock a writer holds while it computes a change. Only for a liveness probe:
-        acquire it with a timeout, release it at once, call nothing inside."""
-        return self._mutation
 
     def state(self) -> State:
         """The current committed state (immutable)."""
@@ -320,14 +144,14 @@ class MetaCache:
 
     # --- writing ----------------------------------------------------------------
 
-    def _mutate(self, change: Callable[[_Work], object]) -> object:
+    def _mutate(self, change: Callable[[Work], object]) -> object:
         """Apply ``change`` copy-on-write to the pending state; wait until it is durable."""
         if getattr(self._walking, "active", False):
             raise FailedPreconditionError(
                 "a Range callback may read the metacache but not write through it (decision D7)"
             )
         with self._mutation:
-            work = _Work(self._pending)
+            work = Work(self._pending)
             result = change(work)
             if work.changed:
                 state = work.state()
@@ -339,7 +163,7 @@ class MetaCache:
         self._wait_durable(target)
         return result
 
-    def _check_limits(self, work: _Work, state: State) -> None:
+    def _check_limits(self, work: Work, state: State) -> None:
         """Refuse a change that grows the cache past a limit (a state already past one, under
         limits lowered since, may still shrink or change in place)."""
         if (
@@ -364,95 +188,6 @@ class MetaCache:
                 f"--max-metacache-bytes {self._max_bytes}; delete entries first"
             )
 
-    def _wait_durable(self, target: int) -> None:
-        """Return once a checkpoint holds change ``target``; commit it ourselves if nobody is."""
-        while True:
-            with self._commit:
-                while self._committing and self._durable < target and self._failed_upto < target:
-                    self._commit.wait()
-                if self._durable >= target:
-                    for low, high, message in self._unknown_rounds:
-                        if low < target <= high:
-                            raise DurabilityUnknownError(message)
-                    return
-                if self._failed_upto >= target:
-                    raise self._failure_of(target)
-                self._committing = True
-            # This thread writes everything pending so far: one fsync for every queued writer.
-            with self._mutation:
-                state, seq, dirty = self._pending, self._seq, self._dirty
-                self._dirty = set()
-            error: PersistenceError | None = None
-            saved = False
-            try:
-                try:
-                    self._persister.save(state, dirty)
-                except PersistenceError as err:
-                    error = err
-                except Exception as err:  # noqa: BLE001 - any failure ends the round
-                    # Not the persister's contract: what reached the disk is unknown, so the
-                    # change is not applied and its pods are written again with the next one.
-                    error = DurabilityUnknownError(
-                        f"the metacache persister failed unexpectedly: {quote(repr(err), style='bare')}; the outcome is "
-                        "unknown",
-                        applied=False,
-                    )
-                saved = True
-            finally:
-                # Whatever happened (even an interrupt), the round ends and its writers learn
-                # it: nobody waits for a committer that is gone.
-                self._finish_round(state, seq, dirty, error if saved else None, saved)
-
-    def _finish_round(
-        self,
-        state: State,
-        seq: int,
-        dirty: set[str],
-        error: PersistenceError | None,
-        saved: bool,
-    ) -> None:
-        with self._mutation, self._commit:
-            applied = saved and (
-                error is None or (isinstance(error, DurabilityUnknownError) and error.applied)
-            )
-            if applied:
-                # On disk (durably, or of unknown durability): a restart reads this state, so
-                # memory follows it; the writers of this round learn the outcome.
-                if error is not None:
-                    self._unknown_rounds.append((self._durable, seq, str(error)))
-                self._durable = seq
-                self._committed = state
-                self.commits += 1
-            else:
-                # Memory goes back to the last durable state: every pending change is dropped,
-                # including those queued after this snapshot (they were built on top of it).
-                if error is None:
-                    error = DurabilityUnknownError(
-                        "the metacache commit was interrupted; what reached the disk is unknown",
-                        applied=False,
-                    )
-                unknown = isinstance(error, DurabilityUnknownError)
-                message = f"{error}; pending metacache changes were dropped"
-                low = max(self._durable, self._failed_upto)
-                self._failed_rounds.append((low, self._seq, message, unknown))
-                self._failed_upto = self._seq
-                self._pending = self._committed
-                self._dirty = dirty | self._dirty if unknown else set()
-            self._committing = False
-            self._commit.notify_all()
-
-    def _failure_of(self, target: int) -> PersistenceError:
-        """What the writer of change ``target`` learns of the failed round that dropped it."""
-        for low, high, message, unknown in reversed(self._failed_rounds):
-            if low < target <= high:
-                if unknown:
-                    return DurabilityUnknownError(message, applied=False)
-                return PersistenceError(message)
-        return DurabilityUnknownError(
-            "the metacache commit of this change failed; its outcome is no longer known",
-            applied=False,
-        )
-
     # containers
 
     def add_container(self, pod_uid: str, container_name: str, info: ContainerInfo | None) -> None:
@@ -464,7 +199,7 @@ class MetaCache:
         memory and disk stay equal).
         """
 
-        def change(w: _Work) -> None:
+        def change(w: Work) -> None:
             existing = w.pods.get(pod_uid, {}).get(container_name)
             if existing is not None:
                 if info is not None:
@@ -487,7 +222,7 @@ class MetaCache:
     def set_container_info(self, pod_uid: str, container_name: str, info: ContainerInfo) -> None:
         """``SetContainerInfo``: replace; no write when the value is unchanged."""
 
-        def change(w: _Work) -> None:
+        def change(w: Work) -> None:
             current = w.pods.get(pod_uid, {}).get(container_name)
             if current is not None and current.fragment() == info.fragment():
                 return
@@ -499,7 +234,7 @@ class MetaCache:
     def delete_container(self, pod_uid: str, container_name: str) -> bool:
         """``DeleteContainer``; the pod goes with its last container. Returns whether it existed."""
 
-        def change(w: _Work) -> bool:
+        def change(w: Work) -> bool:
             if (pod_uid, container_name) in w.created:
                 del w.created_for_write()[(pod_uid, container_name)]
             if container_name not in w.pods.get(pod_uid, {}):
@@ -516,7 +251,7 @@ class MetaCache:
     def remove_pod(self, pod_uid: str) -> bool:
         """``RemovePod``: idempotent; returns whether the pod existed."""
 
-        def change(w: _Work) -> bool:
+        def change(w: Work) -> bool:
             pod = w.pods.get(pod_uid)
             if pod is None:
                 return False
@@ -533,7 +268,7 @@ class MetaCache:
     ) -> list[ContainerRef]:
         """``RangeAndDeleteContainer``: containers created after ``safe_time`` (> 0) are protected."""
 
-        def change(w: _Work) -> list[ContainerRef]:
+        def change(w: Work) -> list[ContainerRef]:
             deleted: list[ContainerRef] = []
             with self._walk():
                 for pod_uid in list(w.pods):
@@ -558,7 +293,7 @@ class MetaCache:
     def range_and_update_container(self, f: Callable[[str, str, ContainerInfo], bool]) -> None:
         """``RangeAndUpdateContainer``: ``f`` changes the object in place; False stops the walk (D2)."""
 
-        def change(w: _Work) -> None:
+        def change(w: Work) -> None:
             with self._walk():
                 for pod_uid in list(w.pods):
                     for name, info in list(w.pods[pod_uid].items()):
@@ -579,7 +314,7 @@ class MetaCache:
         """Apply every update or none (one checkpoint write). A missing container is NOT_FOUND."""
         batch = list(updates)
 
-        def change(w: _Work) -> None:
+        def change(w: Work) -> None:
             staged: dict[ContainerRef, ContainerInfo] = {}
             for pod_uid, name, apply in batch:
                 current = staged.get((pod_uid, name)) or w.pods.get(pod_uid, {}).get(name)
@@ -600,7 +335,7 @@ class MetaCache:
     # pools
 
     def set_pool_info(self, pool_name: str, info: PoolInfo) -> None:
-        def change(w: _Work) -> None:
+        def change(w: Work) -> None:
             current = w.pools.get(pool_name)
             if current is not None and current.fragment() == info.fragment():
                 return
@@ -610,7 +345,7 @@ class MetaCache:
         self._mutate(change)
 
     def delete_pool(self, pool_name: str) -> bool:
-        def change(w: _Work) -> bool:
+        def change(w: Work) -> bool:
             if pool_name not in w.pools:
                 return False
             del w.pools_for_write()[pool_name]
@@ -623,7 +358,7 @@ class MetaCache:
         """``GCPoolEntries``: delete every pool not in ``living`` (an empty set deletes all)."""
         keep = set(living)
 
-        def change(w: _Work) -> list[str]:
+        def change(w: Work) -> list[str]:
             dead = sorted(name for name in w.pools if name not in keep)
             if dead:
                 pools = w.pools_for_write()
@@ -640,7 +375,7 @@ class MetaCache:
         """``SetRegionEntries``: replace all regions; writes only when something differs."""
         new = {name: info.clone() for name, info in entries.items()}
 
-        def change(w: _Work) -> None:
+        def change(w: Work) -> None:
             old = w.regions
             same = old.keys() == new.keys() and all(
                 old[k].fragment() == new[k].fragment() for k in new
@@ -652,7 +387,7 @@ class MetaCache:
         self._mutate(change)
 
     def set_region_info(self, region_name: str, info: RegionInfo) -> None:
-        def change(w: _Work) -> None:
+        def change(w: Work) -> None:
             current = w.regions.get(region_name)
             if current is not None and current.fragment() == info.fragment():
                 return

@@ -163,6 +163,12 @@ class JournalPersister:
         self._needs_snapshot = snapshot is None
         return restored.state
 
+    @property
+    def appends_to_found_journal(self) -> bool:
+        """After :meth:`load`: whether :meth:`restored` opens the journal found to append to it
+        (False: it writes a fresh one first). ``numamem serve --check`` asks."""
+        return not self._needs_header
+
     def restored(self) -> None:
         """The daemon starts with the loaded state: remove temp files, drop a torn last record,
         create missing files, open the journal and start the compactor."""
