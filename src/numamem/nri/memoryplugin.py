@@ -262,8 +262,8 @@ class MemoryPlugin(Handler):
             entry, newest = record.removed(container.id)
             if entry is None or not newest:
                 return  # unknown, or an older instance: its name's memory is the newest's
-            if entry.pin in (Pin.RELEASED, Pin.LEFT_ALONE):
-                return
+            if entry.pin is Pin.RELEASED or (entry.pin is Pin.LEFT_ALONE and not entry.id_recorded):
+                return  # nothing held: no blocks, no id (an admitted one without blocks has its id)
         self._release(
             "RemoveContainer", mm.RemoveContainerRequest(container_id=container.id), budget
         )
