@@ -88,6 +88,22 @@ class MemoryPlugin(Handler):
         with self.state.lock:
             return dict(self.state.counts)
 
+    def status(self) -> dict[str, object]:
+        """For the status socket: the daemon's socket, whether it answered the plugin's last
+        call, and the counts (read without waiting long for a lock a slow call holds)."""
+        state = self.state
+        counts: dict[str, int] | None = None
+        if state.lock.acquire(timeout=0.2):
+            try:
+                counts = dict(state.counts)
+            finally:
+                state.lock.release()
+        return {
+            "daemon_socket": state.daemon.socket,
+            "daemon_reachable": not state.daemon.unreachable.is_set(),
+            "counts": counts,
+        }
+
     # --- configuration and synchronization ------------------------------------------------
 
     def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
