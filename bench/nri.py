@@ -38,6 +38,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.client import NumamemClient
+from numamem.nri.handler import CallContext, Handler
+from numamem.nri.plugin import Plugin
+from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.nri_runtime import ScriptedRuntime
@@ -54,6 +57,7 @@ STATIC = [
     "--eviction-hard=memory.available<100Mi",
 ]
 MIB = 1 << 20
+REPO = Path(__file__).resolve().parent.parent
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -154,8 +158,10 @@ def harness_unavailable() -> str | None:
 
 
 def through_containerd(root: Path, pods: int) -> dict[str, Any]:
-    """CRI CreateContainer+StartContainer seconds with (``with``) and without (``without``) the
-    plugin, the plugin's own handling seconds (``handling``) and the build; or ``skipped``."""
+    """CRI CreateContainer+StartContainer seconds on containerd ``with`` numamem nri, with a
+    ``null`` plugin (answers every CreateContainer at once with the same ``cpuset.mems``: the
+    cost of NRI itself) and ``without`` a plugin; the plugin's own handling seconds
+    (``handling``), a direct Admit per round (``admit``) and the build; or ``skipped``."""
     why = harness_unavailable()
     if why is not None:
         return {"skipped": why}
@@ -175,31 +181,39 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
         [*STATIC, "--sysfs-root", "/sys", "--cgroup-root", "/sys/fs/cgroup",
          "--log-level", "warning"],
     ).start(timeout=60)  # fmt: skip
-    instances = {"with": Containerd(dist), "without": Containerd(dist)}
+    names = ("with", "null", "without")
+    instances = {name: Containerd(dist) for name in names}
     log = root / "plugin.log"
-    plugin: subprocess.Popen[bytes] | None = None
-    samples: dict[str, Any] = {"with": [], "without": [], "build": dist.describe()}
+    plugins: list[subprocess.Popen[bytes]] = []
+    samples: dict[str, Any] = {name: [] for name in (*names, "admit")}
+    samples["build"] = dist.describe()
     try:
         for inst in instances.values():
             inst.start()
             inst.import_images()
-        with log.open("wb") as err:
-            plugin = subprocess.Popen(
-                plugin_command(instances["with"].layout.nri_socket, daemon.socket, "debug"),
-                stdout=subprocess.DEVNULL,
-                stderr=err,
+        with log.open("wb") as err, (root / "null.log").open("wb") as null_err:
+            nri_socket = instances["with"].layout.nri_socket
+            plugins.append(
+                subprocess.Popen(
+                    plugin_command(nri_socket, daemon.socket, "debug"),
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                )
             )
-        deadline = time.monotonic() + 60
-        while "NRI plugin registered" not in log.read_text(errors="replace"):
-            if time.monotonic() > deadline or plugin.poll() is not None:
-                raise RuntimeError(f"numamem nri did not register:\n{log.read_text()[-2000:]}")
-            time.sleep(0.05)
+            null = ["-m", "bench.nri", "--null-plugin", str(instances["null"].layout.nri_socket)]
+            plugins.append(
+                subprocess.Popen(
+                    [sys.executable, *null], stdout=subprocess.DEVNULL, stderr=null_err, cwd=REPO
+                )
+            )
+        for path in (log, root / "null.log"):
+            _wait_registered(path, plugins)
         kubelets = {name: Kubelet(inst) for name, inst in instances.items()}
-        samples["admit"] = []
         res = {"cpu": "250m", "memory": "64Mi"}
         with NumamemClient(daemon.socket, timeout=10) as client:
             for i in range(-WARMUP, pods):
-                for name in ("with", "without") if i % 2 == 0 else ("without", "with"):
+                for k in range(len(names)):  # each instance first in turn
+                    name = names[(i + k) % len(names)]
                     spec = PodSpec.of(QOSClass.GUARANTEED, f"bench-{name}-{i + WARMUP}", 64 * MIB)
                     running = kubelets[name].run_pod(spec)
                     if i >= 0:
@@ -215,7 +229,7 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
                 _timed(keep, lambda: client.admit(direct, container_ids=ids))  # noqa: B023
                 client.release_pod(direct.uid)
     finally:
-        if plugin is not None:
+        for plugin in plugins:
             _stop(plugin)
         for inst in instances.values():
             inst.cleanup()
@@ -227,6 +241,39 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
     ]
     samples["handling"] = handled[WARMUP:]
     return samples
+
+
+def _wait_registered(log: Path, plugins: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + 60
+    while "NRI plugin registered" not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in plugins):
+            raise RuntimeError(f"an NRI plugin did not register:\n{log.read_text()[-2000:]}")
+        time.sleep(0.05)
+
+
+class NullHandler(Handler):
+    """The null plugin: answers CreateContainer at once with ``cpuset.mems`` "0" (what
+    numamem answers on a one-node machine), so containerd does the same work but numamem's."""
+
+    def create_container(
+        self, req: api.CreateContainerRequest, ctx: CallContext
+    ) -> api.CreateContainerResponse:
+        response = api.CreateContainerResponse()
+        response.adjust.linux.resources.cpu.mems = "0"
+        return response
+
+
+def null_plugin(nri_socket: str) -> int:
+    """``python -m bench.nri --null-plugin SOCKET``: the null plugin until SIGTERM."""
+    import signal
+
+    from numamem import logging as nlog
+
+    nlog.configure("info", "json", stream=sys.stderr, cache=False)
+    plugin = Plugin(NullHandler(), name="null", idx="50", socket_path=nri_socket)
+    signal.signal(signal.SIGTERM, lambda *_: plugin.stop())
+    plugin.run()
+    return 0
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
@@ -245,18 +292,19 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def breakdown(cri: dict[str, Any]) -> dict[str, float]:
-    """Where the p50 difference with the plugin goes, in seconds: the plugin's own handling
-    (of which the daemon's Admit, measured directly in the same rounds) and the rest
-    (containerd's NRI call: marshalling, the ttrpc round trip, applying the adjustment)."""
-    delta = pct(cri["with"], 0.5) - pct(cri["without"], 0.5)
-    handling = pct(cri["handling"], 0.5) if cri["handling"] else 0.0
+    """Where the p50 difference with the plugin goes, in seconds: NRI itself (the null
+    plugin over no plugin: containerd's call, the ttrpc round trip, a Python plugin's
+    framing, applying the adjustment) and numamem's own work (numamem nri over the null
+    plugin), beside the plugin's own handling (its log) and a direct Admit (same rounds)."""
+    p50 = {name: pct(cri[name], 0.5) for name in ("with", "null", "without")}
     paired = [w - wo for w, wo in zip(cri["with"], cri["without"], strict=True)]
     return {
-        "delta": delta,
+        "delta": p50["with"] - p50["without"],
         "paired": pct(paired, 0.5),
-        "handling": handling,
+        "nri": p50["null"] - p50["without"],
+        "numamem": p50["with"] - p50["null"],
+        "handling": pct(cri["handling"], 0.5) if cri["handling"] else 0.0,
         "admit": pct(cri["admit"], 0.5),
-        "runtime_rest": delta - handling,
     }
 
 
@@ -284,24 +332,31 @@ def phase(r: Any, root: Path, pods: int) -> None:
         print(f"  CRI through the real containerd: skipped: {cri['skipped']}", flush=True)
         return
     print(f"  {cri['build']}", flush=True)
-    for name in ("without", "with"):
+    for name, label in (
+        ("without", "without a plugin"),
+        ("null", "with a plugin that does nothing"),
+        ("with", "with numamem nri"),
+    ):
         p50, p90 = pct(cri[name], 0.5), pct(cri[name], 0.9)
         r.value(f"nri_cri_{name}_p50_ms",
-                f"  CRI CreateContainer+StartContainer, containerd 2.x {name} the plugin, p50",
+                f"  CRI CreateContainer+StartContainer, containerd 2.x {label}, p50",
                 p50 * 1e3, "ms", f"p90 {p90 * 1e3:.3f} ms")  # fmt: skip
     for q, name in ((0.5, "p50"), (0.9, "p90")):
         ratio = pct(cri["with"], q) / pct(cri["without"], q)
         note = f"(target <= {TARGET:g})" if name == "p50" else ""
-        r.value(f"nri_cri_ratio_{name}", f"  CRI with / without the plugin, {name}", ratio, "",
+        r.value(f"nri_cri_ratio_{name}", f"  CRI with numamem nri / without, {name}", ratio, "",
                 note)  # fmt: skip
+    r.value("nri_cri_null_ratio_p50", "  CRI with a plugin that does nothing / without, p50",
+            pct(cri["null"], 0.5) / pct(cri["without"], 0.5), "")  # fmt: skip
     parts = breakdown(cri)
     r.figures["nri_cri_breakdown_ms"] = {k: v * 1e3 for k, v in parts.items()}
     for key, label in (
-        ("delta", "p50 difference with the plugin"),
-        ("paired", "median of the rounds' differences (the same round's two pods)"),
-        ("handling", "of which the plugin's own handling (its log, p50)"),
+        ("delta", "p50 difference with numamem nri"),
+        ("paired", "median of the rounds' differences (the same round's pods)"),
+        ("nri", "NRI itself: a plugin that does nothing over none"),
+        ("numamem", "numamem's work: numamem nri over the null plugin"),
+        ("handling", "  numamem nri's own handling (its log, p50)"),
         ("admit", "  the daemon's Admit with the id, direct, same rounds (p50)"),
-        ("runtime_rest", "rest: containerd's NRI call and applying the adjustment"),
     ):
         r.value(f"nri_cri_{key}_ms", f"    {label}", parts[key] * 1e3, "ms")
 
@@ -318,6 +373,8 @@ class _Printed:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--null-plugin"]:
+        return null_plugin(argv[1])
     pods = int(argv[0]) if argv else 40
     with tempfile.TemporaryDirectory(prefix="nmnri-", dir="/tmp") as root:
         phase(_Printed(), Path(root), pods)

@@ -67,24 +67,21 @@ def test_an_unknown_bound_is_refused() -> None:
 
 def test_the_nri_phases_breakdown_splits_the_difference_by_where_it_was_measured() -> None:
     """bench.nri: the p50 difference with the plugin, the median of the rounds' paired
-    differences, the plugin's own handling (its log) and the remainder (containerd's side)."""
+    differences, NRI's own share (the null plugin), numamem's, its handling and Admit."""
     from bench import nri
 
     ms = 1e-3
     cri = {
         "with": [55 * ms, 60 * ms, 70 * ms],
+        "null": [52 * ms, 59 * ms, 60 * ms],
         "without": [50 * ms, 58 * ms, 62 * ms],
         "handling": [3 * ms, 4 * ms, 5 * ms],
         "admit": [2 * ms, 3 * ms, 3 * ms],
     }
     parts = {k: round(v / ms, 6) for k, v in nri.breakdown(cri).items()}
     assert parts == {
-        "delta": 2.0,
-        "paired": 5.0,
-        "handling": 4.0,
-        "admit": 3.0,
-        "runtime_rest": -2.0,
-    }
+        "delta": 2.0, "paired": 5.0, "nri": 1.0, "numamem": 1.0, "handling": 4.0, "admit": 3.0
+    }  # fmt: skip
 
 
 def test_the_nri_phase_runs_its_scripted_part(short_root: Path) -> None:
