@@ -105,7 +105,10 @@ def _admit(
     if not reply.admitted:
         text = rejection_message(record, entry, reply, settings.topology_manager_policy)
         return reject(state, record, entry, container.id, text)
-    ids_recorded(record, pod, [entry])
+    if reply.container_ids_recorded:
+        ids_recorded(record, pod, [entry])
+    else:  # a daemon older than Admit's container_ids: AddContainer records the id
+        add_container(state, record, pod, entry, budget)
     admission = next((c for c in reply.containers if c.container_name == entry.name), None)
     nodes = block_nodes(admission.blocks) if admission is not None else ()
     if not nodes:
