@@ -33,7 +33,7 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench import bounds, cli_start, hard_paths, large_numa, readme, targets
+from bench import bounds, cli_start, hard_paths, large_numa, nri, readme, targets
 from numamem.api.convert import hints_to_proto
 from numamem.checkpoint.filestore import atomic_write
 from numamem.checkpoint.mmstore import KubeletStateStore
@@ -91,6 +91,7 @@ class Scale:
     target_iterations: int = 2000
     compactions: int = 6
     cli_runs: int = 30
+    nri_pods: int = 40
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -831,13 +832,14 @@ def main() -> int:
             target_iterations=200,
             compactions=1,
             cli_runs=5,
+            nri_pods=5,
         )
         if args.quick
         else Scale()
     )
     phases = [
         "memory", "targets", "hints", "numa", "hard", "metacache", "podresources", "startup",
-        "metrics", "cli",
+        "metrics", "cli", "nri",
     ]  # fmt: skip
     chosen = args.only or phases
     root = Path(tempfile.mkdtemp(prefix="nmbench-", dir="/tmp"))
@@ -872,6 +874,8 @@ def main() -> int:
             metrics_phase(report, root, s)
         if "cli" in chosen:
             cli_start.phase(report, root, s.cli_runs)
+        if "nri" in chosen:
+            nri.phase(report, root, s.nri_pods)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report.figures["bench_seconds"] = time.perf_counter() - began

@@ -74,6 +74,22 @@ def numamem_container(daemonset: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
+def nri_container(daemonset: dict[str, Any]) -> dict[str, Any]:
+    """The NRI plugin's container (``numamem nri``, external mode)."""
+    [container] = [
+        c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "numamem-nri"
+    ]
+    return container
+
+
+def cli_args(argv: list[str]) -> argparse.Namespace:
+    """``numamem ARGV`` as the numamem command parses it (its own parser: a flag it does not
+    know, or a bad value, fails the test as it would fail the container)."""
+    from numamem.cli.main import build_parser
+
+    return build_parser(argv[0], listed=False).parse_args(argv)
+
+
 def probe_command(container: dict[str, Any], probe: str) -> list[str]:
     command: list[str] = container[probe]["exec"]["command"]
     return command

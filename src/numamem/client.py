@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -219,9 +219,14 @@ class NumamemClient:
         pod: memorymanager_pb2.Pod,
         request_id: str | None = None,
         other_providers: Sequence[memorymanager_pb2.ProviderHints] = (),
+        container_ids: Mapping[str, str] | None = None,
     ) -> memorymanager_pb2.AdmitResponse:
-        """Admit ``pod``; ``other_providers`` are other hint providers' hints to merge with."""
-        req = memorymanager_pb2.AdmitRequest(pod=pod, other_providers=other_providers)
+        """Admit ``pod``; ``other_providers`` are other hint providers' hints to merge with;
+        ``container_ids`` (name -> runtime id) are recorded with an admitted pod in the same
+        write, as AddContainer of each would record them."""
+        req = memorymanager_pb2.AdmitRequest(
+            pod=pod, other_providers=other_providers, container_ids=container_ids or {}
+        )
         return self.call(self.memory.Admit, req, request_id)
 
     def explain(

@@ -1,23 +1,31 @@
 """deploy/ against the real daemon: the example configuration serves, and the DaemonSet's exec
-probe command (`numamem health`) tells SERVING from NOT_SERVING and from a dead daemon."""
+probe command (`numamem health`) tells SERVING from NOT_SERVING and from a dead daemon; the
+plugin container's command runs against the scripted runtime and its probe (`numamem
+nri-status`) tells a registered plugin from one that is not, or is gone."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2
 
 from numamem.testing.daemon import DaemonProcess, fake_machine_args
+from numamem.testing.nri_runtime import ScriptedRuntime
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from tests.deploy_manifests import (
+    cli_args,
     daemonset_docs,
     deploy_file,
     exec_start_args,
+    nri_container,
     numamem_container,
     probe_command,
     systemd_unit,
@@ -107,3 +115,89 @@ def test_the_units_exec_start_pre_passes_the_shipped_config_and_refuses_a_bad_on
     assert "determined by Node Allocatable feature" in refused.stderr
     started = run(unit_command("ExecStart", short_root, bad))
     assert (started.returncode, started.stderr) == (1, refused.stderr)
+
+
+# --- the NRI plugin's container ----------------------------------------------------------------
+
+
+def test_the_nri_containers_command_and_probes_against_a_real_plugin(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """The DaemonSet's `numamem nri` command line (its paths this test's), connected to the
+    scripted runtime: the probe fails while the runtime is not there (saying why), passes
+    once the plugin registered, fails when the runtime dropped it, passes again after its
+    reconnection, and fails once the plugin is gone (its status socket removed)."""
+    sysfs = write_sysfs(short_root / "sys", standard_nodes(2))
+    daemon = DaemonProcess(
+        short_root, ["--sysfs-root", str(sysfs), "--config", str(deploy_file("numamem.yaml"))]
+    )
+    daemon_factory.append(daemon)
+    daemon.start()
+    plugin_container = nri_container(daemonset_docs()["DaemonSet"])
+    args = cli_args(plugin_container["args"])
+    status_socket = short_root / "nri-status.sock"
+    runtime = ScriptedRuntime(short_root / "nri.sock", runtime_name="containerd")
+    paths = {
+        args.socket: daemon.socket,
+        args.nri_socket: str(runtime.socket_path),
+        args.status_socket: str(status_socket),
+    }
+    argv = [
+        next((a.replace(k, v) for k, v in paths.items() if a.endswith("=" + k)), a)
+        for a in plugin_container["args"]
+    ]
+    assert len(set(argv) - set(plugin_container["args"])) == 3  # each path replaced
+    log = short_root / "nri.log"
+    with log.open("wb") as err:
+        plugin = subprocess.Popen(
+            [sys.executable, "-m", "numamem", *argv], stdout=subprocess.DEVNULL, stderr=err
+        )
+
+    def probe(name: str = "livenessProbe") -> subprocess.CompletedProcess[str]:
+        command = probe_command(plugin_container, name)
+        return run_probe([c.replace(args.status_socket, str(status_socket)) for c in command], "")
+
+    def wait_probe(returncode: int) -> subprocess.CompletedProcess[str]:
+        """The probe until it exits ``returncode`` (a bound against hanging, 30 s)."""
+        deadline = time.monotonic() + 30
+        while (result := probe()).returncode != returncode:
+            assert time.monotonic() < deadline, (result, log.read_text())
+            time.sleep(0.1)
+        return result
+
+    try:
+        down = wait_probe(1)  # nothing listens yet
+        deadline = time.monotonic() + 30
+        while "not registered" not in (down := probe()).stderr:  # the plugin's own answer
+            assert time.monotonic() < deadline, (down, log.read_text())
+            time.sleep(0.1)
+        assert "NRI runtime not reachable on" in down.stderr
+        assert json.loads(down.stdout)["registered"] is False
+
+        runtime.start()
+        runtime.accept().configure()
+        for name in ("startupProbe", "livenessProbe"):
+            up = probe(name)
+            assert up.returncode == 0, up
+            status = json.loads(up.stdout)
+            assert (status["registered"], status["sessions"]) == (True, 1)
+            assert status["runtime"] == "containerd v0"
+            assert status["daemon_socket"] == daemon.socket
+
+        runtime.stop()  # containerd restarts: external plugins are dropped ...
+        dropped = wait_probe(1)
+        assert "the runtime closed the connection" in dropped.stderr
+        runtime.start()
+        runtime.accept().configure()  # ... and it reconnects
+        assert json.loads(wait_probe(0).stdout)["sessions"] == 2
+
+        plugin.send_signal(signal.SIGTERM)
+        assert plugin.wait(30) == 0
+        gone = probe()
+        assert gone.returncode == 1 and "no numamem nri status on" in gone.stderr
+        assert not status_socket.exists()
+    finally:
+        if plugin.poll() is None:
+            plugin.kill()
+            plugin.wait()
+        runtime.stop()

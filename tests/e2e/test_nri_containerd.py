@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,9 @@ from numamem.testing.daemon import DaemonProcess, short_tmpdir
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import podresources_pb2, podresources_pb2_grpc
 from tests.containerd.cri import CriError, Resources
-from tests.containerd.instance import Containerd
+from tests.containerd.instance import Containerd, Distribution
 from tests.containerd.kubelet import ContainerSpec, Kubelet, PodSpec, memory_capacity
-from tests.daemon import STATIC_ARGS
+from tests.daemon import REPO, STATIC_ARGS
 
 pytestmark = [pytest.mark.containerd, pytest.mark.e2e]
 
@@ -121,6 +122,14 @@ def numamem(containerd: Containerd) -> Iterator[Numamem]:
         daemon.kill()
 
 
+def podresources_names(nm: Numamem) -> set[tuple[str, str]]:
+    with grpc.insecure_channel(f"unix://{nm.root / 'podresources.sock'}") as channel:
+        listed = podresources_pb2_grpc.PodResourcesListerStub(channel).List(
+            podresources_pb2.ListPodResourcesRequest(), timeout=10
+        )
+    return {(p.namespace, p.name) for p in listed.pod_resources}
+
+
 def guaranteed(name: str, memory: int, *inits: ContainerSpec) -> PodSpec:
     return PodSpec(name, (ContainerSpec.guaranteed("app", 250, memory),), init_containers=inits)
 
@@ -156,9 +165,15 @@ def test_pods_are_pinned_rejected_and_resized_through_the_real_runtime(
         listed = podresources_pb2_grpc.PodResourcesListerStub(channel).List(
             podresources_pb2.ListPodResourcesRequest(), timeout=10
         )
+        got = podresources_pb2_grpc.PodResourcesListerStub(channel).Get(
+            podresources_pb2.GetPodResourcesRequest(pod_name="web", pod_namespace="default"),
+            timeout=10,
+        )
+    # Named from the sandbox's real names (what NFD and the merge with the kubelet key on).
     [entry] = [p for p in listed.pod_resources if p.name == "web"]
     assert entry.namespace == "default"
     assert [m.size for c in entry.containers if c.name == "app" for m in c.memory] == [64 * MIB]
+    assert (got.pod_resources.namespace, got.pod_resources.name) == ("default", "web")
     wait_until(
         lambda: any(r.status == mm.RESIDENCY_MEASURED for r in nm.client.get_residency(pod.uid)),
         "a residency measurement of the app container",
@@ -237,5 +252,32 @@ def test_daemon_sigkill_and_runtime_restart_lose_nothing(
     machine, entries = state_from_proto(nm.client.get_state())
     assert violations(machine, entries) == []
     assert set(entries) == {a.uid, c.uid}
+    assert podresources_names(nm) == {("default", "a"), ("default", "c")}  # kept across the kill
     assert nm.plugin is not None and nm.plugin.poll() is None  # never crashed
     assert "Traceback" not in nm.plugin_log()
+
+
+def readme_nri_stanza() -> dict[str, object]:
+    """The containerd 1.7 stanza README.md gives (its TOML block after "containerd **1.7**")."""
+    text = (REPO / "README.md").read_text()
+    after = text.split("containerd **1.7** needs", 1)[1]
+    block = after.split("```toml\n", 1)[1].split("```", 1)[0]
+    section: dict[str, object] = tomllib.loads(block)["plugins"]["io.containerd.nri.v1.nri"]
+    return section
+
+
+def test_the_readmes_nri_stanza_is_this_containerds_default_with_nri_enabled(
+    containerd_dist: Distribution,
+) -> None:
+    """1.7: the README's stanza is the build's own default section (same keys and values)
+    with NRI enabled; 2.x: NRI is on in its default, so it needs none."""
+    out = subprocess.run(
+        [str(containerd_dist.bin / "containerd"), "config", "default"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    default = tomllib.loads(out)["plugins"]["io.containerd.nri.v1.nri"]
+    if containerd_dist.major < 2:
+        assert default["disable"] is True
+        assert readme_nri_stanza() == {**default, "disable": False}
+    else:
+        assert default["disable"] is False

@@ -63,3 +63,32 @@ def test_no_real_admit_is_refused() -> None:
 def test_an_unknown_bound_is_refused() -> None:
     with pytest.raises(SystemExit, match="NUMAMEM_BENCH_BOUND='fast': use one of noop, write"):
         bounds.install("fast", Path("/nonexistent"))
+
+
+def test_the_nri_phases_breakdown_splits_the_difference_by_where_it_was_measured() -> None:
+    """bench.nri: the p50 difference with the plugin, the median of the rounds' paired
+    differences, NRI's own share (the null plugin), numamem's, its handling and Admit."""
+    from bench import nri
+
+    ms = 1e-3
+    cri = {
+        "with": [55 * ms, 60 * ms, 70 * ms],
+        "null": [52 * ms, 59 * ms, 60 * ms],
+        "without": [50 * ms, 58 * ms, 62 * ms],
+        "handling": [3 * ms, 4 * ms, 5 * ms],
+        "admit": [2 * ms, 3 * ms, 3 * ms],
+    }
+    parts = {k: round(v / ms, 6) for k, v in nri.breakdown(cri).items()}
+    assert parts == {
+        "delta": 2.0, "paired": 5.0, "nri": 1.0, "numamem": 1.0, "handling": 4.0, "admit": 3.0
+    }  # fmt: skip
+
+
+def test_the_nri_phase_runs_its_scripted_part(short_root: Path) -> None:
+    """The phase's first part end to end with 2 pods: the real numamem nri command, the
+    scripted runtime, the daemon; every sample taken (the CRI part is the e2e harness's)."""
+    from bench import nri
+
+    samples = nri.scripted(short_root / "s", 2)
+    assert {k: len(v) for k, v in samples.items()} == {"floor": 2, "admit": 2, "create": 2}
+    assert all(v > 0 for vs in samples.values() for v in vs)

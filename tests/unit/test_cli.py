@@ -42,7 +42,7 @@ def test_help_lists_every_command_with_a_one_line_description(
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    for name in ["serve", "plan-reservations", "nri", *CLIENT_COMMANDS]:
+    for name in ["serve", "plan-reservations", "nri", "nri-status", *CLIENT_COMMANDS]:
         # argparse puts a long command's description on the next line
         assert any(
             line.split()[:1] == [name]
@@ -57,6 +57,7 @@ def test_help_lists_every_command_with_a_one_line_description(
         "health",
         "plan-reservations",
         "nri",
+        "nri-status",
         *CLIENT_COMMANDS,
     }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2
@@ -91,6 +92,21 @@ def test_health_imports_grpc_and_nothing_heavy(numamem_server: InProcessServer) 
         "numamem.cli.health",
         "numamem.cli.health_wire",
         "numamem.cli.main",
+    ]
+
+
+def test_nri_status_imports_neither_grpc_nor_anything_heavy(tmp_path: Path) -> None:
+    """The plugin container's probe runs every 10 s: the standard library only."""
+    rc, modules = imported_by("nri-status", "--status-socket", str(tmp_path / "none.sock"))
+    assert rc == 1  # nothing serves there
+    assert "grpc" not in modules
+    assert heavy(modules) == []
+    assert sorted(m for m in modules if m.startswith("numamem")) == [
+        "numamem",
+        "numamem.cli",
+        "numamem.cli.common",
+        "numamem.cli.main",
+        "numamem.cli.nristatus",
     ]
 
 

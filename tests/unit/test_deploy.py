@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 import yaml
@@ -14,11 +15,13 @@ from numamem.config.model import DEFAULT_SOCKET, DEFAULT_STATE_DIR
 from tests.deploy_manifests import (
     POD_IP,
     REPO,
+    cli_args,
     container_env,
     daemonset_docs,
     deploy_file,
     exec_start_args,
     expand,
+    nri_container,
     numamem_container,
     probe_command,
     serve_config,
@@ -255,3 +258,84 @@ def test_systemd_unit_checks_the_configuration_before_each_start() -> None:
     assert pre[3:] == start[2:]
     args = build_parser().parse_args(pre[1:])
     assert args.check is True and args.command == "serve"
+
+
+# --- the NRI plugin's container -------------------------------------------------------------
+
+
+def test_the_nri_container_runs_numamem_nri_beside_the_daemon_from_the_same_image() -> None:
+    """External mode: the daemon's socket through the socket directory both containers mount
+    from the same host path, containerd's NRI socket from the host's /var/run/nri, the
+    status socket the probes read in a mounted directory; hardened like the daemon."""
+    from numamem.cli.nri import DEFAULT_NRI_SOCKET
+    from numamem.nri.plugin import DEFAULT_SOCKET as PLUGIN_DEFAULT_NRI_SOCKET
+
+    ds = daemonset_docs()["DaemonSet"]
+    pod_spec = ds["spec"]["template"]["spec"]
+    daemon, plugin = numamem_container(ds), nri_container(ds)
+    assert plugin["image"] == daemon["image"]
+    args = cli_args(plugin["args"])
+    assert args.command == "nri"
+    assert (args.plugin_name, args.plugin_idx, args.on_reject) == ("numamem", "50", "fail")
+    cfg = serve_config(expand(daemon["args"], container_env(daemon)), deploy_file("numamem.yaml"))
+    assert args.socket == cfg.socket
+    assert args.nri_socket == DEFAULT_NRI_SOCKET == PLUGIN_DEFAULT_NRI_SOCKET
+
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+
+    def host_dir(container: dict[str, Any], path: str) -> str:
+        """The host directory a path in ``container`` is on (its mount's hostPath)."""
+        [mount] = [m for m in container["volumeMounts"] if _under(path, m["mountPath"])]
+        assert not mount.get("readOnly", False), mount  # sockets are connected to: writable
+        rest = PurePosixPath(path).relative_to(mount["mountPath"])
+        return str(PurePosixPath(volumes[mount["name"]]["hostPath"]["path"]) / rest)
+
+    assert host_dir(plugin, args.socket) == host_dir(daemon, cfg.socket) == cfg.socket
+    assert host_dir(plugin, args.nri_socket) == DEFAULT_NRI_SOCKET
+    nri_dir = next(
+        v for v in volumes.values() if v.get("hostPath", {}).get("path") == "/var/run/nri"
+    )
+    assert nri_dir["hostPath"]["type"] == "DirectoryOrCreate"  # containerd recreates the socket
+    assert host_dir(plugin, args.status_socket)  # in a mounted directory: the probes reach it
+
+    assert plugin["resources"]["requests"].keys() >= {"cpu", "memory"}
+    assert "cpu" not in plugin["resources"].get("limits", {})  # no throttling of CreateContainer
+    sc = plugin["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc.get("privileged", False) is False
+
+
+def test_the_nri_containers_probes_ask_the_plugin_whether_it_is_registered() -> None:
+    """`numamem nri-status` on the plugin's --status-socket, as startup and liveness probes;
+    the probe command parses as the image's numamem parses it."""
+    plugin = nri_container(daemonset_docs()["DaemonSet"])
+    status_socket = cli_args(plugin["args"]).status_socket
+    for probe in ("startupProbe", "livenessProbe"):
+        command = probe_command(plugin, probe)
+        assert command[0] == "numamem"
+        args = cli_args(command[1:])
+        assert args.command == "nri-status"
+        assert args.status_socket == status_socket
+        assert plugin[probe]["timeoutSeconds"] > args.timeout
+    # Until the first registration the startup probe waits longer than containerd takes to
+    # start (about 2 s here); then a plugin unregistered for 3 liveness periods is restarted.
+    startup = plugin["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
+    assert "readinessProbe" not in plugin  # no Service routes to it
+
+
+def test_the_image_runs_both_containers_commands() -> None:
+    """One image: its entrypoint is numamem, whose parser has the daemon's, the plugin's and
+    both probes' commands."""
+    from numamem.cli.main import build_parser
+
+    assert 'ENTRYPOINT ["numamem"]' in deploy_file("Containerfile").read_text()
+    ds = daemonset_docs()["DaemonSet"]
+    commands = {c["args"][0] for c in ds["spec"]["template"]["spec"]["containers"]}
+    for c in ds["spec"]["template"]["spec"]["containers"]:
+        commands |= {
+            probe_command(c, p)[1] for p in ("startupProbe", "livenessProbe") if "exec" in c[p]
+        }
+    assert commands == {"serve", "nri", "health", "nri-status"}
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert commands <= set(sub.choices)  # type: ignore[arg-type]

@@ -106,6 +106,15 @@ def workload(
         ids[cid] = uid
         return client.add_container(pods[uid], "c0", cid)
 
+    def admit_with_id() -> object:
+        """Admit with the runtime id (numamem nri's CreateContainer): both in one write."""
+        uid = f"p{rng.randint(0, 9)}"
+        p = pod(uid, [rng.choice(["128Mi", "256Mi"])], None)
+        pods[uid] = p
+        cid = f"cid-{uid}-{rng.randint(0, 99)}"
+        ids[cid] = uid
+        return client.admit(p, container_ids={"c0": cid})
+
     def remove_id() -> object:
         if not ids:
             return add_id()
@@ -158,7 +167,8 @@ def workload(
             {f"r{i}": mc.RegionInfo(region_name=f"r{i}") for i in range(rng.randint(0, 3))}
         )
 
-    choices = [(MM, admit), (MM, admit), (MM, add_id), (MM, remove_id), (MM, release)]
+    choices = [(MM, admit), (MM, admit), (MM, add_id), (MM, admit_with_id), (MM, remove_id)]
+    choices += [(MM, release)]
     choices += [(MC, set_info)] * 4
     choices += [(MC, delete_info), (MC, remove_cache_pod), (MC, pool), (MC, regions)]
     for _ in range(count):

@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from numamem.api import rpclog
+from numamem.api.containerids import container_ids_in_pod
 from numamem.api.convert import (
     ISOLATION,
     add_blocks,
@@ -340,11 +341,14 @@ class MemoryManagerServicer(memorymanager_pb2_grpc.MemoryManagerServicer):
     ) -> memorymanager_pb2.AdmitResponse:
         pod = self._pod(request.pod)
         others = other_providers_from_proto(request.other_providers, pod, self.machine)
-        outcome = self.manager.admit(pod, others, deadline=_deadline(context))
+        ids = container_ids_in_pod(pod, request.container_ids)
+        outcome = self.manager.admit(pod, others, deadline=_deadline(context), container_ids=ids)
         result = outcome.result
         if self.on_admission is not None:
             self.on_admission(result.admitted, result.reason)
-        return admit_outcome_to_proto(pod, outcome)
+        response = admit_outcome_to_proto(pod, outcome)
+        response.container_ids_recorded = result.admitted and bool(ids)
+        return response
 
     def Explain(
         self, request: memorymanager_pb2.ExplainRequest, context: grpc.ServicerContext

@@ -103,6 +103,12 @@ COMMANDS: dict[str, Entry] = {
         "add_parser",
         "run the NRI plugin: pin containers a runtime (containerd) creates, as the kubelet would",
     ),
+    "nri-status": Entry(
+        "nristatus",
+        "add_parser",
+        "check a running numamem nri (its --status-socket); exit 0 when registered with the runtime",
+        logs=False,
+    ),
     "health": Entry(
         "health", "add_parser", "check health (grpc.health.v1); exit 0 when SERVING", logs=False
     ),

@@ -50,8 +50,8 @@ def add_admit_parser(sub: Any) -> None:
         "admit",
         help="admit a pod manifest (topology-manager admission, all-or-nothing)",
         description=(
-            "Admit the pod and pin its containers' memory. Unless --no-start, then record each container as "
-            "started (AddContainer) with its runtime id (--container-id), else the id <pod uid>/<container "
+            "Admit the pod and pin its containers' memory. Unless --no-start, record each container as "
+            "started (as AddContainer would, in the admission's write) with its runtime id (--container-id), else the id <pod uid>/<container "
             "name>, in spec order, which frees the memory of init containers as the kubelet does. Exit code "
             "3 when the pod is rejected."
         ),
@@ -196,16 +196,19 @@ def run_admit(args: argparse.Namespace, client: NumamemClient) -> int:
     pod = pod_from_args(args)
     if isinstance(pod, int):
         return pod
-    ids = given_ids(args, pod)
-    resp = client.admit(pod)
+    given = given_ids(args, pod)
+    every = (*pod.init_containers, *pod.containers)
+    ids = {c.name: given.get(c.name, f"{pod.uid}/{c.name}") for c in every}
+    # Started: each id recorded (AddContainer's work) in the admission's one write.
+    resp = client.admit(pod, container_ids=None if args.no_start else ids)
     started: list[str] = []
     if resp.admitted and not args.no_start:
-        for ctr in (*pod.init_containers, *pod.containers):
-            cid = ids.get(ctr.name, f"{pod.uid}/{ctr.name}")
-            client.add_container(pod, ctr.name, cid)
+        for ctr in every:
+            if not resp.container_ids_recorded:  # a daemon older than Admit's container_ids
+                client.add_container(pod, ctr.name, ids[ctr.name])
             if ctr in pod.containers or ctr.restart_policy == "Always":
                 # A regular init container's memory goes when the app starts; its id with it.
-                started.append(cid)
+                started.append(ids[ctr.name])
     if args.json:
         data = message_to_dict(resp)
         data["container_ids"] = started

@@ -7,9 +7,12 @@ this process as ``plugin_path/IDX-NAME`` with its connection on that fd (name an
 :mod:`numamem.nri.options`); ``numamem`` run with no arguments in that environment is this
 command, so the plugin file can be a symlink to the ``numamem`` executable.
 
+With ``--status-socket``, its status is served there for ``numamem nri-status`` (the
+DaemonSet's probes; :mod:`numamem.nri.statusserver`).
+
 Exit codes: 0 after SIGTERM/SIGINT (external) or when the runtime closes the connection
-(pre-launched); 1 when the plugin cannot start (a bad ``NRI_PLUGIN_*`` variable); 2 usage
-(the command line).
+(pre-launched); 1 when the plugin cannot start (a bad ``NRI_PLUGIN_*`` variable, a status
+socket it cannot serve on); 2 usage (the command line).
 """
 
 from __future__ import annotations
@@ -73,6 +76,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--log-level", choices=("debug", "info", "warning", "error"), default="info"
     )
     parser.add_argument("--log-format", choices=("json", "console"), default="json")
+    parser.add_argument(
+        "--status-socket",
+        metavar="PATH",
+        help="serve the plugin's status (one JSON line per connection: registered with the "
+        "runtime or not, and why) on this unix socket, for `numamem nri-status` probes "
+        "(default: none)",
+    )
     parser.set_defaults(run=run)
     return parser
 
@@ -83,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from numamem.nri.memoryplugin import MemoryPlugin
     from numamem.nri.options import PluginOptions
     from numamem.nri.plugin import Plugin
+    from numamem.nri.statusserver import StatusServer
 
     options = PluginOptions(
         socket=args.socket,
@@ -125,10 +136,21 @@ def run(args: argparse.Namespace) -> int:
         daemon_socket=options.socket,
         on_reject=options.on_reject,
     )
+    status = None
+    if args.status_socket:
+        status = StatusServer(args.status_socket, lambda: {**plugin.status(), **handler.status()})
+        try:
+            status.start()
+        except ConfigError as err:
+            handler.stop()
+            print(f"numamem: {err}", file=sys.stderr)
+            return EXIT_FAILED
     handler.start()
     try:
         plugin.run()
     finally:
+        if status is not None:
+            status.stop()
         handler.stop()
         log.info("NRI plugin stopped", counts=handler.counts)
     return EXIT_OK

@@ -239,12 +239,21 @@ class Manager(Resizes):
         with self._lock:
             self._touch(pod)
             with self._versions.transaction(pod) as (work, containers):
-                containers.add(pod.uid, container_name, container_id)
-                for init in pod.init_containers:
-                    if init.name == container_name:
-                        break
-                    if init.restartable:
-                        continue
+                self._record_ids(work, containers, pod, {container_name: container_id})
+
+    def _record_ids(
+        self, work: MemoryState, containers: ContainerMap, pod: Pod, ids: Mapping[str, str]
+    ) -> None:
+        """AddContainer of each named container, in the pod's order (the caller checked the
+        names): record its id, free the memory of the regular init containers before it."""
+        for container in pod.all_containers():
+            if container.name not in ids:
+                continue
+            containers.add(pod.uid, container.name, ids[container.name])
+            for init in pod.init_containers:
+                if init.name == container.name:
+                    break
+                if not init.restartable:
                     self._remove_by_ref(work, containers, pod.uid, init.name)
 
     def remove_container(self, container_id: str) -> ContainerRef | None:
@@ -302,8 +311,11 @@ class Manager(Resizes):
         *,
         deadline: float | None = None,
         budget: int | None = None,
+        container_ids: Mapping[str, str] | None = None,
     ) -> AdmitOutcome:
-        """Topology-manager admission of the whole pod, all-or-nothing in one write.
+        """Topology-manager admission of the whole pod, all-or-nothing in one write; an
+        admitted pod's ``container_ids`` (name -> runtime id, names of the pod's containers)
+        are recorded in that write as :meth:`add_container` of each would record them.
 
         ``others`` are other providers' hints, merged after the memory manager's
         (the merge does not depend on the order). A rejected pod
@@ -325,7 +337,11 @@ class Manager(Resizes):
             )
             return outcome.result.admitted, outcome
 
-        return self._versions.optimistic(pod, compute, deadline, budget)
+        def record(fork: MemoryState, containers: ContainerMap) -> None:
+            self._record_ids(fork, containers, pod, container_ids or {})
+
+        finish = record if container_ids else None
+        return self._versions.optimistic(pod, compute, deadline, budget, finish)
 
     def explain(
         self,

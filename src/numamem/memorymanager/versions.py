@@ -162,10 +162,15 @@ class Versions:
         compute: Callable[[MemoryState, Work], tuple[bool, T]],
         deadline: float | None,
         budget: int | None,
+        finish: Callable[[MemoryState, ContainerMap], None] | None = None,
     ) -> T:
         """Run ``compute`` on a fork of the current version outside the lock and commit the
         fork (when it returns True with its value) if that version is still current; see
-        the module docstring for the retries. ``compute`` may only change its fork."""
+        the module docstring for the retries. ``compute`` may only change its fork.
+
+        ``finish`` (no search: it runs under the lock) completes a change ``compute``
+        returned True for, on the fork and a copy of the current container map, in the
+        same commit (Admit's container ids); an exception from it drops the change."""
         limit = Work(budget).limit
         cheap = False
         for _ in range(ATTEMPTS):
@@ -183,7 +188,7 @@ class Versions:
                     else:
                         locked.check_deadline()
                         if changed:
-                            self.commit(fork, self.current.containers, pod)
+                            self._finish_and_commit(fork, pod, finish)
                         return value
             base = self.current
             work = Work(limit, deadline, courteous=True)  # no lock held: give way to calls
@@ -195,13 +200,27 @@ class Versions:
             with self.lock:
                 if self.current.version == base.version:
                     work.check_deadline()
-                    self.commit(fork, base.containers, pod)
+                    self._finish_and_commit(fork, pod, finish)
                     return value
             cheap = work.spent <= LOCKED_STEPS
         raise ConflictError(
             f"pod.uid {quote(pod.uid)}: the state changed under {ATTEMPTS} computations in a row "
             "(other writes committed first); nothing was changed, retry"
         )
+
+    def _finish_and_commit(
+        self,
+        fork: MemoryState,
+        pod: Pod,
+        finish: Callable[[MemoryState, ContainerMap], None] | None,
+    ) -> None:
+        """Commit an optimistic change (the caller holds the lock); with ``finish``, on a
+        copy of the container map it may change."""
+        containers = self.current.containers
+        if finish is not None:
+            containers = containers.copy()
+            finish(fork, containers)
+        self.commit(fork, containers, pod)
 
     def _names_after(self, work: MemoryState, pod: Pod | None) -> Names:
         current = self.current

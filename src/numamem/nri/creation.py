@@ -4,11 +4,13 @@ moment the runtime creates it, and its ``cpuset.mems``.
 For a container of a Guaranteed pod (the cgroup parent says so, and it has a CPU and a
 memory limit) the plugin admits the pod as known so far (:meth:`PodRecord.admission_pod
 <numamem.nri.podrecord.PodRecord.admission_pod>`: the containers numamem holds and this
-one), which is idempotent for the containers already allocated, then records the runtime
-id (``AddContainer``, the kubelet's PreStartContainer: it frees the memory of the pod's
-earlier regular init containers) and returns the container's NUMA nodes as
-``cpuset.mems``, written as the kubelet writes them ("0,1"). ``cpuset.cpus`` is never
-touched (the kubelet's CPU manager owns it).
+one), which is idempotent for the containers already allocated, with the container's
+runtime id in the same request: the daemon records it as ``AddContainer`` (the kubelet's
+PreStartContainer) would, freeing the memory of the pod's earlier regular init containers,
+in the admission's one durable write, so the runtime waits for one write, and a crash
+leaves either both or neither. It returns the container's NUMA nodes as ``cpuset.mems``,
+written as the kubelet writes them ("0,1"). ``cpuset.cpus`` is never touched (the
+kubelet's CPU manager owns it).
 
 A container numamem does not admit, or cannot ask the daemon about, fails its creation with
 a message naming the pod, the container, what it asks and how to see why (``numamem
@@ -92,9 +94,9 @@ def _admit(
         if settings.topology_manager_scope == POD_SCOPE:
             return reject(state, record, entry, container.id, pod_scope_refusal(record, entry))
         pod = record.admission_pod(entry.name)
-        reply: mm.AdmitResponse = state.daemon.call(
-            "Admit", mm.AdmitRequest(pod=pod), budget, request_id
-        )
+        # The runtime id goes with the admission: one durable write (AddContainer's in it).
+        request = mm.AdmitRequest(pod=pod, container_ids={entry.name: container.id})
+        reply: mm.AdmitResponse = state.daemon.call("Admit", request, budget, request_id)
     except (UnavailableError, DeadlineExceededError) as err:
         return reject(state, record, entry, container.id, str(err), retry=True)
     except DaemonRefusedError as err:
@@ -103,6 +105,10 @@ def _admit(
     if not reply.admitted:
         text = rejection_message(record, entry, reply, settings.topology_manager_policy)
         return reject(state, record, entry, container.id, text)
+    if reply.container_ids_recorded:
+        ids_recorded(record, pod, [entry])
+    else:  # a daemon older than Admit's container_ids: AddContainer records the id
+        add_container(state, record, pod, entry, budget)
     admission = next((c for c in reply.containers if c.container_name == entry.name), None)
     nodes = block_nodes(admission.blocks) if admission is not None else ()
     if not nodes:
@@ -118,7 +124,6 @@ def _admit(
         return api.CreateContainerResponse()
     entry.pin, entry.nodes = Pin.PINNED, nodes
     state.count(counters.ADMITTED)
-    add_container(state, record, pod, entry, budget)
     mems = kube.mems_string(nodes)
     state.view.set_mems(container.id, mems)
     response = api.CreateContainerResponse()
@@ -147,11 +152,18 @@ def add_container(
         )
         state.dirty.set()
         return
-    entry.id_recorded = True
-    for name in record.freed_by(pod, entry.name):
-        freed = record.entries.get(name)
-        if freed is not None and freed.pin is Pin.PINNED:
-            freed.pin, freed.nodes = Pin.RELEASED, ()
+    ids_recorded(record, pod, [entry])
+
+
+def ids_recorded(record: PodRecord, pod: mm.Pod, entries: list[Entry]) -> None:
+    """The daemon recorded the ids of ``entries`` with ``pod`` (AddContainer, or Admit's
+    ``container_ids``): mark them, and the regular init containers that freed."""
+    for entry in entries:
+        entry.id_recorded = True
+        for name in record.freed_by(pod, entry.name):
+            freed = record.entries.get(name)
+            if freed is not None and freed.pin is Pin.PINNED:
+                freed.pin, freed.nodes = Pin.RELEASED, ()
 
 
 def reject(

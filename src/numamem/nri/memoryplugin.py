@@ -88,6 +88,22 @@ class MemoryPlugin(Handler):
         with self.state.lock:
             return dict(self.state.counts)
 
+    def status(self) -> dict[str, object]:
+        """For the status socket: the daemon's socket, whether it answered the plugin's last
+        call, and the counts (read without waiting long for a lock a slow call holds)."""
+        state = self.state
+        counts: dict[str, int] | None = None
+        if state.lock.acquire(timeout=0.2):
+            try:
+                counts = dict(state.counts)
+            finally:
+                state.lock.release()
+        return {
+            "daemon_socket": state.daemon.socket,
+            "daemon_reachable": not state.daemon.unreachable.is_set(),
+            "counts": counts,
+        }
+
     # --- configuration and synchronization ------------------------------------------------
 
     def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
@@ -262,8 +278,8 @@ class MemoryPlugin(Handler):
             entry, newest = record.removed(container.id)
             if entry is None or not newest:
                 return  # unknown, or an older instance: its name's memory is the newest's
-            if entry.pin in (Pin.RELEASED, Pin.LEFT_ALONE):
-                return
+            if entry.pin is Pin.RELEASED or (entry.pin is Pin.LEFT_ALONE and not entry.id_recorded):
+                return  # nothing held: no blocks, no id (an admitted one without blocks has its id)
         self._release(
             "RemoveContainer", mm.RemoveContainerRequest(container_id=container.id), budget
         )

@@ -116,6 +116,8 @@ class Plugin:
         """Connections that registered so far."""
         self.failed_connects = 0
         """Connection attempts that failed since the last one that succeeded."""
+        self.last_error = ""
+        """Why the plugin last failed to connect or register, or lost its connection."""
 
     @classmethod
     def prelaunched(
@@ -175,6 +177,7 @@ class Plugin:
             except OSError as e:
                 sock.close()
                 self.failed_connects += 1
+                self.last_error = f"NRI runtime not reachable on {self.socket_path}: {e}"
                 if self.failed_connects == 1:
                     _log.warning(
                         "NRI runtime not reachable; retrying with backoff",
@@ -214,6 +217,22 @@ class Plugin:
             return self._sessions_changed.wait_for(
                 lambda: self._registered.is_set() and self.sessions >= sessions, timeout
             )
+
+    def status(self) -> dict[str, object]:
+        """What a probe needs (:mod:`numamem.nri.statusserver`): whether the plugin is
+        registered now, how often it registered, and the runtime or the last failure.
+        Takes no lock a handler holds."""
+        service = self._service
+        return {
+            "plugin": f"{self.idx}-{self.name}",
+            "mode": "pre-launched" if self._sock is not None else "external",
+            "nri_socket": None if self._sock is not None else self.socket_path,
+            "registered": self._registered.is_set(),
+            "sessions": self.sessions,
+            "failed_connects": self.failed_connects,
+            "last_error": self.last_error,
+            "runtime": service.runtime if service is not None else "",
+        }
 
     @property
     def service(self) -> PluginService | None:
@@ -284,9 +303,11 @@ class Plugin:
                 )
             except NriStatusError as e:  # refused, or no answer within the registration timeout
                 _log.error("NRI registration failed", peer=peer, code=e.code, reason=e.message)
+                self.last_error = f"registration refused by the runtime: {e.message}"
                 endpoint.close()
             except NriConnectionError as e:
                 _log.warning("NRI connection closed before registration", peer=peer, error=str(e))
+                self.last_error = f"connection closed before registration: {e}"
             else:
                 registered = True
                 with self._sessions_changed:
@@ -295,6 +316,8 @@ class Plugin:
                     self._sessions_changed.notify_all()
                 _log.info("NRI plugin registered", peer=peer)
             endpoint.wait_closed()
+            if registered:
+                self.last_error = "the runtime closed the connection"
         finally:
             with self._lock:
                 self._endpoint = self._service = None

@@ -27,7 +27,7 @@ from numamem.errors import (
 )
 from numamem.logging import get_logger
 from numamem.nri import pluginstate as counters
-from numamem.nri.creation import add_container
+from numamem.nri.creation import add_container, ids_recorded
 from numamem.nri.daemonlink import Budget, background_budget
 from numamem.nri.pluginstate import PluginState
 from numamem.nri.podrecord import Pin
@@ -134,9 +134,15 @@ class Reconciler:
         adopted = []
         if candidates:
             pod = record.admission_pod(*(e.name for e in candidates))
+            ids = {e.name: e.container_id for e in candidates}
             reply: mm.AdmitResponse = state.daemon.call(
-                "Admit", mm.AdmitRequest(pod=pod), budget, f"nri-adopt-{uid[:12]}"
+                "Admit",
+                mm.AdmitRequest(pod=pod, container_ids=ids),
+                budget,
+                f"nri-adopt-{uid[:12]}",
             )
+            if reply.container_ids_recorded:  # in the admission's write (else: below)
+                ids_recorded(record, pod, candidates)
             blocks = {c.container_name: c for c in reply.containers}
             for entry in candidates:
                 admission = blocks.get(entry.name)

@@ -1416,8 +1416,29 @@ Global___ResourceHints: _TypeAlias = ResourceHints  # noqa: Y015
 class AdmitRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ContainerIdsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     POD_FIELD_NUMBER: _builtins.int
     OTHER_PROVIDERS_FIELD_NUMBER: _builtins.int
+    CONTAINER_IDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def pod(self) -> Global___Pod: ...
     @_builtins.property
@@ -1426,15 +1447,28 @@ class AdmitRequest(_message.Message):
         always one provider itself.
         """
 
+    @_builtins.property
+    def container_ids(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Optional: runtime ids (container name -> id) to record when the pod is
+        admitted, as AddContainer of each would, in the same durable write as the
+        admission (one write instead of 1 + one per container). Recorded in the
+        pod's order (init containers, then app containers), so a container's id
+        frees the memory of the regular init containers before it, as AddContainer
+        does. A rejected pod records nothing. Empty: the kubelet's Admit, nothing
+        recorded. Each name must be a container of the pod; an id may name one
+        container only.
+        """
+
     def __init__(
         self,
         *,
         pod: Global___Pod | None = ...,
         other_providers: _abc.Iterable[Global___ProviderHints] | None = ...,
+        container_ids: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pod", b"pod"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["other_providers", b"other_providers", "pod", b"pod"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["container_ids", b"container_ids", "other_providers", b"other_providers", "pod", b"pod"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1501,12 +1535,18 @@ class AdmitResponse(_message.Message):
     CONTAINERS_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     POD_BLOCKS_FIELD_NUMBER: _builtins.int
+    CONTAINER_IDS_RECORDED_FIELD_NUMBER: _builtins.int
     admitted: _builtins.bool
     """Equal to `result == ADMITTED`; proto3 JSON omits it when false."""
     reason: _builtins.str
     """TopologyAffinityError or UnexpectedAdmissionError when not admitted."""
     message: _builtins.str
     result: Global___AdmitResult.ValueType
+    container_ids_recorded: _builtins.bool
+    """The request's container_ids were recorded (the pod was admitted and the
+    request had some). A daemon older than container_ids ignores them and
+    leaves this false: a client then records the ids with AddContainer.
+    """
     @_builtins.property
     def containers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContainerAdmission]: ...
     @_builtins.property
@@ -1524,10 +1564,11 @@ class AdmitResponse(_message.Message):
         containers: _abc.Iterable[Global___ContainerAdmission] | None = ...,
         result: Global___AdmitResult.ValueType = ...,
         pod_blocks: _abc.Iterable[Global___MemoryBlock] | None = ...,
+        container_ids_recorded: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "containers", b"containers", "message", b"message", "pod_blocks", b"pod_blocks", "reason", b"reason", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "container_ids_recorded", b"container_ids_recorded", "containers", b"containers", "message", b"message", "pod_blocks", b"pod_blocks", "reason", b"reason", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
