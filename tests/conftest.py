@@ -1,4 +1,12 @@
-"""Shared fixtures: a temp root with a short path and a real daemon on it."""
+"""Shared fixtures: a temp root with a short path and a real daemon on it.
+
+``make test`` runs the suite on every core (pytest-xdist, ``-n``): each worker is a process
+of its own, so a fixture shares nothing with the other worker but what it puts on disk or
+the network, and every fixture here puts its files in a private temporary directory and
+its sockets there. The hooks below order the tests so that the slow ones start first, keep
+the tests of an expensive module-scoped fixture on one worker, and bring the lines tests
+add with :func:`report` from the workers to the end of the run.
+"""
 
 from __future__ import annotations
 
@@ -34,16 +42,80 @@ def daemon_factory(short_root: Path) -> Iterator[list[DaemonProcess]]:
         d.kill()
 
 
-REPORT: list[str] = []
-"""Lines tests add for the end of the run (sizes of the fault matrix, the power-loss cuts)."""
+# --- lines for the end of the run ------------------------------------------------------
+
+REPORT_PROPERTY = "numamem-report"
+"""The key of a test's ``user_properties`` entry that holds its :func:`report` lines: test
+reports carry them from an xdist worker to the controller, which prints them."""
+
+REPORT: list[tuple[str, str]] = []
+"""(test id, line) of every test that added lines, gathered from the test reports."""
 
 
 @pytest.fixture
-def report() -> list[str]:
-    """Append a line to show in pytest's terminal summary."""
-    return REPORT
+def report(request: pytest.FixtureRequest) -> list[str]:
+    """Append a line to show in pytest's terminal summary (sizes of the fault matrix, the
+    power-loss cuts), in and out of xdist."""
+    lines: list[str] = []
+    request.node.user_properties.append((REPORT_PROPERTY, lines))
+    return lines
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "teardown":  # the last report of a test carries all its lines
+        return
+    for name, lines in report.user_properties:
+        if name == REPORT_PROPERTY:
+            REPORT.extend((report.nodeid, str(line)) for line in lines)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for line in REPORT:
+    for _, line in sorted(REPORT, key=lambda entry: entry[0]):
         terminalreporter.write_line(line)
+
+
+# --- the order and the distribution of the tests ------------------------------------------
+
+SLOWEST_FIRST = (
+    "tests/unit/test_power_loss.py::test_a_power_cut_after_faults_never_resurrects_a_failed_change",
+    "tests/e2e/test_artifacts.py",
+    "tests/unit/test_power_loss.py::test_a_power_cut_at_any_operation_keeps_everything_acknowledged",
+    "tests/e2e/test_fuzz.py",
+    "tests/e2e/test_resize_daemon.py::test_cli_resize_and_explain_resize",
+    "tests/e2e/test_crash_consistency.py",
+    "tests/e2e/test_residency_kernel.py::test_residency_and_enforcement_on_a_real_cgroup",
+    "tests/e2e/test_memorymanager_daemon.py::test_readme_walk_through",
+    "tests/unit/test_power_loss.py",
+    "tests/unit/test_platforms.py::test_make_run_resolves_for_manylinux2014_aarch64",
+    "tests/e2e/test_readme_examples.py::test_grpc_api_examples_run_with_the_documented_exit_codes",
+    "tests/e2e/test_hostile_input.py::test_huge_messages_and_million_container_pods",
+    "tests/e2e/test_access_and_overload.py::test_health_answers_within_its_deadline_under_64_clients",
+    "tests/e2e/test_resize_daemon.py::test_pod_level_budget_grow_kill_restart",
+    "tests/unit/test_differential.py",
+)
+"""Tests (test ids, or prefixes of them: a module, a test and its parameters) that take
+seconds, about slowest first, as ``make unit PYTEST_ARGS=--durations=30`` measures them.
+They run first and the rest in collection order (the daemon tests of tests/e2e, then the
+unit tests): xdist hands each test to the first idle worker, so no long test starts last
+while the other worker idles. An entry that matches nothing changes only the order."""
+
+ONE_WORKER = {"tests/e2e/test_artifacts.py": "artifacts"}
+"""Modules whose module-scoped fixture is too expensive to set up on each worker (the
+artifacts' build and three installs), by xdist group (``--dist loadgroup``)."""
+
+
+def _rank(nodeid: str) -> int:
+    for rank, prefix in enumerate(SLOWEST_FIRST):
+        if nodeid == prefix or nodeid.startswith((f"{prefix}::", f"{prefix}[")):
+            return rank
+    return len(SLOWEST_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: _rank(item.nodeid))  # stable: the rest keeps its order
+    grouping = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        group = ONE_WORKER.get(item.nodeid.split("::", 1)[0])
+        if grouping and group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
