@@ -15,15 +15,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from numamem import logging as nlog
 from numamem.testing.daemon import DaemonProcess, short_tmpdir
+from tests.properties import DEFAULT_EXAMPLES, PROPERTY_EXAMPLES
 
 # The fixtures numamem ships for its clients' tests are used by numamem's own tests too.
 pytest_plugins = ["numamem.testing.fixtures"]
 
 # In-process code logs warnings and errors only, to stderr (pytest shows them on failure).
 nlog.configure("warning", "console", cache=False)
+
+# Property tests without a count of their own run hypothesis's 100 examples, or
+# NUMAMEM_PROPERTY_EXAMPLES in make soak (tests/properties.py). No deadline: a test asserts
+# no time (two workers and the daemons they start share the cores).
+settings.register_profile(
+    "numamem", max_examples=PROPERTY_EXAMPLES or DEFAULT_EXAMPLES, deadline=None
+)
+settings.load_profile("numamem")
 
 
 @pytest.fixture
@@ -116,6 +126,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: _rank(item.nodeid))  # stable: the rest keeps its order
     grouping = config.pluginmanager.hasplugin("xdist")
     for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
         group = ONE_WORKER.get(item.nodeid.split("::", 1)[0])
         if grouping and group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
