@@ -52,7 +52,7 @@ typecheck: $(STAMP)
 # handed to the first idle one, the slow ones first (tests/conftest.py). TEST_JOBS=0
 # runs it in one process.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-XDIST      = -n $(TEST_JOBS) --dist loadgroup
+XDIST      = -n $(TEST_JOBS)
 
 unit: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)

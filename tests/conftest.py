@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -109,9 +110,9 @@ They run first and the rest in collection order (the daemon tests of tests/e2e, 
 unit tests): xdist hands each test to the first idle worker, so no long test starts last
 while the other worker idles. An entry that matches nothing changes only the order."""
 
-ONE_WORKER = {"tests/e2e/test_artifacts.py": "artifacts"}
+ONE_WORKER = frozenset({"tests/e2e/test_artifacts.py"})
 """Modules whose module-scoped fixture is too expensive to set up on each worker (the
-artifacts' build and three installs), by xdist group (``--dist loadgroup``)."""
+artifacts' build and three venv installs): their tests are one unit of work."""
 
 
 def _rank(nodeid: str) -> int:
@@ -121,13 +122,27 @@ def _rank(nodeid: str) -> int:
     return len(SLOWEST_FIRST)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: _rank(item.nodeid))  # stable: the rest keeps its order
-    grouping = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.property)
-        group = ONE_WORKER.get(item.nodeid.split("::", 1)[0])
-        if grouping and group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: optional without xdist (-p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n`` without ``--dist`` (``--dist load``): xdist's load scheduling, each test to the
+    first idle worker in collection order, but the tests of a :data:`ONE_WORKER` module
+    are one unit. (``--dist loadgroup`` would do it with ``xdist_group`` marks, but on
+    pytest 9.2 it silently stops grouping: xdist 3.8 sets ``item._nodeid``, which pytest
+    no longer reads; pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return Scheduling(config, log)
