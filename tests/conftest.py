@@ -58,7 +58,7 @@ def _test_tmpdir() -> tuple[str | None, bool]:
         return chosen, False
     shm = "/dev/shm"
     if os.path.isdir(shm) and os.access(shm, os.W_OK) and _tmpfs(shm):
-        return tempfile.mkdtemp(prefix="nmt-", dir=shm), True  # short: sockets go in it
+        return tempfile.mkdtemp(prefix="nmt-", dir=shm), True
     return None, False
 
 
@@ -69,6 +69,15 @@ def _test_tmpdir() -> tuple[str | None, bool]:
 TEST_TMPDIR, OWN_TMPDIR = _test_tmpdir()
 if TEST_TMPDIR is not None:
     os.environ[TMPDIR_VARIABLE] = os.environ["TMPDIR"] = tempfile.tempdir = TEST_TMPDIR
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads the option
+def pytest_configure(config: pytest.Config) -> None:
+    """In a directory made here, pytest's tmp_path root is ``<dir>/t`` (xdist workers get
+    ``<dir>/t/popen-gwN``): shorter than ``/tmp/pytest-of-<user>/pytest-<N>``, since tests
+    put unix sockets in tmp_path (at most 107 bytes)."""
+    if OWN_TMPDIR and TEST_TMPDIR and config.option.basetemp is None:
+        config.option.basetemp = os.path.join(TEST_TMPDIR, "t")
 
 
 def pytest_sessionfinish(exitstatus: int) -> None:
