@@ -47,6 +47,7 @@ from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
 from tests import kubelet_cases as kc
 from tests.daemon import data_path
+from tests.properties import examples
 
 FIXTURES = data_path("kubelet-checkpoints")
 MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["fixtures"]
@@ -305,7 +306,7 @@ def test_null_memory_table_is_refused() -> None:
         kubelet.load(data)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(states)
 def test_random_states_round_trip_byte_exact(state: tuple[str, Any, Any]) -> None:
     policy, machine_state, assignments = state
@@ -326,13 +327,13 @@ def test_random_states_round_trip_byte_exact(state: tuple[str, Any, Any]) -> Non
     assert kubelet.encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments) == data
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=2000))
 def test_fast_fnv_is_fnv1a_32(data: bytes) -> None:
     assert fnv1a_32(data) == fnv1a_32_reference(data)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(states, min_size=1, max_size=6), st.data())
 def test_caching_encoder_equals_a_fresh_encode(
     sequence: list[tuple[str, Any, Any]], data: st.DataObject
@@ -351,7 +352,7 @@ def test_caching_encoder_equals_a_fresh_encode(
         previous = assignments
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.dictionaries(names, st.tuples(names, names), max_size=8))
 def test_container_map_file_is_canonical_json_with_its_checksum(
     entries: dict[str, tuple[str, str]],
@@ -750,7 +751,7 @@ def test_a_large_file_is_written_in_fsynced_pieces(tmp_path: Path) -> None:
         max_size=40,
     )
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_the_incremental_encoder_writes_what_a_fresh_one_writes(
     steps: list[tuple[str, str, int]],
 ) -> None:
@@ -785,7 +786,7 @@ _ids = st.text(alphabet='ab-_Zé\u00ff"\\', min_size=1, max_size=4)
         max_size=40,
     )
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_the_incremental_container_file_is_the_full_encoding(
     steps: list[tuple[str, str, str]],
 ) -> None:

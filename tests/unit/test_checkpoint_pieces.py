@@ -28,6 +28,7 @@ from numamem.checkpoint.gospew import (
 )
 from numamem.checkpoint.machinetexts import MachineTexts, node_json, node_texts
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
+from tests.properties import examples
 from tests.unit.test_checkpoint import blocks, ints
 
 tables = st.builds(MemoryTable, ints, ints, ints, ints, ints)
@@ -107,13 +108,13 @@ def reference_v1(
     return out.encode("utf-8", "replace")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(live_nodes)
 def test_node_texts_are_the_two_definitions(node: NUMANodeState) -> None:
     assert node_texts(node) == (render_node(node), node_json(node))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.text(max_size=4), containers)
 def test_entry_texts_are_the_definitions(pod: str, ctrs: Any) -> None:
     assert entry_spew(pod, ctrs) == render_entry(pod, ctrs)
@@ -122,7 +123,7 @@ def test_entry_texts_are_the_definitions(pod: str, ctrs: Any) -> None:
         assert blocks_json(ctr_blocks) == reference_blocks_json(ctr_blocks)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.text(max_size=5),
     st.one_of(st.none(), st.dictionaries(st.integers(0, 63), nodes, max_size=4)),
@@ -186,7 +187,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.dictionaries(st.integers(0, 5), nodes, max_size=4), steps)
 def test_machine_texts_after_any_changes_are_a_fresh_rendering(
     machine: dict[int, NUMANodeState | None], changes: Sequence[Any]
@@ -205,7 +206,7 @@ def test_machine_texts_after_any_changes_are_a_fresh_rendering(
         assert nil_last == (bool(ids) and machine[ids[-1]] is None)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.text(max_size=4), st.dictionaries(st.integers(0, 5), nodes, max_size=4), steps)
 def test_v1_encoder_after_any_changes_writes_the_definitions_bytes(
     policy: str, machine: dict[int, NUMANodeState | None], changes: Sequence[Any]

@@ -17,6 +17,7 @@ from numamem.errors import CheckpointError
 from numamem.memtypes import Block, MemoryTable, NUMANodeState, Snapshot
 from tests import kubelet_v3
 from tests.daemon import data_path
+from tests.properties import examples
 
 FIXTURES = data_path("kubelet-checkpoints")
 EXAMPLES = data_path("checkpoint-examples")
@@ -96,7 +97,7 @@ v3_states = st.tuples(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(v3_states)
 def test_random_v3_states_equal_the_kubelets_bytes_and_round_trip(
     state: tuple[
@@ -184,7 +185,7 @@ def test_without_pod_entries_the_gate_off_writes_v1_and_on_writes_v3(tmp_path: P
         max_size=40,
     )
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_the_incremental_v3_encoder_writes_the_kubelets_bytes(
     steps: list[tuple[str, str, int]],
 ) -> None:

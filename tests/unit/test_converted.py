@@ -14,6 +14,7 @@ from numamem.api.converted import Remembered
 from numamem.api.validation import CONTAINERS, ConvertedContainers
 from numamem.errors import InvalidArgumentError
 from numamem.v1 import memorymanager_pb2 as mm
+from tests.properties import examples
 
 quantities = st.sampled_from(["1", "100Mi", "2Gi", "0.5", "-1", "1.5", "x", "1e3", "2Mi"])
 resources = st.dictionaries(
@@ -37,7 +38,7 @@ def outcome(convert: Callable[..., object], *args: object, **kwargs: object) -> 
         return ("refused", str(err))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(containers, st.booleans(), st.integers(0, 3)), max_size=8))
 def test_a_remembered_conversion_is_the_conversion_and_a_refusal_names_its_field(
     calls: list[tuple[mm.Container, bool, int]],

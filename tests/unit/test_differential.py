@@ -16,7 +16,7 @@ in both scopes, against the reference's transcription of AllocatePod, its hints 
 release (and with the gates off, where such pods are skipped).
 
 ``NUMAMEM_DIFFERENTIAL_EXAMPLES`` sets the examples per test (``make soak``
-runs thousands; ``make test`` a few hundred in all).
+runs thousands; ``make test`` 10 to 300 each).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def sampled_masks(nodes: Sequence[int], draw: st.DrawFn, count: int = 24) -> lis
     return draw(st.lists(st.sampled_from(every), min_size=count, max_size=count))
 
 
-@examples(300)
+@examples(100)
 @given(space_cases(), st.data())
 def test_hint_space_is_kubelets_list_and_searches(case: SpaceCase, data: st.DataObject) -> None:
     space, expected = case.space(), case.reference()
@@ -236,7 +236,7 @@ def test_hint_space_is_kubelets_list_and_searches(case: SpaceCase, data: st.Data
     assert (listed.omitted, listed.omitted_exact) == (len(expected) - len(want), True)
 
 
-@examples(100)
+@examples(35)
 @given(space_cases(), st.integers(0, 12))
 def test_hint_count_budget_is_exact_on_both_sides(case: SpaceCase, limit: int) -> None:
     """GetTopologyHints counts the hints it leaves out exactly while the counting program
@@ -258,7 +258,7 @@ def test_hint_count_budget_is_exact_on_both_sides(case: SpaceCase, limit: int) -
         hints_module.COUNT_STATE_BUDGET = saved
 
 
-@examples(25)
+@examples(10)
 @given(space_cases(max_nodes=12, min_nodes=10), st.data())
 def test_hint_space_on_ten_to_twelve_nodes(case: SpaceCase, data: st.DataObject) -> None:
     space, expected = case.space(), case.reference()
@@ -270,7 +270,7 @@ def test_hint_space_on_ten_to_twelve_nodes(case: SpaceCase, data: st.DataObject)
         assert space.best_superset(mask) == reference_space.best_superset(mask), bin(mask)
 
 
-@examples(200)
+@examples(60)
 @given(space_cases(), st.data())
 def test_best_meet_is_the_best_and(case: SpaceCase, data: st.DataObject) -> None:
     """``best_meet`` (the merge's search on machines too large to list) against every AND of
@@ -496,7 +496,7 @@ def forced_tier(tier: str) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("tier", list(TIERS))
-@examples(150)
+@examples(50)
 @given(case=merge_cases())
 def test_merge_is_kubelets_on_every_tier(tier: str, case: MergeCase) -> None:
     with forced_tier(tier):
@@ -506,7 +506,7 @@ def test_merge_is_kubelets_on_every_tier(tier: str, case: MergeCase) -> None:
     assert ours == theirs
 
 
-@examples(150)
+@examples(50)
 @given(case=merge_cases())
 def test_merge_budget_is_exact_on_both_sides(case: MergeCase) -> None:
     """A merge that takes S steps gives kubelet's answer with a budget of S and is refused by
@@ -525,7 +525,7 @@ def test_merge_budget_is_exact_on_both_sides(case: MergeCase) -> None:
                     case.topology().merge(case.answers(short), short)
 
 
-@examples(25)
+@examples(10)
 @given(case=merge_cases(max_nodes=16, min_nodes=9))
 def test_merge_is_kubelets_on_nine_to_sixteen_nodes(case: MergeCase) -> None:
     """Nine to sixteen nodes: the merge against every permutation, where kubelet's product of
@@ -739,7 +739,7 @@ def materialized(hints: ProviderHints) -> ProviderHints:
     return None if hints is None else {k: None if v is None else list(v) for k, v in hints.items()}
 
 
-@examples(150)
+@examples(50)
 @given(admission_scenarios())
 def test_admissions_are_kubelets(scenario: AdmissionScenario) -> None:
     """Lockstep: numamem's manager and one built from the reference take the same steps."""
@@ -793,7 +793,7 @@ def test_admissions_are_kubelets(scenario: AdmissionScenario) -> None:
         )
 
 
-@examples(100)
+@examples(35)
 @given(admission_scenarios())
 def test_admission_budget_is_exact_on_both_sides(scenario: AdmissionScenario) -> None:
     """Two numamem managers in lockstep: an admission that took S search steps on one is

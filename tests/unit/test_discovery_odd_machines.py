@@ -37,6 +37,7 @@ from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topology.sysfs import discover, read_free_hugepages
 from numamem.topologymanager.policy import POLICIES, TopologyHint, new_policy
 from numamem.v1 import memorymanager_pb2 as mm
+from tests.properties import examples
 from tests.unit.test_memorymanager_service import container, pod
 
 NODE = Path("devices/system/node")
@@ -276,7 +277,7 @@ def q(n: int) -> Quantity:
     return Quantity.from_int(n, Format.BINARY_SI)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_sparse_ids_admit_like_dense_ids(data: st.DataObject) -> None:
     count = data.draw(st.integers(1, 6))

@@ -21,6 +21,7 @@ from numamem.metacache.journal import JOURNAL_FILE, header, restore
 from numamem.metacache.journal_store import JournalPersister
 from numamem.metacache.persistence import STATE_FILE, decode_snapshot, encode
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo
+from tests.properties import examples
 
 BIG = 10**12  # a compaction threshold never reached
 
@@ -477,7 +478,7 @@ def apply(cache: MetaCache, op: tuple) -> None:  # type: ignore[type-arg]
         cache.set_region_entries({n: RegionInfo(region_name=n) for n in op[1]})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(operations, st.integers(2, 30), st.data())
 def test_restore_at_any_cut_point_equals_the_state_acknowledged_there(
     tmp_path_factory: pytest.TempPathFactory,

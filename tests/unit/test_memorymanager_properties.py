@@ -17,6 +17,7 @@ from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topologymanager.policy import POLICIES, SCOPES, new_policy
+from tests.properties import examples
 
 MI = 1024**2
 GI = 1024**3
@@ -125,7 +126,7 @@ def assert_consistent(manager: Manager, policy: StaticPolicy, store: InMemorySto
     StaticPolicy(policy.machine, policy.system_reserved).start(restored.fork())
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_random_sequences_keep_invariants(scenario: Scenario) -> None:
     policy = StaticPolicy(scenario.machine, scenario.reserved)

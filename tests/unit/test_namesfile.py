@@ -24,6 +24,7 @@ from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.pod import Pod
 from numamem.topology import Machine
 from numamem.topologymanager.policy import new_policy
+from tests.properties import examples
 from tests.unit.test_memorymanager import MI, ctr, two_nodes
 
 
@@ -272,7 +273,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_after_any_sequence_and_any_failed_write_a_restart_reads_memorys_names(
     ops: list[tuple[str, int, tuple[str, str] | None]],

@@ -33,6 +33,7 @@ from numamem.testing.cgroups import (
     remove_container,
     write_container,
 )
+from tests.properties import examples
 
 POD = "6f1c2a9e-0000-4000-8000-000000000001"
 CID = "0123456789abcdef"
@@ -368,7 +369,9 @@ NODES = st.frozensets(st.integers(0, 7), max_size=8)
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(30),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     assigned=NODES.filter(bool),

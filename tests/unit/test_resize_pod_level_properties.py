@@ -20,7 +20,6 @@ the current sizes writes nothing; a failed write leaves memory equal to the disk
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -46,6 +45,7 @@ from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topologymanager.policy import POLICIES, new_policy
 from tests.kubelet_reference import ref_reserve
+from tests.properties import examples
 
 GI = 1024**3
 UNIT = 512 * 1024**2
@@ -314,7 +314,7 @@ class Fault:
 
 
 @settings(
-    max_examples=int(os.environ.get("NUMAMEM_EXAMPLES", "200")),
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

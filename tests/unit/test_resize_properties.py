@@ -44,6 +44,7 @@ from numamem.topologymanager.policy import (
     new_policy,
 )
 from tests.kubelet_reference import average_distance, mask_of
+from tests.properties import examples
 
 MI, GI = 1024**2, 1024**3
 HP = "hugepages-1Gi"
@@ -206,7 +207,7 @@ def validate_file(path: Path, policy: StaticPolicy) -> MemoryState:
     return restored
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_random_resizes_match_the_reference_and_keep_the_kubelets_invariants(world: World) -> None:
     policy = StaticPolicy(world.machine, {0: {"memory": GI}})

@@ -36,6 +36,7 @@ from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity, parse_quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topologymanager.policy import POLICIES, PREFER_CLOSEST_NUMA_NODES, new_policy
+from tests.properties import examples
 
 GI = 1024**3
 UNIT = 512 * 1024**2
@@ -170,7 +171,7 @@ def _alone(world: World, directory: str, uid: str) -> tuple[str, Manager]:
 
 
 @settings(
-    max_examples=100,
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -120,7 +120,7 @@ def test_watchdog_usec_is_parsed_strictly_and_the_interval_clamped(
 @pytest.mark.parametrize(
     ("pid", "pings", "logged"),
     [
-        (str(os.getpid()), True, False),
+        pytest.param(str(os.getpid()), True, False, id="this-process"),  # one id on every worker
         ("1", False, False),  # another process's watchdog
         ("²", False, True),  # before: int() raised ValueError
         ("x1", False, True),

@@ -31,10 +31,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 
+TMPDIR_VARIABLE = "NUMAMEM_TEST_TMPDIR"
+"""Where :func:`short_tmpdir` makes its directories instead of ``/tmp`` (a short path too).
+numamem's own tests set it to a tmpfs when the machine has one (tests/conftest.py)."""
+
 
 def short_tmpdir(prefix: str = "nm") -> Path:
-    """A private temp dir with a short path (unix socket paths are limited to 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    """A private temp dir with a short path (unix socket paths are limited to 107 bytes):
+    in ``/tmp``, or in ``$NUMAMEM_TEST_TMPDIR`` when that is set."""
+    root = os.environ.get(TMPDIR_VARIABLE) or "/tmp"  # noqa: S108 - mkdtemp: a new 0700 dir
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     path.chmod(0o700)
     return path
 

@@ -18,7 +18,6 @@ state lives in that directory.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from numamem.config.syntax import (
     parse_reserved_memory,
     parse_reserved_resources,
 )
+from numamem.testing.daemon import short_tmpdir
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 
 
@@ -78,7 +78,7 @@ def serve_in_process(
     temporary directory is removed on exit unless ``root`` was given.
     """
     owned = root is None
-    base = Path(tempfile.mkdtemp(prefix="nm", dir="/tmp")) if root is None else root
+    base = short_tmpdir() if root is None else root
     base.chmod(0o700)
     sysfs = write_sysfs(base / "sys", list(nodes) if nodes is not None else standard_nodes(2))
     cfg = default_config(base, sysfs, **config)
