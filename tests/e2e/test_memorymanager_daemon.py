@@ -280,6 +280,9 @@ def test_changed_machine_refuses_start_only_with_the_kubelets_rule(
     ],
 )
 def test_configuration_refusals(short_root: Path, flags: list[str], message: str) -> None:
+    """Rules across values refuse the start (exit 1, ``numamem: ``); one flag's value that is
+    out of range is a usage error (exit 2, ``numamem serve: error: ``), the kubelet's text in
+    both."""
     write_sysfs(short_root / "sys", standard_nodes(2))
     out = serve_to_exit(
         short_root,
@@ -289,9 +292,11 @@ def test_configuration_refusals(short_root: Path, flags: list[str], message: str
         "Static",
         *flags,
     )
-    assert out.returncode == 1
+    usage = "max-allowable-numa-nodes" in message  # the one flag value out of range here
+    assert out.returncode == (2 if usage else 1), out.stderr
     lines = out.stderr.strip().splitlines()
-    refusal = next(line for line in reversed(lines) if line.startswith("numamem: "))
+    prefix = "numamem serve: error: " if usage else "numamem: "
+    refusal = next(line for line in reversed(lines) if line.startswith(prefix))
     assert message in refusal
     if "determined by Node Allocatable feature" in message:
         assert lines[-1].startswith("  fix: this passes: --reserved-memory '0:memory=")

@@ -164,9 +164,9 @@ def _reasons_json(containers: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_every_reason_is_covered_and_documented() -> None:
     """The codes are API: each has a case here and a line in the proto's comment."""
-    from tests.genproto import PROTO_ROOT
+    from tests.genproto import REPO
 
-    proto = (PROTO_ROOT / "numamem" / "v1" / "memorymanager.proto").read_text()
+    proto = (REPO / "proto" / "numamem" / "v1" / "memorymanager.proto").read_text()
     tested = {c.name for c in CASES}
     assert tested == set(unpinned.REASONS) - {unpinned.NOT_ALLOCATED}
     for reason in unpinned.REASONS:

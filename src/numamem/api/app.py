@@ -42,10 +42,10 @@ def build_components(config: Config, fs: FileSystem = REAL) -> Sequence[Componen
     metacache.collector.rounds.append(residency.sample)
     memory.servicer.residency = residency
     components: list[Component] = [
-        InfoComponent(),
         TopologyComponent(machine, config.sysfs_root),
         memory,
         metacache,
+        InfoComponent(),  # nothing to restore: after the components systemd is told about
     ]
     if config.metrics_port is not None or config.metrics_socket is not None:
         components.append(
