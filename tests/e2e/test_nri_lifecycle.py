@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from numamem.errors import NriStatusError
 from numamem.nri.service import PLUGIN_SERVICE
+from numamem.nriapi import api_pb2 as api
 from numamem.testing.daemon import DaemonProcess
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.daemon import STATIC_ARGS
@@ -144,6 +145,37 @@ def test_update_container_resizes_through_numamem(node: Node) -> None:
     assert [x.size for x in node.client.get_memory("uid-r", "a")] == [10 * GI]  # unchanged
     reply = node.update(a, 10 * GI, cpu_milli=2000)  # a CPU change: memory as it was
     assert [(u.container_id, u.linux.resources.cpu.mems) for u in reply.update] == [(a.id, "0,1")]
+
+
+def test_a_partial_update_changes_no_limit_and_keeps_the_pinning(node: Node) -> None:
+    """The kubelet's CPU manager (static policy) sends UpdateContainerResources with only
+    ``cpuset_cpus`` (after every kubelet restart, and to shared-pool containers whenever the
+    pool changes): unset and zero memory and hugepage fields mean unchanged. No resize, the
+    update goes through with the container's ``cpuset.mems``, and ``cpus`` stays the
+    kubelet's."""
+    sandbox = node.run_pod("cpu-managed", "uid-cm")
+    a, _ = node.create(sandbox, "a", 4 * GI, hugepages={"2MB": 64 << 20, "1GB": 0})
+    partial = api.LinuxResources()
+    partial.cpu.cpus = "2-3"
+    reply = node.peer.update_container(sandbox, a, partial)
+    assert reply is not None
+    assert [(u.container_id, u.linux.resources.cpu.mems) for u in reply.update] == [(a.id, "0")]
+    assert all(u.linux.resources.cpu.cpus == "" for u in reply.update)  # never touched
+    blocks = node.client.get_memory("uid-cm", "a")
+    assert sorted((x.type, x.size) for x in blocks) == [
+        ("hugepages-2Mi", 64 << 20),
+        ("memory", 4 * GI),
+    ]
+    assert node.handler.counts.get("resized", 0) == 0
+    zeros = api.LinuxResources()  # every field present but 0, hugepage sizes at 0
+    zeros.memory.limit.value = 0
+    zeros.hugepage_limits.add(page_size="2MB", limit=0)
+    reply = node.peer.update_container(sandbox, a, zeros)
+    assert reply is not None and node.handler.counts.get("resized", 0) == 0
+    assert [u.linux.resources.cpu.mems for u in reply.update] == ["0"]
+    reply = node.update(a, 5 * GI)  # and a real resize still is one
+    assert node.handler.counts.get("resized", 0) == 1
+    assert [x.size for x in node.client.get_memory("uid-cm", "a") if x.type == "memory"] == [5 * GI]
 
 
 # --- releases --------------------------------------------------------------------------------

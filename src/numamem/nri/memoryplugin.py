@@ -7,7 +7,7 @@ runtime event          what numamem does
 Configure              applies the config string (:mod:`numamem.nri.options`)
 Synchronize            reconciles both ways (:mod:`numamem.nri.reconciler`)
 CreateContainer        admits a Guaranteed container, ``cpuset.mems`` (:mod:`.creation`)
-UpdateContainer        ``Resize`` of a pinned container; its new ``cpuset.mems``
+UpdateContainer        ``Resize`` when a pinned container's memory limits change; ``cpuset.mems``
 StopContainer          notes it stopped (a regular init container, if a new one follows)
 RemoveContainer        ``RemoveContainer`` of its id (not of an older instance's)
 RemovePodSandbox       ``ReleasePod`` (not for a sandbox the kubelet replaced)
@@ -169,7 +169,7 @@ class MemoryPlugin(Handler):
             state.view.set_resources(container.id, resources)
             return api.UpdateContainerResponse()
         try:
-            limits = kube.limits_of(resources)
+            limits = entry.limits.updated_by(kube.limits_of(resources))
         except UnusableInputError as err:
             state.left_alone(err, pod=record.identity.describe(), container=entry.name)
             return api.UpdateContainerResponse(
