@@ -49,7 +49,7 @@ STATE = mm.GetStateResponse(
 
 def test_active_pods_are_the_runtimes_with_their_containers() -> None:
     view, _ = a_view()
-    assert active_pods(view) == [
+    assert active_pods(view, {}) == [
         mm.Pod(
             uid=uid,
             namespace="default",
@@ -117,8 +117,8 @@ def test_the_view_follows_the_events() -> None:
     view.add_container(obj.container(g2, "i", memory_limit=GI, cpu_milli=100), g2)
     assert view.pods()["uid-g"].sandbox.id == "sb-g2"
     assert [c.name for c in view.pods()["uid-g"].containers] == ["i"]
-    assert view.container_names("uid-g") == ["b", "c", "i", "n"]  # both sandboxes'
+    assert sorted(view.pods()["uid-g"].names) == ["b", "c", "i", "n"]  # both sandboxes'
     view.remove_pod("sb-g")
-    assert view.container_names("uid-g") == ["i"]
+    assert sorted(view.pods()["uid-g"].names) == ["i"]
     view.set_mems(made["b"].id, "1")  # removed with its sandbox: nothing to set
     assert view.container(made["b"].id) is None

@@ -65,7 +65,13 @@ def create(
         state.left_alone(err, **fields)
         return api.CreateContainerResponse()
     record = state.record_for(identity)
-    entry = record.created(container.name, container.id, limits)
+    entry = record.created(
+        container.name,
+        container.id,
+        limits,
+        sandbox_id=sandbox.id,
+        restart_count=kube.restart_count(container),
+    )
     if entry.pin is Pin.RELEASED:
         entry.note = (
             "re-created after numamem freed it as a finished init container: it runs unpinned, "
@@ -96,7 +102,8 @@ def _admit(
             "Admit", mm.AdmitRequest(pod=pod), budget, request_id
         )
     except (UnavailableError, DeadlineExceededError) as err:
-        return reject(state, record, entry, container.id, str(err), retry=True)
+        text = unreachable_message(record, entry, err)
+        return reject(state, record, entry, container.id, text, retry=True)
     except DaemonRefusedError as err:
         text = f"the numamem daemon refused Admit: {err.code}: {err}"
         return reject(state, record, entry, container.id, text)
@@ -154,6 +161,34 @@ def add_container(
             freed.pin, freed.nodes = Pin.RELEASED, ()
 
 
+def created_unpinned(
+    state: PluginState, sandbox: api.PodSandbox, container: api.Container, message: str
+) -> None:
+    """A creation that went on unpinned without the plugin's lock (``--on-reject=unpinned``):
+    noted in the view and the records as not decided, for a reconciliation to adopt it;
+    counted. The caller holds ``state.lock``."""
+    state.view.add_container(container, sandbox)
+    state.count(counters.UNPINNED)
+    try:
+        identity = kube.pod_identity(sandbox)
+        if (
+            kube.qos_from_cgroup_parent(sandbox.linux.cgroup_parent, identity.uid)
+            != kube.GUARANTEED
+        ):
+            return
+        limits = kube.container_limits(container)
+    except UnusableInputError:
+        return
+    entry = state.record_for(identity).created(
+        container.name,
+        container.id,
+        limits,
+        sandbox_id=sandbox.id,
+        restart_count=kube.restart_count(container),
+    )
+    entry.pin, entry.note = Pin.UNKNOWN, message
+
+
 def reject(
     state: PluginState,
     record: PodRecord,
@@ -203,6 +238,14 @@ def rejection_message(record: PodRecord, entry: Entry, reply: mm.AdmitResponse, 
         f"policy {policy or 'none'}); see why with: kubectl get pod -n "
         f"{quote(who.namespace, style='bare')} {quote(who.name, style='bare')} -o yaml | "
         "numamem explain -f -"
+    )
+
+
+def unreachable_message(record: PodRecord, entry: Entry, err: Exception) -> str:
+    """Why the creation fails when the daemon did not answer in time."""
+    return (
+        f"numamem could not admit container {quote(entry.name)} of pod "
+        f"{record.identity.describe()}: {err}"
     )
 
 

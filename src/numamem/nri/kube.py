@@ -44,6 +44,7 @@ LABEL_POD_UID = "io.kubernetes.pod.uid"
 LABEL_POD_NAME = "io.kubernetes.pod.name"
 LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
 LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
+ANNOTATION_RESTART_COUNT = "io.kubernetes.container.restartCount"
 
 # Problem kinds (stable identifiers: logs, counters and tests match on them).
 NO_POD_UID = "no_pod_uid"
@@ -95,6 +96,19 @@ def pod_identity(sandbox: api.PodSandbox) -> PodIdentity:
         namespace=sandbox.namespace or labels.get(LABEL_POD_NAMESPACE, ""),
         sandbox_id=sandbox.id,
     )
+
+
+def sandbox_uid(sandbox: api.PodSandbox) -> str:
+    """The sandbox's pod uid, or its kubelet label's ("" when neither)."""
+    return sandbox.uid or sandbox.labels.get(LABEL_POD_UID, "")
+
+
+def describe_sandbox(sandbox: api.PodSandbox) -> str:
+    """``namespace/name (uid)`` of a sandbox for messages, from what it carries."""
+    try:
+        return pod_identity(sandbox).describe()
+    except UnusableInputError:
+        return f"sandbox {quote(sandbox.id)} ({quote(sandbox.name)})"
 
 
 def qos_from_cgroup_parent(parent: str, uid: str) -> str:
@@ -237,6 +251,16 @@ def check_guaranteed(limits: Limits, container: str) -> None:
             f"{limits.describe()} (linux.resources: a memory limit and a CPU quota or shares "
             "expected)",
         )
+
+
+def restart_count(container: api.Container) -> int | None:
+    """The kubelet's restart count of the container's name (its
+    ``io.kubernetes.container.restartCount`` annotation: earlier instances of the name in the
+    pod); None without one (not a container the kubelet made) or for one that is not a count."""
+    text = container.annotations.get(ANNOTATION_RESTART_COUNT)
+    if text is None or not text.isdigit():
+        return None
+    return int(text)
 
 
 def mems_string(nodes: Iterable[int]) -> str:

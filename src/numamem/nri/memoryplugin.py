@@ -41,7 +41,7 @@ from numamem.errors import (
 )
 from numamem.nri import kube, status
 from numamem.nri import pluginstate as counters
-from numamem.nri.creation import create
+from numamem.nri.creation import create, created_unpinned
 from numamem.nri.daemonlink import Budget, DaemonLink, budget_for
 from numamem.nri.handler import CallContext, Handler
 from numamem.nri.options import PluginOptions, apply_config
@@ -110,20 +110,32 @@ class MemoryPlugin(Handler):
         return api.ConfigureResponse(events=mask)
 
     def synchronize(self, req: api.SynchronizeRequest, ctx: CallContext) -> api.SynchronizeResponse:
+        """The view replaced; the records rebuilt and the ``cpuset.mems`` updates answered
+        when the daemon and the budget allow (the plugin's own work is counted against the
+        runtime's deadline), else left to the reconciliation it asks for."""
         state = self.state
         budget = budget_for(ctx)
         updates: list[api.ContainerUpdate] = []
-        with state.locked(budget):
+
+        def replaced() -> None:
             state.view.replace(req.pods, req.containers)
-            state.synchronized = True
-            try:
-                updates = self.reconciler.quick(budget)
-            except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
-                state.dirty.set()
-                _log.warning(
-                    "NRI synchronize: the daemon did not answer; reconciling when it does",
-                    error=str(err),
-                )
+            state.synchronized = state.resynchronized = True
+            state.changed()
+
+        try:
+            with state.locked(budget):
+                replaced()
+                try:
+                    updates = self.reconciler.quick(budget)
+                except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
+                    state.dirty.set()
+                    _log.warning(
+                        "NRI synchronize: reconciling after the reply (the daemon or the "
+                        "runtime's deadline did not allow it within)",
+                        error=str(err),
+                    )
+        except UnavailableError:
+            state.apply_or_defer(replaced, budget)
         self.reconciler.request()
         if updates:
             _log.info("NRI synchronize: cpuset.mems updated", containers=len(updates))
@@ -134,21 +146,32 @@ class MemoryPlugin(Handler):
     def create_container(
         self, req: api.CreateContainerRequest, ctx: CallContext
     ) -> api.CreateContainerResponse:
-        budget = budget_for(ctx)
+        budget, state = budget_for(ctx), self.state
         try:
-            with self.state.locked(budget):
-                return create(self.state, req.pod, req.container, budget)
+            with state.locked(budget):
+                state.changed()
+                return create(state, req.pod, req.container, budget)
         except UnavailableError as err:  # the lock: the creation fails unless unpinned
-            if self.state.options.on_reject == "unpinned":
-                _log.warning("NRI container starts unpinned", reason=str(err))
-                return api.CreateContainerResponse()
-            raise NriStatusError(status.UNAVAILABLE, str(err)) from None
+            text = (
+                f"numamem could not admit container {quote(req.container.name)} of pod "
+                f"{kube.describe_sandbox(req.pod)}: {err}"
+            )
+            if state.options.on_reject != "unpinned":
+                with state.held():
+                    state.count(counters.FAILED)
+                raise NriStatusError(status.UNAVAILABLE, text) from None
+            state.apply_or_defer(
+                lambda: created_unpinned(state, req.pod, req.container, text), budget
+            )
+            _log.warning("NRI container starts unpinned (--on-reject=unpinned)", reason=text)
+            return api.CreateContainerResponse()
 
     def update_container(
         self, req: api.UpdateContainerRequest, ctx: CallContext
     ) -> api.UpdateContainerResponse:
         budget = budget_for(ctx)
         with self.state.locked(budget):
+            self.state.changed()
             return self._update(req.pod, req.container, req.linux_resources, budget)
 
     def _update(
@@ -159,8 +182,7 @@ class MemoryPlugin(Handler):
         budget: Budget,
     ) -> api.UpdateContainerResponse:
         state = self.state
-        uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
-        record = state.records.get(uid)
+        record = state.records.get(kube.sandbox_uid(sandbox))
         entry = record.entries.get(container.name) if record is not None else None
         if record is None or entry is None or entry.container_id != container.id:
             state.view.set_resources(container.id, resources)
@@ -234,64 +256,76 @@ class MemoryPlugin(Handler):
     def stop_container(
         self, req: api.StopContainerRequest, ctx: CallContext
     ) -> api.StopContainerResponse:
-        with self.state.locked(budget_for(ctx)):
-            self.state.view.stop(req.container.id)
-            uid = req.pod.uid or req.pod.labels.get(kube.LABEL_POD_UID, "")
-            record = self.state.records.get(uid)
+        state, sandbox, container = self.state, req.pod, req.container
+
+        def stopped() -> None:
+            state.view.stop(container.id)
+            record = state.records.get(kube.sandbox_uid(sandbox))
             if record is not None:
-                record.stopped(req.container.id)
+                record.stopped(container.id)
+
+        state.apply_or_defer(stopped, budget_for(ctx))
         return api.StopContainerResponse()
 
     def remove_container(
         self, req: api.RemoveContainerRequest, ctx: CallContext
     ) -> api.RemoveContainerResponse:
+        """Noted before any daemon call (queued if the plugin's state is held past the budget:
+        the reconciliation it asks for then makes the release)."""
         budget = budget_for(ctx)
-        with self.state.locked(budget):
-            self._remove(req.pod, req.container, budget)
+        release: list[bool] = []
+        if (
+            self.state.apply_or_defer(
+                lambda: release.append(self._removed(req.pod, req.container)), budget
+            )
+            and release[0]
+        ):
+            self._release(
+                "RemoveContainer", mm.RemoveContainerRequest(container_id=req.container.id), budget
+            )
         return api.RemoveContainerResponse()
 
-    def _remove(self, sandbox: api.PodSandbox, container: api.Container, budget: Budget) -> None:
+    def _removed(self, sandbox: api.PodSandbox, container: api.Container) -> bool:
+        """The removal noted (the caller holds the lock); whether to release it."""
         state = self.state
         state.view.remove_container(container.id)
-        uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
-        record = state.records.get(uid)
+        state.changed()
+        record = state.records.get(kube.sandbox_uid(sandbox))
         if record is None:
-            if state.synchronized:
-                return  # not a Guaranteed pod's: numamem holds nothing for it
-        else:
-            entry, newest = record.removed(container.id)
-            if entry is None or not newest:
-                return  # unknown, or an older instance: its name's memory is the newest's
-            if entry.pin in (Pin.RELEASED, Pin.LEFT_ALONE):
-                return
-        self._release(
-            "RemoveContainer", mm.RemoveContainerRequest(container_id=container.id), budget
-        )
+            return not state.synchronized  # else: not a Guaranteed pod's, nothing held
+        entry, newest = record.removed(container.id, container.name)
+        if entry is None or not newest:
+            return False  # unknown, or an older instance: its name's memory is the newest's
+        return entry.pin not in (Pin.RELEASED, Pin.LEFT_ALONE)
 
     def remove_pod_sandbox(
         self, req: api.RemovePodSandboxRequest, ctx: CallContext
     ) -> api.RemovePodSandboxResponse:
         budget = budget_for(ctx)
-        state = self.state
-        with state.locked(budget):
-            sandbox = req.pod
+        state, sandbox = self.state, req.pod
+        uid = kube.sandbox_uid(sandbox)
+        release: list[bool] = []
+
+        def removed() -> None:
             state.view.remove_pod(sandbox.id)
-            uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
-            if any(
-                (s.uid or s.labels.get(kube.LABEL_POD_UID, "")) == uid
-                for s in state.view.sandboxes()
-            ):
-                return api.RemovePodSandboxResponse()  # the kubelet replaced this sandbox
+            state.changed()
+            if state.view.has_pod(uid):
+                release.append(False)  # the kubelet replaced this sandbox
+                return
             record = state.records.pop(uid, None)
-            if uid and (record is not None or not state.synchronized):
-                self._release("ReleasePod", mm.ReleasePodRequest(pod_uid=uid), budget)
+            release.append(bool(uid) and (record is not None or not state.synchronized))
+
+        if state.apply_or_defer(removed, budget) and release[0]:
+            self._release("ReleasePod", mm.ReleasePodRequest(pod_uid=uid), budget)
         return api.RemovePodSandboxResponse()
 
     def _release(self, method: str, request: object, budget: Budget) -> None:
-        """A release; one the daemon does not get is made by the next reconciliation."""
+        """A release, made without the plugin's lock; one the daemon does not get (or, for a
+        container id it does not know, an exited container kept by name) is made by the
+        next reconciliation."""
         began = time.perf_counter()
         try:
-            self.state.daemon.call(method, request, budget)
+            reply = self.state.daemon.call(method, request, budget)
         except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
             self.state.dirty.set()
             _log.warning(
@@ -300,5 +334,8 @@ class MemoryPlugin(Handler):
                 error=str(err),
             )
             return
-        self.state.count(counters.RELEASED)
+        if isinstance(reply, mm.RemoveContainerResponse) and not reply.found:
+            self.state.dirty.set()  # the name is no longer declared: the reconciliation frees it
+        with self.state.held():
+            self.state.count(counters.RELEASED)
         _log.debug("NRI release", method=method, seconds=round(time.perf_counter() - began, 6))
