@@ -270,3 +270,29 @@ def test_an_app_container_that_exits_before_the_next_is_admitted_again_at_its_re
     assert_consistent(state)
     node.remove(a)  # the crashed instance: an older one, nothing released
     assert set(node.client.get_state().entries[p.uid].containers) == {"a", "b"}
+
+
+@pytest.mark.parametrize("policy", ["best-effort", "single-numa-node"])
+def test_memory_follows_the_cpu_managers_exclusive_cpus(
+    short_root: Path, daemon_factory: list[DaemonProcess], policy: str
+) -> None:
+    """With the kubelet's static CPU manager and topology manager, the CreateContainer request
+    carries the container's exclusive ``cpuset.cpus``; here CPUs 2-3, node 1 of the fake
+    machine (node 0: CPUs 0-1). The kubelet's topology manager aligns memory with them: numamem
+    merges the CPU manager's hint (the CPUs' nodes, preferred) and pins node 1. Shared-pool
+    CPUs (every node) give no preference: node 0, numamem's own choice."""
+    d = DaemonProcess(short_root, [*STATIC_ARGS, "--topology-manager-policy", policy])
+    daemon_factory.append(d)
+    d.start()
+    node = Node(short_root, d)
+    try:
+        node.start_plugin()
+        exclusive = node.run_pod("exclusive")
+        _, reply = node.create(exclusive, "app", 2 * GI, cpu_milli=2000, cpus="2-3")
+        assert reply.adjust.linux.resources.cpu.mems == "1"
+        assert not reply.adjust.linux.resources.cpu.cpus  # never touched
+        shared = node.run_pod("shared")
+        _, reply = node.create(shared, "app", 2 * GI, cpus="0-3")
+        assert reply.adjust.linux.resources.cpu.mems == "0"
+    finally:
+        node.close()

@@ -8,7 +8,8 @@ one), which is idempotent for the containers already allocated, then records the
 id (``AddContainer``, the kubelet's PreStartContainer: it frees the memory of the pod's
 earlier regular init containers) and returns the container's NUMA nodes as
 ``cpuset.mems``, written as the kubelet writes them ("0,1"). ``cpuset.cpus`` is never
-touched (the kubelet's CPU manager owns it).
+touched (the kubelet's CPU manager owns it), but the CPUs it names are the CPU manager's
+hint at admission, as the kubelet's topology manager merges it (:mod:`.cpuhints`).
 
 A container numamem does not admit, or cannot ask the daemon about, fails its creation with
 a message naming the pod, the container, what it asks and how to see why (``numamem
@@ -30,7 +31,7 @@ from numamem.errors import (
     quote,
 )
 from numamem.logging import get_logger
-from numamem.nri import kube, status
+from numamem.nri import cpuhints, kube, status
 from numamem.nri import pluginstate as counters
 from numamem.nri.daemonlink import Budget
 from numamem.nri.pluginstate import PluginState
@@ -98,8 +99,9 @@ def _admit(
         if settings.topology_manager_scope == POD_SCOPE:
             return reject(state, record, entry, container.id, pod_scope_refusal(record, entry))
         pod = record.admission_pod(entry.name)
+        providers = cpu_provider(entry.name, container.linux.resources.cpu.cpus, state, budget)
         reply: mm.AdmitResponse = state.daemon.call(
-            "Admit", mm.AdmitRequest(pod=pod), budget, request_id
+            "Admit", mm.AdmitRequest(pod=pod, other_providers=providers), budget, request_id
         )
     except (UnavailableError, DeadlineExceededError) as err:
         text = unreachable_message(record, entry, err)
@@ -131,6 +133,16 @@ def _admit(
     response = api.CreateContainerResponse()
     response.adjust.linux.resources.cpu.mems = mems
     return response
+
+
+def cpu_provider(
+    name: str, cpus: str, state: PluginState, budget: Budget
+) -> list[mm.ProviderHints]:
+    """The kubelet CPU manager's hint for the container's CPUs (:mod:`numamem.nri.cpuhints`);
+    none when the CPUs are not set. Raises the daemon link's errors."""
+    if not cpus:
+        return []
+    return cpuhints.cpu_provider(name, cpus, state.daemon.cpu_nodes(budget))
 
 
 def add_container(

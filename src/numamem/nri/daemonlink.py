@@ -34,6 +34,7 @@ from numamem.client import NumamemClient, error_reason
 from numamem.errors import DaemonRefusedError, DeadlineExceededError, UnavailableError, quote
 from numamem.nri.handler import CallContext
 from numamem.v1 import memorymanager_pb2 as mm
+from numamem.v1.topology_pb2 import GetMachineInfoRequest
 
 MAX_RPC_SECONDS = 5.0
 """The longest any daemon RPC may take (background reconciliation included)."""
@@ -97,6 +98,7 @@ class DaemonLink:
         """Held across each :data:`GATED` RPC (and by :meth:`gated`)."""
         self.in_flight = 0
         """RPCs under way (for tests: a reconciliation waiting for the daemon)."""
+        self._cpu_nodes: dict[int, int] | None = None
 
     @contextlib.contextmanager
     def gated(self, budget: Budget) -> Iterator[None]:
@@ -144,6 +146,32 @@ class DaemonLink:
                 self.in_flight -= 1
         self.unreachable.clear()
         return reply
+
+    def cpu_nodes(self, budget: Budget) -> dict[int, int]:
+        """CPU id -> its NUMA node, from the daemon's ``GetMachineInfo`` (asked once, then
+        kept: the machine does not change under a running daemon). Raises the link's errors."""
+        with self._lock:
+            known = self._cpu_nodes
+        if known is not None:
+            return known
+        stub = self.client.topology.GetMachineInfo
+        try:
+            info = self.client.call(
+                stub,
+                GetMachineInfoRequest(),
+                "nri-machine",
+                timeout=budget.timeout("GetMachineInfo"),
+            )
+        except grpc.RpcError as err:
+            self.unreachable.set()
+            raise UnavailableError(
+                f"the numamem daemon on {quote(self.socket, style='bare')} did not answer "
+                f"GetMachineInfo ({err.code().name}: {err.details()}); is it running?"
+            ) from None
+        mapping = {cpu: node.id for node in info.numa_nodes for cpu in node.cpus}
+        with self._lock:
+            self._cpu_nodes = mapping
+        return mapping
 
     def get_state(self, budget: Budget) -> mm.GetStateResponse:
         """The daemon's state; records its :class:`Settings`."""
