@@ -27,7 +27,9 @@ shows (:mod:`numamem.nri.podrecord`).
 
 from __future__ import annotations
 
+import sys
 import time
+from dataclasses import replace
 
 from numamem import logging as nlog
 from numamem.errors import (
@@ -44,7 +46,8 @@ from numamem.nri import pluginstate as counters
 from numamem.nri.creation import create, created_unpinned
 from numamem.nri.daemonlink import Budget, DaemonLink, budget_for
 from numamem.nri.handler import CallContext, Handler
-from numamem.nri.options import PluginOptions, apply_config
+from numamem.nri.logsink import open_log
+from numamem.nri.options import PluginOptions, apply_config_leniently
 from numamem.nri.pluginstate import PluginState
 from numamem.nri.podrecord import Pin
 from numamem.nri.reconcile import mems_update
@@ -72,8 +75,11 @@ class MemoryPlugin(Handler):
         self.state = PluginState(daemon or DaemonLink(options.socket), options)
         self.reconciler = Reconciler(self.state, poll)
         self.reconfigure_logging = False
-        """Whether a config string's log-level and log-format re-configure logging (the
-        command's own logging; tests leave theirs alone)."""
+        """Whether a config string's log-level, log-format and log-file re-configure logging
+        (the command's own logging; tests leave theirs alone)."""
+        self.config_source = "the runtime's config string"
+        """What the runtime's config string is, for messages (the pre-launched plugin's
+        file)."""
 
     def start(self) -> None:
         self.reconciler.start()
@@ -91,23 +97,40 @@ class MemoryPlugin(Handler):
     # --- configuration and synchronization ------------------------------------------------
 
     def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
+        """The config string applied over the flags; never refused (containerd 1.7 exits
+        when a pre-launched plugin fails to configure): what is wrong is logged, naming the
+        key, the value and :attr:`config_source`, and left out."""
         state = self.state
-        try:
-            options = apply_config(state.options, req.config)
-        except ConfigError as err:
-            raise NriStatusError(status.INVALID_ARGUMENT, f"numamem nri: {err}") from None
+        options, errors = apply_config_leniently(state.options, req.config, self.config_source)
         if options != state.options:
             _log.info("NRI plugin configuration from the runtime", config=req.config[:256])
             if self.reconfigure_logging:
-                nlog.configure(options.log_level, options.log_format, cache=False)
+                options = self._relog(options, errors)
             if options.socket != state.options.socket:
                 old, state.daemon = state.daemon, DaemonLink(options.socket)
                 old.close()
             state.options = options
+        for err in errors:
+            _log.error(
+                "NRI plugin configuration: left out, going on with the flags' value",
+                error=str(err),
+            )
         mask = 0
         for event in EVENTS:
             mask |= 1 << (event - 1)
         return api.ConfigureResponse(events=mask)
+
+    def _relog(self, options: PluginOptions, errors: list[ConfigError]) -> PluginOptions:
+        """Logging re-configured for ``options`` (a log file that cannot be opened is an
+        error of the config: the previous one is kept)."""
+        try:
+            stream = open_log(options.log_file, sys.stderr)
+        except ConfigError as err:
+            errors.append(err)
+            options = replace(options, log_file=self.state.options.log_file)
+            stream = open_log(options.log_file, sys.stderr)
+        nlog.configure(options.log_level, options.log_format, stream=stream, cache=False)
+        return options
 
     def synchronize(self, req: api.SynchronizeRequest, ctx: CallContext) -> api.SynchronizeResponse:
         """The view replaced; the records rebuilt and the ``cpuset.mems`` updates answered

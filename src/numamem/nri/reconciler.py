@@ -124,6 +124,7 @@ class Reconciler:
         with self._done:
             self.passes += 1
             self._done.notify_all()
+        _log.debug("NRI reconciliation done", passes=self.passes)
         return True
 
     def _declare(self) -> bool:
