@@ -213,9 +213,8 @@ class Limits:
 def limits_of(resources: api.LinuxResources) -> Limits:
     """The limits in ``resources`` (a container's, or an update's new ones)."""
     cpu: int | None = None
-    quota = resources.cpu.quota.value if resources.cpu.HasField("quota") else 0
-    period = resources.cpu.period.value if resources.cpu.HasField("period") else 0
-    shares = resources.cpu.shares.value if resources.cpu.HasField("shares") else 0
+    given = resources.cpu  # an unset wrapper reads 0: only values above 0 count
+    quota, period, shares = given.quota.value, given.period.value, given.shares.value
     if quota > 0 and period > 0:
         # The kubelet's quota is milli * period / 1000 (at least 1000 us): the ceiling
         # gives the limit back (or the smallest one that yields this quota).
@@ -224,9 +223,9 @@ def limits_of(resources: api.LinuxResources) -> Limits:
         # No CFS quota: the kubelet's shares are milli * 1024 / 1000 (at least 2); the
         # ceiling of the inverse is the smallest request that yields them.
         cpu = max(1, math.ceil(shares * 1000 / SHARES_PER_CPU))
-    memory: int | None = None
-    if resources.memory.HasField("limit") and resources.memory.limit.value > 0:
-        memory = resources.memory.limit.value
+    memory: int | None = resources.memory.limit.value or None
+    if memory is not None and memory < 0:
+        memory = None
     pages: dict[str, int] = {}
     for entry in resources.hugepage_limits:
         if entry.limit > 0:

@@ -141,7 +141,7 @@ class MemoryPlugin(Handler):
         updates: list[api.ContainerUpdate] = []
 
         def replaced() -> None:
-            state.view.replace(req.pods, req.containers)
+            state.view.replace(req.pods, req.containers, owned=True)  # a fresh request
             state.synchronized = state.resynchronized = True
             state.changed()
 

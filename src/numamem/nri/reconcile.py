@@ -20,7 +20,7 @@ daemon was unreachable (a daemon restart, or events it missed), the plugin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from numamem.errors import UnusableInputError
@@ -29,6 +29,9 @@ from numamem.nri.podrecord import Entry, Pin, PodRecord
 from numamem.nri.view import RuntimeView
 from numamem.nriapi import api_pb2 as api
 from numamem.v1 import memorymanager_pb2 as mm
+
+CHECK_EVERY = 512
+"""Pods :func:`rebuild` handles between two calls of its ``check``."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ def rebuild(
     old: dict[str, PodRecord],
     *,
     synchronized: bool = False,
+    check: Callable[[], object] | None = None,
 ) -> tuple[dict[str, PodRecord], list[Problem]]:
     """The records of the view's Guaranteed pods, given the daemon's ``state``. Linear.
 
@@ -80,10 +84,13 @@ def rebuild(
     (an exited container: containerd's Synchronize lists none) is kept as a stopped, pinned
     entry, as the kubelet keeps a container's memory until its pod is gone: after a
     Synchronize (``synchronized``) every such name of a pod whose sandbox is listed, later
-    only those the old record kept (a name the runtime removed since is released)."""
+    only those the old record kept (a name the runtime removed since is released).
+    ``check`` is called every :data:`CHECK_EVERY` pods (a deadline's: it raises to stop)."""
     records: dict[str, PodRecord] = {}
     problems: list[Problem] = []
-    for uid, pod_view in view.pods().items():
+    for done, (uid, pod_view) in enumerate(view.pods().items()):
+        if check is not None and done % CHECK_EVERY == CHECK_EVERY - 1:
+            check()
         sandbox = pod_view.sandbox
         try:
             identity = kube.pod_identity(sandbox)

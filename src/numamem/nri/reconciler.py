@@ -82,8 +82,14 @@ class Reconciler:
         the budget runs out (nothing is changed on the plugin's side then)."""
         state = self.state
         daemon_state = state.daemon.get_state(budget)
-        budget.timeout("rebuilding the records of the runtime's pods")
-        records, problems = rebuild(state.view, daemon_state, state.records, synchronized=True)
+        what = "rebuilding the records of the runtime's pods"
+        records, problems = rebuild(
+            state.view,
+            daemon_state,
+            state.records,
+            synchronized=True,
+            check=lambda: budget.timeout(what),
+        )
         updates = mems_updates(state.view, records)
         budget.timeout("answering the Synchronize")
         self._report(problems)

@@ -46,9 +46,16 @@ class RuntimeView:
         """sandbox id -> its container ids"""
         self._next = 0
 
-    def replace(self, pods: Iterable[api.PodSandbox], containers: Iterable[api.Container]) -> None:
+    def replace(
+        self,
+        pods: Iterable[api.PodSandbox],
+        containers: Iterable[api.Container],
+        *,
+        owned: bool = False,
+    ) -> None:
         """What a Synchronize says the runtime has; in creation order where it says
-        (``created_at``), else in the order listed."""
+        (``created_at``), else in the order listed. ``owned``: the messages are the view's
+        from now on (not copied: the caller never uses them again)."""
         self._pods.clear()
         self._containers.clear()
         self._stopped.clear()
@@ -56,28 +63,34 @@ class RuntimeView:
         self._uids.clear()
         self._in_sandbox.clear()
         for pod in pods:
-            self.add_pod(pod)
+            self.add_pod(pod, owned=owned)
         listed = list(containers)
         ranked = sorted(range(len(listed)), key=lambda i: (listed[i].created_at or 0, i))
         for i in ranked:
-            self.add_container(listed[i])
+            self.add_container(listed[i], owned=owned)
             if listed[i].state == api.CONTAINER_STOPPED:
                 self._stopped.add(listed[i].id)
 
-    def add_pod(self, pod: api.PodSandbox) -> None:
-        copy = api.PodSandbox()
-        copy.CopyFrom(pod)
+    def add_pod(self, pod: api.PodSandbox, *, owned: bool = False) -> None:
+        copy = pod
+        if not owned:
+            copy = api.PodSandbox()
+            copy.CopyFrom(pod)
         self._pods[pod.id] = copy
         uid = pod_uid(pod)
         if uid:
             self._uids.setdefault(uid, {})[pod.id] = None
 
-    def add_container(self, container: api.Container, pod: api.PodSandbox | None = None) -> None:
+    def add_container(
+        self, container: api.Container, pod: api.PodSandbox | None = None, *, owned: bool = False
+    ) -> None:
         """A created container (and its sandbox, when given)."""
         if pod is not None and pod.id not in self._pods:
             self.add_pod(pod)
-        copy = api.Container()
-        copy.CopyFrom(container)
+        copy = container
+        if not owned:
+            copy = api.Container()
+            copy.CopyFrom(container)
         old = self._containers.get(container.id)
         if old is not None and old.pod_sandbox_id != container.pod_sandbox_id:
             self.remove_container(container.id)
