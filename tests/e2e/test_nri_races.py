@@ -203,3 +203,46 @@ def test_a_declaration_from_before_an_admission_does_not_release_it(node: Node) 
     node.wait_reconciled(passes + 1)
     daemon.get_state = original  # type: ignore[method-assign]
     assert created and held(node) == {late.uid: {"app"}}
+
+
+def test_a_creation_that_cannot_have_the_plugins_state_in_time_is_not_lost(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """Should the plugin's state be held past a creation's budget (a daemon RPC of another
+    runtime call that does not answer), ``unpinned`` starts the container and queues its
+    record (applied by the next holder of the lock, adopted by the reconciliation), counted;
+    ``fail`` fails it naming the pod and the container."""
+    from numamem.errors import NriStatusError
+    from numamem.nri.handler import CallContext
+    from numamem.testing import nri_objects as obj
+
+    node = start(short_root, daemon_factory, on_reject="unpinned")
+    try:
+        late = node.run_pod("late")
+        container = obj.container(late, "app", memory_limit=GI, cpu_milli=1000)
+        container.state = api.CONTAINER_RUNNING
+        node.containers[container.id] = container
+        request = api.CreateContainerRequest(pod=late, container=container)
+        handler = node.handler
+        with handler.state.lock:
+            reply = handler.create_container(
+                request, CallContext("CreateContainer", time.monotonic() + 0.5, 0.5)
+            )
+            assert not reply.adjust.HasField("linux")
+            handler.state.options = type(handler.state.options)(
+                socket=handler.state.options.socket, on_reject="fail"
+            )
+            with pytest.raises(NriStatusError) as caught:
+                handler.create_container(
+                    request, CallContext("CreateContainer", time.monotonic() + 0.5, 0.5)
+                )
+            assert f"container 'app' of pod default/late (uid {late.uid})" in caught.value.message
+        passes = handler.reconciler.passes
+        handler.reconciler.request()
+        node.wait_reconciled(passes + 1)
+        assert held(node) == {late.uid: {"app"}}
+        assert handler.counts["unpinned"] == 1 and handler.counts["failed"] == 1
+        assert handler.counts["adopted"] == 1
+        assert node.mems(container) == "0"
+    finally:
+        node.close()

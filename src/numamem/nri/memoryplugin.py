@@ -91,8 +91,7 @@ class MemoryPlugin(Handler):
     @property
     def counts(self) -> dict[str, int]:
         """What the plugin did so far (:mod:`numamem.nri.pluginstate`'s counter names)."""
-        with self.state.lock:
-            return dict(self.state.counts)
+        return self.state.counted()
 
     # --- configuration and synchronization ------------------------------------------------
 
@@ -180,8 +179,7 @@ class MemoryPlugin(Handler):
                 f"{kube.describe_sandbox(req.pod)}: {err}"
             )
             if state.options.on_reject != "unpinned":
-                with state.held():
-                    state.count(counters.FAILED)
+                state.count(counters.FAILED)
                 raise NriStatusError(status.UNAVAILABLE, text) from None
             state.apply_or_defer(
                 lambda: created_unpinned(state, req.pod, req.container, text), budget
@@ -359,6 +357,5 @@ class MemoryPlugin(Handler):
             return
         if isinstance(reply, mm.RemoveContainerResponse) and not reply.found:
             self.state.dirty.set()  # the name is no longer declared: the reconciliation frees it
-        with self.state.held():
-            self.state.count(counters.RELEASED)
+        self.state.count(counters.RELEASED)
         _log.debug("NRI release", method=method, seconds=round(time.perf_counter() - began, 6))

@@ -63,7 +63,8 @@ class PluginState:
     records: dict[str, PodRecord] = field(default_factory=dict)
     """Guaranteed pods by uid."""
     counts: Counter[str] = field(default_factory=Counter)
-    """What the plugin did (the counter names above); changed under :attr:`lock`."""
+    """What the plugin did (the counter names above); changed under :attr:`counts_lock`."""
+    counts_lock: threading.Lock = field(default_factory=threading.Lock)
     problems: ProblemLog = field(default_factory=lambda: ProblemLog("numamem nri"))
     lock: threading.Lock = field(default_factory=threading.Lock)
     synchronized: bool = False
@@ -152,6 +153,13 @@ class PluginState:
         self.problems.report(err.problem, f"NRI container left alone (not pinned): {err}", **fields)
 
     def count(self, name: str) -> int:
-        """Add one to a counter (the caller holds :attr:`lock`); its new value."""
-        self.counts[name] += 1
-        return self.counts[name]
+        """Add one to a counter; its new value. Any thread (a lock of its own, never waited
+        for long: a runtime call counts without the plugin's lock)."""
+        with self.counts_lock:
+            self.counts[name] += 1
+            return self.counts[name]
+
+    def counted(self) -> dict[str, int]:
+        """A copy of the counters."""
+        with self.counts_lock:
+            return dict(self.counts)
