@@ -744,7 +744,7 @@ class Campaign:
             self.slowest = (outcome.seconds, f"{gen.rpc.short} request {gen.index}")
         problems = reply_problems(gen.rpc, gen.request, outcome, gen.payload)
         size = len(gen.payload) if gen.payload is not None else gen.request.ByteSize()
-        problems += self.cost.charge(size, f"{gen.rpc.short} request {gen.index}")
+        problems += self.cost.charge(size, f"{gen.rpc.short} request {gen.index}", gen.rpc.short)
         if gen.payload is None:  # bytes that are no request change nothing, or are a finding
             problems += self.model.apply(gen.rpc, gen.request, outcome)
         if problems:  # describing every request took longer than the oracle's readings
