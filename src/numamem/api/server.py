@@ -72,6 +72,7 @@ from numamem.api.sockets import (
     prepare_socket_path,
 )
 from numamem.api.statedir import LOCK_FILE, check_dir, claim_state_dir, make_dirs, record_pid
+from numamem.api.tcpports import TCP_EXCLUSIVE, listen_problem
 from numamem.api.wakeup import signal_wakeup
 from numamem.api.watchdog import Watchdog, serving_loop_watchdog
 from numamem.config.model import Config
@@ -504,6 +505,7 @@ def _start_health_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health-tcp"),
         interceptors=[interceptor],
+        options=[TCP_EXCLUSIVE],
     )
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     reflection.enable_server_reflection((HEALTH_SERVICE, reflection.SERVICE_NAME), server)
@@ -511,8 +513,9 @@ def _start_health_server(
     try:
         server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as err:
+        why = listen_problem(address, port) or str(err)
         raise StartupError(
-            f"--health-address {address} --health-port {port}: cannot listen: {err}"
+            f"--health-address {address} --health-port {port}: cannot listen: {why}"
         ) from err
     server.start()
     return server
