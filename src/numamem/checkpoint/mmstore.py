@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from numamem.checkpoint import kubelet
+from numamem.checkpoint import kubelet, kubeletwrite
 from numamem.checkpoint.containerfile import (
     ContainerFile,
     ContainerFileEncoder,
@@ -150,8 +150,8 @@ class KubeletStateStore:
         self.containers_path = self.dir / CONTAINERS_FILE
         self.faults = faults
         self._last_state: bytes | None = None
-        self._encoder = kubelet.V1Encoder()
-        self._encoder_v3 = kubelet.V3Encoder()
+        self._encoder = kubeletwrite.V1Encoder()
+        self._encoder_v3 = kubeletwrite.V3Encoder()
         self._map_encoder = ContainerFileEncoder()
         self.names_file = NamesJournal(self.dir, fs)
         self._last_map: Mapping[str, ContainerRef] = {}

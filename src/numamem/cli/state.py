@@ -147,7 +147,7 @@ def show(state_dir: Path, *, as_json: bool) -> int:
     if isinstance(loaded, int):
         return loaded
     if as_json:
-        from numamem.checkpoint.kubelet import encode_v1, encode_v3
+        from numamem.checkpoint.kubeletwrite import encode_v1, encode_v3
 
         if loaded.pod_entries:
             text = encode_v3(
