@@ -19,7 +19,7 @@ from numamem import errors
 from numamem import logging as nlog
 from numamem.cpuset import format_cpulist
 from numamem.errors import NotFoundError
-from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import cgroup, enforcement
 from numamem.metacache.metrics import placement as pl
 from numamem.metacache.metrics.collector import Collector
 from numamem.metacache.metrics.store import MetricStore
@@ -423,7 +423,7 @@ def test_enforce_never_writes_beyond_the_assignment(
         assert cgroup.parse_mems(mems.read_text(), str(mems)) == enforced
         assert found.residency.cpuset_matches is (enforced == assigned)
         if disallowed and enforced != assigned:
-            assert (found.enforcement, again.enforcement) == (pl.PARENT_DISALLOWS,) * 2
+            assert (found.enforcement, again.enforcement) == (enforcement.PARENT_DISALLOWS,) * 2
             missing = format_cpulist(assigned - parent)
             assert f"without the assigned node{'s' * (len(assigned - parent) > 1)} '{missing}'" in (
                 found.enforcement_message
@@ -841,7 +841,7 @@ def test_v2_does_not_write_when_the_parent_lacks_an_assigned_node(tmp_path: Path
     with capture_logs() as logs:
         rounds = [one(sampler) for _ in range(3)]
     for found in rounds:
-        assert (found.write, found.enforcement) == (None, pl.PARENT_DISALLOWS)
+        assert (found.write, found.enforcement) == (None, enforcement.PARENT_DISALLOWS)
         assert found.residency is not None and found.residency.cpuset_matches is False
     assert rounds[0].enforcement_message == (
         f"{parent} is '1', without the assigned node "
@@ -865,7 +865,7 @@ def test_v2_without_the_parents_nodes_does_not_write(tmp_path: Path) -> None:
     parent = (tmp_path / rel).parent / "cpuset.mems.effective"
     parent.unlink()
     found = one(pl.PlacementSampler(tmp_path, enforce=True))
-    assert (found.write, found.enforcement) == (None, pl.PARENT_DISALLOWS)
+    assert (found.write, found.enforcement) == (None, enforcement.PARENT_DISALLOWS)
     assert found.enforcement_message == (
         f"{parent} does not exist: cannot tell which nodes the parent allows; not written"
     )
@@ -916,9 +916,9 @@ def test_a_write_that_widens_is_written_back_and_enforcement_stops(
         "re-pinned): allow the assigned nodes in the pod's cpuset.mems"
     )
     assert found.residency is not None and found.residency.enforced == {1}  # as written back
-    assert (found.enforcement, found.enforcement_message) == (pl.STOPPED, write.error)
+    assert (found.enforcement, found.enforcement_message) == (enforcement.STOPPED, write.error)
     for again in later:
-        assert (again.write, again.enforcement) == (write, pl.STOPPED)
+        assert (again.write, again.enforcement) == (write, enforcement.STOPPED)
     assert (sampler.stats.writes_ok, sampler.stats.writes_failed) == (0, 1)
     [logged] = [e for e in logs if e["event"] == "cpuset.mems written back; no longer enforced"]
     assert logged["error"] == write.error
@@ -970,7 +970,7 @@ def test_a_contested_cpuset_is_written_with_exponential_backoff(tmp_path: Path) 
         nlog.configure("warning", "console", cache=False)
     assert wrote == [0, 1, 2, 5, 9, 17, 33, 65, 70, 71]
     assert states[:3] == ["", "", ""]
-    assert set(states[3:66]) == {pl.CONTESTED}
+    assert set(states[3:66]) == {enforcement.CONTESTED}
     assert set(states[66:]) == {""}  # round 66 found round 65's write in place
     assert sampler.stats.writes_failed == 0
     events = [e["event"] for e in logs]
