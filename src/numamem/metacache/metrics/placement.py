@@ -39,7 +39,7 @@ from pathlib import Path
 from numamem.cpuset import format_cpulist
 from numamem.errors import PATH_QUOTE_BYTES, QUOTE_BYTES, CgroupFormatError, quote
 from numamem.logging import get_logger
-from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import cgroup, cpusetfiles
 from numamem.metacache.metrics.cpusetwrite import (
     CommittedNodes,
     CpusetWrite,
@@ -211,7 +211,7 @@ class PlacementSampler:
         stat_path = dirs.memory / "memory.numa_stat"
         try:
             stat = cgroup.read_numa_stat(stat_path, self.page_size)
-            enforced = cgroup.read_enforced_mems(dirs)
+            enforced = cpusetfiles.read_enforced_mems(dirs)
         except (OSError, CgroupFormatError) as err:
             if went_away(err, dirs.memory):
                 return self._gone(target)
@@ -232,7 +232,7 @@ class PlacementSampler:
                 return self._gone(target)
             return _unreadable(target, err, cid, where)
         result = residency(target.assigned, stat, enforced, huge)
-        message = "" if enforced is not None else f"no {cgroup.enforced_mems_file(dirs)}"
+        message = "" if enforced is not None else f"no {cpusetfiles.enforced_mems_file(dirs)}"
         if result.cpuset_matches is False:
             self._warn_once(target, result, dirs)
         elif result.cpuset_matches:
@@ -274,7 +274,9 @@ class PlacementSampler:
             container=quote(target.container_name, style="bare"),
             assigned=format_cpulist(target.assigned),
             enforced=format_cpulist(result.enforced or ()),
-            file=quote(str(cgroup.enforced_mems_file(dirs)), style="bare", limit=PATH_QUOTE_BYTES),
+            file=quote(
+                str(cpusetfiles.enforced_mems_file(dirs)), style="bare", limit=PATH_QUOTE_BYTES
+            ),
             enforce=self.enforce,
         )
 
