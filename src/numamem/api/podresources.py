@@ -70,16 +70,17 @@ from typing import Any
 import grpc
 from grpc_reflection.v1alpha import reflection
 
+from numamem.api.component import DurabilityReport
 from numamem.api.interceptors import ServerInterceptor
 from numamem.api.podlisting import memory_to_proto, merge_lists, merge_pod, newest_by_name, own_pods
 from numamem.api.ratelimit import RateLimit, TokenBucket
-from numamem.api.server import DurabilityReport, check_dir, make_dirs
 from numamem.api.sockets import (
     BoundSocket,
     bind_unix_socket,
     check_socket_path,
     prepare_socket_path,
 )
+from numamem.api.statedir import check_dir, make_dirs
 from numamem.errors import quote
 from numamem.logging import get_logger
 from numamem.memorymanager.manager import Committed, Manager
