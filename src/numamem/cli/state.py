@@ -34,7 +34,7 @@ from numamem.cli.common import (
 )
 from numamem.cli.state_table import render
 from numamem.client import NumamemClient
-from numamem.config.flags import add_serve_arguments
+from numamem.config.flags.table import add_serve_arguments
 from numamem.config.model import DEFAULT_STATE_DIR
 from numamem.v1 import memorymanager_pb2
 
