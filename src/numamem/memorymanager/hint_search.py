@@ -20,7 +20,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from numamem.topologymanager.merge import Order, size_rank
+from numamem.topologymanager.hintfamily import Order, size_rank
 from numamem.topologymanager.policy import TopologyHint
 
 if TYPE_CHECKING:

@@ -53,7 +53,7 @@ from numamem.memorymanager.subsets import exists_subset
 from numamem.memorymanager.upsets import UpSets
 from numamem.memtypes import NUMANodeState
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.merge import HintFamily, Order
+from numamem.topologymanager.hintfamily import HintFamily, Order
 from numamem.topologymanager.policy import TopologyHint
 from numamem.work import Work
 

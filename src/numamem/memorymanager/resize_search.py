@@ -34,7 +34,7 @@ from numamem.memorymanager.hints import HintSpace
 from numamem.memorymanager.subset_search import Ground
 from numamem.memtypes import MEMORY, NUMANodeState
 from numamem.quantity import format_bytes
-from numamem.topologymanager.merge import NARROWEST, Order
+from numamem.topologymanager.hintfamily import NARROWEST, Order
 from numamem.topologymanager.policy import NONE, RESTRICTED, SINGLE_NUMA_NODE, TopologyPolicy
 from numamem.work import Work
 

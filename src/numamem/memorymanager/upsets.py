@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from numamem.memorymanager.memo import memoized
 from numamem.memorymanager.subset_search import Ground
 from numamem.memorymanager.subsets import SortedSums, count_covering_subsets, covers
-from numamem.topologymanager.merge import Order, size_rank
+from numamem.topologymanager.hintfamily import Order, size_rank
 from numamem.work import Work
 
 Values = tuple[int, ...]
