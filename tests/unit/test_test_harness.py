@@ -3,9 +3,19 @@ tests' files go and when they are removed, property tests that ``make soak`` len
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from numamem.testing.daemon import TMPDIR_VARIABLE
+from tests import tmproot
 from tests.ports import ATTEMPTS, IN_USE, on_free_ports
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_start_refused_for_a_port_in_use_is_tried_again_on_new_ports() -> None:
@@ -41,3 +51,107 @@ def test_any_other_refusal_and_the_last_attempt_are_raised() -> None:
     with pytest.raises(RuntimeError, match=IN_USE):
         on_free_ports(always)
     assert len(calls) == 1 + ATTEMPTS
+
+
+# --- where the tests' files go (tests/tmproot.py, tests/conftest.py) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "need", "problem"),
+    [
+        ("tmpfs", 0, None),
+        ("tmpfs", 1 << 62, "MiB free, under the 4398046511104 MiB a run may write"),
+        ("disk", 0, "is not a tmpfs"),
+        ("missing", 0, "is not a writable directory"),
+    ],
+)
+def test_dev_shm_is_taken_only_as_a_tmpfs_with_room(
+    tmp_path: Path, case: str, need: int, problem: str | None
+) -> None:
+    """A container's /dev/shm is 64 MiB unless told otherwise: too small for a run."""
+    shm = tmp_path / "shm"
+    if case != "missing":
+        shm.mkdir()
+    mounts = tmp_path / "mounts"
+    kind = "tmpfs" if case == "tmpfs" else "ext4"
+    mounts.write_text(f"tmpfs /dev tmpfs rw 0 0\n{kind} {shm} {kind} rw,nosuid 0 0\n")
+    found = tmproot.shm_problem(shm, need, mounts)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found and str(shm) in found
+
+
+@pytest.mark.parametrize(
+    ("status", "kept"),
+    [
+        (pytest.ExitCode.OK, False),
+        (pytest.ExitCode.TESTS_FAILED, True),
+        (pytest.ExitCode.INTERRUPTED, False),
+        (pytest.ExitCode.INTERNAL_ERROR, True),
+        (pytest.ExitCode.USAGE_ERROR, False),
+        (pytest.ExitCode.NO_TESTS_COLLECTED, False),
+        (None, False),  # ended before its session: an error in the arguments
+    ],
+)
+def test_a_runs_directory_is_kept_only_when_tests_failed(
+    status: pytest.ExitCode | None, kept: bool
+) -> None:
+    assert tmproot.kept(status) is kept
+
+
+def _can_mount() -> bool:
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+def _on_own_dev_shm(size: str, after: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` run with a tmpfs of ``size`` of its own on /dev/shm (then the shell's ``after``)."""
+    env = {k: v for k, v in os.environ.items() if k not in (TMPDIR_VARIABLE, "TMPDIR")}
+    script = f'mount -t tmpfs -o size={size} tmpfs /dev/shm && "$@"; {after}'
+    return subprocess.run(
+        ["unshare", "--mount", "--", "sh", "-c", script, "sh", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+
+
+needs_mount = pytest.mark.skipif(not _can_mount(), reason="needs root and unshare --mount")
+
+
+@needs_mount
+def test_a_tiny_dev_shm_is_not_where_the_tests_write() -> None:
+    script = "import tests.conftest as c; print(c.TEST_TMPDIR, '|', c.NOT_SHM)"
+    out = _on_own_dev_shm("1m", "true", sys.executable, "-c", script)
+    assert out.returncode == 0, out.stderr
+    chosen, why = out.stdout.strip().split(" | ")
+    assert chosen == "None", f"the tests would write to {chosen} on a 1 MiB /dev/shm"
+    assert why.startswith("/dev/shm has 1.0 MiB free"), why
+
+
+@needs_mount
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["tests/unit/test_does_not_exist.py"], "file or directory not found"),
+        (["--no-such-option"], "unrecognized arguments"),
+        (["tests/unit/test_test_harness.py", "-k", "no_test_has_this_name"], "deselected"),
+    ],
+)
+def test_a_run_that_fails_no_test_leaves_nothing_in_dev_shm(args: list[str], says: str) -> None:
+    """A usage error, an error in the arguments, a run of no test: the run's directory goes."""
+    pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", *args]
+    out = _on_own_dev_shm("64m", "ls /dev/shm", *pytest_argv)
+    assert says in out.stdout + out.stderr, out.stdout + out.stderr
+    left = [line for line in out.stdout.splitlines() if line.startswith(tmproot.RUN_PREFIX)]
+    assert left == [], f"left in /dev/shm: {left}"
