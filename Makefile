@@ -91,10 +91,14 @@ run: $(RUN_STAMP)
 # anything else listens on its socket (a test connect that is not refused: a stalled
 # daemon's backlog still accepts) or holds the state dir's lock (stalled, restoring, not
 # serving), which is held (flock, util-linux; else Python's fcntl) while it is removed.
+# It removes what make run makes there (numamem.sock, state/) and then RUN_DIR only if
+# that left it empty: RUN_DIR may be any directory (make run RUN_DIR=/tmp, $$HOME).
 RESET_LOCK = $(RUN_DIR)/state/numamem.lock
 RESET_HELD = make run-reset: a numamem process holds $(RESET_LOCK) (serving, stalled or \
   starting): stop make run (Ctrl-C) first
 RESET_PY = $$([ -x $(BIN)/python ] && echo $(BIN)/python || echo python3)
+RESET_RM = echo "rm -rf $(RUN_DIR)/state $(RUN_DIR)/numamem.sock; rmdir $(RUN_DIR) if empty"; \
+  rm -rf $(RUN_DIR)/state $(RUN_DIR)/numamem.sock && { rmdir $(RUN_DIR) 2>/dev/null || true; }
 run-reset:
 	@if [ -S $(RUN_DIR)/numamem.sock ] && [ -x $(BIN)/numamem ] && \
 	  $(BIN)/numamem health --socket $(RUN_DIR)/numamem.sock --timeout 2 >/dev/null 2>&1; then \
@@ -105,13 +109,16 @@ run-reset:
 	  sys.exit(s.connect_ex(sys.argv[1]) in (errno.ECONNREFUSED, errno.ENOENT))' $(RUN_DIR)/numamem.sock; then \
 	  echo "make run-reset: a process listens on $(RUN_DIR)/numamem.sock but does not answer (stalled or starting): stop make run (Ctrl-C) first" >&2; \
 	  exit 1; fi
-	@if [ ! -e $(RESET_LOCK) ]; then echo "rm -rf $(RUN_DIR)"; rm -rf $(RUN_DIR); \
+	@if [ ! -e $(RESET_LOCK) ]; then $(RESET_RM); \
 	elif command -v flock >/dev/null; then \
-	  flock -n $(RESET_LOCK) -c 'echo "rm -rf $(RUN_DIR)"; rm -rf $(RUN_DIR)' || \
+	  flock -n $(RESET_LOCK) -c '$(RESET_RM)' || \
 	  { echo "$(RESET_HELD)" >&2; exit 1; }; \
 	else $(RESET_PY) -c 'import fcntl, os, shutil, sys; \
 	  fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB); \
-	  print("rm -rf", sys.argv[2]); shutil.rmtree(sys.argv[2])' $(RESET_LOCK) $(RUN_DIR) 2>/dev/null || \
+	  d = sys.argv[2]; s = f"{d}/numamem.sock"; \
+	  print(f"rm -rf {d}/state {s}; rmdir {d} if empty"); shutil.rmtree(f"{d}/state"); \
+	  os.path.lexists(s) and os.unlink(s); os.listdir(d) or os.rmdir(d)' \
+	  $(RESET_LOCK) $(RUN_DIR) 2>/dev/null || \
 	  { echo "$(RESET_HELD)" >&2; exit 1; }; fi
 
 bench: $(STAMP)
