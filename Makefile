@@ -141,7 +141,8 @@ SOAK_POWERLOSS_SEEDS ?= $(shell seq -s, $(SOAK_SEED) $$(($(SOAK_SEED) + 9)))
 SOAK_FUZZ_REQUESTS ?= 100000
 SOAK_FUZZ_SEED ?=
 # The crash harness (then a quarter as long with pod-level pods), the fuzzer with SOAK_FUZZ_REQUESTS requests (a new seed unless
-# SOAK_FUZZ_SEED; make test sends 4000), every hypothesis property test with
+# SOAK_FUZZ_SEED; make test sends 4000) and a tenth as many on the 40-node machine (long hint
+# searches: tests/fuzz/machines.py), every hypothesis property test with
 # SOAK_PROPERTY_EXAMPLES examples each (make test runs 20-300: tests/properties.py) and
 # the differential tests against kubelet's exponential algorithms among them with
 # SOAK_EXAMPLES (make test runs 10-300), the fault matrix under three more seeds and the
@@ -150,6 +151,7 @@ soak: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $(SOAK_SECONDS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $$(($(SOAK_SECONDS) / 4)) --pod-level
 	$(BIN)/python -m tests.fuzz --requests $(SOAK_FUZZ_REQUESTS) $(if $(SOAK_FUZZ_SEED),--seed $(SOAK_FUZZ_SEED),)
+	$(BIN)/python -m tests.fuzz --machine large --requests $$(($(SOAK_FUZZ_REQUESTS) / 10)) $(if $(SOAK_FUZZ_SEED),--seed $(SOAK_FUZZ_SEED),)
 	NUMAMEM_PROPERTY_EXAMPLES=$(SOAK_PROPERTY_EXAMPLES) NUMAMEM_DIFFERENTIAL_EXAMPLES=$(SOAK_EXAMPLES) \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m property
 	for seed in $(SOAK_SEED) $$(($(SOAK_SEED) + 1)) $$(($(SOAK_SEED) + 2)); do \

@@ -5,14 +5,14 @@ The oracle charges a request its peak memory (``VmHWM``, reset before each reque
 the RSS left after the reply; a cpulist of short tokens that fills a request is refused by
 its length, within that bound, alone and four at once under the DaemonSet's memory limit;
 a short Admit that spends the whole search budget on a large machine stays within the
-oracle's CPU bound for a searching RPC.
+oracle's CPU bound for a searching RPC, and a campaign on the large machine charges such
+requests (tests/fuzz/machines.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import random
 import subprocess
 import sys
 import threading
@@ -24,11 +24,12 @@ import pytest
 
 from numamem.client import NumamemClient, error_reason
 from numamem.testing.daemon import DaemonProcess
-from numamem.testing.sysfs import FakeNode, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 from tests.fuzz.amplify import LONG_CPULIST
-from tests.fuzz.cost import RSS, CostOracle, proc_sampler
+from tests.fuzz.cost import CPU, RSS, SEARCHING, CostOracle, proc_sampler
+from tests.fuzz.machines import LARGE_NODES, long_searches, write_machine
+from tests.fuzz.run import Campaign
 
 pytestmark = pytest.mark.e2e
 
@@ -160,25 +161,6 @@ def test_four_such_requests_at_once_fit_in_the_daemonsets_memory_limit(
             group.rmdir()
 
 
-NODES = 40
-
-
-def _distances() -> list[list[int]]:
-    """tests/unit/test_admission_bounds.random_distance(3), as a sysfs distance table."""
-    rnd = random.Random(3)
-    table: dict[tuple[int, int], int] = {}
-
-    def distance(a: int, b: int) -> int:
-        if a == b:
-            return 10
-        key = (min(a, b), max(a, b))
-        if key not in table:
-            table[key] = rnd.choice([11, 12, 20, 21, 32])
-        return table[key]
-
-    return [[distance(i, j) for j in range(NODES)] for i in range(NODES)]
-
-
 def test_a_short_admit_that_spends_the_search_budget_is_within_the_oracles_bound(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
@@ -186,12 +168,7 @@ def test_a_short_admit_that_spends_the_search_budget_is_within_the_oracles_bound
     hints: 166 bytes, refused for the search budget after 0.41-0.45 s of the daemon's CPU,
     past the 0.25 s the oracle allowed any request (the campaign runs on 2 nodes, where no
     search is long, and never saw it). A searching RPC is allowed CPU_SEARCH_S more."""
-    rows = _distances()
-    nodes = [
-        FakeNode(i, memory_kb=(4 << 20) + ((1 << 18) if i == 0 else 0), cpus=str(i), distances=row)
-        for i, row in enumerate(rows)
-    ]
-    write_sysfs(short_root / "sys", nodes)
+    machine_args = write_machine(short_root / "sys", "large")
     d = DaemonProcess(
         short_root,
         [
@@ -207,8 +184,7 @@ def test_a_short_admit_that_spends_the_search_budget_is_within_the_oracles_bound
             "memory.available<0%",
             "--topology-manager-policy",
             "best-effort",
-            "--topology-manager-policy-options",
-            "prefer-closest-numa-nodes=true,max-allowable-numa-nodes=64",
+            *machine_args,
         ],
     )
     daemon_factory.append(d)
@@ -217,7 +193,7 @@ def test_a_short_admit_that_spends_the_search_budget_is_within_the_oracles_bound
     res = {"cpu": "1", "memory": "38Gi"}
     hints = mm.TopologyHints(
         hints=[
-            mm.TopologyHint(numa_nodes=list(range(NODES)), preferred=False),
+            mm.TopologyHint(numa_nodes=list(range(LARGE_NODES)), preferred=False),
             mm.TopologyHint(numa_nodes=list(range(10)), preferred=False),
         ]
     )
@@ -246,3 +222,23 @@ def test_a_short_admit_that_spends_the_search_budget_is_within_the_oracles_bound
     assert oracle.worst_cpu.share <= 1.0 and oracle.worst_cpu.cost > oracle.cpu.fixed, (
         oracle.report()
     )
+
+
+def test_a_campaign_on_the_large_machine_charges_the_search_budget(short_root: Path) -> None:
+    """Review 38b: the campaign ran only on 2 nodes, where no search is long, so its worst CPU
+    share (0.12) said nothing about the search budget. On the large machine it sends short
+    requests that spend the whole budget: GetPodTopologyHints measured 1.05-1.15 s of CPU
+    and +41.4 MiB peak for 103 bytes, past the bounds of a request that does not search
+    (0.25 s, 32 MiB), within a searching RPC's (CPU_SEARCH_S, RSS_SEARCH_BYTES)."""
+    campaign = Campaign(short_root, seed=1, restart_every=0, machine="large")
+    try:
+        campaign.start()
+        campaign.run(0)  # the sweep and the long searches
+    finally:
+        campaign.stop()
+    assert [f.report() for f in campaign.findings] == []
+    assert campaign.swept > len(long_searches())
+    worst_cpu, worst_rss = campaign.cost.worst_cpu, campaign.cost.worst_rss
+    assert worst_cpu.what.split(" request ")[0] in SEARCHING, campaign.cost.report()
+    assert worst_cpu.cost > CPU.fixed, campaign.cost.report()  # the budget was spent
+    assert worst_rss.share <= 1.0 and worst_cpu.share <= 1.0
