@@ -4,6 +4,7 @@ tests' files go and when they are removed, property tests that ``make soak`` len
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,3 +156,56 @@ def test_a_run_that_fails_no_test_leaves_nothing_in_dev_shm(args: list[str], say
     assert says in out.stdout + out.stderr, out.stdout + out.stderr
     left = [line for line in out.stdout.splitlines() if line.startswith(tmproot.RUN_PREFIX)]
     assert left == [], f"left in /dev/shm: {left}"
+
+
+# --- property tests that make soak lengthens (tests/properties.py) -------------------------
+
+OWN_COUNT = {
+    "tests/conftest.py": "the profile: NUMAMEM_PROPERTY_EXAMPLES or hypothesis's 100",
+    "tests/unit/test_differential.py": "its own variable, NUMAMEM_DIFFERENTIAL_EXAMPLES",
+}
+"""Files that may set ``max_examples`` other than through :func:`tests.properties.examples`."""
+
+
+def test_every_max_examples_goes_through_examples() -> None:
+    """Review 38b: three property tests gave a bare ``max_examples=300``/``60``, which
+    overrides the profile: ``make soak`` (NUMAMEM_PROPERTY_EXAMPLES=1000) ran them no longer
+    than ``make test``. A count is ``max_examples=examples(n)``."""
+    bare = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        name = str(path.relative_to(REPO))
+        if name in OWN_COUNT or name == "tests/unit/test_test_harness.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for match in re.finditer(r"max_examples\s*=\s*(\S+)", line):
+                if not match.group(1).startswith("examples("):
+                    bare.append(f"{name}:{number}: {line.strip()}")
+    assert bare == []
+
+
+def test_make_soaks_count_reaches_the_property_tests() -> None:
+    script = (
+        "import importlib\n"
+        "for module, name in [\n"
+        "    ('tests.unit.test_cli_startup', "
+        "'test_groups_and_edge_keys_decode_as_protobuf_decodes_them'),\n"
+        "    ('tests.unit.test_nri_framing', "
+        "'test_messages_split_into_frames_and_cut_anywhere_round_trip'),\n"
+        "    ('tests.unit.test_nri_malformed', 'test_random_frames_never_crash_the_plugin'),\n"
+        "]:\n"
+        "    test = getattr(importlib.import_module(module), name)\n"
+        "    print(name, test._hypothesis_internal_use_settings.max_examples)\n"
+    )
+    env = dict(os.environ, NUMAMEM_PROPERTY_EXAMPLES="1000")
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    counts = dict(line.split() for line in out.stdout.splitlines())
+    assert len(counts) == 3 and set(counts.values()) == {"1000"}, counts
