@@ -365,3 +365,34 @@ def test_a_typod_manifest_exits_1_and_admits_nothing(
         "mean 'resources'?\n"
     )
     assert numamem_server.client.get_state().entries == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("!!int u1", "'u1' is not a valid !!int value"),
+        ("!!float u1", "'u1' is not a valid !!float value"),
+        ("!!timestamp yesterday", "'yesterday' is not a valid !!timestamp value"),
+    ],
+)
+def test_a_value_its_tag_does_not_take_is_a_manifest_error(
+    numamem_server: InProcessServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    value: str,
+    shown: str,
+) -> None:
+    """Review 38b: ``uid: !!int u1`` was a traceback (PyYAML's ValueError/AttributeError),
+    in every --validate mode; now the manifest's refusal, exit 1 like a typo's."""
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f"apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  uid: {value}\n"
+        "spec:\n  containers: [{name: c}]\n"
+    )
+    for validate in ("strict", "warn", "ignore"):
+        with pytest.raises(PodFileError, match=f"^{path}: at line 5: "):
+            load_pods(str(path), validate)
+    assert main(["explain", "-f", str(path), "--socket", numamem_server.socket]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"numamem: {path}: at line 5: {shown}: give a valid one")
+    assert captured.err.count("\n") == 1 and captured.out == ""
