@@ -91,10 +91,14 @@ run: $(RUN_STAMP)
 # anything else listens on its socket (a test connect that is not refused: a stalled
 # daemon's backlog still accepts) or holds the state dir's lock (stalled, restoring, not
 # serving), which is held (flock, util-linux; else Python's fcntl) while it is removed.
+# It removes what make run makes there (numamem.sock, state/) and then RUN_DIR only if
+# that left it empty: RUN_DIR may be any directory (make run RUN_DIR=/tmp, $$HOME).
 RESET_LOCK = $(RUN_DIR)/state/numamem.lock
 RESET_HELD = make run-reset: a numamem process holds $(RESET_LOCK) (serving, stalled or \
   starting): stop make run (Ctrl-C) first
 RESET_PY = $$([ -x $(BIN)/python ] && echo $(BIN)/python || echo python3)
+RESET_RM = echo "rm -rf $(RUN_DIR)/state $(RUN_DIR)/numamem.sock; rmdir $(RUN_DIR) if empty"; \
+  rm -rf $(RUN_DIR)/state $(RUN_DIR)/numamem.sock && { rmdir $(RUN_DIR) 2>/dev/null || true; }
 run-reset:
 	@if [ -S $(RUN_DIR)/numamem.sock ] && [ -x $(BIN)/numamem ] && \
 	  $(BIN)/numamem health --socket $(RUN_DIR)/numamem.sock --timeout 2 >/dev/null 2>&1; then \
@@ -105,13 +109,16 @@ run-reset:
 	  sys.exit(s.connect_ex(sys.argv[1]) in (errno.ECONNREFUSED, errno.ENOENT))' $(RUN_DIR)/numamem.sock; then \
 	  echo "make run-reset: a process listens on $(RUN_DIR)/numamem.sock but does not answer (stalled or starting): stop make run (Ctrl-C) first" >&2; \
 	  exit 1; fi
-	@if [ ! -e $(RESET_LOCK) ]; then echo "rm -rf $(RUN_DIR)"; rm -rf $(RUN_DIR); \
+	@if [ ! -e $(RESET_LOCK) ]; then $(RESET_RM); \
 	elif command -v flock >/dev/null; then \
-	  flock -n $(RESET_LOCK) -c 'echo "rm -rf $(RUN_DIR)"; rm -rf $(RUN_DIR)' || \
+	  flock -n $(RESET_LOCK) -c '$(RESET_RM)' || \
 	  { echo "$(RESET_HELD)" >&2; exit 1; }; \
 	else $(RESET_PY) -c 'import fcntl, os, shutil, sys; \
 	  fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB); \
-	  print("rm -rf", sys.argv[2]); shutil.rmtree(sys.argv[2])' $(RESET_LOCK) $(RUN_DIR) 2>/dev/null || \
+	  d = sys.argv[2]; s = f"{d}/numamem.sock"; \
+	  print(f"rm -rf {d}/state {s}; rmdir {d} if empty"); shutil.rmtree(f"{d}/state"); \
+	  os.path.lexists(s) and os.unlink(s); os.listdir(d) or os.rmdir(d)' \
+	  $(RESET_LOCK) $(RUN_DIR) 2>/dev/null || \
 	  { echo "$(RESET_HELD)" >&2; exit 1; }; fi
 
 bench: $(STAMP)
@@ -134,7 +141,8 @@ SOAK_POWERLOSS_SEEDS ?= $(shell seq -s, $(SOAK_SEED) $$(($(SOAK_SEED) + 9)))
 SOAK_FUZZ_REQUESTS ?= 100000
 SOAK_FUZZ_SEED ?=
 # The crash harness (then a quarter as long with pod-level pods), the fuzzer with SOAK_FUZZ_REQUESTS requests (a new seed unless
-# SOAK_FUZZ_SEED; make test sends 4000), every hypothesis property test with
+# SOAK_FUZZ_SEED; make test sends 4000) and a tenth as many on the 40-node machine (long hint
+# searches: tests/fuzz/machines.py), every hypothesis property test with
 # SOAK_PROPERTY_EXAMPLES examples each (make test runs 20-300: tests/properties.py) and
 # the differential tests against kubelet's exponential algorithms among them with
 # SOAK_EXAMPLES (make test runs 10-300), the fault matrix under three more seeds and the
@@ -143,6 +151,7 @@ soak: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $(SOAK_SECONDS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.soak --seconds $$(($(SOAK_SECONDS) / 4)) --pod-level
 	$(BIN)/python -m tests.fuzz --requests $(SOAK_FUZZ_REQUESTS) $(if $(SOAK_FUZZ_SEED),--seed $(SOAK_FUZZ_SEED),)
+	$(BIN)/python -m tests.fuzz --machine large --requests $$(($(SOAK_FUZZ_REQUESTS) / 10)) $(if $(SOAK_FUZZ_SEED),--seed $(SOAK_FUZZ_SEED),)
 	NUMAMEM_PROPERTY_EXAMPLES=$(SOAK_PROPERTY_EXAMPLES) NUMAMEM_DIFFERENTIAL_EXAMPLES=$(SOAK_EXAMPLES) \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m property
 	for seed in $(SOAK_SEED) $$(($(SOAK_SEED) + 1)) $$(($(SOAK_SEED) + 2)); do \

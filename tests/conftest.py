@@ -10,6 +10,7 @@ add with :func:`report` from the workers to the end of the run.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ from hypothesis import settings
 
 from numamem import logging as nlog
 from numamem.testing.daemon import TMPDIR_VARIABLE, DaemonProcess, short_tmpdir
+from tests import tmproot
 from tests.properties import DEFAULT_EXAMPLES, PROPERTY_EXAMPLES
 
 # The fixtures numamem ships for its clients' tests are used by numamem's own tests too;
@@ -32,44 +34,44 @@ pytest_plugins = ["numamem.testing.fixtures", "tests.containerd.fixtures"]
 nlog.configure("warning", "console", cache=False)
 
 
-# --- where the tests' files go --------------------------------------------------------
+# --- where the tests' files go (tests/tmproot.py) ---------------------------------------
 
 
-def _tmpfs(path: str) -> bool:
-    """Whether ``path`` is the mount point of a tmpfs (per /proc/self/mounts)."""
-    try:
-        with open("/proc/self/mounts") as mounts:
-            return any(line.split()[1:3] == [path, "tmpfs"] for line in mounts)
-    except OSError:
-        return False
-
-
-def _test_tmpdir() -> tuple[str | None, bool]:
-    """(the directory for the tests' files, whether this process made it for this run).
+def _test_tmpdir() -> tuple[str | None, bool, str]:
+    """(the directory for the tests' files, whether this process made it for this run, why
+    not /dev/shm when it did not).
 
     ``$NUMAMEM_TEST_TMPDIR`` when set (by the user, or by the pytest process that started
-    this xdist worker); else a new directory in /dev/shm when that is a writable tmpfs;
-    else None (``/tmp``). A state write fsyncs its file and its directory: on a tmpfs that
-    costs nothing, on this machine's disk 1-2 ms and far more while other jobs write
-    (tests/unit/test_power_loss.py: 29-43 s in /tmp, 13-14 s in /dev/shm, the same CPU
-    time). No test observes the disk: crashes and power cuts are simulated.
+    this xdist worker); else a new directory in /dev/shm when that is a writable tmpfs with
+    room (:func:`tests.tmproot.shm_problem`); else None (``/tmp``).
     ``NUMAMEM_TEST_TMPDIR=/tmp`` keeps the tests on the disk."""
     chosen = os.environ.get(TMPDIR_VARIABLE)
     if chosen:
-        return chosen, False
-    shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK) and _tmpfs(shm):
-        return tempfile.mkdtemp(prefix="nmt-", dir=shm), True
-    return None, False
+        return chosen, False, ""
+    problem = tmproot.shm_problem()
+    if problem is None:
+        return str(tmproot.make_run_dir()), True, ""
+    return None, False, problem
 
 
 # Set before any test makes a directory: pytest's tmp_path and tempfile's default follow
 # tempfile.tempdir; short_tmpdir() (the daemons' roots, their unix sockets included)
 # follows NUMAMEM_TEST_TMPDIR, which xdist workers inherit; the subprocesses tests start
-# (pip, the daemon) follow TMPDIR. A directory made here is removed when the run passed.
-TEST_TMPDIR, OWN_TMPDIR = _test_tmpdir()
+# (pip, the daemon) follow TMPDIR. A directory made here is removed when the process
+# exits (atexit: after a usage error in the arguments too) unless tests failed.
+TEST_TMPDIR, OWN_TMPDIR, NOT_SHM = _test_tmpdir()
 if TEST_TMPDIR is not None:
     os.environ[TMPDIR_VARIABLE] = os.environ["TMPDIR"] = tempfile.tempdir = TEST_TMPDIR
+EXIT_STATUS: list[int] = []
+"""The run's exit status, once its session finished."""
+
+
+def _remove_unless_kept() -> None:
+    if OWN_TMPDIR and TEST_TMPDIR and not tmproot.kept(EXIT_STATUS[-1] if EXIT_STATUS else None):
+        shutil.rmtree(TEST_TMPDIR, ignore_errors=True)
+
+
+atexit.register(_remove_unless_kept)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads the option
@@ -82,8 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(exitstatus: int) -> None:
-    if OWN_TMPDIR and TEST_TMPDIR and exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
-        shutil.rmtree(TEST_TMPDIR, ignore_errors=True)
+    EXIT_STATUS.append(int(exitstatus))
 
 
 # Property tests without a count of their own run hypothesis's 100 examples, or
@@ -141,8 +142,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
     for _, line in sorted(REPORT, key=lambda entry: entry[0]):
         terminalreporter.write_line(line)
-    if OWN_TMPDIR and exitstatus not in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+    if OWN_TMPDIR and tmproot.kept(exitstatus):
         terminalreporter.write_line(f"the tests' files are kept in {TEST_TMPDIR}")
+    if NOT_SHM:
+        terminalreporter.write_line(f"the tests' files are in /tmp: {NOT_SHM}")
 
 
 # --- the order and the distribution of the tests ------------------------------------------

@@ -20,16 +20,20 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from numamem.testing.daemon import TMPDIR_VARIABLE
+from tests import tmproot
 from tests.containerd import cgroups
 from tests.containerd.config import Layout
 
 RUN_CONTAINERD = Path("/run/containerd")
 NAMESPACE = "k8s.io"
 TMP_PREFIX = "ctd"
-"""Instances live in ``/tmp/ctd*`` (:func:`numamem.testing.daemon.short_tmpdir`)."""
+"""An instance's directory is ``<root>/ctd*`` (:func:`numamem.testing.daemon.short_tmpdir`),
+its root ``$NUMAMEM_TEST_TMPDIR`` or ``/tmp`` (:func:`instance_roots`)."""
 
 
 def argv(pid: int) -> list[str]:
@@ -195,11 +199,27 @@ class Remains:
         return found
 
 
-def reap_stale(tmp: Path = Path("/tmp")) -> list[str]:
-    """Clean up the instances whose owner died without doing it (a killed test process);
-    a line per instance reaped, with what could not be removed."""
+def instance_roots(shm: Path = tmproot.SHM) -> list[Path]:
+    """Where instances of this and of earlier runs may be: ``/tmp``, this run's
+    ``$NUMAMEM_TEST_TMPDIR``, and every run directory in /dev/shm (a killed run's stays there,
+    tests/tmproot.py)."""
+    roots = [Path("/tmp"), *tmproot.run_dirs(shm)]
+    if os.environ.get(TMPDIR_VARIABLE):
+        roots.append(Path(os.environ[TMPDIR_VARIABLE]))
+    return list(dict.fromkeys(roots))
+
+
+def reap_stale(roots: Iterable[Path] | None = None) -> list[str]:
+    """Clean up the instances under ``roots`` (:func:`instance_roots` when None) whose owner
+    died without doing it (a killed test process); a line per instance reaped, with what
+    could not be removed."""
     reaped = []
-    for base in sorted(tmp.glob(f"{TMP_PREFIX}*")):
+    bases = (
+        b
+        for root in (instance_roots() if roots is None else roots)
+        for b in root.glob(f"{TMP_PREFIX}*")
+    )
+    for base in sorted(bases):
         remains = Remains(base)
         if base.is_dir() and remains.orphaned():
             left = remains.cleanup()

@@ -26,6 +26,7 @@ from numamem.topologymanager.policy import ProviderHints
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 from tests.daemon import STATIC_ARGS
+from tests.ports import on_free_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -77,12 +78,6 @@ def listening(pid: int) -> set[tuple[str, int]]:
     }
 
 
-def free_port() -> int:
-    with __import__("socket").socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_nothing_but_the_health_port_listens_on_tcp(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
@@ -90,11 +85,14 @@ def test_nothing_but_the_health_port_listens_on_tcp(
     assert d.proc is not None
     assert listening_tcp_ports(d.proc.pid) == set()
     d.stop()
-    with __import__("socket").socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    d.args += ["--health-port", str(port)]
-    d.start()
+    args = list(d.args)
+
+    def with_health_port(ports: list[int]) -> int:
+        d.args = [*args, "--health-port", str(ports[0])]
+        d.start()
+        return ports[0]
+
+    port = on_free_ports(with_health_port)
     assert listening(d.proc.pid) == {("127.0.0.1", port)}  # loopback unless told otherwise
 
 
@@ -102,14 +100,19 @@ def test_nothing_but_the_health_port_listens_on_tcp(
 def test_health_and_metrics_listen_on_ipv6_addresses(
     short_root: Path, daemon_factory: list[DaemonProcess], address: str
 ) -> None:
-    health_port, metrics_port = free_port(), free_port()
-    d = start(
-        short_root,
-        daemon_factory,
-        f"--health-address={address}",
-        f"--health-port={health_port}",
-        f"--metrics-address={address}",
-        f"--metrics-port={metrics_port}",
+    d, (health_port, metrics_port) = on_free_ports(
+        lambda ports: (
+            start(
+                short_root,
+                daemon_factory,
+                f"--health-address={address}",
+                f"--health-port={ports[0]}",
+                f"--metrics-address={address}",
+                f"--metrics-port={ports[1]}",
+            ),
+            ports,
+        ),
+        2,
     )
     assert d.proc is not None
     bare = address.strip("[]")

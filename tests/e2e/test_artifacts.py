@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -49,6 +48,7 @@ from tests.deploy_manifests import (
 )
 from tests.dockerignore import copy_context, tracked_files
 from tests.pip_tool import pip_command
+from tests.ports import on_free_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -138,21 +138,15 @@ def install(target: Path, into: Path) -> Path:
     return into / "bin" / "numamem"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def daemonset_serve_args(root: Path) -> tuple[list[str], dict[str, int]]:
+def daemonset_serve_args(root: Path, free: list[int]) -> tuple[list[str], dict[str, int]]:
     """The DaemonSet container's ``serve`` arguments with its host paths moved under ``root``
-    (a fake /sys, deploy/ for the ConfigMap's file), loopback for the pod IP and free ports
-    for 9440/9441; and the port map."""
+    (a fake /sys, deploy/ for the ConfigMap's file), loopback for the pod IP and the two
+    ``free`` ports for 9440/9441; and the port map."""
     container = numamem_container(daemonset_docs()["DaemonSet"])
     args = expand(container["args"], dict(container_env(container), POD_IP="127.0.0.1"))
     assert args[0] == "serve"
     write_sysfs(root / "sys", standard_nodes(2))
-    (root / "sys" / "fs" / "cgroup").mkdir(parents=True)
+    (root / "sys" / "fs" / "cgroup").mkdir(parents=True, exist_ok=True)
     moved = {
         "/run/numamem": str(root / "run"),
         "/var/lib/numamem": str(root / "state"),
@@ -160,7 +154,7 @@ def daemonset_serve_args(root: Path) -> tuple[list[str], dict[str, int]]:
         "/etc/numamem": str(deploy_file("numamem.yaml").parent),
         "/var/lib/kubelet/pod-resources": str(root / "kubelet"),
     }
-    ports = {"9440": free_port(), "9441": free_port()}
+    ports = {"9440": free[0], "9441": free[1]}
     out = []
     for arg in args[1:]:
         name, _, value = arg.partition("=")
@@ -214,12 +208,18 @@ def _serve_and_probe(numamem: Path, root: Path, version_line: str) -> None:
         env=clean_env(),
     )
     assert (version.returncode, version.stdout.strip()) == (0, version_line), version.stderr
-    args, ports = daemonset_serve_args(root)
-    daemon = DaemonProcess(
-        root, args, cwd=root, program=(str(numamem),), env=clean_env(), inherit_env=False
-    )
+    started: list[DaemonProcess] = []
+
+    def serve(free: list[int]) -> tuple[DaemonProcess, dict[str, int]]:
+        args, ports = daemonset_serve_args(root, free)
+        daemon = DaemonProcess(
+            root, args, cwd=root, program=(str(numamem),), env=clean_env(), inherit_env=False
+        )
+        started.append(daemon)
+        return daemon.start(timeout=60), ports
+
     try:
-        daemon.start(timeout=60)
+        daemon, ports = on_free_ports(serve, 2)
         container = numamem_container(daemonset_docs()["DaemonSet"])
         env = clean_env(f"{numamem.parent}:{SYSTEM_PATH}")
         for probe in ("startupProbe", "livenessProbe"):
@@ -242,7 +242,8 @@ def _serve_and_probe(numamem: Path, root: Path, version_line: str) -> None:
         assert daemon.stop() == 0, daemon.stderr()
         assert run(command, root, env).returncode == 1  # no daemon: the probe fails
     finally:
-        daemon.kill()
+        for each in started:
+            each.kill()
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from numamem.testing.daemon import DaemonProcess
 from numamem.v1 import topology_pb2, topology_pb2_grpc
 from tests.daemon import REPO, grpcurl, grpcurl_bin, run_once, serve_to_exit
+from tests.ports import on_free_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -294,15 +295,45 @@ def test_request_id_is_logged_per_rpc(daemon: DaemonProcess) -> None:
     assert rpc["timestamp"].endswith("Z")
 
 
+def test_a_second_daemon_on_the_same_health_port_is_refused(
+    short_root: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """grpcio binds with SO_REUSEPORT unless told not to: a second daemon on the first's
+    --health-port started as if the port were its own, the kernel spreading the probes over
+    both (review 38b). It is refused now, naming the port and why; the first serves on."""
+
+    def serve(ports: list[int]) -> tuple[DaemonProcess, int]:
+        d = DaemonProcess(short_root / "a", ["--health-port", str(ports[0])])
+        d.root.mkdir(exist_ok=True)
+        daemon_factory.append(d)
+        return d.start(), ports[0]
+
+    first, port = on_free_ports(serve)
+    second = DaemonProcess(short_root / "b", ["--health-port", str(port)])
+    second.root.mkdir()
+    daemon_factory.append(second)
+    with pytest.raises(AssertionError) as refused:
+        second.start()
+    assert (
+        f"--health-address 127.0.0.1 --health-port {port}: cannot listen: [Errno 98] "
+        "Address already in use" in str(refused.value)
+    )
+    assert first.proc is not None and first.proc.poll() is None
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert status.status == health_pb2.HealthCheckResponse.SERVING
+
+
 def test_health_port_serves_only_health(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    d = DaemonProcess(short_root, ["--health-port", str(port)])
-    daemon_factory.append(d)
-    d.start()
+
+    def serve(ports: list[int]) -> tuple[DaemonProcess, int]:
+        d = DaemonProcess(short_root, ["--health-port", str(ports[0])])
+        daemon_factory.append(d)
+        return d.start(), ports[0]
+
+    d, port = on_free_ports(serve)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert status.status == health_pb2.HealthCheckResponse.SERVING

@@ -158,17 +158,19 @@ def test_the_cost_oracle_charges_each_request_its_cost() -> None:
     """Not vacuous: a request that cost more than its bound is a finding, one within it is
     not; a restart that takes longer than its floor allows is a finding; issue 38's request
     (309 bytes: 9.5 s, +1290 MiB) is far beyond both bounds."""
-    readings = iter([(0.6, 50 << 20), (0.7, 51 << 20), (10.15, 1340 << 20)])
+    readings = iter(
+        [(0.6, 50 << 20, 50 << 20), (0.7, 51 << 20, 51 << 20), (10.15, 1340 << 20, 1340 << 20)]
+    )
     oracle = CostOracle(sampler=lambda pid: lambda: next(readings))
     assert oracle.started(1) == [] and oracle.floor_s == 0.6
     assert oracle.charge(200, "cheap") == []
     found = oracle.charge(309, "issue 38")
     assert len(found) == 2
     assert "9450 ms of CPU for 309 bytes, 37.7 x the bound" in found[0]
-    assert "1289.0 MiB of RSS growth for 309 bytes" in found[1]
+    assert "1289.0 MiB of peak RSS growth for 309 bytes" in found[1]
     assert oracle.worst_cpu.what == oracle.worst_rss.what == "issue 38"
     assert oracle.charged == 2 and "worst CPU 37.707 of its bound" in oracle.report()
-    oracle.sampler = lambda pid: lambda: (RESTART_FACTOR * 0.6 + RESTART_SLACK_S + 0.01, 0)
+    oracle.sampler = lambda pid: lambda: (RESTART_FACTOR * 0.6 + RESTART_SLACK_S + 0.01, 0, 0)
     [slow] = oracle.started(2)
     assert "the restart took 2.81 s of CPU to serve, more than 3 x the first start's" in slow
     assert CPU.of(309) < 0.26 and RSS.of(309) < 33 << 20

@@ -3,6 +3,7 @@
     python -m tests.fuzz --requests 100000               # a new seed, printed
     python -m tests.fuzz --seed 7 --requests 1234        # replay a run up to request 1233
     python -m tests.fuzz --seed 7 --index 1233           # that one request on a fresh daemon
+    python -m tests.fuzz --machine large --requests 2000 # 40 nodes: long hint searches
 
 A replay needs the campaign's --check-every and --restart-every too (they decide
 when the daemon restarts and what it holds then): each finding's replay line
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from numamem.testing.daemon import short_tmpdir
+from tests.fuzz.machines import MACHINES
 from tests.fuzz.run import Campaign
 
 
@@ -36,6 +38,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--restart-every", type=int, default=25000, help="0: restart only at the end"
     )
+    parser.add_argument(
+        "--machine",
+        choices=MACHINES,
+        default="small",
+        help="small: 2 nodes; large: 40 nodes, prefer-closest (long hint searches)",
+    )
     return parser
 
 
@@ -47,6 +55,7 @@ def build_campaign(args: argparse.Namespace, root: Path) -> tuple[Campaign, int]
         seed,
         check_every=args.check_every,
         restart_every=args.restart_every,
+        machine=args.machine,
         indices=None if args.index is None else range(args.index, args.index + 1),
     )
     return built, args.requests
@@ -59,7 +68,7 @@ def main() -> int:
     seed = campaign.seed
     print(
         f"fuzz seed={seed} requests={requests} check_every={campaign.check_every} "
-        f"restart_every={campaign.restart_every}",
+        f"restart_every={campaign.restart_every} machine={campaign.machine}",
         flush=True,
     )
     started = time.monotonic()

@@ -22,8 +22,15 @@ CPULIST_AMPLIFIERS: tuple[str, ...] = (
     "0-8191,0-8191,0-8191,0-8191",
     "0-8192",
     "0-1023",
+    ",".join(["1000"] * 13107),  # 65,534 characters of one id: just within MAX_CPULIST_BYTES
+    ",".join(["1000"] * 20000),  # 99,999: past it
+    ",".join(str(i) for i in range(1, 8192, 2)),  # the most ranges a cpulist can hold
 )
-"""Cpulists that name many ids in a few bytes (and the largest a machine has)."""
+"""Cpulists that name many ids in a few bytes (and the largest a machine has), and long
+lists of short tokens (issue 38's second review: one per token cost ~35 bytes of memory per
+byte of text before the text was bounded)."""
+LONG_CPULIST = ",".join(["1000"] * ((4 * 2**20 - 8192) // 5))
+"""A cpulist of short tokens that fills a request (4 MiB): one id."""
 QUANTITY_AMPLIFIERS: tuple[str, ...] = (
     "1e1000000",
     "1e10000",
@@ -42,7 +49,10 @@ AMPLIFIERS = CPULIST_AMPLIFIERS + QUANTITY_AMPLIFIERS + NAME_AMPLIFIERS
 
 
 def amplifying_cpulists(rng: random.Random) -> dict[int, str]:
-    """1-20 NUMA ids, each with one of :data:`CPULIST_AMPLIFIERS`."""
+    """1-20 NUMA ids, each with one of :data:`CPULIST_AMPLIFIERS`, or (10%) one id with
+    :data:`LONG_CPULIST`."""
+    if rng.random() < 0.1:
+        return {0: LONG_CPULIST}
     return {numa: rng.choice(CPULIST_AMPLIFIERS) for numa in range(rng.randint(1, 20))}
 
 

@@ -5,7 +5,8 @@ Request ``i`` of seed ``s`` is a function of ``(s, i)`` alone (:func:`generated`
 two fields mutated, 20% a random message of the method's type, 5% bytes that
 decode as no message of it (:mod:`tests.fuzz.generate`). Before them, every RPC of
 both sockets gets each of :func:`~tests.fuzz.generate.malformed`'s payloads
-(:meth:`Campaign.sweep`). Requests go one at a time to a 2-node fake machine with
+(:meth:`Campaign.sweep`). Requests go one at a time to a 2-node fake machine (or a
+40-node one, tests/fuzz/machines.py) with
 ``--podresources-socket``, over channels with gRPC's default settings; a client
 stream (reflection) carries one request.
 
@@ -52,7 +53,6 @@ from numamem.checkpoint.mmstore import CONTAINERS_FILE
 from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
 from numamem.memorymanager.invariants import violations
 from numamem.testing.daemon import DaemonProcess
-from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 from numamem.v1 import podresources_pb2 as pr
@@ -60,6 +60,7 @@ from tests.daemon import STATIC_ARGS
 from tests.fuzz.catalogue import BY_PATH, MAIN, PODRESOURCES, RPCS, Rpc
 from tests.fuzz.cost import CostOracle
 from tests.fuzz.generate import describe, malformed, mutate, random_message, undecodable
+from tests.fuzz.machines import long_searches, write_machine
 from tests.fuzz.seeds import SEEDS
 
 RSS_LIMIT = 200 * 2**20
@@ -615,6 +616,7 @@ class Finding:
     request: str = ""
     check_every: int = 500
     restart_every: int = 0
+    machine: str = "small"
     """The campaign's parameters: a replay needs every one (restarts and checks change
     what the daemon holds when request ``index`` arrives)."""
 
@@ -630,6 +632,7 @@ class Finding:
             str(self.check_every),
             "--restart-every",
             str(self.restart_every),
+            *(["--machine", self.machine] if self.machine != "small" else []),
         ]
 
     def report(self) -> str:
@@ -653,6 +656,8 @@ class Campaign:
     check_every: int = 500
     restart_every: int = 0
     """0: restart only at the end."""
+    machine: str = "small"
+    """tests/fuzz/machines.py: ``small`` (2 nodes) or ``large`` (40, prefer-closest)."""
     indices: range | None = None
     max_findings: int = 20
     codes: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -675,8 +680,7 @@ class Campaign:
 
     def start(self) -> None:
         sysfs = self.root / "sys"
-        if not sysfs.exists():
-            write_sysfs(sysfs, standard_nodes(2))
+        machine_args = write_machine(sysfs, self.machine)
         self.daemon = DaemonProcess(
             self.root,
             [
@@ -691,6 +695,7 @@ class Campaign:
                 str(MAX_MESSAGE),
                 "--log-level",
                 "warning",
+                *machine_args,
             ],
         ).start()
         self.client = Client(
@@ -715,7 +720,7 @@ class Campaign:
         as described; stops early when the daemon dies or after :attr:`max_findings` findings."""
         indices = self.indices if self.indices is not None else range(requests)
         last = 0
-        if not self.sweep():
+        if not self.sweep() or not self.long_searches():
             return
         for n, index in enumerate(indices, 1):
             last = index
@@ -744,7 +749,7 @@ class Campaign:
             self.slowest = (outcome.seconds, f"{gen.rpc.short} request {gen.index}")
         problems = reply_problems(gen.rpc, gen.request, outcome, gen.payload)
         size = len(gen.payload) if gen.payload is not None else gen.request.ByteSize()
-        problems += self.cost.charge(size, f"{gen.rpc.short} request {gen.index}")
+        problems += self.cost.charge(size, f"{gen.rpc.short} request {gen.index}", gen.rpc.short)
         if gen.payload is None:  # bytes that are no request change nothing, or are a finding
             problems += self.model.apply(gen.rpc, gen.request, outcome)
         if problems:  # describing every request took longer than the oracle's readings
@@ -766,6 +771,17 @@ class Campaign:
                 self.swept += 1
         return True
 
+    def long_searches(self) -> bool:
+        """On the large machine: short requests that spend the whole search budget
+        (:func:`tests.fuzz.machines.long_searches`, index -1 like the sweep), so that the
+        cost oracle charges the budget. False when the daemon died."""
+        searches = long_searches() if self.machine == "large" else []
+        for path, request in searches:
+            if not self._send(Generated(-1, BY_PATH[path], request, "long search")):
+                return False
+            self.swept += 1
+        return True
+
     def _alive(self, index: int) -> bool:
         assert self.daemon is not None and self.daemon.proc is not None
         if self.daemon.proc.poll() is None:
@@ -781,7 +797,16 @@ class Campaign:
         if "INTERNAL" in problem and self.daemon is not None:
             problem += f"\n  daemon log: {self.daemon.stderr()[-1500:]}"
         self.findings.append(
-            Finding(self.seed, index, what, problem, request, self.check_every, self.restart_every)
+            Finding(
+                self.seed,
+                index,
+                what,
+                problem,
+                request,
+                self.check_every,
+                self.restart_every,
+                self.machine,
+            )
         )
 
     def check(self, index: int) -> bool:

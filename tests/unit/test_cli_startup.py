@@ -19,6 +19,7 @@ from numamem.cli import health_wire
 from numamem.cli.main import ALL, COMMANDS, build_parser, main
 from numamem.testing.server import InProcessServer
 from numamem.version import UNKNOWN, commit, describe
+from tests.properties import examples
 
 HEAVY = (
     "numamem.v1",  # the generated code and with it the protobuf runtime
@@ -263,7 +264,7 @@ def _wire_fields(draw: st.DrawFn, depth: int = 0) -> bytes:
     return out
 
 
-@settings(max_examples=300)  # about 5% of the replies drawn hit the case the review found
+@settings(max_examples=examples(300))  # about 5% of the replies drawn hit the case the review found
 @given(_wire_fields(), st.integers(0, 64))
 def test_groups_and_edge_keys_decode_as_protobuf_decodes_them(data: bytes, cut: int) -> None:
     """Review of issue 38: 85 of 200,000 random structured replies were refused by the codec

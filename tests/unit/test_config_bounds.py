@@ -90,3 +90,43 @@ def test_anchors_within_the_bounds_still_work(tmp_path: Path) -> None:
     cfg = apply_yaml(Config(), str(path))
     assert cfg.memory_manager_policy == "Static"
     assert cfg.system_reserved == cfg.kube_reserved and "1Gi" in str(cfg.kube_reserved)
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("memoryManagerPolicy: !!int Static", "'Static' is not a valid !!int value"),
+        ("memoryManagerPolicy: !!float Static", "'Static' is not a valid !!float value"),
+        ("memoryManagerPolicy: !!timestamp yesterday", "'yesterday' is not a valid !!timestamp"),
+        ("clusterDNS: [2020-13-45]", "'2020-13-45' is not a valid !!timestamp value"),
+    ],
+)
+def test_a_value_its_tag_does_not_take_is_a_refusal_naming_the_line(
+    tmp_path: Path, line: str, shown: str
+) -> None:
+    """Review 38b: PyYAML's constructors raise ValueError/AttributeError, no YAMLError, so
+    ``!!int Static`` was a traceback at ``serve`` and ``serve --check``."""
+    refusal, _ = _refusal(tmp_path, KUBELET + line + "\n")
+    assert f"at line 3: {shown}" in refusal
+
+
+def _anchor_chain(levels: int, each: int) -> str:
+    """``&B0 [[...[&B1 [[...[ ... ]]]]]]`` (``each`` brackets a level), then ``bK: *BK``:
+    every anchor is first reached through its alias, near the top."""
+
+    def nest(k: int) -> str:
+        return "0" if k > levels else f"&B{k} " + "[" * each + nest(k + 1) + "]" * each
+
+    refs = "".join(f"b{k}: *B{k}\n" for k in range(1, levels + 1))
+    return f"memoryManagerPolicy: {nest(0)}\n{refs}"
+
+
+def test_max_depth_holds_through_anchors_reached_first_by_an_alias(tmp_path: Path) -> None:
+    """Review 38b: a node was checked at the depth it was first reached at: 17 anchors of 58
+    levels, each aliased at depth 2 by a later key, nested 986 deep and passed."""
+    refusal, _ = _refusal(tmp_path, _anchor_chain(16, MAX_DEPTH - 6))
+    assert f"nested more than {MAX_DEPTH} deep (MAX_DEPTH)" in refusal
+    shallow = tmp_path / "shallow.yaml"  # the same shape within the bound is read
+    shallow.write_text(KUBELET + "clusterDNS: &a [[x]]\nb: *a\n")
+    with pytest.raises(ConfigError, match=r"^b \(in .*, line 4\): unknown field"):
+        apply_yaml(Config(), str(shallow))  # composed and read: past the bounds

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from numamem.testing.daemon import TMPDIR_VARIABLE, short_tmpdir
 from tests.containerd import cgroups, debs, fixtures, images, kubelet
-from tests.containerd.cleanup import Remains, reap_stale
+from tests.containerd.cleanup import TMP_PREFIX, Remains, instance_roots, reap_stale
 from tests.containerd.config import Layout, render
 from tests.containerd.kubelet import ContainerSpec, PodSpec, QOSClass
 
@@ -264,8 +265,30 @@ def test_an_instance_whose_owner_died_is_reaped_and_a_live_ones_is_not(tmp_path:
     (dead / "owner").write_text("999999999 1\n")  # no such process
     assert not Remains(live).orphaned() and Remains(dead).orphaned()
     assert not Remains(making).orphaned()  # not claimed yet: being made
-    assert reap_stale(tmp_path) == [f"{dead}: reaped"]
+    assert reap_stale([tmp_path]) == [f"{dead}: reaped"]
     assert live.exists() and making.exists() and not dead.exists()
+
+
+def test_an_instance_of_a_killed_run_in_dev_shm_is_reaped_by_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tests' files go to /dev/shm/nmt-<random> (tests/tmproot.py), a directory per run,
+    kept when the run is killed: the next run looks there too, not in /tmp only."""
+    shm = tmp_path / "shm"
+    killed_run, next_run = shm / "nmt-killed", shm / "nmt-next"
+    killed_run.mkdir(parents=True)
+    next_run.mkdir()
+    monkeypatch.setenv(TMPDIR_VARIABLE, str(killed_run))  # what conftest.py set in that run
+    base = short_tmpdir(TMP_PREFIX)  # as Containerd.__init__ makes it
+    (base / "state").mkdir()
+    (base / "owner").write_text("999999999 1\n")  # its owner is gone
+    monkeypatch.setenv(TMPDIR_VARIABLE, str(next_run))
+    live = short_tmpdir(TMP_PREFIX)
+    Remains(live).claim()
+    roots = instance_roots(shm)
+    assert roots[0] == Path("/tmp") and killed_run in roots and next_run in roots
+    assert reap_stale(roots) == [f"{base}: reaped"]
+    assert not base.exists() and live.exists()
 
 
 def test_the_skips_say_why(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -127,7 +127,38 @@ def test_run_reset_refuses_while_a_stalled_daemon_holds_the_lock(
     assert daemon.stop() == 0
     done = make("run-reset", f"RUN_DIR={run_dir}", env=env)  # the lock is free now
     assert done.returncode == 0, done.stderr
-    assert not run_dir.exists()
+    assert not (run_dir / "state").exists()
+    assert (run_dir / "sys").is_dir()  # not make run's: kept, and RUN_DIR with it
+
+
+@pytest.mark.parametrize("locker", ["no lock file", "flock", "python"])
+def test_run_reset_removes_only_what_make_run_made(tmp_path: Path, locker: str) -> None:
+    """Review 38b: run-reset ended in ``rm -rf $(RUN_DIR)``, so ``make run RUN_DIR=/tmp`` (or
+    ``$HOME``, the checkout) then ``make run-reset RUN_DIR=...`` removed all of it. Now: the
+    socket and state/ only, and RUN_DIR when that left it empty."""
+    if locker == "python" and not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("the fallback runs the venv's python; PATH is emptied")
+    env = None if locker != "python" else {**os.environ, "PATH": str(tmp_path / "bin")}
+    run_dir = tmp_path / "home"
+    (run_dir / "state").mkdir(parents=True)
+    (run_dir / "state" / "memory_manager_state").write_text("{}")  # make run's
+    if locker != "no lock file":
+        (run_dir / "state" / "numamem.lock").write_text("")  # not held
+    (run_dir / "numamem.sock").write_text("")  # a socket file left by a killed daemon
+    mine = run_dir / "thesis.tex"
+    mine.write_text("three years of work\n")
+    done = make("run-reset", f"RUN_DIR={run_dir}", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"rm -rf {run_dir}/state {run_dir}/numamem.sock; rmdir {run_dir} if empty" in done.stdout
+    assert mine.read_text() == "three years of work\n"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["thesis.tex"]
+    mine.unlink()
+    (run_dir / "state").mkdir()
+    if locker != "no lock file":
+        (run_dir / "state" / "numamem.lock").write_text("")
+    again = make("run-reset", f"RUN_DIR={run_dir}", env=env)
+    assert again.returncode == 0, again.stderr
+    assert not run_dir.exists()  # nothing else in it: RUN_DIR goes too
 
 
 def test_run_reset_refuses_while_a_stalled_daemon_listens_on_its_socket(

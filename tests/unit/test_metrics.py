@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import http.client
 import socket
@@ -21,6 +22,7 @@ from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
+from tests.ports import on_free_ports
 
 GI = 1024**3
 
@@ -123,10 +125,10 @@ def test_metrics_on_a_unix_socket() -> None:
 
 
 def test_metrics_on_a_tcp_port() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with serve_in_process(metrics_port=port) as server:
+    with contextlib.ExitStack() as stack:
+        server, port = on_free_ports(
+            lambda ports: (stack.enter_context(serve_in_process(metrics_port=ports[0])), ports[0])
+        )
         server.client.get_state()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
@@ -143,12 +145,19 @@ def test_metrics_on_a_tcp_port() -> None:
 def test_only_metrics_is_served_everything_else_is_404() -> None:
     """prometheus_client answered `/` and `/healthz` with the metrics (issue 26), which looks
     like a health endpoint and is not one."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     root = short_tmpdir()
     metrics_socket = str(root / "metrics.sock")
-    with serve_in_process(root=root, metrics_port=port, metrics_socket=metrics_socket) as server:
+    with contextlib.ExitStack() as stack:
+        server, port = on_free_ports(
+            lambda ports: (
+                stack.enter_context(
+                    serve_in_process(
+                        root=root, metrics_port=ports[0], metrics_socket=metrics_socket
+                    )
+                ),
+                ports[0],
+            )
+        )
         server.client.get_state()
         for path in ("/", "/healthz", "/metrics/", "/favicon.ico", "/metricsx"):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)

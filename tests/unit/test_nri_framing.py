@@ -25,6 +25,7 @@ from numamem.nri.framing import (
     encode_message,
     message_chunks,
 )
+from tests.properties import examples
 
 conn_ids = st.sampled_from([1, 2, 7])
 payloads = st.binary(max_size=300)
@@ -43,7 +44,7 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     st.lists(st.tuples(conn_ids, messages), max_size=12),
     st.integers(1, 64),

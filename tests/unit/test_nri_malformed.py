@@ -32,6 +32,7 @@ from numamem.nriapi import api_pb2 as api
 from numamem.nriapi import ttrpc_pb2
 from numamem.testing import nri_objects as obj
 from numamem.testing.nri_runtime import plugin_env
+from tests.properties import examples
 from tests.unit.nri_support import Recorder, nri_threads
 
 PLUGIN = "nri.pkg.api.v1alpha1.Plugin"
@@ -311,7 +312,7 @@ frames_st = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames_st, st.binary(max_size=64))
 def test_random_frames_never_crash_the_plugin(frames: list[tuple[int, bytes]], tail: bytes) -> None:
     """Whatever arrives after the registration, the reader neither dies nor raises: the plugin

@@ -14,11 +14,22 @@ from pathlib import Path
 import pytest
 
 from numamem.api.app import build_components
-from numamem.api.precheck import READ_ONLY, CheckReport, check_start, flock_holder
+from numamem.api.metacache import MetaCacheComponent
+from numamem.api.precheck import (
+    READ_ONLY,
+    CheckReport,
+    ReadOnlyFileSystem,
+    check_start,
+    flock_holder,
+)
 from numamem.api.server import Daemon
 from numamem.config.model import Config
 from numamem.config.syntax import parse_reserved_memory
-from numamem.errors import NumamemError, StartupError
+from numamem.errors import CheckpointError, NumamemError, StartupError
+from numamem.metacache.journal import JOURNAL_FILE
+from numamem.metacache.journal_load import READ_ATTEMPTS
+from numamem.metacache.persistence import STATE_FILE
+from numamem.metacache.types import ContainerInfo
 from numamem.testing.server import default_config, serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
@@ -228,6 +239,57 @@ def test_a_running_daemon_is_a_note_and_its_sockets_are_not_probed(config: Confi
         daemon.shutdown()
     [note] = report.notes
     assert note.startswith(f"numamem (pid {os.getpid()}) is running on this state dir")
+
+
+class CompactingBetweenReads(ReadOnlyFileSystem):
+    """Runs the live daemon's compactor just before each read of the journal (after the
+    snapshot's), for the first ``times`` reads."""
+
+    def __init__(self, meta: MetaCacheComponent, times: int) -> None:
+        self.meta, self.left, self.compactions = meta, times, 0
+
+    def read(self, path: Path) -> bytes | None:
+        if path.name == JOURNAL_FILE and self.left and self.meta.persister is not None:
+            self.left -= 1
+            self.meta.cache.set_container_info(  # a change, so each compaction is new bytes
+                f"pod-c{self.left}",
+                "c",
+                ContainerInfo(pod_uid=f"pod-c{self.left}", container_name="c"),
+            )
+            self.meta.persister.compact()
+            self.compactions += 1
+        return super().read(path)
+
+
+@pytest.mark.parametrize("compactions", [1, 3, 1000])
+def test_a_compaction_between_the_checks_two_reads_is_no_corruption(
+    config: Config, compactions: int
+) -> None:
+    """Review 38b: the check beside a running daemon read the snapshot, the daemon compacted,
+    the check read the new journal: "the journal starts after record 5 but the snapshot
+    holds only 0 ... move both files away": a healthy state called corrupt. A pair that
+    changed while being read is read again, :data:`READ_ATTEMPTS` times at most (each
+    attempt reads the journal twice: the pair, and again to see whether it changed)."""
+    daemon = Daemon(config, build_components, set_umask=False)
+    daemon.start()
+    try:
+        [meta] = [c for c in daemon._components if isinstance(c, MetaCacheComponent)]
+        for i in range(5):
+            meta.cache.set_container_info(
+                f"pod{i}", "c", ContainerInfo(pod_uid=f"pod{i}", container_name="c")
+            )
+        fs = CompactingBetweenReads(meta, compactions)
+        if compactions < 2 * READ_ATTEMPTS:
+            report = check_start(config, lambda c: build_components(c, fs))
+            assert "is running on this state dir" in report.notes[0]
+            assert fs.compactions == compactions
+        else:  # changing at every read: judged after the last attempt
+            with pytest.raises(CheckpointError, match="do not belong together"):
+                check_start(config, lambda c: build_components(c, fs))
+            assert fs.compactions == 2 * READ_ATTEMPTS
+        assert (Path(config.state_dir) / STATE_FILE).exists()
+    finally:
+        daemon.shutdown()
 
 
 def test_flock_holder_reads_proc_locks(tmp_path: Path) -> None:

@@ -182,7 +182,7 @@ def test_malformed_cpulists_are_errors(text: str) -> None:
 def test_a_huge_cpu_id_is_refused_with_a_short_message() -> None:
     """More than 4300 digits made int() raise ValueError (INTERNAL over gRPC)."""
     with pytest.raises(InvalidArgumentError) as info:
-        parse_cpulist("0," + "1" * 65536)
+        parse_cpulist("0," + "1" * 5000)
     assert "is not below 8192 (MAX_CPUS" in str(info.value)
     assert len(str(info.value)) < 400
 

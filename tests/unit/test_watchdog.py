@@ -1,11 +1,12 @@
-"""Issue 38: ``WATCHDOG=1`` only after a liveness probe through the RPC worker pool and the
-components' writer locks succeeded (api/watchdog.py). A wedged writer lock, a disk write
+"""Issue 38: ``WATCHDOG=1`` only after a liveness probe through the RPC worker pool, the
+components' writer locks and a Health/Check over the socket succeeded (api/watchdog.py). A wedged writer lock, a disk write
 that hangs outside the lock (the metacache's group commit) and a saturated pool stop the
 pings (and say what is stuck); a healthy daemon keeps pinging."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ from structlog.testing import capture_logs
 from numamem import logging as nlog
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
+from numamem.api.reach import health_check_over
 from numamem.api.sdnotify import Notifier
 from numamem.api.server import Daemon
 from numamem.api.watchdog import Watchdog
@@ -363,3 +365,44 @@ def test_the_daemon_stops_pinging_while_its_rpc_pool_is_saturated(
     finally:
         release.set()
         loop.stop()
+
+
+def test_the_daemon_stops_pinging_when_its_socket_cannot_be_reached(
+    served: InProcessServer,
+) -> None:
+    """Review 38b: the probe went straight to the pool and the locks, never through the
+    socket: with the socket file removed (an operator's rm, tmpfiles cleaning /run) every
+    new client got ENOENT and WATCHDOG=1 kept coming, so systemd never restarted the
+    daemon. The probe ends with a Health/Check over the socket's path."""
+    loop = ServingLoop(served.daemon, served.root)
+    try:
+        loop.wait(lambda: loop.watchdog.pings >= 2)
+        with capture_logs() as logs:
+            os.unlink(served.socket)
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            with contextlib.closing(probe):  # what every new client gets
+                assert probe.connect_ex(served.socket) == errno.ENOENT
+            loop.wait(lambda: loop.watchdog.failures >= 1)
+            loop.pings()  # a probe that passed before the unlink may ping once
+            loop.wait(lambda: loop.watchdog.failures >= 4)
+            assert loop.pings() == 0
+        [warning] = warnings(logs)
+        assert str(warning["stuck"]) == (
+            f"a Health/Check over --socket '{served.socket}' failed (UNAVAILABLE): new "
+            "clients cannot reach the daemon"
+        )
+    finally:
+        loop.stop()
+
+
+def test_reach_is_a_new_connection_by_the_path(served: InProcessServer) -> None:
+    reach = health_check_over(served.socket)
+    assert reach(PATIENCE) == ""
+    assert reach(0.0) == f"no time was left to reach --socket '{served.socket}'"
+    moved = served.socket + ".moved"
+    os.rename(served.socket, moved)  # the listener keeps its socket: only the path is gone
+    try:
+        assert "failed (UNAVAILABLE)" in reach(PATIENCE)
+    finally:
+        os.rename(moved, served.socket)
+    assert reach(PATIENCE) == ""

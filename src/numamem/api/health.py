@@ -16,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from numamem.api.interceptors import ServerInterceptor
+from numamem.api.tcpports import TCP_EXCLUSIVE, listen_problem
 from numamem.errors import StartupError
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
@@ -44,6 +45,7 @@ def start_health_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health-tcp"),
         interceptors=[interceptor],
+        options=[TCP_EXCLUSIVE],
     )
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     reflection.enable_server_reflection((HEALTH_SERVICE, reflection.SERVICE_NAME), server)
@@ -51,8 +53,9 @@ def start_health_server(
     try:
         server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as err:
+        why = listen_problem(address, port) or str(err)
         raise StartupError(
-            f"--health-address {address} --health-port {port}: cannot listen: {err}"
+            f"--health-address {address} --health-port {port}: cannot listen: {why}"
         ) from err
     server.start()
     return server

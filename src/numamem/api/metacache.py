@@ -19,6 +19,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from numamem.api.metacache_wire import (
+    check_entries,
     checked_keys,
     container_from_proto,
     container_to_proto,
@@ -180,6 +181,8 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
     def DeleteContainers(
         self, request: metacache_pb2.DeleteContainersRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.DeleteContainersResponse:
+        for name in ("pod_uids", "qos_levels", "owner_pool_names", "keep"):
+            check_entries(getattr(request, name), name)
         pods, qos, owners = (
             set(request.pod_uids),
             set(request.qos_levels),
@@ -203,6 +206,7 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
     def UpdateContainers(
         self, request: metacache_pb2.UpdateContainersRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.MetaWriteResponse:
+        check_entries(request.updates, "updates")
         updates = []
         for i, update in enumerate(request.updates):
             updates.append(
@@ -227,6 +231,7 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
     def GCPoolEntries(
         self, request: metacache_pb2.GCPoolEntriesRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.GCPoolEntriesResponse:
+        check_entries(request.living_pool_names, "living_pool_names")
         return metacache_pb2.GCPoolEntriesResponse(
             deleted=self.cache.gc_pool_entries(request.living_pool_names)
         )
@@ -234,6 +239,7 @@ class MetaWriterServicer(metacache_pb2_grpc.MetaWriterServicer):
     def SetRegionEntries(
         self, request: metacache_pb2.SetRegionEntriesRequest, context: grpc.ServicerContext
     ) -> metacache_pb2.MetaWriteResponse:
+        check_entries(request.entries, "entries")
         entries = {
             check_string(name, "entries key"): region_from_proto(
                 info, name, f"entries[{quote(name)}]"

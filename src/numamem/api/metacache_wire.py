@@ -4,14 +4,18 @@ Every ``*_from_proto`` validates as it converts (INVALID_ARGUMENT naming the fie
 key that disagrees with the info's own key (an empty one is filled from the key), a
 malformed cpulist or one naming a CPU id >= ``cpuset.MAX_CPUS`` (a NUMA id >=
 ``MAX_NUMA_NODES``), kept as ranges, a negative or non-finite amount, an unknown
-container type, an unknown field-mask path. Conversions copy; nothing is shared with
-the message.
+container type, an unknown field-mask path, an entry whose lists and maps hold more than
+:data:`MAX_ENTRY_ITEMS` elements, a request naming more than :data:`MAX_REQUEST_ENTRIES`
+entries. Every count is taken (``len()``, no copy) before anything is copied: a list of
+short elements costs a Python object each (issue 38, second review: 4 MiB of
+``region_names`` peaked at +92 MiB, 4 MiB of empty regions at +719 MiB). Conversions
+copy; nothing is shared with the message.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 
 from numamem.api.validation import check_string
 from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES, CPUSet
@@ -28,11 +32,48 @@ from numamem.metacache.types import (
 )
 from numamem.v1 import metacache_pb2
 
+MAX_ENTRY_ITEMS = 4096
+"""Elements one entry's lists and maps may hold in all (labels, annotations, region names,
+assignments' NUMA keys; a region's pods, their container names, control knobs, overshoot
+statuses): a pod with a thousand labels and annotations fits four times over. An element
+costs 60-600 bytes of Python objects for its 3 or more bytes on the wire."""
+MAX_REQUEST_ENTRIES = 16384
+"""Entries, keys or names one request may list (UpdateContainers' updates, SetRegionEntries'
+regions, DeleteContainers' and GCPoolEntries' lists): a node of 1,000 pods of 16 containers
+each fits. A converted entry costs about 1.6 KB (26 MiB at this bound)."""
+
 _KEY_FIELDS = {"pod_uid", "container_name"}
 _NUMA_BOUND = f"must be in [0, {MAX_NUMA_NODES}) (MAX_NUMA_NODES, Linux's largest MAX_NUMNODES)"
 
 
-def cpusets_from_proto(values: dict[int, str], field: str) -> TopologyAwareAssignment:
+def check_items(field: str, counted: Iterable[tuple[str, int]]) -> None:
+    """Refuse an entry whose lists and maps (``counted``: each field's name and ``len()``)
+    hold more than :data:`MAX_ENTRY_ITEMS` elements in all, naming the field that passes it."""
+    total = 0
+    for name, count in counted:
+        total += count
+        if total > MAX_ENTRY_ITEMS:
+            raise InvalidArgumentError(
+                f"{field}.{name}: the entry's lists and maps hold more than {MAX_ENTRY_ITEMS} "
+                "elements (MAX_ENTRY_ITEMS); send fewer labels, annotations, names or pods"
+            )
+
+
+def check_entries(values: Sized, field: str) -> None:
+    """Refuse a request list of more than :data:`MAX_REQUEST_ENTRIES` elements."""
+    if len(values) > MAX_REQUEST_ENTRIES:
+        raise InvalidArgumentError(
+            f"{field}: {len(values)} elements, more than {MAX_REQUEST_ENTRIES} "
+            "(MAX_REQUEST_ENTRIES); split the request"
+        )
+
+
+def cpusets_from_proto(values: Mapping[int, str], field: str) -> TopologyAwareAssignment:
+    """``values`` (the message's map itself: nothing is copied before it is counted)."""
+    if len(values) > MAX_NUMA_NODES:
+        raise InvalidArgumentError(
+            f"{field}: {len(values)} NUMA ids, more than {MAX_NUMA_NODES} (MAX_NUMA_NODES)"
+        )
     result: TopologyAwareAssignment = {}
     for numa, text in values.items():
         if not 0 <= numa < MAX_NUMA_NODES:
@@ -72,6 +113,19 @@ def container_from_proto(
     same_key(msg, "container_name", name, field)
     if msg.container_type not in CONTAINER_TYPES:
         raise InvalidArgumentError(f"{field}.container_type: unknown value {msg.container_type}")
+    check_items(
+        field,
+        (
+            (part, len(getattr(msg, part)))
+            for part in (
+                "labels",
+                "annotations",
+                "region_names",
+                "topology_aware_assignments",
+                "original_topology_aware_assignments",
+            )
+        ),
+    )
     return ContainerInfo(
         pod_uid,
         check_string(msg.pod_namespace, f"{field}.pod_namespace", required=False),
@@ -89,11 +143,9 @@ def container_from_proto(
         msg.origin_owner_pool_name,
         msg.ramp_up,
         msg.owner_pool_name,
+        cpusets_from_proto(msg.topology_aware_assignments, f"{field}.topology_aware_assignments"),
         cpusets_from_proto(
-            dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"
-        ),
-        cpusets_from_proto(
-            dict(msg.original_topology_aware_assignments),
+            msg.original_topology_aware_assignments,
             f"{field}.original_topology_aware_assignments",
         ),
         set(msg.region_names),
@@ -132,13 +184,22 @@ def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
 
 def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info") -> PoolInfo:
     same_key(msg, "pool_name", name, field)
+    check_items(
+        field,
+        (
+            (part, len(getattr(msg, part)))
+            for part in (
+                "region_names",
+                "topology_aware_assignments",
+                "original_topology_aware_assignments",
+            )
+        ),
+    )
     return PoolInfo(
         name,
+        cpusets_from_proto(msg.topology_aware_assignments, f"{field}.topology_aware_assignments"),
         cpusets_from_proto(
-            dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"
-        ),
-        cpusets_from_proto(
-            dict(msg.original_topology_aware_assignments),
+            msg.original_topology_aware_assignments,
             f"{field}.original_topology_aware_assignments",
         ),
         set(msg.region_names),
@@ -158,6 +219,7 @@ def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
 
 def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "info") -> RegionInfo:
     same_key(msg, "region_name", name, field)
+    check_items(field, _region_items(msg))
     try:
         numas = CPUSet.parse(msg.binding_numas, MAX_NUMA_NODES, "NUMA node")
     except InvalidArgumentError as err:
@@ -185,6 +247,15 @@ def region_from_proto(msg: metacache_pb2.RegionInfo, name: str, field: str = "in
         msg.headroom_policy_top_priority,
         msg.headroom_policy_in_use,
     )
+
+
+def _region_items(msg: metacache_pb2.RegionInfo) -> Iterator[tuple[str, int]]:
+    """The region's lists and maps, counted (a pod's names once its pods are counted)."""
+    yield "region_status.overshoot_status", len(msg.region_status.overshoot_status)
+    yield "control_knob_map", len(msg.control_knob_map)
+    yield "pods", len(msg.pods)
+    for pod, names in msg.pods.items():
+        yield f"pods[{quote(pod)}].container_names", len(names.container_names)
 
 
 def region_to_proto(info: RegionInfo) -> metacache_pb2.RegionInfo:

@@ -201,6 +201,7 @@ class Daemon:
             lambda: pool.in_flight,
             lambda: self._components,
             wake[1],
+            self.config.socket,
         )
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:

@@ -10,8 +10,11 @@ timeout, and releases it at once: nothing is changed, nothing is written. Then i
 each component how long its disk write in progress has run (the metacache's group commit
 writes with no lock held, and every metacache write waits for it: a hung fsync there
 holds no lock the probe could wait for); one running longer than the interval fails the
-probe. ``WATCHDOG=1`` is sent only when the task ran, took every lock and found no such
-write within the interval from its submission. For the writes the probe reads one
+probe. Last, the task sends one ``Health/Check`` over the socket's path
+(:mod:`numamem.api.reach`): the path a client connects to (removed, every new client gets
+ENOENT), the accept loop, the interceptors. ``WATCHDOG=1`` is sent only when the task
+ran, took every lock, found no such write and was answered over the socket, within the
+interval from its submission. For the writes the probe reads one
 attribute per component: it takes no other lock and waits for nothing more.
 
 When it did not, no ping is sent (systemd then kills and restarts the daemon once
@@ -39,6 +42,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from numamem.api.reach import Reach, health_check_over
 from numamem.api.sdnotify import Notifier
 from numamem.logging import get_logger
 
@@ -76,6 +80,8 @@ class Probe:
     """Why the task gave up (a lock not taken in time, a pool that is shut down)."""
     stalled: str = ""
     """A disk write found running longer than the interval, in words ("" when none)."""
+    unreached: str = ""
+    """Why the Health/Check over the socket failed, in words ("" when it was answered)."""
     finished: float | None = None
     """When the task ended (took every lock, or gave up)."""
     done: threading.Event = field(default_factory=threading.Event)
@@ -86,6 +92,7 @@ class Probe:
         return (
             not self.failed
             and not self.stalled
+            and not self.unreached
             and self.finished is not None
             and self.finished - self.submitted <= interval
         )
@@ -103,6 +110,7 @@ class Watchdog:
         wake: Callable[[], None],
         *,
         writes: Writes = lambda: (),
+        reach: Reach = lambda timeout: "",
         pool_state: Callable[[], str] = lambda: "",
         clock: Callable[[], float] = time.monotonic,
         warn_every: float = WARN_EVERY_S,
@@ -113,6 +121,7 @@ class Watchdog:
         self._locks = locks
         self._wake = wake
         self._writes = writes
+        self._reach = reach
         self._pool_state = pool_state
         self._clock = clock
         self._warn_every = warn_every
@@ -186,6 +195,7 @@ class Watchdog:
                         f"{self.interval:g} s between pings: every {name} write waits for it"
                     )
                     return
+            probe.unreached = self._reach(probe.submitted + self.interval - self._clock())
         finally:
             probe.finished = self._clock()
             probe.done.set()
@@ -229,6 +239,8 @@ def describe(probe: Probe, now: float, interval: float, pool_state: str) -> str:
     pool = f" ({pool_state})" if pool_state else ""
     if probe.stalled:
         return probe.stalled
+    if probe.unreached:
+        return probe.unreached
     if probe.failed.startswith("the worker pool"):
         return probe.failed
     if probe.started is None:
@@ -260,12 +272,13 @@ def serving_loop_watchdog(
     in_flight: Callable[[], int],
     components: Callable[[], Sequence[object]],
     wake_fd: int,
+    socket_path: str | None = None,
 ) -> Watchdog | None:
     """The daemon's watchdog: pings through ``notifier`` (None without ``WatchdogSec=``),
     probes on ``pool`` (the RPC pool; the probe is not counted as an RPC) with the writer
     locks of every component that has ``liveness_locks()`` and the disk writes of every
-    component that has ``liveness_writes()``, wakes the loop through the non-blocking
-    ``wake_fd``."""
+    component that has ``liveness_writes()``, then a Health/Check over ``socket_path`` (when
+    given: the daemon's ``--socket``), wakes the loop through the non-blocking ``wake_fd``."""
     interval = notifier.watchdog_interval
     if interval is None:
         return None
@@ -290,5 +303,6 @@ def serving_loop_watchdog(
         locks,
         wake,
         writes=writes,
+        reach=health_check_over(socket_path) if socket_path is not None else lambda t: "",
         pool_state=lambda: f"{in_flight()} RPCs running or queued on {workers} workers",
     )

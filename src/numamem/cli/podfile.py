@@ -209,14 +209,22 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _unknown(where: str, validate: Validation, warn: Warn) -> podschema.Unknown:
-    """What an unknown field of a document at ``where`` does in mode ``validate``."""
+def _unknown(
+    where: str, validate: Validation, warn: Warn, suggested: list[int]
+) -> podschema.Unknown:
+    """What an unknown field of a document at ``where`` does in mode ``validate``;
+    ``suggested``: the file's count of warnings with a nearest field, at most
+    :data:`~numamem.cli.podschema.MAX_SUGGESTIONS` (shared by its documents)."""
     if validate == "strict":
         return podschema.refuse
     if validate == "warn":
-        return lambda path, kind, name: warn(
-            f"{where}: {podschema.unknown_field(path, kind, name)}"
-        )
+
+        def warn_unknown(path: str, kind: podschema.Kind, name: str) -> None:
+            suggest = suggested[0] < podschema.MAX_SUGGESTIONS
+            suggested[0] += suggest
+            warn(f"{where}: {podschema.unknown_field(path, kind, name, suggest=suggest)}")
+
+        return warn_unknown
     return lambda path, kind, name: None
 
 
@@ -225,9 +233,10 @@ def _documents(
 ) -> Iterator[tuple[str, dict[str, Any], str]]:
     """(file and document for messages, the Pod, its path in the document) of every Pod,
     each checked (:func:`podschema.check`) before it is yielded."""
+    suggested = [0]
     for n, doc in enumerate(docs):
         where = path if len(docs) == 1 else f"{path} (document {n + 1})"
-        unknown = _unknown(where, validate, warn)
+        unknown = _unknown(where, validate, warn, suggested)
         if not isinstance(doc, dict):
             raise PodFileError(
                 f"{where}: expected a Pod manifest (a mapping), got {type(doc).__name__}"

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from numamem.errors import ConfigError
+from numamem.errors import ConfigError, quote
 
 MAX_FILE_BYTES = 1 << 20
 """The most bytes of a YAML file read (a KubeletConfiguration is a few KiB)."""
@@ -106,9 +106,13 @@ def _check(
     root: yaml.Node, where: str, max_values: int, bound: str, max_depth: int = MAX_DEPTH
 ) -> int:
     """Count the values of ``root`` with aliases expanded, without expanding them: each node's
-    count is computed once (a DAG walk, iterative so depth costs no Python stack). Returns
-    the count; refuses past ``max_values`` or ``max_depth``."""
+    count and height are computed once (a DAG walk, iterative so depth costs no Python
+    stack), and a node reached again through an alias is checked against the depth it is
+    reached at plus its height (an anchor nested deep and aliased first near the top nests
+    as deep where it is written). Refuses past ``max_values`` or ``max_depth``, and a
+    scalar whose tag does not take its value (:func:`_check_scalar`). Returns the count."""
     counts: dict[int, int] = {}
+    heights: dict[int, int] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
     while stack:
@@ -116,7 +120,9 @@ def _check(
         key = id(node)
         if done:
             on_path.discard(key)
-            counts[key] = 1 + sum(counts[id(child)] for child in _children(node))
+            children = _children(node)
+            counts[key] = 1 + sum(counts[id(child)] for child in children)
+            heights[key] = 1 + max((heights[id(child)] for child in children), default=0)
             if counts[key] > max_values:
                 raise ConfigError(
                     f"{where}: more than {max_values} values ({bound}) with its "
@@ -124,18 +130,51 @@ def _check(
                 )
             continue
         if key in counts:
+            if depth + heights[key] - 1 > max_depth:
+                raise _nested(where, max_depth, node)
             continue
         if key in on_path:
             raise ConfigError(f"{where}: a recursive alias at line {node.start_mark.line + 1}")
         if depth > max_depth:
-            raise ConfigError(
-                f"{where}: nested more than {max_depth} deep (MAX_DEPTH) at line "
-                f"{node.start_mark.line + 1}"
-            )
+            raise _nested(where, max_depth, node)
+        if isinstance(node, yaml.ScalarNode):
+            _check_scalar(node, where)
         on_path.add(key)
         stack.append((node, depth, True))
         stack.extend((child, depth + 1, False) for child in _children(node))
     return counts[id(root)]
+
+
+def _nested(where: str, max_depth: int, node: yaml.Node) -> ConfigError:
+    return ConfigError(
+        f"{where}: nested more than {max_depth} deep (MAX_DEPTH) at line {node.start_mark.line + 1}"
+    )
+
+
+_SCALARS: Any = yaml.SafeLoader("")
+"""Constructs single scalars for :func:`_check_scalar` (keeps no state between them)."""
+_PLAIN = frozenset({"tag:yaml.org,2002:str", "tag:yaml.org,2002:null"})
+
+
+def _check_scalar(node: yaml.ScalarNode, where: str) -> None:
+    """Refuse a scalar that its tag's constructor fails on with a Python error (``!!int
+    Static``: ValueError, ``!!timestamp yesterday``: AttributeError, ``2020-13-45``: a
+    timestamp with no such date), naming the tag, the value and the line; PyYAML raises
+    those as they are, no YAMLError. Unknown tags are left to construction (a YAMLError)."""
+    make = _SCALARS.yaml_constructors.get(node.tag)
+    if node.tag in _PLAIN or make is None:
+        return
+    try:
+        make(_SCALARS, node)
+    except yaml.YAMLError:
+        return  # construction says it, with its mark
+    except (ValueError, TypeError, AttributeError, OverflowError, IndexError):
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise ConfigError(
+            f"{where}: at line {node.start_mark.line + 1}: {quote(node.value, limit=80)} "
+            f"is not a valid {tag} value: give a valid one, or quote it "
+            "(without the tag) to make it a string"
+        ) from None
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -25,6 +25,10 @@ from numamem.metacache.journal import restore
 
 _log = get_logger("metacache")
 
+READ_ATTEMPTS = 5
+"""Reads of the snapshot + journal pair by :meth:`JournalLoad.load` while either changes
+between a failed restore and the read after it (a live daemon's compactions)."""
+
 
 class JournalLoad:
     """The loading half of :class:`~numamem.metacache.journal_store.JournalPersister`."""
@@ -44,26 +48,45 @@ class JournalLoad:
 
     def load(self, *, discard_corrupt: bool = False) -> State | None:
         """The stored state (snapshot + journal), or None when there are no files. Reads only,
-        unless the operator asked to discard corrupt files (then both are moved aside)."""
-        snapshot, journal = read_file(self.path, self.fs), read_file(self.journal_path, self.fs)
-        try:
-            restored = restore(snapshot, journal, self.journal_path, self.path)
-        except CheckpointError as err:
-            if not discard_corrupt:
-                raise CheckpointError(
-                    f"could not restore the metacache (snapshot {quote(self.path, limit=PATH_QUOTE_BYTES)} and journal "
-                    f"{quote(self.journal_path, limit=PATH_QUOTE_BYTES)}): {err}; move both files away, or start with "
-                    "--metacache-discard-corrupt-state to set them aside and start empty"
-                ) from err
-            for path in (self.path, self.journal_path):
-                if self.fs.exists(path):
-                    aside = move_aside(path, "corrupt", self.fs)
-                    _log.warning(
-                        "metacache state unusable; moved aside, starting empty",
-                        error=str(err),
-                        moved_to=str(aside),
-                    )
-            return None
+        unless the operator asked to discard corrupt files (then both are moved aside).
+
+        A pair that does not restore is read again when either file changed meanwhile (at
+        most :data:`READ_ATTEMPTS` reads): ``serve --check`` beside a running daemon may
+        read the snapshot before a compaction and the journal after it. Only a pair that
+        stayed the same across two reads is judged corrupt. A start holds the lock, so
+        nothing else writes: it reads the pair once more only when refusing it."""
+        attempt = 1
+        while True:
+            pair = read_file(self.path, self.fs), read_file(self.journal_path, self.fs)
+            try:
+                return self._restore(*pair)
+            except CheckpointError as err:
+                now = read_file(self.path, self.fs), read_file(self.journal_path, self.fs)
+                if now == pair or attempt == READ_ATTEMPTS:
+                    self._refuse(err, discard_corrupt=discard_corrupt)
+                    return None
+            _log.info("the metacache files changed while being read; reading them again")
+            attempt += 1
+
+    def _refuse(self, err: CheckpointError, *, discard_corrupt: bool) -> None:
+        """Raise the refusal of a corrupt pair, or set both files aside (``discard_corrupt``)."""
+        if not discard_corrupt:
+            raise CheckpointError(
+                f"could not restore the metacache (snapshot {quote(self.path, limit=PATH_QUOTE_BYTES)} and journal "
+                f"{quote(self.journal_path, limit=PATH_QUOTE_BYTES)}): {err}; move both files away, or start with "
+                "--metacache-discard-corrupt-state to set them aside and start empty"
+            ) from err
+        for path in (self.path, self.journal_path):
+            if self.fs.exists(path):
+                aside = move_aside(path, "corrupt", self.fs)
+                _log.warning(
+                    "metacache state unusable; moved aside, starting empty",
+                    error=str(err),
+                    moved_to=str(aside),
+                )
+
+    def _restore(self, snapshot: bytes | None, journal: bytes | None) -> State | None:
+        restored = restore(snapshot, journal, self.journal_path, self.path)
         if restored is None:
             return None
         self._state, self._seq = restored.state, restored.seq

@@ -45,7 +45,14 @@ def _assignments_json(value: TopologyAwareAssignment) -> dict[str, str]:
 
 
 def _assignments_from(value: Mapping[str, str] | None) -> TopologyAwareAssignment:
-    return {int(k): CPUSet.parse(v, STORED_ID_LIMIT) for k, v in (value or {}).items()}
+    return {int(k): _stored(v, "CPU") for k, v in (value or {}).items()}
+
+
+def _stored(text: str, what: str) -> CPUSet:
+    """A cpuset as a daemon wrote it: canonical (one token a range), ids below
+    ``STORED_ID_LIMIT``, no bound on its length (it is in memory already; the parse costs
+    its tokens)."""
+    return CPUSet.parse(text, STORED_ID_LIMIT, what, max_bytes=None, max_tokens=None)
 
 
 def _finite(value: Any) -> float:
@@ -312,7 +319,7 @@ class RegionInfo(_Cached):
             str(d.get("region_name", "")),
             str(d.get("region_type", "")),
             str(d.get("owner_pool_name", "")),
-            CPUSet.parse(str(d.get("binding_numas", "")), STORED_ID_LIMIT, "NUMA node"),
+            _stored(str(d.get("binding_numas", "")), "NUMA node"),
             RegionStatus(
                 {str(k): str(v) for k, v in (status.get("overshoot_status") or {}).items()},
                 str(status.get("bound_type", "")),
