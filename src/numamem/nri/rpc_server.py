@@ -99,15 +99,16 @@ class Server:
     def on_request(self, message: Message | OversizedMessage) -> None:
         sid = message.stream_id
         if isinstance(message, OversizedMessage):
-            self._problems.report(
+            self._refuse(
+                sid,
+                status.RESOURCE_EXHAUSTED,
+                f"message length {message.length} exceed maximum message size of {MAX_MESSAGE}",
                 kinds.OVERSIZED_MESSAGE,
                 "NRI request over the ttrpc message limit skipped and refused",
                 stream_id=sid,
                 length=message.length,
                 limit=MAX_MESSAGE,
             )
-            text = f"message length {message.length} exceed maximum message size of {MAX_MESSAGE}"
-            self.answer(sid, status.RESOURCE_EXHAUSTED, text)
             return
         if message.type != REQUEST:
             self._problems.report(
@@ -120,27 +121,33 @@ class Server:
                 self.answer(sid, status.INVALID_ARGUMENT, "StreamID is no longer active")
             return
         if sid % 2 != 1 or sid <= self._last_request:
-            self._problems.report(
-                kinds.BAD_STREAM_ID,
-                "NRI request with an even or reused stream id refused",
-                stream_id=sid,
-                last=self._last_request,
-            )
             text = (
                 "StreamID must be odd for client initiated streams"
                 if sid % 2 != 1
                 else "StreamID cannot be re-used and must increment"
             )
-            self.answer(sid, status.INVALID_ARGUMENT, text)
+            self._refuse(
+                sid,
+                status.INVALID_ARGUMENT,
+                text,
+                kinds.BAD_STREAM_ID,
+                "NRI request with an even or reused stream id refused",
+                stream_id=sid,
+                last=self._last_request,
+            )
             return
         self._last_request = sid
         try:
             request = ttrpc_pb2.Request.FromString(message.payload)
         except DECODE_ERRORS as e:
-            self._problems.report(
-                kinds.UNDECODABLE_REQUEST, "NRI request envelope does not decode", error=str(e)
+            self._refuse(
+                sid,
+                status.INVALID_ARGUMENT,
+                f"unmarshal request error: {e}",
+                kinds.UNDECODABLE_REQUEST,
+                "NRI request envelope does not decode",
+                error=str(e),
             )
-            self.answer(sid, status.INVALID_ARGUMENT, f"unmarshal request error: {e}")
             return
         self._dispatch(sid, request)
 
@@ -167,14 +174,15 @@ class Server:
             timeout=request.timeout_nano / 1e9 if request.timeout_nano > 0 else None,
         )
         if not self._slots.acquire(blocking=False):
-            self._problems.report(
+            self._refuse(
+                sid,
+                status.RESOURCE_EXHAUSTED,
+                f"{self._max_in_flight} requests in flight already",
                 kinds.OVERLOADED,
                 "NRI request refused: too many requests in flight",
                 method=quote(request.method),
                 limit=self._max_in_flight,
             )
-            text = f"{self._max_in_flight} requests in flight already"
-            self.answer(sid, status.RESOURCE_EXHAUSTED, text)
             return
         with self._lock:
             self._in_flight += 1
@@ -193,14 +201,15 @@ class Server:
             try:
                 request = method.request_type.FromString(payload)
             except DECODE_ERRORS as e:
-                self._problems.report(
+                self._refuse(
+                    info.stream_id,
+                    status.INTERNAL,
+                    f"ttrpc: error unmarshalling payload: {e}",
                     kinds.UNDECODABLE_PAYLOAD,
                     "NRI request payload does not decode",
                     method=info.method,
                     error=str(e),
                 )
-                text = f"ttrpc: error unmarshalling payload: {e}"
-                self.answer(info.stream_id, status.INTERNAL, text)
                 return
             try:
                 reply = method.call(request, info).SerializeToString()
@@ -212,18 +221,27 @@ class Server:
                 self.answer(info.stream_id, status.UNKNOWN, str(e) or type(e).__name__)
                 return
             if len(reply) > MAX_MESSAGE - 64:  # the envelope adds a few bytes
-                self._problems.report(
+                self._refuse(
+                    info.stream_id,
+                    status.RESOURCE_EXHAUSTED,
+                    f"reply of {len(reply)} bytes exceeds the ttrpc limit of {MAX_MESSAGE}",
                     kinds.OVERSIZED_REPLY,
                     "NRI reply over the ttrpc message limit replaced by an error",
                     method=info.method,
                     length=len(reply),
                 )
-                text = f"reply of {len(reply)} bytes exceeds the ttrpc limit of {MAX_MESSAGE}"
-                self.answer(info.stream_id, status.RESOURCE_EXHAUSTED, text)
                 return
             self.answer(info.stream_id, status.OK, "", reply)
         finally:
             self._release()
+
+    def _refuse(
+        self, sid: int, code: int, text: str, kind: str, problem: str, /, **fields: Any
+    ) -> None:
+        """Report the problem (``kind``; ``problem`` says what was wrong and what was done,
+        with ``fields``) and answer stream ``sid`` with ``code`` and upstream's ``text``."""
+        self._problems.report(kind, problem, **fields)
+        self.answer(sid, code, text)
 
     def answer(self, stream_id: int, code: int, message: str, payload: bytes = b"") -> None:
         """Write the response of ``stream_id`` (dropped if the connection is closed)."""
