@@ -25,17 +25,11 @@ import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench import bounds
-from numamem.testing.daemon import DaemonProcess
+from numamem.testing.daemon import STATIC_ARGS, DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 
 GI = 1024**3
-STATIC = [
-    "--memory-manager-policy=Static",
-    "--reserved-memory=0:memory=1Gi",
-    "--system-reserved=memory=924Mi",
-    "--eviction-hard=memory.available<100Mi",
-]
 
 
 @dataclass
@@ -184,7 +178,7 @@ def daemon(
     cgroup.mkdir(exist_ok=True)
     extra = extra or []
     own = [] if "--cgroup-root" in extra else ["--cgroup-root", str(cgroup)]
-    d = Daemon(root, ["--sysfs-root", str(sysfs), *STATIC, *own, *extra])
+    d = Daemon(root, ["--sysfs-root", str(sysfs), *STATIC_ARGS, *own, *extra])
     if bound is not None:
         d.program = (sys.executable, "-m", "bench.bounds")
         d.cwd = Path(__file__).resolve().parent.parent  # where ``bench`` imports from

@@ -42,7 +42,7 @@ from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Plugin
 from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
-from numamem.testing.daemon import DaemonProcess
+from numamem.testing.daemon import STATIC_ARGS, DaemonProcess
 from numamem.testing.nri_runtime import ScriptedRuntime
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
@@ -50,12 +50,6 @@ from numamem.v1 import memorymanager_pb2 as mm
 TARGET = 1.05
 """CRI CreateContainer+StartContainer p50 with the plugin over without (issue 39)."""
 WARMUP = 3
-STATIC = [
-    "--memory-manager-policy=Static",
-    "--reserved-memory=0:memory=1Gi",
-    "--system-reserved=memory=924Mi",
-    "--eviction-hard=memory.available<100Mi",
-]
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,7 +93,7 @@ def scripted(root: Path, pods: int) -> dict[str, list[float]]:
     (root / "no-cgroups").mkdir(exist_ok=True)
     daemon = DaemonProcess(
         root,
-        ["--sysfs-root", str(sysfs), "--cgroup-root", str(root / "no-cgroups"), *STATIC,
+        ["--sysfs-root", str(sysfs), "--cgroup-root", str(root / "no-cgroups"), *STATIC_ARGS,
          "--log-level", "warning"],
     ).start(timeout=60)  # fmt: skip
     runtime = ScriptedRuntime(root / "nri.sock", runtime_name="bench").start()
@@ -178,7 +172,7 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     daemon = DaemonProcess(
         root,
-        [*STATIC, "--sysfs-root", "/sys", "--cgroup-root", "/sys/fs/cgroup",
+        [*STATIC_ARGS, "--sysfs-root", "/sys", "--cgroup-root", "/sys/fs/cgroup",
          "--log-level", "warning"],
     ).start(timeout=60)  # fmt: skip
     names = ("with", "null", "without")
