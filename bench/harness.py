@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -125,6 +126,14 @@ class Report:
             )
         )
         print(f"  {label}: {value:.3f} {unit} {note}", flush=True)
+
+
+def run_alone(phase: Callable[[Report, Path, int], None], count: int, prefix: str) -> int:
+    """One phase outside ``make bench`` (``python -m bench.<phase>``): run in a temporary
+    directory under /tmp named ``prefix...``, its figures printed by a :class:`Report`."""
+    with tempfile.TemporaryDirectory(prefix=prefix, dir="/tmp") as root:
+        phase(Report(), Path(root), count)
+    return 0
 
 
 class Daemon(DaemonProcess):

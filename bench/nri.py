@@ -28,7 +28,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.harness import run_alone
 from numamem.client import NumamemClient
 from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Plugin
@@ -303,7 +303,7 @@ def breakdown(cri: dict[str, Any]) -> dict[str, float]:
 
 
 def phase(r: Any, root: Path, pods: int) -> None:
-    """The figures into ``r`` (bench.harness's Report, or :class:`_Printed`)."""
+    """The figures into ``r`` (bench.harness's Report)."""
     print(f"nri: numamem nri's CreateContainer, {pods} pods per figure", flush=True)
     got = scripted(root / "nri-scripted", pods)
     floor = pct(got["floor"], 0.5)
@@ -355,24 +355,10 @@ def phase(r: Any, root: Path, pods: int) -> None:
         r.value(f"nri_cri_{key}_ms", f"    {label}", parts[key] * 1e3, "ms")
 
 
-class _Printed:
-    """A stand-in for bench.harness's Report that prints (``python -m bench.nri``)."""
-
-    def __init__(self) -> None:
-        self.figures: dict[str, Any] = {}
-
-    def value(self, key: str, label: str, value: float, unit: str, note: str = "") -> None:
-        self.figures[key] = value
-        print(f"  {label}: {value:.3f} {unit} {note}", flush=True)
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--null-plugin"]:
         return null_plugin(argv[1])
-    pods = int(argv[0]) if argv else 40
-    with tempfile.TemporaryDirectory(prefix="nmnri-", dir="/tmp") as root:
-        phase(_Printed(), Path(root), pods)
-    return 0
+    return run_alone(phase, int(argv[0]) if argv else 40, "nmnri-")
 
 
 if __name__ == "__main__":
