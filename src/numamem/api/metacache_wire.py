@@ -44,33 +44,6 @@ def cpusets_from_proto(values: dict[int, str], field: str) -> TopologyAwareAssig
     return result
 
 
-def assignments_from_proto(
-    msg: metacache_pb2.ContainerInfo | metacache_pb2.PoolInfo, field: str
-) -> tuple[TopologyAwareAssignment, TopologyAwareAssignment]:
-    """The two assignment maps every container and pool carry, validated: (now, original)."""
-    return (
-        cpusets_from_proto(
-            dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"
-        ),
-        cpusets_from_proto(
-            dict(msg.original_topology_aware_assignments),
-            f"{field}.original_topology_aware_assignments",
-        ),
-    )
-
-
-def assignments_to_proto(info: ContainerInfo | PoolInfo) -> dict[str, dict[int, str]]:
-    """The keyword arguments of the two assignment maps of a container's or pool's message."""
-    return {
-        "topology_aware_assignments": {
-            k: str(v) for k, v in info.topology_aware_assignments.items()
-        },
-        "original_topology_aware_assignments": {
-            k: str(v) for k, v in info.original_topology_aware_assignments.items()
-        },
-    }
-
-
 def check_amount(value: float, field: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise InvalidArgumentError(f"{field}: must be a finite number >= 0, got {value}")
@@ -116,7 +89,13 @@ def container_from_proto(
         msg.origin_owner_pool_name,
         msg.ramp_up,
         msg.owner_pool_name,
-        *assignments_from_proto(msg, field),
+        cpusets_from_proto(
+            dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"
+        ),
+        cpusets_from_proto(
+            dict(msg.original_topology_aware_assignments),
+            f"{field}.original_topology_aware_assignments",
+        ),
         set(msg.region_names),
         msg.isolated,
         check_string(msg.container_id, f"{field}.container_id", required=False),
@@ -141,7 +120,10 @@ def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
         origin_owner_pool_name=info.origin_owner_pool_name,
         ramp_up=info.ramp_up,
         owner_pool_name=info.owner_pool_name,
-        **assignments_to_proto(info),
+        topology_aware_assignments={k: str(v) for k, v in info.topology_aware_assignments.items()},
+        original_topology_aware_assignments={
+            k: str(v) for k, v in info.original_topology_aware_assignments.items()
+        },
         region_names=sorted(info.region_names),
         isolated=info.isolated,
         container_id=info.container_id,
@@ -152,7 +134,13 @@ def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info")
     same_key(msg, "pool_name", name, field)
     return PoolInfo(
         name,
-        *assignments_from_proto(msg, field),
+        cpusets_from_proto(
+            dict(msg.topology_aware_assignments), f"{field}.topology_aware_assignments"
+        ),
+        cpusets_from_proto(
+            dict(msg.original_topology_aware_assignments),
+            f"{field}.original_topology_aware_assignments",
+        ),
         set(msg.region_names),
     )
 
@@ -160,7 +148,10 @@ def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info")
 def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
     return metacache_pb2.PoolInfo(
         pool_name=info.pool_name,
-        **assignments_to_proto(info),
+        topology_aware_assignments={k: str(v) for k, v in info.topology_aware_assignments.items()},
+        original_topology_aware_assignments={
+            k: str(v) for k, v in info.original_topology_aware_assignments.items()
+        },
         region_names=sorted(info.region_names),
     )
 
