@@ -18,10 +18,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.harness import run_alone
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 
@@ -101,18 +101,8 @@ def phase(r: Any, root: Path, runs: int) -> None:
                 f"(target <= {TARGETS[name]:g})")  # fmt: skip
 
 
-class _Printed:
-    """A stand-in for bench.harness's Report that prints (``python -m bench.cli_start``)."""
-
-    def value(self, key: str, label: str, value: float, unit: str, note: str = "") -> None:
-        print(f"  {label}: {value:.3f} {unit} {note}")
-
-
 def main(argv: list[str]) -> int:
-    runs = int(argv[0]) if argv else 30
-    with tempfile.TemporaryDirectory(prefix="nmcli-", dir="/tmp") as root:
-        phase(_Printed(), Path(root), runs)
-    return 0
+    return run_alone(phase, int(argv[0]) if argv else 30, "nmcli-")
 
 
 if __name__ == "__main__":

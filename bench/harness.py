@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,17 +26,11 @@ import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench import bounds
-from numamem.testing.daemon import DaemonProcess
+from numamem.testing.daemon import STATIC_ARGS, DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 
 GI = 1024**3
-STATIC = [
-    "--memory-manager-policy=Static",
-    "--reserved-memory=0:memory=1Gi",
-    "--system-reserved=memory=924Mi",
-    "--eviction-hard=memory.available<100Mi",
-]
 
 
 @dataclass
@@ -133,6 +128,14 @@ class Report:
         print(f"  {label}: {value:.3f} {unit} {note}", flush=True)
 
 
+def run_alone(phase: Callable[[Report, Path, int], None], count: int, prefix: str) -> int:
+    """One phase outside ``make bench`` (``python -m bench.<phase>``): run in a temporary
+    directory under /tmp named ``prefix...``, its figures printed by a :class:`Report`."""
+    with tempfile.TemporaryDirectory(prefix=prefix, dir="/tmp") as root:
+        phase(Report(), Path(root), count)
+    return 0
+
+
 class Daemon(DaemonProcess):
     """The project's daemon harness plus what the benchmarks read of the process."""
 
@@ -184,7 +187,7 @@ def daemon(
     cgroup.mkdir(exist_ok=True)
     extra = extra or []
     own = [] if "--cgroup-root" in extra else ["--cgroup-root", str(cgroup)]
-    d = Daemon(root, ["--sysfs-root", str(sysfs), *STATIC, *own, *extra])
+    d = Daemon(root, ["--sysfs-root", str(sysfs), *STATIC_ARGS, *own, *extra])
     if bound is not None:
         d.program = (sys.executable, "-m", "bench.bounds")
         d.cwd = Path(__file__).resolve().parent.parent  # where ``bench`` imports from

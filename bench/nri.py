@@ -28,7 +28,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,12 +36,13 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.harness import run_alone
 from numamem.client import NumamemClient
 from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Plugin
 from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
-from numamem.testing.daemon import DaemonProcess
+from numamem.testing.daemon import STATIC_ARGS, DaemonProcess
 from numamem.testing.nri_runtime import ScriptedRuntime
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
@@ -50,12 +50,6 @@ from numamem.v1 import memorymanager_pb2 as mm
 TARGET = 1.05
 """CRI CreateContainer+StartContainer p50 with the plugin over without (issue 39)."""
 WARMUP = 3
-STATIC = [
-    "--memory-manager-policy=Static",
-    "--reserved-memory=0:memory=1Gi",
-    "--system-reserved=memory=924Mi",
-    "--eviction-hard=memory.available<100Mi",
-]
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,7 +93,7 @@ def scripted(root: Path, pods: int) -> dict[str, list[float]]:
     (root / "no-cgroups").mkdir(exist_ok=True)
     daemon = DaemonProcess(
         root,
-        ["--sysfs-root", str(sysfs), "--cgroup-root", str(root / "no-cgroups"), *STATIC,
+        ["--sysfs-root", str(sysfs), "--cgroup-root", str(root / "no-cgroups"), *STATIC_ARGS,
          "--log-level", "warning"],
     ).start(timeout=60)  # fmt: skip
     runtime = ScriptedRuntime(root / "nri.sock", runtime_name="bench").start()
@@ -178,7 +172,7 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     daemon = DaemonProcess(
         root,
-        [*STATIC, "--sysfs-root", "/sys", "--cgroup-root", "/sys/fs/cgroup",
+        [*STATIC_ARGS, "--sysfs-root", "/sys", "--cgroup-root", "/sys/fs/cgroup",
          "--log-level", "warning"],
     ).start(timeout=60)  # fmt: skip
     names = ("with", "null", "without")
@@ -309,7 +303,7 @@ def breakdown(cri: dict[str, Any]) -> dict[str, float]:
 
 
 def phase(r: Any, root: Path, pods: int) -> None:
-    """The figures into ``r`` (bench.harness's Report, or :class:`_Printed`)."""
+    """The figures into ``r`` (bench.harness's Report)."""
     print(f"nri: numamem nri's CreateContainer, {pods} pods per figure", flush=True)
     got = scripted(root / "nri-scripted", pods)
     floor = pct(got["floor"], 0.5)
@@ -361,24 +355,10 @@ def phase(r: Any, root: Path, pods: int) -> None:
         r.value(f"nri_cri_{key}_ms", f"    {label}", parts[key] * 1e3, "ms")
 
 
-class _Printed:
-    """A stand-in for bench.harness's Report that prints (``python -m bench.nri``)."""
-
-    def __init__(self) -> None:
-        self.figures: dict[str, Any] = {}
-
-    def value(self, key: str, label: str, value: float, unit: str, note: str = "") -> None:
-        self.figures[key] = value
-        print(f"  {label}: {value:.3f} {unit} {note}", flush=True)
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--null-plugin"]:
         return null_plugin(argv[1])
-    pods = int(argv[0]) if argv else 40
-    with tempfile.TemporaryDirectory(prefix="nmnri-", dir="/tmp") as root:
-        phase(_Printed(), Path(root), pods)
-    return 0
+    return run_alone(phase, int(argv[0]) if argv else 40, "nmnri-")
 
 
 if __name__ == "__main__":

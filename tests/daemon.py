@@ -17,7 +17,11 @@ from pathlib import Path
 from numamem.errors import CheckpointError
 from numamem.metacache import journal
 from numamem.metacache.cache import State
-from numamem.testing.daemon import fake_machine_args, short_tmpdir
+from numamem.testing.daemon import (
+    STATIC_ARGS,  # noqa: F401 - re-exported: the tests import it from here
+    fake_machine_args,
+    short_tmpdir,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
@@ -64,18 +68,6 @@ def grpcurl(
         timeout=timeout,
         check=False,
     )
-
-
-STATIC_ARGS = [
-    "--memory-manager-policy",
-    "Static",
-    "--reserved-memory",
-    "0:memory=1Gi",
-    "--system-reserved",
-    "memory=924Mi",
-    "--eviction-hard",
-    "memory.available<100Mi",
-]
 
 
 def serve_to_exit(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

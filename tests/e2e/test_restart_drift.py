@@ -23,7 +23,7 @@ import pytest
 
 from numamem.api.convert import state_from_proto
 from numamem.client import NumamemClient
-from numamem.testing.daemon import DaemonProcess, short_tmpdir
+from numamem.testing.daemon import STATIC_ARGS, DaemonProcess, short_tmpdir
 from numamem.testing.sysfs import HP_1G, HP_2M, FakeNode, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.unit.test_memorymanager_service import container, pod
@@ -32,12 +32,6 @@ pytestmark = pytest.mark.e2e
 GI_KB = 1024 * 1024
 MI_KB = 1024
 GI = 1024**3
-STATIC = [
-    "--memory-manager-policy=Static",
-    "--reserved-memory=0:memory=1Gi",
-    "--system-reserved=memory=924Mi",
-    "--eviction-hard=memory.available<100Mi",
-]
 IOMEM = (
     "00000000-00000fff : Reserved\n"
     "01000000-01ffffff : Kernel code\n"
@@ -134,7 +128,7 @@ def written_state() -> Iterator[tuple[Path, dict[str, list[tuple[str, str, int]]
     """The state directory after p0 and p1 were pinned, and their blocks."""
     root = short_tmpdir()
     write_sysfs(root / "sys", nodes())
-    d = DaemonProcess(root, ["--sysfs-root", str(root / "sys"), *STATIC])
+    d = DaemonProcess(root, ["--sysfs-root", str(root / "sys"), *STATIC_ARGS])
     d.start()
     try:
         with NumamemClient(d.socket, timeout=10) as client:
@@ -175,7 +169,11 @@ def test_restart_matrix(
     write_sysfs(short_root / "sys", nodes(**spec.machine))
     (short_root / "proc").mkdir()
     (short_root / "proc" / "iomem").write_text(IOMEM)
-    flags = [*STATIC, *spec.flags] if not spec.flags else [*STATIC[:1], *spec.flags, STATIC[3]]
+    flags = (
+        [*STATIC_ARGS, *spec.flags]
+        if not spec.flags
+        else [*STATIC_ARGS[:1], *spec.flags, STATIC_ARGS[3]]
+    )
     args = ["--sysfs-root", str(short_root / "sys"), "--proc-root", str(short_root / "proc")]
     args += [*flags, *TOLERANCES[tolerance]]
     file = short_root / "state" / "memory_manager_state"

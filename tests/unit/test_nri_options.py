@@ -136,6 +136,8 @@ def test_prelaunched_without_arguments_is_the_nri_command() -> None:
         ),
         ("[not, a, mapping]\n", {}, ["expected a mapping"]),
         ("on-reject: [\n", {}, ["not valid YAML at line"]),
+        # Read within --config's bounds: a deep document is refused, not a RecursionError.
+        ("socket: " + "[" * 2000 + "]" * 2000 + "\n", {}, ["nested more than 64 deep"]),
     ],
 )
 def test_a_config_is_never_refused_its_bad_keys_are_left_out_naming_them(

@@ -46,6 +46,29 @@ class Component(Protocol):
     def watch_durability(self, report: DurabilityReport) -> None: ...
 
 
+class StatelessComponent:
+    """A :class:`Component` that owns no state: ``load``, ``start``, ``stop`` and
+    ``watch_durability`` do nothing (there is nothing to read, write or make durable).
+    A subclass sets ``service_names`` and adds its servicers in ``register``."""
+
+    service_names: Sequence[str] = ()
+
+    def register(self, server: grpc.Server) -> None:
+        raise NotImplementedError
+
+    def load(self) -> None:
+        return None
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def watch_durability(self, report: DurabilityReport) -> None:
+        return None
+
+
 ComponentFactory = Callable[[Config], Sequence[Component]]
 
 

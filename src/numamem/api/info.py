@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import grpc
 
+from numamem.api.component import StatelessComponent
 from numamem.v1 import info_pb2, info_pb2_grpc
 from numamem.version import build_info
 
@@ -26,7 +27,7 @@ class InfoServicer(info_pb2_grpc.InfoServicer):
         return reply
 
 
-class InfoComponent:
+class InfoComponent(StatelessComponent):
     """Serves the Info service; owns no state."""
 
     service_names: Sequence[str] = (SERVICE_NAME,)
@@ -36,15 +37,3 @@ class InfoComponent:
 
     def register(self, server: grpc.Server) -> None:
         info_pb2_grpc.add_InfoServicer_to_server(self.servicer, server)
-
-    def load(self) -> None:
-        return None
-
-    def start(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-    def watch_durability(self, report: Callable[[str, str | None], None]) -> None:
-        return None

@@ -249,15 +249,10 @@ class ServerInterceptor(grpc.ServerInterceptor):
                 courtesy.begin()
             with rpclog.recording() as attached:
                 try:
-                    self._gate(request, context, gated)
-                    response = behavior(request, context)
-                    return self._serialized(response, serialize, context)
-                except UndecodableMessageError as err:
-                    _abort_undecodable(context, err.error)
-                except NumamemError as err:
-                    _abort(context, *status.to_status(err))
-                except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
-                    _abort_unexpected(err, context, request_id)
+                    with _Answering(context, request_id):
+                        self._gate(request, context, gated)
+                        response = behavior(request, context)
+                        return self._serialized(response, serialize, context)
                 finally:
                     if courtesy is not None:
                         courtesy.end()
@@ -279,15 +274,10 @@ class ServerInterceptor(grpc.ServerInterceptor):
         def wrapper(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             start = time.perf_counter()
             try:
-                self._gate(request, context, gated)
-                for response in behavior(request, context):
-                    yield self._serialized(response, serialize, context)
-            except UndecodableMessageError as err:
-                _abort_undecodable(context, err.error)
-            except NumamemError as err:
-                _abort(context, *status.to_status(err))
-            except Exception as err:  # noqa: BLE001 - the one place that catches handler bugs
-                _abort_unexpected(err, context, request_id)
+                with _Answering(context, request_id):
+                    self._gate(request, context, gated)
+                    for response in behavior(request, context):
+                        yield self._serialized(response, serialize, context)
             finally:
                 self._finish(context, method, request_id, start, quiet, (request, None, None))
 
@@ -324,6 +314,35 @@ class ServerInterceptor(grpc.ServerInterceptor):
         )
         for observer in self._observers:
             observer(method, name, seconds)
+
+
+class _Answering:
+    """Ends the RPC with the status of the exception that leaves the block: INVALID_ARGUMENT
+    for a message that does not decode, a :class:`~numamem.errors.NumamemError`'s own status
+    and reason (:func:`numamem.api.status.to_status`), INTERNAL for anything else (a handler
+    bug: logged with its traceback, never taking the daemon down). The one place a handler's
+    exceptions become statuses, for unary and streaming RPCs alike. ``BaseException`` s that
+    are not ``Exception`` s (a closed stream's ``GeneratorExit``) pass through."""
+
+    __slots__ = ("_context", "_request_id")
+
+    def __init__(self, context: grpc.ServicerContext, request_id: str) -> None:
+        self._context = context
+        self._request_id = request_id
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, err: BaseException | None, trace: object) -> bool:
+        if not isinstance(err, Exception):
+            return False
+        if isinstance(err, UndecodableMessageError):
+            _abort_undecodable(self._context, err.error)
+        elif isinstance(err, NumamemError):
+            _abort(self._context, *status.to_status(err))
+        else:
+            _abort_unexpected(err, self._context, self._request_id)
+        return True
 
 
 def _abort_undecodable(context: grpc.ServicerContext, error: str) -> None:

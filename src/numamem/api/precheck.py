@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,7 +46,7 @@ from pathlib import Path
 from numamem.api.component import Component
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
-from numamem.api.sockets import bind_failure, check_socket_path, in_doubt, probe_connect
+from numamem.api.sockets import bind_failure, check_socket_path, classify_socket_path
 from numamem.api.statedir import (
     LOCK_FILE,
     check_dir,
@@ -229,27 +228,12 @@ def check_bindable(path: str, flag: str) -> None:
 
 
 def check_socket(path: str, flag: str, report: CheckReport) -> None:
-    """:func:`numamem.api.sockets.prepare_socket_path` without removing anything."""
-    check_socket_path(path, flag)
-    shown = quote(path, limit=PATH_QUOTE_BYTES)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise StartupError(
-            f"{flag} {shown} exists and is not a socket; numamem never deletes it: "
-            f"remove it yourself or choose another {flag}"
+    """:func:`numamem.api.sockets.prepare_socket_path` without removing anything: the
+    stale socket it would remove is a note."""
+    if classify_socket_path(path, flag) is not None:
+        report.notes.append(
+            f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)} is a stale socket that a start removes"
         )
-    failure = probe_connect(path)
-    if failure is None:
-        raise StartupError(
-            f"{flag} {shown} is served by another live process; stop it or choose another {flag}"
-        )
-    if failure.errno == errno.ECONNREFUSED:
-        report.notes.append(f"{flag} {shown} is a stale socket that a start removes")
-    elif failure.errno != errno.ENOENT:
-        raise StartupError(in_doubt(path, flag, failure))
 
 
 def could_make(path: Path, what: str) -> None:

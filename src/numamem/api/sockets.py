@@ -118,15 +118,18 @@ def check_socket_path(path: str, flag: str = "--socket") -> None:
         )
 
 
-def prepare_socket_path(path: str, flag: str = "--socket") -> None:
-    """Make ``path`` free for binding, or refuse; deletes nothing but a socket that refuses
-    connections (see the module docstring). ``flag`` names the option, for the messages."""
+def classify_socket_path(path: str, flag: str = "--socket") -> os.stat_result | None:
+    """What is at ``path``, without changing anything: None when it is free (missing, or
+    gone since it was looked at), the ``lstat`` of a stale socket (a test ``connect()`` got
+    ``ECONNREFUSED``: nobody listens) that a start removes; refuses (``StartupError``) a
+    path that is too long, is not a socket, is served by a live process or is in doubt
+    (see the module docstring). ``flag`` names the option, for the messages."""
     check_socket_path(path, flag)
     shown = quote(path, limit=PATH_QUOTE_BYTES)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
+        return None
     if not stat.S_ISSOCK(st.st_mode):
         raise StartupError(
             f"{flag} {shown} exists and is not a socket; numamem never deletes it: "
@@ -138,15 +141,25 @@ def prepare_socket_path(path: str, flag: str = "--socket") -> None:
             f"{flag} {shown} is served by another live process; stop it or choose another {flag}"
         )
     if failure.errno == errno.ENOENT:
-        return  # gone since the lstat: free
+        return None  # gone since the lstat: free
     if failure.errno != errno.ECONNREFUSED:
         raise StartupError(in_doubt(path, flag, failure))
+    return st
+
+
+def prepare_socket_path(path: str, flag: str = "--socket") -> None:
+    """Make ``path`` free for binding, or refuse as :func:`classify_socket_path` does;
+    deletes nothing but the stale socket it found, and only while the path is still that
+    socket (see the module docstring)."""
+    st = classify_socket_path(path, flag)
+    if st is None:
+        return
     with contextlib.suppress(FileNotFoundError):
         now = os.lstat(path)
         if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
             raise StartupError(
-                f"{flag} {shown}: replaced by another process while numamem was starting; "
-                f"stop it or choose another {flag}"
+                f"{flag} {quote(path, limit=PATH_QUOTE_BYTES)}: replaced by another process "
+                f"while numamem was starting; stop it or choose another {flag}"
             )
         os.unlink(path)
         _log.warning("removed stale socket left by an earlier run", socket=path)

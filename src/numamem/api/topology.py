@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import grpc
 
+from numamem.api.component import StatelessComponent
 from numamem.errors import FailedPreconditionError, TopologyError
 from numamem.topology import Machine
 from numamem.topology.sysfs import read_free_hugepages
@@ -61,7 +62,7 @@ def machine_info(machine: Machine, sysfs_root: str | None) -> topology_pb2.Machi
     return topology_pb2.MachineInfo(numa_nodes=nodes, warnings=machine.warnings)
 
 
-class TopologyComponent:
+class TopologyComponent(StatelessComponent):
     """Serves the Topology service; owns no state."""
 
     service_names: Sequence[str] = (SERVICE_NAME,)
@@ -71,15 +72,3 @@ class TopologyComponent:
 
     def register(self, server: grpc.Server) -> None:
         topology_pb2_grpc.add_TopologyServicer_to_server(self.servicer, server)
-
-    def load(self) -> None:
-        return None
-
-    def start(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-    def watch_durability(self, report: Callable[[str, str | None], None]) -> None:
-        return None

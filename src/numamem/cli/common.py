@@ -37,12 +37,7 @@ MAX_TIMEOUT_S = 3600.0
 
 def add_client_args(parser: argparse.ArgumentParser) -> None:
     """``--socket``, ``--timeout`` and ``--json``, the flags of every client command."""
-    parser.add_argument(
-        "--socket",
-        default=os.environ.get("NUMAMEM_SOCKET", DEFAULT_SOCKET),
-        metavar="PATH",
-        help="daemon socket (default: $NUMAMEM_SOCKET or %(default)s)",
-    )
+    add_socket_argument(parser)
     parser.add_argument(
         "--timeout",
         type=timeout_seconds,
@@ -51,6 +46,17 @@ def add_client_args(parser: argparse.ArgumentParser) -> None:
         help=f"RPC deadline, more than 0 and at most {MAX_TIMEOUT_S:g} (default: %(default)s)",
     )
     add_json_flag(parser)
+
+
+def add_socket_argument(parser: argparse.ArgumentParser) -> None:
+    """``--socket``: the daemon's socket, from ``$NUMAMEM_SOCKET`` when set (every client
+    command, and ``numamem nri``, which is a client of the daemon too)."""
+    parser.add_argument(
+        "--socket",
+        default=os.environ.get("NUMAMEM_SOCKET", DEFAULT_SOCKET),
+        metavar="PATH",
+        help="the daemon's socket (default: $NUMAMEM_SOCKET or %(default)s)",
+    )
 
 
 def add_json_flag(

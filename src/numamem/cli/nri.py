@@ -27,7 +27,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from numamem.cli.common import DEFAULT_SOCKET, EXIT_FAILED, EXIT_OK, UsageError
+from numamem.cli.common import EXIT_FAILED, EXIT_OK, UsageError, add_socket_argument
 
 DEFAULT_NRI_SOCKET = "/var/run/nri/nri.sock"
 """``numamem.nri.plugin.DEFAULT_SOCKET`` (a test checks they agree), without its imports."""
@@ -53,12 +53,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="PATH",
         help="the runtime's NRI socket (external plugin; default: %(default)s)",
     )
-    parser.add_argument(
-        "--socket",
-        default=os.environ.get("NUMAMEM_SOCKET", DEFAULT_SOCKET),
-        metavar="PATH",
-        help="the daemon's socket (default: $NUMAMEM_SOCKET or %(default)s)",
-    )
+    add_socket_argument(parser)
     parser.add_argument(
         "--plugin-name", default="numamem", help="the plugin's name (default: %(default)s)"
     )

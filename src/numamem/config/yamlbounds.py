@@ -85,6 +85,42 @@ def compose_all_bounded(
     return nodes
 
 
+def load_mapping(
+    text: str, where: str, expected: str = "fields"
+) -> tuple[dict[object, object], dict[object, int]] | None:
+    """A YAML document that must be a mapping, read within the bounds of
+    :func:`compose_bounded`: the mapping and each top-level key's 1-based line (for the
+    messages); None for an empty document. Refuses (ConfigError beginning with ``where``)
+    text that is not YAML (naming the line and the problem), a document past a bound, and
+    one that is not a mapping (``expected`` says what its keys are, for the message)."""
+    try:
+        node = compose_bounded(text, where)
+        doc = construct(node)
+    except yaml.YAMLError as err:
+        line = getattr(getattr(err, "problem_mark", None), "line", None)
+        at = f" at line {line + 1}" if line is not None else ""
+        problem = getattr(err, "problem", None)
+        why = f": {quote(problem, style='bare')}" if problem else ""
+        raise ConfigError(f"{where}: not valid YAML{at}{why}") from err
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: expected a mapping of {expected}, got {type(doc).__name__}")
+    return doc, _key_lines(node)
+
+
+def _key_lines(node: yaml.Node | None) -> dict[object, int]:
+    """Top-level key -> its 1-based line."""
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    loader = yaml.SafeLoader("")
+    out: dict[object, int] = {}
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode):
+            out.setdefault(loader.construct_object(key_node), key_node.start_mark.line + 1)
+    return out
+
+
 def _too_deep(err: yaml.YAMLError, where: str, max_depth: int) -> ConfigError | None:
     """libyaml's own nesting limit (1000 levels, far past ``max_depth``) as the refusal of
     ``max_depth``; None for any other YAML error."""

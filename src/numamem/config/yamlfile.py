@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import yaml
-
 from numamem.config.checks import ValueChecks, check_value
 from numamem.config.flags.spec import apply_value
 from numamem.config.flags.table import YAML_KEYS
 from numamem.config.kubelet_fields import API_GROUP, KIND, KUBELET_FIELDS
 from numamem.config.model import Config
 from numamem.config.syntax import merge_feature_gates, parse_feature_gates
-from numamem.config.yamlbounds import compose_bounded, construct, read_bounded
+from numamem.config.yamlbounds import load_mapping, read_bounded
 from numamem.errors import PATH_QUOTE_BYTES, ConfigError, quote
 
 
@@ -35,23 +33,11 @@ def apply_yaml(cfg: Config, path: str, checks: ValueChecks | None = None) -> Con
         raise ConfigError(f"{named}: cannot read: {err.strerror}") from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"{named}: not UTF-8 text (byte {err.start})") from err
-    try:
-        node = compose_bounded(text, named)
-        doc = construct(node)
-    except yaml.YAMLError as err:
-        line = getattr(getattr(err, "problem_mark", None), "line", None)
-        where = f" at line {line + 1}" if line is not None else ""
-        problem = getattr(err, "problem", None)
-        why = f": {quote(problem, style='bare')}" if problem else ""
-        raise ConfigError(f"{named}: not valid YAML{where}{why}") from err
-    if doc is None:
+    loaded = load_mapping(text, named)
+    if loaded is None:
         return cfg
-    if not isinstance(doc, dict):
-        raise ConfigError(
-            f"--config {quote(path, limit=PATH_QUOTE_BYTES)}: expected a mapping of fields, got {type(doc).__name__}"
-        )
+    doc, lines = loaded
     kubelet = _is_kubelet_configuration(doc, path)
-    lines = _key_lines(node)
     ignored = []
     for key, value in doc.items():
         where = f"{key} (in {path}" + (f", line {lines[key]})" if key in lines else ")")
@@ -72,18 +58,6 @@ def apply_yaml(cfg: Config, path: str, checks: ValueChecks | None = None) -> Con
         cfg = apply_value(cfg, f, value, where)
         check_value(checks or {}, f.attr, getattr(cfg, f.attr, None), where)
     return replace(cfg, ignored_kubelet_fields=tuple(ignored)) if ignored else cfg
-
-
-def _key_lines(node: yaml.Node | None) -> dict[object, int]:
-    """Top-level key -> its 1-based line, for the messages."""
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    loader = yaml.SafeLoader("")
-    out: dict[object, int] = {}
-    for key_node, _ in node.value:
-        if isinstance(key_node, yaml.ScalarNode):
-            out.setdefault(loader.construct_object(key_node), key_node.start_mark.line + 1)
-    return out
 
 
 def _is_kubelet_configuration(doc: dict[object, object], path: str) -> bool:

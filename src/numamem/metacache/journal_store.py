@@ -171,14 +171,12 @@ class JournalPersister(Compaction):
                     "was interrupted; the next write rewrites the snapshot"
                 )
                 raise
-            self._poisoned = True
             message = (
                 f"writing the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)} failed: "
                 f"{error_text(err)}; the outcome is unknown, and the next write rewrites the "
                 "snapshot"
             )
-            self._report(message)
-            raise DurabilityUnknownError(message, applied=False) from err
+            raise self._outcome_unknown(message, applied=False) from err
 
     def _save(self, state: State, pods: Set[str] | None) -> None:
         if self._poisoned:
@@ -274,21 +272,27 @@ class JournalPersister(Compaction):
                 "restart reads the change but whether it survives a power loss is unknown; the "
                 "next write rewrites the snapshot"
             )
-            self._report(message)
-            raise DurabilityUnknownError(message, applied=True) from err
+            raise self._outcome_unknown(message, applied=True) from err
         try:
             hook("truncate-fsync", self.journal_path)
             self.fs.fsync(self._fd)
         except Exception as sync:  # noqa: BLE001 - reported to the writers
-            self._poisoned = True
             message = (
                 f"{failed}; the record was cut off again but syncing the cut failed: "
                 f"{error_text(sync)}; a restart does not read the change, but whether that "
                 "survives a power loss is unknown; the next write rewrites the snapshot"
             )
-            self._report(message)
-            raise DurabilityUnknownError(message, applied=False) from err
+            raise self._outcome_unknown(message, applied=False) from err
         raise PersistenceError(f"{failed}; the change was not applied") from err
+
+    def _outcome_unknown(self, message: str, applied: bool) -> DurabilityUnknownError:
+        """A write whose outcome on disk is unknown: nothing may be appended after it (the
+        next write rewrites the snapshot), the durability observers are told ``message``,
+        and the error for the writer (``applied``: a restart reads the change) is returned
+        to be raised."""
+        self._poisoned = True
+        self._report(message)
+        return DurabilityUnknownError(message, applied=applied)
 
     def _check_directory_locked(self) -> str | None:
         """After a journal swap whose directory sync failed, retry it: the outcome-unknown text

@@ -15,7 +15,9 @@ changes nothing. The plugin never refuses its configuration: containerd 1.7 exit
 pre-launched plugin fails to configure ("failed to start NRI interface"), taking the node's
 runtime down for a typo. An unknown key or a bad value is logged (naming the key, the value,
 what is allowed and the file) and left out; the other keys apply
-(:func:`apply_config_leniently`).
+(:func:`apply_config_leniently`). The text is read within the bounds of ``--config``
+(:func:`numamem.config.yamlbounds.load_mapping`: nesting depth, values with aliases
+expanded), so a short config cannot name a large amount of work.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import yaml
 
+from numamem.config.yamlbounds import load_mapping
 from numamem.errors import PATH_QUOTE_BYTES, ConfigError, quote
 
 DEFAULT_DAEMON_SOCKET = "/run/numamem/numamem.sock"
@@ -72,18 +75,10 @@ def apply_config(
     """``options`` with the YAML mapping ``text`` applied (see the module docstring)."""
     if not text.strip():
         return options
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}: not valid YAML{where}") from None
-    if doc is None:
+    loaded = load_mapping(text, source, ", ".join(CONFIG_KEYS))
+    if loaded is None:
         return options
-    if not isinstance(doc, dict):
-        raise ConfigError(
-            f"{source}: expected a mapping of {', '.join(CONFIG_KEYS)}, got {type(doc).__name__}"
-        )
+    doc, _ = loaded
     changes: dict[str, str] = {}
     for key, value in doc.items():
         attr = CONFIG_KEYS.get(str(key))
@@ -114,13 +109,13 @@ def apply_config_leniently(
     except ConfigError as err:
         whole = err
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError:
+        loaded = load_mapping(text, source)
+    except ConfigError:
         return options, [whole]
-    if not isinstance(doc, dict):
+    if loaded is None:
         return options, [whole]
     errors = []
-    for key, value in doc.items():
+    for key, value in loaded[0].items():
         try:
             options = apply_config(options, yaml.safe_dump({key: value}), source)
         except ConfigError as err:

@@ -222,11 +222,7 @@ class Reconciler:
                 record = state.records.get(uid)
                 live = _same_instance(record.entries.get(entry.name) if record else None, entry)
                 if record is not None and live is not None:
-                    live.id_recorded = True
-                    for name in record.freed_by(pod, entry.name):
-                        freed = record.entries.get(name)
-                        if freed is not None and freed.pin is Pin.PINNED:
-                            freed.pin, freed.nodes = Pin.RELEASED, ()
+                    ids_recorded(record, pod, [live])
 
     def _adopted(
         self, uid: str, pod: mm.Pod, candidates: list[Entry], reply: mm.AdmitResponse

@@ -41,6 +41,30 @@ from numamem.nriapi import ttrpc_pb2
 _log = get_logger("nri")
 
 
+REFUSALS: dict[str, tuple[int, str]] = {
+    kinds.OVERSIZED_MESSAGE: (
+        status.RESOURCE_EXHAUSTED,
+        "NRI request over the ttrpc message limit skipped and refused",
+    ),
+    kinds.BAD_STREAM_ID: (
+        status.INVALID_ARGUMENT,
+        "NRI request with an even or reused stream id refused",
+    ),
+    kinds.UNDECODABLE_REQUEST: (status.INVALID_ARGUMENT, "NRI request envelope does not decode"),
+    kinds.OVERLOADED: (
+        status.RESOURCE_EXHAUSTED,
+        "NRI request refused: too many requests in flight",
+    ),
+    kinds.UNDECODABLE_PAYLOAD: (status.INTERNAL, "NRI request payload does not decode"),
+    kinds.OVERSIZED_REPLY: (
+        status.RESOURCE_EXHAUSTED,
+        "NRI reply over the ttrpc message limit replaced by an error",
+    ),
+}
+"""A problem that refuses a request -> the status it is answered with, and what the log
+says of it (what was wrong and what the server did)."""
+
+
 @dataclass(frozen=True)
 class CallInfo:
     """What the server knows of one request besides its payload."""
@@ -99,15 +123,9 @@ class Server:
     def on_request(self, message: Message | OversizedMessage) -> None:
         sid = message.stream_id
         if isinstance(message, OversizedMessage):
-            self._problems.report(
-                kinds.OVERSIZED_MESSAGE,
-                "NRI request over the ttrpc message limit skipped and refused",
-                stream_id=sid,
-                length=message.length,
-                limit=MAX_MESSAGE,
-            )
             text = f"message length {message.length} exceed maximum message size of {MAX_MESSAGE}"
-            self.answer(sid, status.RESOURCE_EXHAUSTED, text)
+            fields = {"stream_id": sid, "length": message.length, "limit": MAX_MESSAGE}
+            self._refuse(sid, kinds.OVERSIZED_MESSAGE, text, **fields)
             return
         if message.type != REQUEST:
             self._problems.report(
@@ -120,27 +138,19 @@ class Server:
                 self.answer(sid, status.INVALID_ARGUMENT, "StreamID is no longer active")
             return
         if sid % 2 != 1 or sid <= self._last_request:
-            self._problems.report(
-                kinds.BAD_STREAM_ID,
-                "NRI request with an even or reused stream id refused",
-                stream_id=sid,
-                last=self._last_request,
-            )
             text = (
                 "StreamID must be odd for client initiated streams"
                 if sid % 2 != 1
                 else "StreamID cannot be re-used and must increment"
             )
-            self.answer(sid, status.INVALID_ARGUMENT, text)
+            self._refuse(sid, kinds.BAD_STREAM_ID, text, stream_id=sid, last=self._last_request)
             return
         self._last_request = sid
         try:
             request = ttrpc_pb2.Request.FromString(message.payload)
         except DECODE_ERRORS as e:
-            self._problems.report(
-                kinds.UNDECODABLE_REQUEST, "NRI request envelope does not decode", error=str(e)
-            )
-            self.answer(sid, status.INVALID_ARGUMENT, f"unmarshal request error: {e}")
+            text = f"unmarshal request error: {e}"
+            self._refuse(sid, kinds.UNDECODABLE_REQUEST, text, error=str(e))
             return
         self._dispatch(sid, request)
 
@@ -167,14 +177,9 @@ class Server:
             timeout=request.timeout_nano / 1e9 if request.timeout_nano > 0 else None,
         )
         if not self._slots.acquire(blocking=False):
-            self._problems.report(
-                kinds.OVERLOADED,
-                "NRI request refused: too many requests in flight",
-                method=quote(request.method),
-                limit=self._max_in_flight,
-            )
             text = f"{self._max_in_flight} requests in flight already"
-            self.answer(sid, status.RESOURCE_EXHAUSTED, text)
+            fields = {"method": quote(request.method), "limit": self._max_in_flight}
+            self._refuse(sid, kinds.OVERLOADED, text, **fields)
             return
         with self._lock:
             self._in_flight += 1
@@ -193,14 +198,9 @@ class Server:
             try:
                 request = method.request_type.FromString(payload)
             except DECODE_ERRORS as e:
-                self._problems.report(
-                    kinds.UNDECODABLE_PAYLOAD,
-                    "NRI request payload does not decode",
-                    method=info.method,
-                    error=str(e),
-                )
                 text = f"ttrpc: error unmarshalling payload: {e}"
-                self.answer(info.stream_id, status.INTERNAL, text)
+                fields: dict[str, Any] = {"method": info.method, "error": str(e)}
+                self._refuse(info.stream_id, kinds.UNDECODABLE_PAYLOAD, text, **fields)
                 return
             try:
                 reply = method.call(request, info).SerializeToString()
@@ -212,18 +212,20 @@ class Server:
                 self.answer(info.stream_id, status.UNKNOWN, str(e) or type(e).__name__)
                 return
             if len(reply) > MAX_MESSAGE - 64:  # the envelope adds a few bytes
-                self._problems.report(
-                    kinds.OVERSIZED_REPLY,
-                    "NRI reply over the ttrpc message limit replaced by an error",
-                    method=info.method,
-                    length=len(reply),
-                )
                 text = f"reply of {len(reply)} bytes exceeds the ttrpc limit of {MAX_MESSAGE}"
-                self.answer(info.stream_id, status.RESOURCE_EXHAUSTED, text)
+                fields = {"method": info.method, "length": len(reply)}
+                self._refuse(info.stream_id, kinds.OVERSIZED_REPLY, text, **fields)
                 return
             self.answer(info.stream_id, status.OK, "", reply)
         finally:
             self._release()
+
+    def _refuse(self, sid: int, kind: str, text: str, /, **fields: Any) -> None:
+        """Report the problem ``kind`` (with what :data:`REFUSALS` says of it, and ``fields``)
+        and answer stream ``sid`` with its status and upstream's ``text``."""
+        code, problem = REFUSALS[kind]
+        self._problems.report(kind, problem, **fields)
+        self.answer(sid, code, text)
 
     def answer(self, stream_id: int, code: int, message: str, payload: bytes = b"") -> None:
         """Write the response of ``stream_id`` (dropped if the connection is closed)."""

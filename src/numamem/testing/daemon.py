@@ -31,6 +31,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 
+STATIC_ARGS = (
+    "--memory-manager-policy=Static",
+    "--reserved-memory=0:memory=1Gi",
+    "--system-reserved=memory=924Mi",
+    "--eviction-hard=memory.available<100Mi",
+)
+"""``make run``'s Static configuration (tests/unit/test_make_run.py runs a daemon with it
+beside ``make run``'s own): 1 GiB reserved on node 0, as 924Mi system-reserved plus 100Mi
+eviction threshold. One flag an element (policy, reserved memory, system-reserved,
+eviction), so a test can swap one; a tuple, so no caller changes it for the others."""
+
 TMPDIR_VARIABLE = "NUMAMEM_TEST_TMPDIR"
 """Where :func:`short_tmpdir` makes its directories instead of ``/tmp`` (a short path too).
 numamem's own tests set it to a tmpfs when the machine has one (tests/conftest.py)."""

@@ -125,14 +125,7 @@ def admit(
     if policy.name == NONE:
         # The kubelet's none scope: container by container whatever the scope, a pod that
         # sets pod-level resources too (only its equivalent-Guaranteed containers are pinned).
-        for container in containers:
-            result.affinities[container.name] = NO_AFFINITY
-            with work.stage(
-                f"pod {quote(pod.uid)}: the allocation of container {quote(container.name)}"
-            ):
-                if not _allocate(pod, container, NO_AFFINITY, providers, result):
-                    return result
-        return result
+        return _allocate_each(pod, containers, NO_AFFINITY, providers, result, work)
     nodes = policy.info.default_mask.bit_count()
     if scope == SCOPE_POD:
         with work.stage(f"pod {quote(pod.uid)}: the pod's topology hints"):
@@ -157,14 +150,7 @@ def admit(
                     except NumamemError as err:
                         return _refuse(result, err)
             return result
-        for container in containers:
-            result.affinities[container.name] = best
-            with work.stage(
-                f"pod {quote(pod.uid)}: the allocation of container {quote(container.name)}"
-            ):
-                if not _allocate(pod, container, best, providers, result):
-                    return result
-        return result
+        return _allocate_each(pod, containers, best, providers, result, work)
     for container in containers:
         where = f"pod {quote(pod.uid)}, container {quote(container.name)}"
         with work.stage(f"{where}: the topology hints"):
@@ -196,6 +182,26 @@ def _reject(result: AdmitResult, message: str = TOPOLOGY_AFFINITY_MESSAGE) -> Ad
     result.admitted = False
     result.reason = TOPOLOGY_AFFINITY_ERROR
     result.message = message
+    return result
+
+
+def _allocate_each(
+    pod: Pod,
+    containers: Sequence[Container],
+    affinity: TopologyHint,
+    providers: Sequence[HintProvider],
+    result: AdmitResult,
+    work: Work,
+) -> AdmitResult:
+    """Record ``affinity`` for each container and allocate them in order, each in a work
+    stage of its own; stops at the first refusal (recorded in ``result``). Returns ``result``."""
+    for container in containers:
+        result.affinities[container.name] = affinity
+        with work.stage(
+            f"pod {quote(pod.uid)}: the allocation of container {quote(container.name)}"
+        ):
+            if not _allocate(pod, container, affinity, providers, result):
+                break
     return result
 
 
