@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from typing import Any, Protocol
 
 from numamem.api.validation import check_string
 from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES, CPUSet
@@ -85,6 +86,42 @@ def cpusets_from_proto(values: Mapping[int, str], field: str) -> TopologyAwareAs
     return result
 
 
+class _Assigned(Protocol):
+    """What containers and pools share: the assignment maps, now and as first given."""
+
+    @property
+    def topology_aware_assignments(self) -> Any: ...
+
+    @property
+    def original_topology_aware_assignments(self) -> Any: ...
+
+
+def assignments_from_proto(
+    msg: _Assigned, field: str
+) -> tuple[TopologyAwareAssignment, TopologyAwareAssignment]:
+    """The two assignment maps of a ContainerInfo or PoolInfo message, each counted and bounded
+    by :func:`cpusets_from_proto` before anything is copied: ``(now, original)``."""
+    return (
+        cpusets_from_proto(msg.topology_aware_assignments, f"{field}.topology_aware_assignments"),
+        cpusets_from_proto(
+            msg.original_topology_aware_assignments,
+            f"{field}.original_topology_aware_assignments",
+        ),
+    )
+
+
+def assignments_to_proto(info: _Assigned) -> dict[str, dict[int, str]]:
+    """The keyword arguments that give a message the two assignment maps of ``info``."""
+    return {
+        "topology_aware_assignments": {
+            k: str(v) for k, v in info.topology_aware_assignments.items()
+        },
+        "original_topology_aware_assignments": {
+            k: str(v) for k, v in info.original_topology_aware_assignments.items()
+        },
+    }
+
+
 def check_amount(value: float, field: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise InvalidArgumentError(f"{field}: must be a finite number >= 0, got {value}")
@@ -143,11 +180,7 @@ def container_from_proto(
         msg.origin_owner_pool_name,
         msg.ramp_up,
         msg.owner_pool_name,
-        cpusets_from_proto(msg.topology_aware_assignments, f"{field}.topology_aware_assignments"),
-        cpusets_from_proto(
-            msg.original_topology_aware_assignments,
-            f"{field}.original_topology_aware_assignments",
-        ),
+        *assignments_from_proto(msg, field),
         set(msg.region_names),
         msg.isolated,
         check_string(msg.container_id, f"{field}.container_id", required=False),
@@ -172,10 +205,7 @@ def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
         origin_owner_pool_name=info.origin_owner_pool_name,
         ramp_up=info.ramp_up,
         owner_pool_name=info.owner_pool_name,
-        topology_aware_assignments={k: str(v) for k, v in info.topology_aware_assignments.items()},
-        original_topology_aware_assignments={
-            k: str(v) for k, v in info.original_topology_aware_assignments.items()
-        },
+        **assignments_to_proto(info),
         region_names=sorted(info.region_names),
         isolated=info.isolated,
         container_id=info.container_id,
@@ -197,11 +227,7 @@ def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info")
     )
     return PoolInfo(
         name,
-        cpusets_from_proto(msg.topology_aware_assignments, f"{field}.topology_aware_assignments"),
-        cpusets_from_proto(
-            msg.original_topology_aware_assignments,
-            f"{field}.original_topology_aware_assignments",
-        ),
+        *assignments_from_proto(msg, field),
         set(msg.region_names),
     )
 
@@ -209,10 +235,7 @@ def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info")
 def pool_to_proto(info: PoolInfo) -> metacache_pb2.PoolInfo:
     return metacache_pb2.PoolInfo(
         pool_name=info.pool_name,
-        topology_aware_assignments={k: str(v) for k, v in info.topology_aware_assignments.items()},
-        original_topology_aware_assignments={
-            k: str(v) for k, v in info.original_topology_aware_assignments.items()
-        },
+        **assignments_to_proto(info),
         region_names=sorted(info.region_names),
     )
 
