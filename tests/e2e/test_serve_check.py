@@ -8,14 +8,14 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from numamem.client import NumamemClient
 from numamem.metacache.journal_store import JournalPersister
-from numamem.testing.daemon import DaemonProcess, fake_machine_args, short_tmpdir
+from numamem.testing.daemon import DaemonProcess, fake_machine_args
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.daemon import REPO, STATIC_ARGS
 
@@ -23,11 +23,10 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def machine() -> Iterator[Path]:
-    """The fake machine (sysfs, cgroups, procfs), outside the tree a check must not touch."""
-    path = short_tmpdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def machine(tmp_path: Path) -> Path:
+    """The fake machine (sysfs, cgroups, procfs), outside the tree a check must not touch
+    (``short_root``); it holds no socket, so pytest's longer tmp_path serves."""
+    return tmp_path
 
 
 def serve(
