@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 import shutil
 import subprocess
 import sys
@@ -100,6 +101,18 @@ def run_once(
         cwd=REPO,
         check=False,
     )
+
+
+def no_dac_override() -> list[str]:
+    """A command prefix under which root has no CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH, so
+    file modes bind it as they bind the shipped unit's user (``setpriv``); empty for any
+    other user, whom modes bind anyway. Root without ``setpriv`` fails the test."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) drops CAP_DAC_OVERRIDE for this test"
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, "--bounding-set", caps, "--inh-caps", caps, "--"]
 
 
 def read_cache_files(state_dir: str | Path, attempts: int = 20) -> State:

@@ -17,7 +17,7 @@ from numamem.client import NumamemClient
 from numamem.metacache.journal_store import JournalPersister
 from numamem.testing.daemon import DaemonProcess, fake_machine_args
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO, STATIC_ARGS
+from tests.daemon import REPO, STATIC_ARGS, no_dac_override
 
 pytestmark = pytest.mark.e2e
 
@@ -225,16 +225,6 @@ def test_a_first_start_passes_without_any_directory(short_root: Path, machine: P
 # issue 38). Permissions apply to root too once it has no CAP_DAC_OVERRIDE (as the shipped
 # unit's user has none); as another user they apply anyway.
 
-NO_DAC = (
-    (
-        "setpriv",
-        "--bounding-set=-dac_override,-dac_read_search",
-        "--inh-caps=-dac_override,-dac_read_search",
-    )
-    if os.geteuid() == 0
-    else ()
-)
-
 
 def read_only(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -333,7 +323,9 @@ def test_what_serve_may_not_do_is_refused_by_the_check_in_serves_words(
     prepare(short_root)
     args = [flag.replace("ROOT", str(short_root)) for flag in flags]
     try:
-        stderr = assert_same_refusal(short_root, machine, args, prefix=NO_DAC if no_dac else ())
+        stderr = assert_same_refusal(
+            short_root, machine, args, prefix=no_dac_override() if no_dac else ()
+        )
     finally:
         for path in short_root.rglob("*"):  # let the fixture remove the tree, as any user
             if path.is_dir() and not path.is_symlink():
