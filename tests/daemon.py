@@ -9,6 +9,7 @@ import atexit
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -101,6 +102,17 @@ def run_once(
         cwd=REPO,
         check=False,
     )
+
+
+def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
+    """Every path under ``root``: mode, bytes (files) and mtime, to compare byte for byte
+    before and after a run that must leave the tree untouched."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        data = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
+        out[str(path.relative_to(root))] = (st.st_mode, data, st.st_mtime_ns)
+    return out
 
 
 def no_dac_override() -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -17,7 +16,7 @@ from numamem.client import NumamemClient
 from numamem.metacache.journal_store import JournalPersister
 from numamem.testing.daemon import DaemonProcess, fake_machine_args
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO, STATIC_ARGS, no_dac_override
+from tests.daemon import REPO, STATIC_ARGS, no_dac_override, tree
 
 pytestmark = pytest.mark.e2e
 
@@ -49,16 +48,6 @@ def serve(
         cwd=REPO,
         check=False,
     )
-
-
-def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
-    """Every path under ``root``: mode, bytes (files) and mtime: byte for byte, untouched."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        data = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
-        out[str(path.relative_to(root))] = (st.st_mode, data, st.st_mtime_ns)
-    return out
 
 
 def assert_same_refusal(
