@@ -20,6 +20,7 @@ from numamem.metacache.metrics import placement as pl
 from numamem.testing.cgroups import CGROUPFS, SYSTEMD, V1, V2, CgroupValues, write_container
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.unit.test_metrics import scrape_unix, value
+from tests.unit.test_placement import widening_kernel
 from tests.unit.test_residency_service import collector_round, pinned_and_measured, pod, serve
 
 POD = "6f1c2a9e-0000-4000-8000-000000000001"
@@ -113,16 +114,11 @@ def test_a_write_back_the_committed_state_superseded_is_not_made(tmp_path: Path)
     cpuset = tmp_path / rel
     state = {"committed": frozenset({0})}
     written: list[str] = []
-    real = cpusetfiles.write_cgroup_file
 
-    def kernel(controller: Path, directory: Path, name: str, text: str) -> Path:
-        path = real(controller, directory, name, text)
-        if name == "cpuset.mems":
-            written.append(text)
-            (cpuset / "cpuset.mems.effective").write_text("0-2\n" if text == "0\n" else text)
-            state["committed"] = frozenset({1})  # a resize commits during the write
-        return path
+    def a_resize_commits() -> None:
+        state["committed"] = frozenset({1})
 
+    kernel = widening_kernel(cpuset / "cpuset.mems.effective", written, a_resize_commits)
     sampler = pl.PlacementSampler(
         tmp_path, enforce=True, committed=lambda _uid, _name: state["committed"]
     )
