@@ -10,7 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -308,6 +308,16 @@ def test_a_newcomers_socket_survives_the_old_daemons_shutdown(short_root: Path, 
     assert not os.path.lexists(sock)
 
 
+def assert_a_newcomer_survives(path: str, stop: Callable[[], object]) -> None:
+    """Another process's socket bound at ``path`` after ours was unlinked is still there,
+    the same inode, after ``stop()``: a stop removes only its own socket."""
+    os.unlink(path)
+    with listener(path):
+        newcomer = identity(path)
+        stop()
+        assert identity(path) == newcomer
+
+
 def test_the_podresources_socket_of_a_newcomer_survives_stop(short_root: Path) -> None:
     path = str(short_root / "pr" / "kubelet.sock")
 
@@ -318,11 +328,7 @@ def test_the_podresources_socket_of_a_newcomer_survives_stop(short_root: Path) -
     component.load()
     component.start()
     try:
-        os.unlink(path)
-        with listener(path):
-            newcomer = identity(path)
-            component.stop()
-            assert identity(path) == newcomer
+        assert_a_newcomer_survives(path, component.stop)
     finally:
         component.stop()
 
@@ -332,11 +338,7 @@ def test_the_metrics_socket_of_a_newcomer_survives_stop(short_root: Path) -> Non
     server = MetricsServer(Metrics(), "127.0.0.1", None, path)
     try:
         assert "# TYPE numamem_rpc_requests_total counter" in scrape_unix(path)
-        os.unlink(path)
-        with listener(path):
-            newcomer = identity(path)
-            server.stop()
-            assert identity(path) == newcomer
+        assert_a_newcomer_survives(path, server.stop)
     finally:
         server.stop()
     again = MetricsServer(Metrics(), "127.0.0.1", None, path)
