@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -92,6 +94,29 @@ def run_once(
         cwd=REPO,
         check=False,
     )
+
+
+def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
+    """Every path under ``root``: mode, bytes (files) and mtime, to compare byte for byte
+    before and after a run that must leave the tree untouched."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        data = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
+        out[str(path.relative_to(root))] = (st.st_mode, data, st.st_mtime_ns)
+    return out
+
+
+def no_dac_override() -> list[str]:
+    """A command prefix under which root has no CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH, so
+    file modes bind it as they bind the shipped unit's user (``setpriv``); empty for any
+    other user, whom modes bind anyway. Root without ``setpriv`` fails the test."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) drops CAP_DAC_OVERRIDE for this test"
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, "--bounding-set", caps, "--inh-caps", caps, "--"]
 
 
 def read_cache_files(state_dir: str | Path, attempts: int = 20) -> State:

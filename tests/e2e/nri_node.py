@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.nri_runtime import Flavor, PluginPeer, ScriptedRuntime
+from tests.daemon import STATIC_ARGS
 
 FAST = Backoff(initial=0.01, maximum=0.05)
 GI = 1 << 30
@@ -215,3 +218,24 @@ class Node:
 
     def mems(self, container: api.Container) -> str:
         return self.containers[container.id].linux.resources.cpu.mems
+
+
+@contextmanager
+def started_node(
+    root: Path,
+    daemon_factory: list[DaemonProcess],
+    flags: Sequence[str] = STATIC_ARGS,
+    **options: object,
+) -> Iterator[Node]:
+    """The real daemon on ``root`` started with ``flags`` (the conftest's ``daemon_factory``
+    kills it), a :class:`Node` on it (``options``: the Node's fields) and ``numamem nri``'s
+    plugin registered and synchronized; the plugin and the runtime are stopped on exit."""
+    daemon = DaemonProcess(root, list(flags))
+    daemon_factory.append(daemon)
+    daemon.start()
+    node = Node(root, daemon, **options)  # type: ignore[arg-type]
+    try:
+        node.start_plugin()
+        yield node
+    finally:
+        node.close()

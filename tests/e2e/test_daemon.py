@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from numamem.testing.daemon import DaemonProcess
 from numamem.v1 import topology_pb2, topology_pb2_grpc
-from tests.daemon import REPO, grpcurl, grpcurl_bin, run_once, serve_to_exit
+from tests.daemon import REPO, grpcurl, grpcurl_bin, no_dac_override, run_once, serve_to_exit
 from tests.ports import on_free_ports
 
 pytestmark = pytest.mark.e2e
@@ -365,19 +365,12 @@ def test_an_unwritable_socket_directory_says_permission_denied_and_who(short_roo
     """grpcio said only `Failed to bind to address ...; set GRPC_VERBOSITY=debug` (issue 26).
     As root (CI), the daemon runs without CAP_DAC_OVERRIDE so that modes bind it too."""
     import pwd
-    import shutil
 
     sock_dir = short_root / "run"
     sock_dir.mkdir()
     sock_dir.chmod(0o555)
     argv = ["serve", "--socket", str(sock_dir / "n.sock"), "--state-dir", str(short_root / "s")]
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        assert setpriv, "setpriv (util-linux) drops CAP_DAC_OVERRIDE for this test"
-        caps = "-dac_override,-dac_read_search"
-        prefix = [setpriv, "--bounding-set", caps, "--inh-caps", caps, "--"]
-    out = run_once(argv, prefix=prefix)
+    out = run_once(argv, prefix=no_dac_override())
     assert out.returncode == 1
     [line] = out.stderr.splitlines()
     user = pwd.getpwuid(os.geteuid()).pw_name

@@ -17,6 +17,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,16 +97,17 @@ def wait_until(
         time.sleep(0.05)
 
 
-@pytest.fixture
-def numamem(containerd: Containerd) -> Iterator[Numamem]:
-    root = short_tmpdir()
+@contextmanager
+def numamem_beside(containerd: Containerd, root: Path, *flags: str) -> Iterator[Numamem]:
+    """The daemon on this machine's topology (Static, single-numa-node; ``flags`` more), its
+    files under ``root``, and ``numamem nri`` (external) registered with ``containerd``;
+    the plugin and the daemon are killed on exit."""
     args = [
         *STATIC_ARGS,
         "--sysfs-root", "/sys",
         "--cgroup-root", "/sys/fs/cgroup",
         "--topology-manager-policy", "single-numa-node",
-        "--podresources-socket", str(root / "podresources.sock"),
-        "--metric-interval", "0.2",
+        *flags,
     ]  # fmt: skip
     daemon = DaemonProcess(root, args).start()
     nm = Numamem(
@@ -120,6 +122,14 @@ def numamem(containerd: Containerd) -> Iterator[Numamem]:
             nm.plugin.wait()
         nm.client.close()
         daemon.kill()
+
+
+@pytest.fixture
+def numamem(containerd: Containerd) -> Iterator[Numamem]:
+    root = short_tmpdir()
+    podresources = ["--podresources-socket", str(root / "podresources.sock")]
+    with numamem_beside(containerd, root, *podresources, "--metric-interval", "0.2") as nm:
+        yield nm
 
 
 def podresources_names(nm: Numamem) -> set[tuple[str, str]]:

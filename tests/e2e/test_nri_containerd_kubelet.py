@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from numamem.client import NumamemClient
 from numamem.errors import NriStatusError
 from numamem.nri import status
 from numamem.nri.handler import CallContext, Handler
@@ -27,7 +26,7 @@ from tests.containerd.cri import CriError, Resources
 from tests.containerd.instance import Containerd
 from tests.containerd.kubelet import ContainerSpec, Kubelet, PodSpec
 from tests.daemon import STATIC_ARGS
-from tests.e2e.test_nri_containerd import MIB, Numamem, wait_until
+from tests.e2e.test_nri_containerd import MIB, Numamem, numamem_beside, wait_until
 
 pytestmark = [pytest.mark.containerd, pytest.mark.e2e]
 
@@ -37,25 +36,8 @@ CRASH = ("/bin/sh", "-c", "exit 3")
 @pytest.fixture(scope="module")
 def nm(shared_containerd: Containerd) -> Iterator[Numamem]:
     """The daemon on this machine's topology and ``numamem nri`` (external) beside it."""
-    root = short_tmpdir()
-    args = [
-        *STATIC_ARGS,
-        "--sysfs-root", "/sys",
-        "--cgroup-root", "/sys/fs/cgroup",
-        "--topology-manager-policy", "single-numa-node",
-    ]  # fmt: skip
-    daemon = DaemonProcess(root, args).start()
-    client = NumamemClient(daemon.socket, timeout=10)
-    numamem = Numamem(root, daemon, client, shared_containerd.layout.nri_socket)
-    try:
-        numamem.start_plugin()
+    with numamem_beside(shared_containerd, short_tmpdir()) as numamem:
         yield numamem
-    finally:
-        if numamem.plugin is not None and numamem.plugin.poll() is None:
-            numamem.plugin.kill()
-            numamem.plugin.wait()
-        client.close()
-        daemon.kill()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ whole pod followed by the kubelet's AddContainer calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,28 +19,17 @@ import pytest
 
 from numamem.api.convert import state_from_proto
 from numamem.memorymanager.invariants import violations
+from numamem.nriapi import api_pb2 as api
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from tests import kubelet_cases as kc
 from tests.daemon import STATIC_ARGS
-from tests.e2e.nri_node import GI, MI, Node
+from tests.e2e.nri_node import GI, MI, Node, started_node
 
 pytestmark = pytest.mark.e2e
 
 NO_EVICTION = ["--eviction-hard", "memory.available<0%"]
-
-
-@pytest.fixture
-def node(short_root: Path, daemon_factory: list[DaemonProcess]) -> Iterator[Node]:
-    """The standard fake 2-node machine (16 GiB, 512 2Mi and 4 1Gi pages a node), Static."""
-    d = DaemonProcess(short_root, list(STATIC_ARGS))
-    daemon_factory.append(d)
-    d.start()
-    n = Node(short_root, d)
-    n.start_plugin()
-    yield n
-    n.close()
 
 
 def blocks_of(
@@ -79,29 +67,24 @@ def test_upstream_init_container_case_ends_in_the_kubelets_state(
     [case_] = [c for c in case if c["id"] == "manager_allocate_add_init_containers/01"]
     machine = kc.seed_machine(case_)
     sysfs = write_sysfs(short_root / "sys", machine.nodes)
-    d = DaemonProcess(short_root, ["--sysfs-root", str(sysfs), *machine.flags, *NO_EVICTION])
-    daemon_factory.append(d)
-    d.start()
-    node = Node(short_root, d)
-    try:
-        node.start_plugin()
+    with started_node(
+        short_root, daemon_factory, ["--sysfs-root", str(sysfs), *machine.flags, *NO_EVICTION]
+    ) as node:
         sandbox = node.run_pod("pod1", "pod1")
         [init] = case_["pod"]["init_containers"]
         [app] = case_["pod"]["containers"]
-        first, reply = node.create(
-            sandbox,
-            init["name"],
-            init["limits"]["memory"],
-            hugepages={"1GB": init["limits"]["hugepages-1Gi"]},
-        )
+
+        def create(spec: dict[str, Any]) -> tuple[api.Container, api.CreateContainerResponse]:
+            """The runtime creates the case's container ``spec`` in the pod."""
+            limits = spec["limits"]
+            return node.create(
+                sandbox, spec["name"], limits["memory"], hugepages={"1GB": limits["hugepages-1Gi"]}
+            )
+
+        first, reply = create(init)
         assert reply.adjust.linux.resources.cpu.mems == "0"
         node.stop(first)
-        _, reply = node.create(
-            sandbox,
-            app["name"],
-            app["limits"]["memory"],
-            hugepages={"1GB": app["limits"]["hugepages-1Gi"]},
-        )
+        _, reply = create(app)
         assert reply.adjust.linux.resources.cpu.mems == "0"
         assert not reply.adjust.linux.resources.cpu.cpus  # the CPU manager's, never touched
         state = node.client.get_state()
@@ -112,8 +95,6 @@ def test_upstream_init_container_case_ends_in_the_kubelets_state(
         assert kc.normalised_assignments(entries) == kc.normalised_assignments(
             kc.assignments(case_["expect_assignments"])
         )
-    finally:
-        node.close()
 
 
 # --- the plugin's order against the daemon's admission of the whole pod ------------------
@@ -281,12 +262,9 @@ def test_memory_follows_the_cpu_managers_exclusive_cpus(
     machine (node 0: CPUs 0-1). The kubelet's topology manager aligns memory with them: numamem
     merges the CPU manager's hint (the CPUs' nodes, preferred) and pins node 1. Shared-pool
     CPUs (every node) give no preference: node 0, numamem's own choice."""
-    d = DaemonProcess(short_root, [*STATIC_ARGS, "--topology-manager-policy", policy])
-    daemon_factory.append(d)
-    d.start()
-    node = Node(short_root, d)
-    try:
-        node.start_plugin()
+    with started_node(
+        short_root, daemon_factory, [*STATIC_ARGS, "--topology-manager-policy", policy]
+    ) as node:
         exclusive = node.run_pod("exclusive")
         _, reply = node.create(exclusive, "app", 2 * GI, cpu_milli=2000, cpus="2-3")
         assert reply.adjust.linux.resources.cpu.mems == "1"
@@ -294,5 +272,3 @@ def test_memory_follows_the_cpu_managers_exclusive_cpus(
         shared = node.run_pod("shared")
         _, reply = node.create(shared, "app", 2 * GI, cpus="0-3")
         assert reply.adjust.linux.resources.cpu.mems == "0"
-    finally:
-        node.close()

@@ -19,18 +19,9 @@ from numamem.nriapi import api_pb2 as api
 from numamem.testing.daemon import DaemonProcess
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.daemon import STATIC_ARGS
-from tests.e2e.nri_node import GI, Node
+from tests.e2e.nri_node import GI, Node, started_node
 
 pytestmark = pytest.mark.e2e
-
-
-def start(root: Path, factory: list[DaemonProcess], *flags: str, flavor: str = "2.x") -> Node:
-    d = DaemonProcess(root, [*STATIC_ARGS, *flags])
-    factory.append(d)
-    d.start()
-    node = Node(root, d, flavor=flavor)  # type: ignore[arg-type]
-    node.start_plugin()
-    return node
 
 
 @pytest.fixture
@@ -42,9 +33,9 @@ def flavor() -> str:
 
 @pytest.fixture
 def node(short_root: Path, daemon_factory: list[DaemonProcess], flavor: str) -> Iterator[Node]:
-    n = start(short_root, daemon_factory, flavor=flavor)
-    yield n
-    n.close()
+    """The conftest's node, with the scripted runtime of ``flavor``."""
+    with started_node(short_root, daemon_factory, flavor=flavor) as n:
+        yield n
 
 
 BOTH_FLAVORS = pytest.mark.parametrize("flavor", ["2.x", "1.7"])
@@ -60,8 +51,9 @@ def held(node: Node) -> dict[str, set[str]]:
 def test_single_numa_node_rejection_fails_creation_with_the_reason(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
-    node = start(short_root, daemon_factory, "--topology-manager-policy", "single-numa-node")
-    try:
+    with started_node(
+        short_root, daemon_factory, [*STATIC_ARGS, "--topology-manager-policy", "single-numa-node"]
+    ) as node:
         sandbox = node.run_pod("web-1", "uid-web-1")
         with pytest.raises(NriStatusError) as caught:
             node.create(sandbox, "wide", 14 * GI)  # needs both nodes
@@ -89,21 +81,18 @@ def test_single_numa_node_rejection_fails_creation_with_the_reason(
         assert held(node) == {"uid-web-1": {"small"}}
         _, reply = node.create(sandbox, "after", GI)  # the unpinned one is not in later pods
         assert reply.adjust.linux.resources.cpu.mems in ("0", "1")
-    finally:
-        node.close()
 
 
 def test_the_pod_scope_is_refused_per_pod_with_the_reason(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
-    node = start(short_root, daemon_factory, "--topology-manager-scope", "pod")
-    try:
+    with started_node(
+        short_root, daemon_factory, [*STATIC_ARGS, "--topology-manager-scope", "pod"]
+    ) as node:
         sandbox = node.run_pod("scoped")
         with pytest.raises(NriStatusError, match="--topology-manager-scope container"):
             node.create(sandbox, "app", GI)
         assert held(node) == {}
-    finally:
-        node.close()
 
 
 def test_an_unreachable_daemon_fails_creation_clearly_and_in_time(node: Node) -> None:

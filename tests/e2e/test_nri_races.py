@@ -12,33 +12,16 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from numamem.nriapi import api_pb2 as api
 from numamem.testing.daemon import DaemonProcess
-from tests.daemon import STATIC_ARGS
-from tests.e2e.nri_node import GI, Node
+from tests.e2e.nri_node import GI, Node, started_node
 
 pytestmark = pytest.mark.e2e
-
-
-def start(root: Path, factory: list[DaemonProcess], on_reject: str = "fail") -> Node:
-    d = DaemonProcess(root, list(STATIC_ARGS))
-    factory.append(d)
-    d.start()
-    node = Node(root, d, on_reject=on_reject)
-    node.start_plugin()
-    return node
-
-
-@pytest.fixture
-def node(short_root: Path, daemon_factory: list[DaemonProcess]) -> Iterator[Node]:
-    n = start(short_root, daemon_factory)
-    yield n
-    n.close()
 
 
 def held(node: Node) -> dict[str, set[str]]:
@@ -101,8 +84,7 @@ def test_an_unpinned_creation_while_the_daemon_is_slow_is_recorded_counted_and_a
 ) -> None:
     """README: "with ``unpinned`` the container starts and is adopted once the daemon
     answers", also when a reconciliation is waiting for the daemon at that moment."""
-    node = start(short_root, daemon_factory, on_reject="unpinned")
-    try:
+    with started_node(short_root, daemon_factory, on_reject="unpinned") as node:
         late = node.run_pod("late")
         replies: list[api.CreateContainerResponse] = []
         seen = while_a_reconciliation_waits(
@@ -117,8 +99,6 @@ def test_an_unpinned_creation_while_the_daemon_is_slow_is_recorded_counted_and_a
         assert held(node) == {late.uid: {"app"}}
         assert node.handler.counts["adopted"] == 1
         assert [c.linux.resources.cpu.mems for c in node.containers.values()] == ["0"]
-    finally:
-        node.close()
 
 
 def test_an_unreachable_daemon_fails_a_creation_naming_the_pod_and_container(node: Node) -> None:
@@ -216,8 +196,7 @@ def test_a_creation_that_cannot_have_the_plugins_state_in_time_is_not_lost(
     from numamem.nri.handler import CallContext
     from numamem.testing import nri_objects as obj
 
-    node = start(short_root, daemon_factory, on_reject="unpinned")
-    try:
+    with started_node(short_root, daemon_factory, on_reject="unpinned") as node:
         late = node.run_pod("late")
         container = obj.container(late, "app", memory_limit=GI, cpu_milli=1000)
         container.state = api.CONTAINER_RUNNING
@@ -244,5 +223,3 @@ def test_a_creation_that_cannot_have_the_plugins_state_in_time_is_not_lost(
         assert handler.counts["unpinned"] == 1 and handler.counts["failed"] == 1
         assert handler.counts["adopted"] == 1
         assert node.mems(container) == "0"
-    finally:
-        node.close()

@@ -8,8 +8,6 @@ state is consistent and holds only what the runtime runs).
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,22 +16,9 @@ from numamem.errors import NriStatusError
 from numamem.memorymanager.invariants import violations
 from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
-from numamem.testing.daemon import DaemonProcess
-from tests.daemon import STATIC_ARGS
 from tests.e2e.nri_node import GI, Node
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def node(short_root: Path, daemon_factory: list[DaemonProcess]) -> Iterator[Node]:
-    d = DaemonProcess(short_root, list(STATIC_ARGS))
-    daemon_factory.append(d)
-    d.start()
-    n = Node(short_root, d)
-    n.start_plugin()
-    yield n
-    n.close()
 
 
 def held(node: Node) -> dict[str, set[str]]:

@@ -5,29 +5,27 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from numamem.client import NumamemClient
 from numamem.metacache.journal_store import JournalPersister
-from numamem.testing.daemon import DaemonProcess, fake_machine_args, short_tmpdir
+from numamem.testing.daemon import DaemonProcess, fake_machine_args
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO, STATIC_ARGS
+from tests.daemon import REPO, STATIC_ARGS, no_dac_override, tree
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def machine() -> Iterator[Path]:
-    """The fake machine (sysfs, cgroups, procfs), outside the tree a check must not touch."""
-    path = short_tmpdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def machine(tmp_path: Path) -> Path:
+    """The fake machine (sysfs, cgroups, procfs), outside the tree a check must not touch
+    (``short_root``); it holds no socket, so pytest's longer tmp_path serves."""
+    return tmp_path
 
 
 def serve(
@@ -50,16 +48,6 @@ def serve(
         cwd=REPO,
         check=False,
     )
-
-
-def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
-    """Every path under ``root``: mode, bytes (files) and mtime: byte for byte, untouched."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        data = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
-        out[str(path.relative_to(root))] = (st.st_mode, data, st.st_mtime_ns)
-    return out
 
 
 def assert_same_refusal(
@@ -226,16 +214,6 @@ def test_a_first_start_passes_without_any_directory(short_root: Path, machine: P
 # issue 38). Permissions apply to root too once it has no CAP_DAC_OVERRIDE (as the shipped
 # unit's user has none); as another user they apply anyway.
 
-NO_DAC = (
-    (
-        "setpriv",
-        "--bounding-set=-dac_override,-dac_read_search",
-        "--inh-caps=-dac_override,-dac_read_search",
-    )
-    if os.geteuid() == 0
-    else ()
-)
-
 
 def read_only(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -334,7 +312,9 @@ def test_what_serve_may_not_do_is_refused_by_the_check_in_serves_words(
     prepare(short_root)
     args = [flag.replace("ROOT", str(short_root)) for flag in flags]
     try:
-        stderr = assert_same_refusal(short_root, machine, args, prefix=NO_DAC if no_dac else ())
+        stderr = assert_same_refusal(
+            short_root, machine, args, prefix=no_dac_override() if no_dac else ()
+        )
     finally:
         for path in short_root.rglob("*"):  # let the fixture remove the tree, as any user
             if path.is_dir() and not path.is_symlink():

@@ -1,4 +1,5 @@
-"""Shared pieces of the NRI plugin tests: a recording handler and a plugin running in a thread."""
+"""Shared pieces of the NRI plugin tests: a recording handler, a plugin running in a thread,
+a plugin connected to a scripted runtime. (tests/unit/conftest.py has their fixtures.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Backoff, Plugin
 from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
+from numamem.testing.nri_runtime import PluginPeer, ScriptedRuntime
 
 FAST = Backoff(initial=0.01, maximum=0.05)
 
@@ -140,6 +142,19 @@ def nri_threads() -> list[str]:
 
 def external(handler: Handler, sock: Path, **kwargs: object) -> Plugin:
     return Plugin(handler, name="numamem", idx="90", socket_path=str(sock), backoff=FAST, **kwargs)  # type: ignore[arg-type]
+
+
+@contextmanager
+def connected(handler: Handler, sock: Path, **runtime: Any) -> Iterator[PluginPeer]:
+    """A :class:`ScriptedRuntime` on ``sock`` (``runtime``: its options) and an external
+    plugin of ``handler`` registered with it: yields the runtime's side of the connection,
+    not configured yet. On exit the plugin is stopped (it must end) and the runtime too."""
+    scripted = ScriptedRuntime(sock, **runtime).start()
+    try:
+        with running(external(handler, sock)):
+            yield scripted.accept()
+    finally:
+        scripted.stop()
 
 
 class StateChangeOnly(Handler):

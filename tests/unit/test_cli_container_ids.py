@@ -5,8 +5,6 @@ recorded with its runtime id, so residency measures its cgroup; before, its id
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,6 @@ import yaml
 
 from numamem.cli.main import main
 from numamem.testing.cgroups import SYSTEMD, V2, CgroupValues, write_container
-from numamem.testing.daemon import short_tmpdir
 from numamem.testing.server import InProcessServer
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.unit.test_residency_service import SPLIT, collector_round, serve
@@ -33,20 +30,13 @@ MANIFEST = {
 }
 
 
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = short_tmpdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def test_a_given_id_is_recorded_and_residency_measures_it(
-    root: Path, capsys: pytest.CaptureFixture[str]
+    short_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_container(root / "cgroup", V2, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0"))  # fmt: skip
-    manifest = root / "pod.yaml"
+    write_container(short_root / "cgroup", V2, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0"))  # fmt: skip
+    manifest = short_root / "pod.yaml"
     manifest.write_text(yaml.safe_dump(MANIFEST))
-    with serve(root) as server:  # type: ignore[attr-defined]
+    with serve(short_root) as server:  # type: ignore[attr-defined]
         sock = ["--socket", server.socket]
         argv = ["admit", "-f", str(manifest), "--container-id", "app=containerd://aaa", *sock]
         assert main([*argv, "--json"]) == 0

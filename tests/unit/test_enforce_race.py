@@ -7,8 +7,7 @@ changes (a hook inside the round, or a port that answers the new state), then th
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,10 @@ from numamem.cpuset import format_cpulist
 from numamem.metacache.metrics import cgroup, cpusetfiles
 from numamem.metacache.metrics import placement as pl
 from numamem.testing.cgroups import CGROUPFS, SYSTEMD, V1, V2, CgroupValues, write_container
-from numamem.testing.daemon import short_tmpdir
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.unit.test_metrics import scrape_unix, value
-from tests.unit.test_residency_service import collector_round, pod, serve
+from tests.unit.test_placement import widening_kernel
+from tests.unit.test_residency_service import collector_round, pinned_and_measured, pod, serve
 
 POD = "6f1c2a9e-0000-4000-8000-000000000001"
 CID = "0123456789abcdef"
@@ -115,16 +114,11 @@ def test_a_write_back_the_committed_state_superseded_is_not_made(tmp_path: Path)
     cpuset = tmp_path / rel
     state = {"committed": frozenset({0})}
     written: list[str] = []
-    real = cpusetfiles.write_cgroup_file
 
-    def kernel(controller: Path, directory: Path, name: str, text: str) -> Path:
-        path = real(controller, directory, name, text)
-        if name == "cpuset.mems":
-            written.append(text)
-            (cpuset / "cpuset.mems.effective").write_text("0-2\n" if text == "0\n" else text)
-            state["committed"] = frozenset({1})  # a resize commits during the write
-        return path
+    def a_resize_commits() -> None:
+        state["committed"] = frozenset({1})
 
+    kernel = widening_kernel(cpuset / "cpuset.mems.effective", written, a_resize_commits)
     sampler = pl.PlacementSampler(
         tmp_path, enforce=True, committed=lambda _uid, _name: state["committed"]
     )
@@ -147,13 +141,6 @@ def test_a_write_back_the_committed_state_superseded_is_not_made(tmp_path: Path)
 # --- through the daemon: the real memory manager commits during a real collector round ---
 
 
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = short_tmpdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def during_the_round(
     patch: pytest.MonkeyPatch, uid: str, act: Callable[[], None]
 ) -> list[Callable[[], None]]:
@@ -172,21 +159,17 @@ def during_the_round(
     return pending
 
 
-def test_a_resize_during_the_round_is_not_undone(root: Path) -> None:
+def test_a_resize_during_the_round_is_not_undone(short_root: Path) -> None:
     """The issue's case: a resize from node 0 to nodes 0-1 is acknowledged during a round, the
     runtime applies 0-1, and the round must not write its own snapshot's node 0 back."""
-    cgroups = root / "cgroup"
+    cgroups = short_root / "cgroup"
     rel = write_container(
         cgroups, V1, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0")
     )
     mems = cgroups / "cpuset" / rel / "cpuset.mems"
-    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+    with serve(short_root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
         c = server.client
-        p1 = pod("p1")
-        assert c.admit(p1).admitted
-        c.add_container(p1, "app", "containerd://aaa")
-        collector_round(server)
-        [row] = c.get_residency()
+        row = pinned_and_measured(server, "containerd://aaa")
         assert (row.cpuset_mems_state, list(row.assigned_numa_nodes)) == (
             mm.CPUSET_MEMS_MATCHES,
             [0],
@@ -205,7 +188,7 @@ def test_a_resize_during_the_round_is_not_undone(root: Path) -> None:
         [row] = c.get_residency()
         assert list(row.assigned_numa_nodes) == [0, 1]
         assert not row.HasField("cpuset_write")
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         assert value(text, 'numamem_cpuset_mems_writes_total{result="superseded"}') == 1
         assert value(text, 'numamem_cpuset_mems_writes_total{result="ok"}') == 0
         collector_round(server)  # the next round: in place, nothing to write
@@ -214,13 +197,15 @@ def test_a_resize_during_the_round_is_not_undone(root: Path) -> None:
         assert mems.read_text() == "0-1\n"
 
 
-def test_a_release_and_readmission_elsewhere_during_the_round_is_not_undone(root: Path) -> None:
-    cgroups = root / "cgroup"
+def test_a_release_and_readmission_elsewhere_during_the_round_is_not_undone(
+    short_root: Path,
+) -> None:
+    cgroups = short_root / "cgroup"
     rel = write_container(
         cgroups, V2, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
     )
     mems = cgroups / rel / "cpuset.mems"
-    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+    with serve(short_root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
         c = server.client
         p1 = pod("p1")
         assert c.admit(p1).admitted
@@ -240,6 +225,6 @@ def test_a_release_and_readmission_elsewhere_during_the_round_is_not_undone(root
             collector_round(server)
         assert pending == []
         assert mems.read_text() == "1\n"  # without the check: '0' was written
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         assert value(text, 'numamem_cpuset_mems_writes_total{result="superseded"}') == 1
         assert value(text, 'numamem_cpuset_mems_writes_total{result="ok"}') == 0

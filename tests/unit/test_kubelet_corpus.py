@@ -9,8 +9,8 @@ them still runs and asserts the project's behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import pytest
 
@@ -32,6 +32,9 @@ from numamem.memtypes import Snapshot
 from numamem.pod import Container, Pod, compute_pod_qos
 from numamem.topologymanager.policy import ProviderHints, TopologyHint
 from tests import kubelet_cases as kc
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 CASES = kc.load_cases(exclude=kc.CHECKPOINT_FILES)
 
@@ -57,6 +60,17 @@ def case_ids(cases: Sequence[dict[str, Any]]) -> list[str]:
 
 def by_kind(*kinds: str) -> list[dict[str, Any]]:
     return [c for c in CASES if c["kind"] in kinds and c["id"] not in NOT_EXPRESSIBLE]
+
+
+def outcome(
+    call: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> tuple[T | None, NumamemError | None]:
+    """``call(*args, **kwargs)``'s result and None, or None and the NumamemError it raised: a
+    kubelet case expects one or the other (``check_error``)."""
+    try:
+        return call(*args, **kwargs), None
+    except NumamemError as e:
+        return None, e
 
 
 def check_error(case: dict[str, Any], err: Exception | None) -> None:
@@ -127,24 +141,17 @@ def test_corpus_is_complete() -> None:
     "case", by_kind("policy_new", "policy_name"), ids=case_ids(by_kind("policy_new", "policy_name"))
 )
 def test_static_policy_construction(case: dict[str, Any]) -> None:
-    err: Exception | None = None
-    try:
-        policy = static_policy(case)
-    except NumamemError as e:
-        err = e
+    policy, err = outcome(lambda: static_policy(case))
     check_error(case, err)
     if case["kind"] == "policy_name":
+        assert policy is not None
         assert policy.name == case["expect_name"]
 
 
 @pytest.mark.parametrize("case", by_kind("start"), ids=case_ids(by_kind("start")))
 def test_static_start(case: dict[str, Any]) -> None:
     state = seeded_state(case)
-    err: Exception | None = None
-    try:
-        static_policy(case).start(state)
-    except NumamemError as e:
-        err = e
+    _, err = outcome(lambda: static_policy(case).start(state))
     check_error(case, err)
     if err is None:
         check_state(case, state)
@@ -158,11 +165,7 @@ def test_static_allocate(case: dict[str, Any]) -> None:
     for name in case["allocate"]:
         container = pod.container(name)
         assert container is not None
-        err: Exception | None = None
-        try:
-            policy.allocate(state, pod, container, kc.affinity(case.get("affinity")))
-        except NumamemError as e:
-            err = e
+        _, err = outcome(policy.allocate, state, pod, container, kc.affinity(case.get("affinity")))
         check_error(case, err)
     if case.get("expect_error") is None:
         check_state(case, state)
@@ -197,15 +200,13 @@ def test_pod_requested_resources(case: dict[str, Any]) -> None:
     "case", by_kind("reserved_validate"), ids=case_ids(by_kind("reserved_validate"))
 )
 def test_reserved_validate(case: dict[str, Any]) -> None:
-    err: Exception | None = None
-    try:
-        validate_reserved_memory(
+    _, err = outcome(
+        lambda: validate_reserved_memory(
             kc.machine(case["machine"]),
             kc.node_allocatable(case.get("node_allocatable_reservation")),
             kc.reserved_memory(case.get("reserved_memory")),
         )
-    except NumamemError as e:
-        err = e
+    )
     check_error(case, err)
 
 
@@ -223,16 +224,13 @@ def test_reserved_convert(case: dict[str, Any]) -> None:
     "case", by_kind("system_reserved"), ids=case_ids(by_kind("system_reserved"))
 )
 def test_get_system_reserved(case: dict[str, Any]) -> None:
-    err: Exception | None = None
-    result = None
-    try:
-        result = get_system_reserved_memory(
+    result, err = outcome(
+        lambda: get_system_reserved_memory(
             kc.machine(case["machine"]),
             kc.node_allocatable(case.get("node_allocatable_reservation")),
             kc.reserved_memory(case.get("reserved_memory")),
         )
-    except NumamemError as e:
-        err = e
+    )
     check_error(case, err)
     if case.get("expect_system_reserved") is not None:
         assert result == kc.system_reserved(case["expect_system_reserved"])
@@ -240,17 +238,14 @@ def test_get_system_reserved(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", by_kind("manager_new"), ids=case_ids(by_kind("manager_new")))
 def test_manager_new(case: dict[str, Any]) -> None:
-    err: Exception | None = None
-    policy: Policy | None = None
-    try:
-        policy = new_policy(
+    policy, err = outcome(
+        lambda: new_policy(
             case["policy"],
             kc.machine(case["machine"]),
             kc.node_allocatable(case.get("node_allocatable_reservation")),
             kc.reserved_memory(case.get("reserved_memory")),
         )
-    except NumamemError as e:
-        err = e
+    )
     check_error(case, err)
     if policy is not None:
         assert policy.name == case["expect_policy_name"]
@@ -313,11 +308,7 @@ def test_manager_scenarios(case: dict[str, Any]) -> None:
         op = step["op"]
         if op == "allocate":
             assert pod is not None
-            err: Exception | None = None
-            try:
-                manager.allocate(pod, step["container"])
-            except NumamemError as e:
-                err = e
+            _, err = outcome(manager.allocate, pod, step["container"])
             assert (str(err) if err else None) == step.get("expect_error")
         elif op == "add_container":
             assert pod is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 
 import grpc
@@ -37,9 +38,10 @@ def pod(uid: str, *containers: mm.Container, inits: tuple[mm.Container, ...] = (
     return mm.Pod(uid=uid, namespace="ns", name=uid, containers=containers, init_containers=inits)
 
 
-def code_and_details(call: object) -> tuple[grpc.StatusCode, str]:
+def code_and_details(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
+    """The status code and details of the gRPC error ``call()`` must raise."""
     with pytest.raises(grpc.RpcError) as info:
-        call()  # type: ignore[operator]
+        call()
     return info.value.code(), info.value.details() or ""
 
 

@@ -10,6 +10,7 @@ from numamem.client import NumamemClient
 from numamem.testing.server import InProcessServer
 from numamem.v1 import common_pb2
 from numamem.v1 import metacache_pb2 as mc
+from tests.unit.test_memorymanager_service import code_and_details
 
 
 def ci(pod: str = "p", ctr: str = "c", **kw: object) -> mc.ContainerInfo:
@@ -19,12 +20,6 @@ def ci(pod: str = "p", ctr: str = "c", **kw: object) -> mc.ContainerInfo:
 def bare(**kw: object) -> mc.ContainerInfo:
     """An info without keys (they come from the update or request)."""
     return mc.ContainerInfo(**kw)  # type: ignore[arg-type]
-
-
-def status(call: object) -> tuple[grpc.StatusCode, str]:
-    with pytest.raises(grpc.RpcError) as info:
-        call()  # type: ignore[operator]
-    return info.value.code(), info.value.details() or ""
 
 
 def test_containers_round_trip(numamem_server: InProcessServer) -> None:
@@ -67,7 +62,7 @@ def test_containers_round_trip(numamem_server: InProcessServer) -> None:
     c.set_container_info(ci("p1", "app", qos_level="shared_cores"))
     assert c.get_container_info("p1", "app").labels == {}
     c.delete_container("p1", "app")
-    code, details = status(lambda: c.get_container_entries("p1"))
+    code, details = code_and_details(lambda: c.get_container_entries("p1"))
     assert code == grpc.StatusCode.NOT_FOUND and "'p1'" in details
     c.remove_pod("p1")  # idempotent
 
@@ -127,7 +122,7 @@ def test_update_containers_with_field_masks(numamem_server: InProcessServer) -> 
     a, b = c.get_container_info("p", "a"), c.get_container_info("p", "b")
     assert (a.owner_pool_name, a.cpu_request, a.qos_level) == ("reclaim", 1, "shared_cores")
     assert b.ramp_up and b.qos_level == ""  # an empty mask replaces everything but the keys
-    code, details = status(
+    code, details = code_and_details(
         lambda: c.update_containers(
             [
                 mc.ContainerUpdate(
@@ -159,7 +154,7 @@ def test_pools_and_regions(numamem_server: InProcessServer) -> None:
     assert [p.pool_name for p in c.list_pools()] == ["reclaim", "share"]
     assert c.gc_pool_entries(["share"]) == ["reclaim"]
     c.delete_pool("share")
-    assert status(lambda: c.get_pool_size("share"))[0] == grpc.StatusCode.NOT_FOUND
+    assert code_and_details(lambda: c.get_pool_size("share"))[0] == grpc.StatusCode.NOT_FOUND
     region = mc.RegionInfo(
         region_name="r1",
         region_type="share",
@@ -255,7 +250,7 @@ def test_pools_and_regions(numamem_server: InProcessServer) -> None:
     ],
 )
 def test_invalid_argument(numamem_server: InProcessServer, call: object, fragment: str) -> None:
-    code, details = status(lambda: call(numamem_server.client))  # type: ignore[operator]
+    code, details = code_and_details(lambda: call(numamem_server.client))  # type: ignore[operator]
     assert code == grpc.StatusCode.INVALID_ARGUMENT, details
     assert fragment in details
 
@@ -270,7 +265,7 @@ def test_invalid_argument(numamem_server: InProcessServer, call: object, fragmen
     ],
 )
 def test_not_found(numamem_server: InProcessServer, call: object) -> None:
-    assert status(lambda: call(numamem_server.client))[0] == grpc.StatusCode.NOT_FOUND  # type: ignore[operator]
+    assert code_and_details(lambda: call(numamem_server.client))[0] == grpc.StatusCode.NOT_FOUND  # type: ignore[operator]
 
 
 def test_a_second_client_sees_acknowledged_writes(numamem_server: InProcessServer) -> None:

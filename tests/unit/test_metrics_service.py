@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import grpc
@@ -13,6 +14,7 @@ from numamem.testing.daemon import short_tmpdir
 from numamem.testing.server import serve_in_process
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
+from tests.unit.test_memorymanager_service import code_and_details
 
 MI = 1024**2
 
@@ -45,20 +47,15 @@ def test_metrics_of_metacache_and_memory_manager_containers() -> None:
         assert first.value == 100 * MI
         assert first.time.seconds > 1_600_000_000
         assert client.get_container_metric("p2", "db", "mem.usage.container").value == 200 * MI
-        with pytest.raises(grpc.RpcError) as info:
-            client.get_container_metric("p1", "app", "no.such.metric")
-        assert info.value.code() == grpc.StatusCode.NOT_FOUND
-        assert (
-            info.value.details()
-            == "[MetricStore] load value failed, metric=no.such.metric, podUID=p1, containerName=app"
-        )
-        with pytest.raises(grpc.RpcError) as info:
-            client.get_container_metric("p9", "x", "mem.usage.container")
-        assert info.value.code() == grpc.StatusCode.NOT_FOUND
-        assert (
-            info.value.details()
-            == "[MetricStore] empty map, metric=mem.usage.container, podUID=p9, containerName=x"
-        )
+        for (uid, name, metric), katalyst_says in [
+            (("p1", "app", "no.such.metric"), "load value failed"),
+            (("p9", "x", "mem.usage.container"), "empty map"),
+        ]:
+            get = functools.partial(client.get_container_metric, uid, name, metric)
+            assert code_and_details(get) == (
+                grpc.StatusCode.NOT_FOUND,
+                f"[MetricStore] {katalyst_says}, metric={metric}, podUID={uid}, containerName={name}",
+            )
         # Releasing the container (RemoveContainer) ends its sampling.
         client.remove_container("containerd://bbb")
         metacache(server).collector.sample_once()

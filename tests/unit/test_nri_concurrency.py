@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,18 +18,13 @@ from numamem.nri.plugin import Plugin
 from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
 from numamem.testing.nri_runtime import ScriptedRuntime, plugin_env
-from tests.unit.nri_support import FAST, Recorder, nri_threads, running
+from tests.unit.nri_support import FAST, Recorder, running
 from tests.unit.test_nri_malformed import RawRuntime
 
-
-@pytest.fixture(autouse=True)
-def no_leaked_threads() -> Iterator[None]:
-    before = nri_threads()
-    yield
-    assert nri_threads() == before
+pytestmark = pytest.mark.usefixtures("no_leaked_nri_threads")
 
 
-def test_concurrent_calls_get_their_own_replies(short_root: Path) -> None:
+def test_concurrent_calls_get_their_own_replies(nri_sock: Path) -> None:
     """Replies written by several workers at once never interleave or cross streams."""
 
     class Echo(Recorder):
@@ -41,10 +35,9 @@ def test_concurrent_calls_get_their_own_replies(short_root: Path) -> None:
             out.adjust.annotations["for"] = req.container.id * 300  # > 4 KiB: two frames
             return out
 
-    sock = short_root / "nri.sock"
-    runtime = ScriptedRuntime(sock).start()
+    runtime = ScriptedRuntime(nri_sock).start()
     plugin = Plugin(
-        Echo(), name="numamem", idx="90", socket_path=str(sock), backoff=FAST, workers=4
+        Echo(), name="numamem", idx="90", socket_path=str(nri_sock), backoff=FAST, workers=4
     )
     try:
         with running(plugin):
@@ -102,11 +95,10 @@ def test_requests_beyond_the_bound_are_refused_not_queued() -> None:
         thread.join(30)
 
 
-def test_a_handler_can_call_the_runtime_while_it_is_being_called(short_root: Path) -> None:
+def test_a_handler_can_call_the_runtime_while_it_is_being_called(nri_sock: Path) -> None:
     """The reader is never blocked by a handler: a CreateContainer handler that asks for an
     UpdateContainers gets its reply (the runtime answers it before CreateContainer's)."""
-    sock = short_root / "nri.sock"
-    runtime = ScriptedRuntime(sock).start()
+    runtime = ScriptedRuntime(nri_sock).start()
     failed: list[list[api.ContainerUpdate]] = []
 
     class Mover(Recorder):
@@ -118,7 +110,7 @@ def test_a_handler_can_call_the_runtime_while_it_is_being_called(short_root: Pat
             )
             return super().create_container(req, ctx)
 
-    plugin = Plugin(Mover(), name="numamem", idx="90", socket_path=str(sock), backoff=FAST)
+    plugin = Plugin(Mover(), name="numamem", idx="90", socket_path=str(nri_sock), backoff=FAST)
     try:
         with running(plugin):
             peer = runtime.accept()

@@ -117,19 +117,26 @@ class Session:
     thread: threading.Thread
 
 
-@pytest.fixture
-def session() -> Iterator[Session]:
-    before = nri_threads()
+def start_session() -> Session:
+    """A pre-launched plugin (a :class:`Recorder`) running in a thread on one end of a
+    socketpair, registered by a :class:`RawRuntime` on the other end."""
     ours, theirs = socket.socketpair()
     plugin = Plugin.prelaunched(Recorder(), plugin_env("numamem", "90", theirs.detach()))
     thread = threading.Thread(target=plugin.run, name="plugin-run")
     thread.start()
     raw = RawRuntime(ours)
     raw.register()
-    yield Session(raw, plugin, thread)
-    ours.close()  # the runtime goes: the pre-launched plugin returns
-    thread.join(30)
-    assert not thread.is_alive()
+    return Session(raw, plugin, thread)
+
+
+@pytest.fixture
+def session() -> Iterator[Session]:
+    before = nri_threads()
+    session = start_session()
+    yield session
+    session.raw.sock.close()  # the runtime goes: the pre-launched plugin returns
+    session.thread.join(30)
+    assert not session.thread.is_alive()
     assert nri_threads() == before
 
 
@@ -270,18 +277,13 @@ def test_repeated_problems_are_logged_once_and_counted(session: Session) -> None
 
 
 def test_the_counts_are_logged_when_the_connection_ends() -> None:
-    ours, theirs = socket.socketpair()
-    plugin = Plugin.prelaunched(Recorder(), plugin_env("numamem", "90", theirs.detach()))
     with capture_logs() as logs:
-        thread = threading.Thread(target=plugin.run, name="plugin-run")
-        thread.start()
-        raw = RawRuntime(ours)
-        raw.register()
+        session = start_session()
         for _ in range(3):
-            frame(5, b"")(raw)
-        raw.works()
-        ours.close()
-        thread.join(30)
+            frame(5, b"")(session.raw)
+        session.raw.works()
+        session.raw.sock.close()
+        session.thread.join(30)
     [summary] = [e for e in logs if e["event"] == "problems on the NRI connection"]
     assert summary["counts"] == {"unknown_connection": 3}
 
@@ -318,20 +320,16 @@ def test_random_frames_never_crash_the_plugin(frames: list[tuple[int, bytes]], t
     """Whatever arrives after the registration, the reader neither dies nor raises: the plugin
     serves until the runtime closes, then returns having joined every thread."""
     before = nri_threads()
-    ours, theirs = socket.socketpair()
-    plugin = Plugin.prelaunched(Recorder(), plugin_env("numamem", "90", theirs.detach()))
     with capture_logs() as logs:
-        thread = threading.Thread(target=plugin.run, name="plugin-run")
-        thread.start()
-        raw = RawRuntime(ours)
-        raw.register()
+        session = start_session()
+        raw = session.raw
         for conn, payload in frames:
             raw.sock.sendall(b"".join(encode_frames(conn, payload)))
         raw.sock.sendall(tail)
-        ours.shutdown(socket.SHUT_WR)  # all sent: the plugin reads to the end, then returns
-        thread.join(30)
-        ours.close()
-    assert not thread.is_alive()
+        raw.sock.shutdown(socket.SHUT_WR)  # all sent: the plugin reads to the end, then returns
+        session.thread.join(30)
+        raw.sock.close()
+    assert not session.thread.is_alive()
     assert nri_threads() == before
     failures = [e for e in logs if e["log_level"] in ("error", "critical")]
     assert failures == []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,108 +21,89 @@ from tests.unit.nri_support import (
     PodRecorder,
     Recorder,
     StateChangeOnly,
+    connected,
     external,
-    nri_threads,
     running,
     wait_until,
 )
 
-
-@pytest.fixture(autouse=True)
-def no_leaked_threads() -> Iterator[None]:
-    before = nri_threads()
-    yield
-    assert nri_threads() == before
+pytestmark = pytest.mark.usefixtures("no_leaked_nri_threads")
 
 
-@pytest.fixture
-def sock(short_root: Path) -> Path:
-    return short_root / "nri.sock"
-
-
-def test_external_plugin_registers_configures_synchronizes_and_handles_events(sock: Path) -> None:
+def test_external_plugin_registers_configures_synchronizes_and_handles_events(
+    nri_sock: Path,
+) -> None:
     handler = Recorder()
-    runtime = ScriptedRuntime(sock, request_timeout=1.5).start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            assert (peer.registration.plugin_name, peer.registration.plugin_idx) == (
-                "numamem",
-                "90",
-            )  # type: ignore[union-attr]
+    with connected(handler, nri_sock, request_timeout=1.5) as peer:
+        assert (peer.registration.plugin_name, peer.registration.plugin_idx) == (
+            "numamem",
+            "90",
+        )  # type: ignore[union-attr]
 
-            reply = peer.configure("pin: true")
-            expected = {
-                api.CREATE_CONTAINER,
-                api.UPDATE_CONTAINER,
-                api.STOP_CONTAINER,
-                api.REMOVE_CONTAINER,
-            }
-            assert reply.events == sum(1 << (e - 1) for e in expected) == 0b110_1000_1000
-            [configure] = handler.requests("configure")
-            assert (configure.config, configure.request_timeout) == ("pin: true", 1500)
+        reply = peer.configure("pin: true")
+        expected = {
+            api.CREATE_CONTAINER,
+            api.UPDATE_CONTAINER,
+            api.STOP_CONTAINER,
+            api.REMOVE_CONTAINER,
+        }
+        assert reply.events == sum(1 << (e - 1) for e in expected) == 0b110_1000_1000
+        [configure] = handler.requests("configure")
+        assert (configure.config, configure.request_timeout) == ("pin: true", 1500)
 
-            pods = [obj.pod(f"p{i}", f"u{i}") for i in range(5)]
-            containers = [obj.container(p, mems="0" if i == 4 else "") for i, p in enumerate(pods)]
-            updates = peer.synchronize(pods, containers, per_message=2)  # 3 messages
-            [whole] = handler.requests("synchronize")
-            assert [p.uid for p in whole.pods] == [f"u{i}" for i in range(5)]
-            assert [c.id for c in whole.containers] == [c.id for c in containers]
-            assert not whole.more
-            assert [u.container_id for u in updates] == [c.id for c in containers[:4]]
+        pods = [obj.pod(f"p{i}", f"u{i}") for i in range(5)]
+        containers = [obj.container(p, mems="0" if i == 4 else "") for i, p in enumerate(pods)]
+        updates = peer.synchronize(pods, containers, per_message=2)  # 3 messages
+        [whole] = handler.requests("synchronize")
+        assert [p.uid for p in whole.pods] == [f"u{i}" for i in range(5)]
+        assert [c.id for c in whole.containers] == [c.id for c in containers]
+        assert not whole.more
+        assert [u.container_id for u in updates] == [c.id for c in containers[:4]]
 
-            created = peer.create_container(pods[0], containers[0])
-            assert created is not None and created.adjust.linux.resources.cpu.mems == "0"
-            [create] = handler.requests("create_container")
-            assert (create.pod.uid, create.container.name) == ("u0", "app")
+        created = peer.create_container(pods[0], containers[0])
+        assert created is not None and created.adjust.linux.resources.cpu.mems == "0"
+        [create] = handler.requests("create_container")
+        assert (create.pod.uid, create.container.name) == ("u0", "app")
 
-            new = api.LinuxResources()
-            new.memory.limit.value = 2 << 30
-            updated = peer.update_container(pods[0], containers[0], new)
-            assert updated is not None and updated.update[0].linux.resources.cpu.mems == "1"
-            assert (
-                handler.requests("update_container")[0].linux_resources.memory.limit.value
-                == 2 << 30
-            )
+        new = api.LinuxResources()
+        new.memory.limit.value = 2 << 30
+        updated = peer.update_container(pods[0], containers[0], new)
+        assert updated is not None and updated.update[0].linux.resources.cpu.mems == "1"
+        assert handler.requests("update_container")[0].linux_resources.memory.limit.value == 2 << 30
 
-            assert peer.stop_container(pods[0], containers[0]) is not None
-            assert peer.remove_container(pods[0], containers[0])
-            assert not peer.fallback  # RemoveContainer is served: no StateChange needed
-            assert not peer.run_pod_sandbox(pods[0])  # not subscribed: never sent
-            assert handler.names() == [
-                "configure", "synchronize", "create_container", "update_container",
-                "stop_container", "remove_container",
-            ]  # fmt: skip
-    finally:
-        runtime.stop()
+        assert peer.stop_container(pods[0], containers[0]) is not None
+        assert peer.remove_container(pods[0], containers[0])
+        assert not peer.fallback  # RemoveContainer is served: no StateChange needed
+        assert not peer.run_pod_sandbox(pods[0])  # not subscribed: never sent
+        assert handler.names() == [
+            "configure", "synchronize", "create_container", "update_container",
+            "stop_container", "remove_container",
+        ]  # fmt: skip
 
 
-def test_the_handler_knows_the_runtimes_request_timeout(sock: Path) -> None:
+def test_the_handler_knows_the_runtimes_request_timeout(nri_sock: Path) -> None:
     handler = Recorder()
-    runtime = ScriptedRuntime(sock, request_timeout=0.75).start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            peer.configure()
-            pod = obj.pod()
-            peer.create_container(pod, obj.container(pod))
-            [before] = handler.contexts("configure")
-            [ctx] = handler.contexts("create_container")
-            assert before.request_timeout == ctx.request_timeout == 0.75  # Configure's own too
-            assert hmod.DEFAULT_REQUEST_TIMEOUT == 2.0
-            assert ctx.method == "CreateContainer"
-            assert 0 <= ctx.remaining() <= 0.75
-    finally:
-        runtime.stop()
+    with connected(handler, nri_sock, request_timeout=0.75) as peer:
+        peer.configure()
+        pod = obj.pod()
+        peer.create_container(pod, obj.container(pod))
+        [before] = handler.contexts("configure")
+        [ctx] = handler.contexts("create_container")
+        assert before.request_timeout == ctx.request_timeout == 0.75  # Configure's own too
+        assert hmod.DEFAULT_REQUEST_TIMEOUT == 2.0
+        assert ctx.method == "CreateContainer"
+        assert 0 <= ctx.remaining() <= 0.75
 
 
-def test_configure_may_come_before_the_registration_reply(sock: Path) -> None:
+def test_configure_may_come_before_the_registration_reply(nri_sock: Path) -> None:
     """The runtime configures from inside its RegisterPlugin handler: a plugin that waited
     for the registration reply before reading would never answer, and time out."""
     handler = Recorder()
-    runtime = ScriptedRuntime(sock, configure_in_register="early", registration_timeout=5).start()
+    runtime = ScriptedRuntime(
+        nri_sock, configure_in_register="early", registration_timeout=5
+    ).start()
     try:
-        plugin = external(handler, sock)
+        plugin = external(handler, nri_sock)
         with running(plugin):
             peer = runtime.accept()
             assert peer.configured is not None and peer.configured.events != 0
@@ -203,75 +183,60 @@ def test_prelaunched_plugin_process_with_only_the_runtimes_environment() -> None
     assert "exited after the runtime closed the connection" in err
 
 
-def test_containerd_17_delivers_lifecycle_events_through_state_change(sock: Path) -> None:
+def test_containerd_17_delivers_lifecycle_events_through_state_change(nri_sock: Path) -> None:
     handler = PodRecorder()
-    runtime = ScriptedRuntime(sock, flavor="1.7").start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            peer.configure()
-            pod = obj.pod()
-            ctr = obj.container(pod)
-            assert peer.run_pod_sandbox(pod)
-            assert peer.create_container(pod, ctr) is not None  # a direct RPC in 1.7 too
-            assert peer.remove_container(pod, ctr)
-            assert peer.stop_pod_sandbox(pod)
-            assert peer.remove_pod_sandbox(pod)
-            assert handler.names() == [
-                "configure", "run_pod_sandbox", "create_container", "remove_container",
-                "stop_pod_sandbox", "remove_pod_sandbox",
-            ]  # fmt: skip
-            [removed] = handler.requests("remove_container")
-            assert (removed.pod.uid, removed.container.id) == (pod.uid, ctr.id)
-            assert handler.requests("run_pod_sandbox")[0].pod.name == "pod-a"
-    finally:
-        runtime.stop()
+    with connected(handler, nri_sock, flavor="1.7") as peer:
+        peer.configure()
+        pod = obj.pod()
+        ctr = obj.container(pod)
+        assert peer.run_pod_sandbox(pod)
+        assert peer.create_container(pod, ctr) is not None  # a direct RPC in 1.7 too
+        assert peer.remove_container(pod, ctr)
+        assert peer.stop_pod_sandbox(pod)
+        assert peer.remove_pod_sandbox(pod)
+        assert handler.names() == [
+            "configure", "run_pod_sandbox", "create_container", "remove_container",
+            "stop_pod_sandbox", "remove_pod_sandbox",
+        ]  # fmt: skip
+        [removed] = handler.requests("remove_container")
+        assert (removed.pod.uid, removed.container.id) == (pod.uid, ctr.id)
+        assert handler.requests("run_pod_sandbox")[0].pod.name == "pod-a"
 
 
-def test_unimplemented_methods_make_containerd_2_fall_back_to_state_change(sock: Path) -> None:
+def test_unimplemented_methods_make_containerd_2_fall_back_to_state_change(nri_sock: Path) -> None:
     handler = StateChangeOnly()
-    runtime = ScriptedRuntime(sock, flavor="2.x").start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            peer.configure()
-            pod = obj.pod()
-            with pytest.raises(NriStatusError) as refused:
-                peer.call("RunPodSandbox", api.RunPodSandboxRequest(pod=pod), api.Empty)
-            assert refused.value.code == status.UNIMPLEMENTED == 12
-            assert peer.run_pod_sandbox(pod)  # Unimplemented again, then StateChange
-            assert peer.fallback
-            ctr = obj.container(pod)
-            assert peer.remove_container(pod, ctr)  # straight to StateChange now
-            assert handler.events == [
-                (api.RUN_POD_SANDBOX, pod.uid, ""),
-                (api.REMOVE_CONTAINER, pod.uid, ctr.id),
-            ]
-    finally:
-        runtime.stop()
+    with connected(handler, nri_sock, flavor="2.x") as peer:
+        peer.configure()
+        pod = obj.pod()
+        with pytest.raises(NriStatusError) as refused:
+            peer.call("RunPodSandbox", api.RunPodSandboxRequest(pod=pod), api.Empty)
+        assert refused.value.code == status.UNIMPLEMENTED == 12
+        assert peer.run_pod_sandbox(pod)  # Unimplemented again, then StateChange
+        assert peer.fallback
+        ctr = obj.container(pod)
+        assert peer.remove_container(pod, ctr)  # straight to StateChange now
+        assert handler.events == [
+            (api.RUN_POD_SANDBOX, pod.uid, ""),
+            (api.REMOVE_CONTAINER, pod.uid, ctr.id),
+        ]
 
 
-def test_after_a_fallback_state_change_still_reaches_the_dedicated_methods(sock: Path) -> None:
+def test_after_a_fallback_state_change_still_reaches_the_dedicated_methods(nri_sock: Path) -> None:
     """One Unimplemented switches every lifecycle event of the plugin to StateChange: the
     methods the handler does implement must still be called."""
     handler = Recorder()  # remove_container, no pod methods
-    runtime = ScriptedRuntime(sock).start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            peer.configure()
-            pod = obj.pod()
-            with pytest.raises(NriStatusError, match="method RunPodSandbox not implemented"):
-                peer.call("RunPodSandbox", api.RunPodSandboxRequest(pod=pod), api.Empty)
-            peer.fallback = True  # what containerd 2.x does after that answer
-            assert peer.remove_container(pod, obj.container(pod))
-            peer.state_change(api.RUN_POD_SANDBOX, pod)  # not handled: ignored, not an error
-            assert handler.names() == ["configure", "remove_container"]
-    finally:
-        runtime.stop()
+    with connected(handler, nri_sock) as peer:
+        peer.configure()
+        pod = obj.pod()
+        with pytest.raises(NriStatusError, match="method RunPodSandbox not implemented"):
+            peer.call("RunPodSandbox", api.RunPodSandboxRequest(pod=pod), api.Empty)
+        peer.fallback = True  # what containerd 2.x does after that answer
+        assert peer.remove_container(pod, obj.container(pod))
+        peer.state_change(api.RUN_POD_SANDBOX, pod)  # not handled: ignored, not an error
+        assert handler.names() == ["configure", "remove_container"]
 
 
-def test_a_slow_handler_is_dropped_by_the_runtime_and_the_plugin_reconnects(sock: Path) -> None:
+def test_a_slow_handler_is_dropped_by_the_runtime_and_the_plugin_reconnects(nri_sock: Path) -> None:
     handler = Recorder()
     release = threading.Event()
 
@@ -280,8 +245,8 @@ def test_a_slow_handler_is_dropped_by_the_runtime_and_the_plugin_reconnects(sock
             release.wait(30)
 
     handler.hook = block
-    runtime = ScriptedRuntime(sock, request_timeout=0.2).start()
-    plugin = external(handler, sock)
+    runtime = ScriptedRuntime(nri_sock, request_timeout=0.2).start()
+    plugin = external(handler, nri_sock)
     try:
         with capture_logs() as logs, running(plugin):
             peer = runtime.accept()
@@ -305,11 +270,11 @@ def test_a_slow_handler_is_dropped_by_the_runtime_and_the_plugin_reconnects(sock
 
 
 def test_the_plugin_reconnects_after_the_runtime_restarts_and_is_synchronized_again(
-    sock: Path,
+    nri_sock: Path,
 ) -> None:
     handler = Recorder()
-    runtime = ScriptedRuntime(sock).start()
-    plugin = external(handler, sock)
+    runtime = ScriptedRuntime(nri_sock).start()
+    plugin = external(handler, nri_sock)
     try:
         with running(plugin):
             first = runtime.accept()
@@ -333,11 +298,13 @@ def test_the_plugin_reconnects_after_the_runtime_restarts_and_is_synchronized_ag
         runtime.stop()
 
 
-def test_update_containers_reports_the_runtimes_failures_and_needs_a_connection(sock: Path) -> None:
-    plugin = external(Recorder(), sock)
+def test_update_containers_reports_the_runtimes_failures_and_needs_a_connection(
+    nri_sock: Path,
+) -> None:
+    plugin = external(Recorder(), nri_sock)
     with pytest.raises(NriConnectionError, match="not registered"):
         plugin.update_containers([obj.mems_update("c1", "0")])
-    runtime = ScriptedRuntime(sock).start()
+    runtime = ScriptedRuntime(nri_sock).start()
     try:
         with running(plugin):
             peer = runtime.accept()
@@ -352,10 +319,10 @@ def test_update_containers_reports_the_runtimes_failures_and_needs_a_connection(
         runtime.stop()
 
 
-def test_shutdown_is_passed_to_the_handler(sock: Path) -> None:
+def test_shutdown_is_passed_to_the_handler(nri_sock: Path) -> None:
     handler = Recorder()
-    runtime = ScriptedRuntime(sock).start()
-    plugin = external(handler, sock)
+    runtime = ScriptedRuntime(nri_sock).start()
+    plugin = external(handler, nri_sock)
     try:
         with running(plugin):
             peer = runtime.accept()
@@ -367,9 +334,9 @@ def test_shutdown_is_passed_to_the_handler(sock: Path) -> None:
         runtime.stop()
 
 
-def test_stop_while_waiting_for_an_absent_runtime_returns(sock: Path) -> None:
+def test_stop_while_waiting_for_an_absent_runtime_returns(nri_sock: Path) -> None:
     """No runtime at all: run() retries with backoff and stop() ends it."""
-    plugin = external(Recorder(), sock)
+    plugin = external(Recorder(), nri_sock)
     with capture_logs() as logs, running(plugin):
         wait_until(lambda: plugin.failed_connects >= 3, "three failed connection attempts")
     assert plugin.sessions == 0

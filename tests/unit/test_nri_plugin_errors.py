@@ -3,7 +3,6 @@ serve, subscriptions it cannot honour, names, indexes and environments the runti
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,9 @@ from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Plugin
 from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
-from numamem.testing.nri_runtime import ScriptedRuntime
-from tests.unit.nri_support import Recorder, StateChangeOnly, external, nri_threads, running
+from tests.unit.nri_support import Recorder, StateChangeOnly, connected
 
-
-@pytest.fixture(autouse=True)
-def no_leaked_threads() -> Iterator[None]:
-    before = nri_threads()
-    yield
-    assert nri_threads() == before
-
-
-@pytest.fixture
-def sock(short_root: Path) -> Path:
-    return short_root / "nri.sock"
+pytestmark = pytest.mark.usefixtures("no_leaked_nri_threads")
 
 
 @pytest.mark.parametrize(
@@ -45,7 +33,7 @@ def sock(short_root: Path) -> Path:
     ],
 )
 def test_a_handler_error_fails_the_request_with_its_message(
-    sock: Path, error: Exception, code: int, text: str
+    nri_sock: Path, error: Exception, code: int, text: str
 ) -> None:
     handler = Recorder()
 
@@ -54,58 +42,43 @@ def test_a_handler_error_fails_the_request_with_its_message(
             raise error
 
     handler.hook = fail
-    runtime = ScriptedRuntime(sock).start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            peer.configure()
-            pod = obj.pod()
-            with capture_logs() as logs, pytest.raises(NriStatusError) as failed:
-                peer.create_container(pod, obj.container(pod))
-            assert failed.value.code == code
-            assert text in failed.value.message
-            [logged] = [e for e in logs if e.get("method") == "CreateContainer"]
-            assert logged["pod_uid"] == "uid-a" and logged["container"] == "app"
-            handler.hook = None
-            assert peer.create_container(pod, obj.container(pod)) is not None  # still serving
-    finally:
-        runtime.stop()
+    with connected(handler, nri_sock) as peer:
+        peer.configure()
+        pod = obj.pod()
+        with capture_logs() as logs, pytest.raises(NriStatusError) as failed:
+            peer.create_container(pod, obj.container(pod))
+        assert failed.value.code == code
+        assert text in failed.value.message
+        [logged] = [e for e in logs if e.get("method") == "CreateContainer"]
+        assert logged["pod_uid"] == "uid-a" and logged["container"] == "app"
+        handler.hook = None
+        assert peer.create_container(pod, obj.container(pod)) is not None  # still serving
 
 
-def test_unsubscribed_requests_without_fallback_change_nothing(sock: Path) -> None:
+def test_unsubscribed_requests_without_fallback_change_nothing(nri_sock: Path) -> None:
     """A CreateContainer the plugin did not subscribe to (it has no StateChange fallback) is
     answered with no adjustment, not an error that would fail the container."""
     handler = StateChangeOnly()
-    runtime = ScriptedRuntime(sock).start()
-    try:
-        with running(external(handler, sock)):
-            peer = runtime.accept()
-            peer.configure()
-            pod = obj.pod()
-            request = api.CreateContainerRequest(pod=pod, container=obj.container(pod))
-            with capture_logs() as logs:
-                for _ in range(3):
-                    reply = peer.call("CreateContainer", request, api.CreateContainerResponse)
-                    assert reply == api.CreateContainerResponse()
-            assert [e["problem"] for e in logs if "problem" in e] == ["unsubscribed_event"]
-    finally:
-        runtime.stop()
+    with connected(handler, nri_sock) as peer:
+        peer.configure()
+        pod = obj.pod()
+        request = api.CreateContainerRequest(pod=pod, container=obj.container(pod))
+        with capture_logs() as logs:
+            for _ in range(3):
+                reply = peer.call("CreateContainer", request, api.CreateContainerResponse)
+                assert reply == api.CreateContainerResponse()
+        assert [e["problem"] for e in logs if "problem" in e] == ["unsubscribed_event"]
 
 
-def test_configure_refuses_a_subscription_the_handler_cannot_serve(sock: Path) -> None:
+def test_configure_refuses_a_subscription_the_handler_cannot_serve(nri_sock: Path) -> None:
     class Greedy(Recorder):
         def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
             return api.ConfigureResponse(events=hmod.events_mask([api.RUN_POD_SANDBOX]))
 
-    runtime = ScriptedRuntime(sock).start()
-    try:
-        with running(external(Greedy(), sock)):
-            peer = runtime.accept()
-            with pytest.raises(NriStatusError, match="unhandled \\['RUN_POD_SANDBOX'\\]") as e:
-                peer.configure()
-            assert e.value.code == status.FAILED_PRECONDITION
-    finally:
-        runtime.stop()
+    with connected(Greedy(), nri_sock) as peer:
+        with pytest.raises(NriStatusError, match="unhandled \\['RUN_POD_SANDBOX'\\]") as e:
+            peer.configure()
+        assert e.value.code == status.FAILED_PRECONDITION
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,26 @@ SPLIT = {0: (64 * MI, 32 * MI), 1: (30 * MI, 2 * MI)}
 
 def target(*ids: str, assigned: set[int] | None = None, pod: str = POD) -> pl.PlacementTarget:
     return pl.PlacementTarget(pod, "app", ids, frozenset(assigned or {0}))
+
+
+def widening_kernel(
+    effective: Path, written: list[str], during: Callable[[], None] = lambda: None
+) -> Callable[[Path, Path, str, str], Path]:
+    """A ``cpusetfiles.write_cgroup_file`` that writes as the real one, appends each
+    cpuset.mems text to ``written``, then sets ``effective`` to 0-2 once '0' is written (as
+    v2 does when the parent grants none of the written nodes; any other text as written)
+    and calls ``during`` (what happens meanwhile)."""
+    real = cpusetfiles.write_cgroup_file
+
+    def kernel(controller: Path, directory: Path, name: str, text: str) -> Path:
+        path = real(controller, directory, name, text)
+        if name == "cpuset.mems":
+            written.append(text)
+            effective.write_text("0-2\n" if text == "0\n" else text)
+            during()
+        return path
+
+    return kernel
 
 
 def one(sampler: pl.PlacementSampler, *targets: pl.PlacementTarget) -> pl.Placement:
@@ -890,15 +911,7 @@ def test_a_write_that_widens_is_written_back_and_enforcement_stops(
     cpuset = tmp_path / ("" if mode == V2 else "cpuset") / rel
     effective = cpuset / ("cpuset.mems.effective" if mode == V2 else "cpuset.effective_mems")
     written: list[str] = []
-    real = cpusetfiles.write_cgroup_file
-
-    def kernel(controller: Path, directory: Path, name: str, text: str) -> Path:
-        path = real(controller, directory, name, text)
-        if name == "cpuset.mems":
-            written.append(text)
-            effective.write_text("0-2\n" if text == "0\n" else text)
-        return path
-
+    kernel = widening_kernel(effective, written)
     sampler = pl.PlacementSampler(tmp_path, enforce=True)
     with pytest.MonkeyPatch.context() as patch, capture_logs() as logs:
         patch.setattr(cpusetfiles, "write_cgroup_file", kernel)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from numamem.metacache.types import ContainerInfo
 from numamem.testing.server import default_config, serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
+from tests.daemon import tree
 
 
 @pytest.fixture
@@ -43,15 +43,6 @@ def config(short_root: Path) -> Config:
         socket=str(short_root / "run" / "n.sock"),
         state_dir=str(short_root / "state"),
     )
-
-
-def tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
-    out = {}
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        data = path.read_bytes() if stat.S_ISREG(st.st_mode) else None
-        out[str(path.relative_to(root))] = (st.st_mode, data, st.st_mtime_ns)
-    return out
 
 
 def check(cfg: Config) -> CheckReport:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -16,7 +14,6 @@ import pytest
 from numamem.api.metacache import MetaCacheComponent
 from numamem.cli.main import main
 from numamem.testing.cgroups import CGROUPFS, SYSTEMD, V1, V2, CgroupValues, write_container
-from numamem.testing.daemon import short_tmpdir
 from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
@@ -45,11 +42,18 @@ def collector_round(server: InProcessServer) -> None:
     cache.collector.sample_once()
 
 
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = short_tmpdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def pinned_and_measured(
+    server: InProcessServer, container_id: str = "aaa"
+) -> mm.ContainerResidency:
+    """Admits pod ``p1`` (one 1Gi container ``app``), names its container ``container_id``,
+    runs one collector round and returns the one residency row the daemon then answers."""
+    c = server.client
+    p1 = pod("p1")
+    assert c.admit(p1).admitted
+    c.add_container(p1, "app", container_id)
+    collector_round(server)
+    [row] = c.get_residency()
+    return row
 
 
 def samples(text: str, name: str) -> dict[frozenset[tuple[str, str]], float]:
@@ -80,12 +84,12 @@ def by_key(rows: list[mm.ContainerResidency]) -> dict[tuple[str, str], mm.Contai
     return {(r.pod_uid, r.container_name): r for r in rows}
 
 
-def test_lifecycle_of_a_pinned_container(root: Path) -> None:
-    cgroups = root / "cgroup"
+def test_lifecycle_of_a_pinned_container(short_root: Path) -> None:
+    cgroups = short_root / "cgroup"
     write_container(
         cgroups, V2, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0")
     )
-    with serve(root) as server:  # type: ignore[attr-defined]
+    with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
         assert c.get_residency() == []
         p1 = pod("p1")
@@ -119,7 +123,7 @@ def test_lifecycle_of_a_pinned_container(root: Path) -> None:
         assert (row.cpuset_mems_state, list(row.cpuset_mems)) == (mm.CPUSET_MEMS_DIFFERS, [0, 1])
         assert not row.HasField("cpuset_write")  # not enforced by default
         assert (cgroups / row.cgroup / "cpuset.mems").read_text() == "0-1\n"
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
         assert samples(text, "numamem_container_cpuset_mems_mismatch") == {labels(**who): 1}
         assert samples(text, "numamem_container_memory_outside_affinity_bytes") == {
@@ -133,11 +137,11 @@ def test_lifecycle_of_a_pinned_container(root: Path) -> None:
         # Released: left out at once, before the next round.
         assert c.remove_container("containerd://aaa")
         assert c.get_residency() == []
-        assert samples(scrape_unix(str(root / "metrics.sock")), "numamem_container_") == {}
+        assert samples(scrape_unix(str(short_root / "metrics.sock")), "numamem_container_") == {}
 
 
-def test_selection_and_bad_requests(root: Path) -> None:
-    with serve(root) as server:  # type: ignore[attr-defined]
+def test_selection_and_bad_requests(short_root: Path) -> None:
+    with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
         assert c.admit(pod("p1", names=("a", "b"))).admitted
         assert c.admit(pod("p2")).admitted
@@ -193,12 +197,12 @@ def test_selection_and_bad_requests(root: Path) -> None:
         assert c.check_health() == 1  # still SERVING
 
 
-def test_names_a_new_id_and_a_new_assignment(root: Path) -> None:
-    cgroups = root / "cgroup"
+def test_names_a_new_id_and_a_new_assignment(short_root: Path) -> None:
+    cgroups = short_root / "cgroup"
     write_container(
         cgroups, V1, CGROUPFS, "guaranteed", "p1", "old", CgroupValues(numa=SPLIT, mems="0")
     )
-    with serve(root) as server:  # type: ignore[attr-defined]
+    with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
         p1 = pod("p1")
         assert c.admit(p1).admitted
@@ -242,20 +246,20 @@ def test_names_a_new_id_and_a_new_assignment(root: Path) -> None:
         assert (row.cpuset_mems_state, row.outside_bytes) == (mm.CPUSET_MEMS_DIFFERS, 0)
 
 
-def test_recorded_pod_names_with_podresources(root: Path) -> None:
-    with serve(root, podresources_socket=str(root / "pr.sock")) as server:  # type: ignore[attr-defined]
+def test_recorded_pod_names_with_podresources(short_root: Path) -> None:
+    with serve(short_root, podresources_socket=str(short_root / "pr.sock")) as server:  # type: ignore[attr-defined]
         assert server.client.admit(pod("p1")).admitted
         [row] = server.client.get_residency()
         assert (row.pod_namespace, row.pod_name) == ("default", "web-p1")
 
 
-def test_unreadable_and_missing_cgroups_in_the_answer(root: Path) -> None:
-    cgroups = root / "cgroup"
+def test_unreadable_and_missing_cgroups_in_the_answer(short_root: Path) -> None:
+    cgroups = short_root / "cgroup"
     rel = write_container(
         cgroups, V2, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT)
     )
     (cgroups / rel / "memory.numa_stat").write_text("anon N0=1 N1=oops\n")
-    with serve(root) as server:  # type: ignore[attr-defined]
+    with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
         for uid, cid in (("p1", "aaa"), ("p2", "bbb")):
             p = pod(uid)
@@ -271,37 +275,38 @@ def test_unreadable_and_missing_cgroups_in_the_answer(root: Path) -> None:
         )
         assert broken.cpuset_mems_state == mm.CPUSET_MEMS_STATE_UNSPECIFIED
         assert rows[("p2", "app")].status == mm.RESIDENCY_NO_CGROUP
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         assert value(text, "numamem_collector_errors_total") >= 1
 
 
-def test_enforcement_through_the_daemon(root: Path) -> None:
-    cgroups = root / "cgroup"
+def test_enforcement_through_the_daemon(short_root: Path) -> None:
+    cgroups = short_root / "cgroup"
     rel = write_container(
         cgroups, V1, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
     )
-    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
-        c = server.client
-        p1 = pod("p1")
-        assert c.admit(p1).admitted
-        c.add_container(p1, "app", "containerd://aaa")
-        collector_round(server)
-        [row] = c.get_residency()
+    with serve(short_root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+        row = pinned_and_measured(server, "containerd://aaa")
         assert (row.cpuset_mems_state, list(row.cpuset_mems)) == (mm.CPUSET_MEMS_MATCHES, [0])
         w = row.cpuset_write
         assert (list(w.before), list(w.written), list(w.after), w.error) == ([0, 1], [0], [0], "")
         assert w.memory_migrate_enabled and w.time.seconds > 0
         assert (cgroups / "cpuset" / rel / "cpuset.mems").read_text() == "0\n"
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         assert value(text, 'numamem_cpuset_mems_writes_total{result="ok"}') == 1
         assert value(text, 'numamem_cpuset_mems_writes_total{result="failed"}') == 0
 
 
-def test_explain_shows_the_pods_residency(root: Path) -> None:
+def test_explain_shows_the_pods_residency(short_root: Path) -> None:
     write_container(
-        root / "cgroup", V2, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0")
+        short_root / "cgroup",
+        V2,
+        CGROUPFS,
+        "guaranteed",
+        "p1",
+        "aaa",
+        CgroupValues(numa=SPLIT, mems="0"),
     )
-    with serve(root) as server:  # type: ignore[attr-defined]
+    with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
         p1 = pod("p1")
         assert list(c.explain(p1).residency) == []  # not admitted yet
@@ -314,12 +319,12 @@ def test_explain_shows_the_pods_residency(root: Path) -> None:
         assert list(c.explain(pod("p2")).residency) == []
 
 
-def test_the_residency_command(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cgroups = root / "cgroup"
+def test_the_residency_command(short_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cgroups = short_root / "cgroup"
     write_container(
         cgroups, V2, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
     )
-    with serve(root, podresources_socket=str(root / "pr.sock")) as server:  # type: ignore[attr-defined]
+    with serve(short_root, podresources_socket=str(short_root / "pr.sock")) as server:  # type: ignore[attr-defined]
         c = server.client
         p1 = pod("p1")
         assert c.admit(p1).admitted
@@ -372,7 +377,7 @@ def test_the_residency_command(root: Path, capsys: pytest.CaptureFixture[str]) -
             main(["residency", "--container", "app", *sock])
         assert usage.value.code == 2
         assert "--container needs --pod" in capsys.readouterr().err
-        manifest = root / "p1.yaml"
+        manifest = short_root / "p1.yaml"
         manifest.write_text(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: web-p1, namespace: default, uid: p1}\n"
             "spec:\n  containers:\n  - name: app\n    resources:\n"
@@ -388,7 +393,7 @@ def test_the_residency_command(root: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_client_values_cannot_forge_lines_of_the_residency_command(
-    root: Path, capsys: pytest.CaptureFixture[str]
+    short_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The reviewer's d3: ESC and CR in a runtime id, a pod name and a container name."""
     res = {"cpu": "1", "memory": "1Gi"}
@@ -398,7 +403,7 @@ def test_client_values_cannot_forge_lines_of_the_residency_command(
         name="web\r\nx/n app: wrote cpuset.mems 0",
         containers=[mm.Container(name="app\x1b[31m", requests=res, limits=res)],
     )
-    with serve(root, podresources_socket=str(root / "pr.sock")) as server:  # type: ignore[attr-defined]
+    with serve(short_root, podresources_socket=str(short_root / "pr.sock")) as server:  # type: ignore[attr-defined]
         c = server.client
         assert c.admit(hostile).admitted
         cid = "containerd://\x1b[2K\rx/n app: wrote cpuset.mems 0 to /sys/fs/cgroup/cpuset/..."
@@ -407,7 +412,7 @@ def test_client_values_cannot_forge_lines_of_the_residency_command(
         [row] = c.get_residency()
         assert row.status == mm.RESIDENCY_NO_CGROUP
         assert row.message == (
-            f"no cgroup under {root / 'cgroup'} for container id 'containerd://\\x1b[2K\\rx/n "
+            f"no cgroup under {short_root / 'cgroup'} for container id 'containerd://\\x1b[2K\\rx/n "
             "app: wrote cpuset.mems 0 to /sys/fs/cgroup/cpuset/...'"
         )
         assert main(["residency", "--socket", server.socket]) == 0
@@ -419,9 +424,9 @@ def test_client_values_cannot_forge_lines_of_the_residency_command(
 
 
 def test_enforcement_held_back_by_the_parent_is_reported(
-    root: Path, capsys: pytest.CaptureFixture[str]
+    short_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cgroups = root / "cgroup"
+    cgroups = short_root / "cgroup"
     rel = write_container(
         cgroups,
         V2,
@@ -431,20 +436,15 @@ def test_enforcement_held_back_by_the_parent_is_reported(
         "aaa",
         CgroupValues(numa=SPLIT, mems="1", parent_effective="1"),
     )
-    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
-        c = server.client
-        p1 = pod("p1")
-        assert c.admit(p1).admitted
-        c.add_container(p1, "app", "aaa")
-        collector_round(server)
-        [row] = c.get_residency()
+    with serve(short_root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+        row = pinned_and_measured(server)
         assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS
         assert row.cpuset_enforcement_message.startswith(
             f"{(cgroups / rel).parent / 'cpuset.mems.effective'} is '1', without the assigned node '0'"
         )
         assert not row.HasField("cpuset_write")
         assert (cgroups / rel / "cpuset.mems").read_text() == "1\n"
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
         assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {
             labels(**who, reason="parent_disallows"): 1
@@ -458,23 +458,23 @@ def test_enforcement_held_back_by_the_parent_is_reported(
         )
         (cgroups / rel).parent.joinpath("cpuset.mems.effective").write_text("0-1\n")
         collector_round(server)
-        [row] = c.get_residency()
+        [row] = server.client.get_residency()
         assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_UNSPECIFIED
         assert row.cpuset_enforcement_message == ""
         assert (row.cpuset_mems_state, row.cpuset_write.error) == (mm.CPUSET_MEMS_MATCHES, "")
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {}
 
 
 def test_a_contested_cpuset_through_the_daemon(
-    root: Path, capsys: pytest.CaptureFixture[str]
+    short_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cgroups = root / "cgroup"
+    cgroups = short_root / "cgroup"
     rel = write_container(
         cgroups, V1, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
     )
     mems = cgroups / "cpuset" / rel / "cpuset.mems"
-    with serve(root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
+    with serve(short_root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
         collector_round(server)  # after the thread's own first round: only ours from here
         c = server.client
         p1 = pod("p1")
@@ -487,7 +487,7 @@ def test_a_contested_cpuset_through_the_daemon(
         assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_CONTESTED
         assert row.cpuset_enforcement_message.startswith("cpuset.mems was written 3 times")
         assert (row.cpuset_mems_state, list(row.cpuset_mems)) == (mm.CPUSET_MEMS_DIFFERS, [0, 1])
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
         assert samples(text, "numamem_container_cpuset_mems_not_enforced") == {
             labels(**who, reason="contested"): 1
@@ -501,17 +501,12 @@ def test_a_contested_cpuset_through_the_daemon(
         )
 
 
-def test_hugetlb_pages_in_the_answer_and_the_gauges(root: Path) -> None:
-    cgroups = root / "cgroup"
+def test_hugetlb_pages_in_the_answer_and_the_gauges(short_root: Path) -> None:
+    cgroups = short_root / "cgroup"
     values = CgroupValues(numa=SPLIT, mems="0", hugetlb={"2MB": {0: 0, 1: 64 * MI}})
     write_container(cgroups, V2, CGROUPFS, "guaranteed", "p1", "aaa", values)
-    with serve(root) as server:  # type: ignore[attr-defined]
-        c = server.client
-        p1 = pod("p1")
-        assert c.admit(p1).admitted
-        c.add_container(p1, "app", "aaa")
-        collector_round(server)
-        [row] = c.get_residency()
+    with serve(short_root) as server:  # type: ignore[attr-defined]
+        row = pinned_and_measured(server)
         assert dict(row.nodes[1].types) == {
             "anon": 30 * MI,
             "file": 2 * MI,
@@ -519,7 +514,7 @@ def test_hugetlb_pages_in_the_answer_and_the_gauges(root: Path) -> None:
             "total": 96 * MI,
         }
         assert (row.total_bytes, row.outside_bytes) == (192 * MI, 96 * MI)
-        text = scrape_unix(str(root / "metrics.sock"))
+        text = scrape_unix(str(short_root / "metrics.sock"))
         who = {"namespace": "", "pod": "p1", "uid": "p1", "container": "app"}
         gauges = samples(text, "numamem_container_numa_memory_bytes")
         assert gauges[labels(**who, node="1", type="hugetlb_2MB")] == 64 * MI

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
+from numamem.client import NumamemClient, error_reason
 from numamem.config.model import FeatureGates
 from numamem.errors import PersistenceError, ResizeError, SearchBudgetError
 from numamem.memorymanager import resize as resizing
@@ -330,10 +331,29 @@ WIRE_REFUSALS = {
 }
 
 
+def assert_refused_unchanged(
+    client: NumamemClient,
+    pod: mm.Pod,
+    view: str,
+    refusal: str,
+    phrase: str,
+    explained: mm.ExplainResizeResponse,
+    before: mm.GetStateResponse,
+) -> None:
+    """The daemon refuses the resize of ``view`` with ``refusal``'s status code and reason,
+    a message holding ``phrase`` that ``explained`` (explain_resize's answer) gave too, and
+    its state is still ``before``."""
+    with pytest.raises(grpc.RpcError) as info:
+        client.resize(pod, view)
+    err = info.value
+    assert (err.code(), error_reason(err)) == WIRE_REFUSALS[refusal]
+    assert phrase in (err.details() or "")
+    assert (explained.refusal, explained.message) == (refusal, err.details())
+    assert client.get_state() == before
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_resize_through_the_daemon(row: Row) -> None:
-    from numamem.client import error_reason
-
     with serve_in_process(
         fake_nodes(row),
         topology_manager_policy=row.policy,
@@ -347,13 +367,7 @@ def test_resize_through_the_daemon(row: Row) -> None:
         pod = wire_pod("p", row.memory, new_pages(row), row.burstable)
         explained = client.explain_resize(pod, "app")
         if row.refusal:
-            with pytest.raises(grpc.RpcError) as info:
-                client.resize(pod, "app")
-            err = info.value
-            assert (err.code(), error_reason(err)) == WIRE_REFUSALS[row.refusal]
-            assert row.phrase in (err.details() or "")
-            assert (explained.refusal, explained.message) == (row.refusal, err.details())
-            assert client.get_state() == before
+            assert_refused_unchanged(client, pod, "app", row.refusal, row.phrase, explained, before)
             return
         resp = client.resize(pod, "app")
         assert resp.action == WIRE_ACTIONS[row.action]

@@ -35,7 +35,7 @@ from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.policy import TopologyHint, new_policy
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.unit.test_resize import WIRE_ACTIONS, WIRE_REFUSALS
+from tests.unit.test_resize import WIRE_ACTIONS, assert_refused_unchanged
 
 GI = 1024**3
 HP_1G = 1048576
@@ -378,13 +378,9 @@ def test_pod_level_resize_through_the_servicers(row: Row) -> None:
             return
         explained = client.explain_resize(pod, row.view)
         if row.refusal:
-            with pytest.raises(grpc.RpcError) as info:
-                client.resize(pod, row.view)
-            err = info.value
-            assert (err.code(), error_reason(err)) == WIRE_REFUSALS[row.refusal]
-            assert row.phrase in (err.details() or "")
-            assert (explained.refusal, explained.message) == (row.refusal, err.details())
-            assert client.get_state() == before
+            assert_refused_unchanged(
+                client, pod, row.view, row.refusal, row.phrase, explained, before
+            )
             return
         resp = client.resize(pod, row.view)
         assert resp.action == WIRE_ACTIONS[row.action]

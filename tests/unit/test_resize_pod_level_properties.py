@@ -19,7 +19,6 @@ the current sizes writes nothing; a failed write leaves memory equal to the disk
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -42,10 +41,11 @@ from numamem.memorymanager.policy_static import StaticPolicy, default_machine_st
 from numamem.memtypes import MEMORY, Block
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
-from numamem.topology import HugePagePool, Machine, NUMANode
+from numamem.topology import Machine
 from numamem.topologymanager.policy import POLICIES, new_policy
 from tests.kubelet_reference import ref_reserve
 from tests.properties import examples
+from tests.unit.resize_worlds import machines
 
 GI = 1024**3
 UNIT = 512 * 1024**2
@@ -111,16 +111,15 @@ class World:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
-    count = draw(st.integers(1, 8))
-    distances = [[10 if a == b else 0 for b in range(count)] for a in range(count)]
-    for a, b in itertools.combinations(range(count), 2):
-        distances[a][b] = distances[b][a] = draw(st.sampled_from([11, 20, 32]))
-    nodes = []
-    for i in range(count):
-        pages = draw(st.sampled_from([0, 0, 2, 3]))
-        pools = (HugePagePool(1048576, pages, pages),) if pages else ()
-        memory = (draw(st.integers(3, 8)) + pages) * GI
-        nodes.append(NUMANode(i, memory, pools, cpus=(i,), distances=tuple(distances[i])))
+    machine = draw(
+        machines(
+            st.integers(1, 8),
+            st.integers(3, 8),
+            st.sampled_from([0, 0, 2, 3]),
+            st.sampled_from([11, 20, 32]),
+            pages_in_memory=True,
+        )
+    )
     n = draw(st.integers(1, 5))
     pod_specs = [draw(specs(f"pod-{i}")) for i in range(n)]
     kinds = st.sampled_from(["resize"] * 8 + ["fault", "start", "release", "admit", "restart"])
@@ -131,7 +130,7 @@ def worlds(draw: st.DrawFn) -> World:
         for _ in range(draw(st.integers(1, 20)))
     ]
     return World(
-        Machine(tuple(nodes)),
+        machine,
         draw(st.sampled_from([p for p in POLICIES if p != "none"] * 3 + ["none"])),
         pod_specs,
         ops,

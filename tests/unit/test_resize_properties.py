@@ -35,7 +35,7 @@ from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.state import MemoryState
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
-from numamem.topology import HugePagePool, Machine, NUMANode
+from numamem.topology import Machine
 from numamem.topologymanager.policy import (
     POLICIES,
     PREFER_CLOSEST_NUMA_NODES,
@@ -45,6 +45,7 @@ from numamem.topologymanager.policy import (
 )
 from tests.kubelet_reference import average_distance, mask_of
 from tests.properties import examples
+from tests.unit.resize_worlds import machines
 
 MI, GI = 1024**2, 1024**3
 HP = "hugepages-1Gi"
@@ -64,21 +65,8 @@ class World:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
-    count = draw(st.integers(1, 8))
     pages = draw(st.booleans())
-    distances = [[10 if a == b else 0 for b in range(count)] for a in range(count)]
-    for a, b in itertools.combinations(range(count), 2):
-        distances[a][b] = distances[b][a] = draw(st.integers(11, 40))
-    nodes = tuple(
-        NUMANode(
-            i,
-            draw(st.integers(3, 10)) * GI,
-            (HugePagePool(1048576, 1, 1),) if pages else (),
-            cpus=(i,),
-            distances=tuple(distances[i]),
-        )
-        for i in range(count)
-    )
+    machine = draw(machines(st.integers(1, 8), st.integers(3, 10), st.just(1 if pages else 0)))
     policy = draw(st.sampled_from(POLICIES))
     closest = policy != SINGLE_NUMA_NODE and draw(st.booleans())
     pods = [
@@ -98,7 +86,7 @@ def worlds(draw: st.DrawFn) -> World:
         )
         for _ in range(draw(st.integers(1, 8)))
     ]
-    return World(Machine(nodes), policy, closest, pods, resizes)
+    return World(machine, policy, closest, pods, resizes)
 
 
 def pod_of(uid: str, units: Sequence[int], pages: int, change: str = "", at: int = -1) -> Pod:

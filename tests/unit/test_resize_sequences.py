@@ -12,7 +12,6 @@ an Infeasible one is still refused; an Infeasible "resize to at most N" fits the
 
 from __future__ import annotations
 
-import itertools
 import re
 import shutil
 import tempfile
@@ -34,9 +33,10 @@ from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.state import MemoryState
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity, parse_quantity
-from numamem.topology import HugePagePool, Machine, NUMANode
+from numamem.topology import Machine
 from numamem.topologymanager.policy import POLICIES, PREFER_CLOSEST_NUMA_NODES, new_policy
 from tests.properties import examples
+from tests.unit.resize_worlds import machines
 
 GI = 1024**3
 UNIT = 512 * 1024**2
@@ -96,25 +96,12 @@ class World:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
-    count = draw(st.integers(1, 5))
-    pages = [draw(st.integers(0, 2)) for _ in range(count)]
-    distances = [[10 if a == b else 0 for b in range(count)] for a in range(count)]
-    for a, b in itertools.combinations(range(count), 2):
-        distances[a][b] = distances[b][a] = draw(st.integers(11, 40))
-    nodes = tuple(
-        NUMANode(
-            i,
-            draw(st.integers(3, 8)) * GI,
-            (HugePagePool(1048576, pages[i], pages[i]),) if pages[i] else (),
-            cpus=(i,),
-            distances=tuple(distances[i]),
-        )
-        for i in range(count)
-    )
+    machine = draw(machines(st.integers(1, 5), st.integers(3, 8), st.integers(0, 2)))
     policy = draw(st.sampled_from(POLICIES))
     closest = policy != "single-numa-node" and draw(st.booleans())
     n = draw(st.integers(1, 5))
-    pod_specs = [draw(specs(f"pod-{i}", any(pages))) for i in range(n)]
+    pages = any(node.hugepages for node in machine.nodes)
+    pod_specs = [draw(specs(f"pod-{i}", pages)) for i in range(n)]
     kinds = st.sampled_from(["resize"] * 6 + ["start", "release", "admit", "restart"])
     ops = [
         (
@@ -125,7 +112,7 @@ def worlds(draw: st.DrawFn) -> World:
         )
         for _ in range(draw(st.integers(1, 14)))
     ]
-    return World(Machine(nodes), policy, closest, ops, pod_specs)
+    return World(machine, policy, closest, ops, pod_specs)
 
 
 def _policy(machine: Machine, exact: bool = False) -> StaticPolicy:

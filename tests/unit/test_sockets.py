@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from numamem.api.sockets import BoundSocket, bind_unix_socket, prepare_socket_pa
 from numamem.config.model import Config
 from numamem.errors import StartupError
 from numamem.memorymanager.manager import Manager
+from tests.daemon import no_dac_override
 from tests.unit.test_metrics import scrape_unix
 from tests.unit.test_server import FakeComponent, health_status
 
@@ -133,30 +133,14 @@ def test_a_socket_this_user_may_not_connect_to_is_refused_and_kept(sock: str) ->
         "try:\n    prepare_socket_path(sys.argv[1])\n"
         "except Exception as err:\n    print(err)\n"
     )
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        assert setpriv, "setpriv (util-linux) drops CAP_DAC_OVERRIDE for this test"
-        caps = "-dac_override,-dac_read_search"
-        prefix = [setpriv, "--bounding-set", caps, "--inh-caps", caps, "--"]
     out = subprocess.run(
-        [*prefix, sys.executable, "-c", code, sock], capture_output=True, text=True, check=True
+        [*no_dac_override(), sys.executable, "-c", code, sock],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "failed with EACCES (permission denied)" in out.stdout, out
     assert os.path.lexists(sock)
-
-
-def test_a_socket_created_after_the_check_is_not_replaced_by_the_bind(sock: str) -> None:
-    """Between prepare_socket_path and the bind another process binds the path: the bind
-    refuses (link(), not rename()), the other socket stays, no temporary name is left."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
-    with listener(sock):
-        before = identity(sock)
-        with pytest.raises(StartupError, match="created by another process while numamem"):
-            bind_unix_socket(server, sock, "--socket")
-        assert identity(sock) == before
-        assert os.listdir(os.path.dirname(sock)) == ["s.sock"]
-    server.stop(None).wait()
 
 
 def no_hard_links(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,6 +150,26 @@ def no_hard_links(monkeypatch: pytest.MonkeyPatch) -> None:
         raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), dst)
 
     monkeypatch.setattr(sockets.os, "link", refuse)
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["hard-links", "without-hard-links"])
+def test_a_socket_created_after_the_check_is_not_replaced_by_the_bind(
+    sock: str, monkeypatch: pytest.MonkeyPatch, links: bool
+) -> None:
+    """Between prepare_socket_path and the bind another process binds the path: the bind
+    refuses (link(), not rename(); without hard links, renameat2 with RENAME_NOREPLACE: the
+    review of issue 38 found the fallback was os.rename, which silently replaced it), the
+    other socket stays, no temporary name is left."""
+    if not links:
+        no_hard_links(monkeypatch)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    with listener(sock):
+        before = identity(sock)
+        with pytest.raises(StartupError, match="created by another process while numamem"):
+            bind_unix_socket(server, sock, "--socket")
+        assert identity(sock) == before
+        assert os.listdir(os.path.dirname(sock)) == ["s.sock"]
+    server.stop(None).wait()
 
 
 def test_without_hard_links_the_socket_is_renamed_into_place(
@@ -182,22 +186,6 @@ def test_without_hard_links_the_socket_is_renamed_into_place(
     finally:
         server.stop(None).wait()
     assert bound.remove() and not os.path.lexists(sock)
-
-
-def test_without_hard_links_a_socket_made_meanwhile_is_not_renamed_over(
-    sock: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Review of issue 38: the fallback was os.rename, which silently replaced a socket that
-    appeared after prepare_socket_path."""
-    no_hard_links(monkeypatch)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
-    with listener(sock):
-        before = identity(sock)
-        with pytest.raises(StartupError, match="created by another process while numamem"):
-            bind_unix_socket(server, sock, "--socket")
-        assert identity(sock) == before
-        assert os.listdir(os.path.dirname(sock)) == ["s.sock"]
-    server.stop(None).wait()
 
 
 def test_without_hard_links_or_renameat2_the_start_is_refused(
@@ -320,6 +308,16 @@ def test_a_newcomers_socket_survives_the_old_daemons_shutdown(short_root: Path, 
     assert not os.path.lexists(sock)
 
 
+def assert_a_newcomer_survives(path: str, stop: Callable[[], object]) -> None:
+    """Another process's socket bound at ``path`` after ours was unlinked is still there,
+    the same inode, after ``stop()``: a stop removes only its own socket."""
+    os.unlink(path)
+    with listener(path):
+        newcomer = identity(path)
+        stop()
+        assert identity(path) == newcomer
+
+
 def test_the_podresources_socket_of_a_newcomer_survives_stop(short_root: Path) -> None:
     path = str(short_root / "pr" / "kubelet.sock")
 
@@ -330,11 +328,7 @@ def test_the_podresources_socket_of_a_newcomer_survives_stop(short_root: Path) -
     component.load()
     component.start()
     try:
-        os.unlink(path)
-        with listener(path):
-            newcomer = identity(path)
-            component.stop()
-            assert identity(path) == newcomer
+        assert_a_newcomer_survives(path, component.stop)
     finally:
         component.stop()
 
@@ -344,11 +338,7 @@ def test_the_metrics_socket_of_a_newcomer_survives_stop(short_root: Path) -> Non
     server = MetricsServer(Metrics(), "127.0.0.1", None, path)
     try:
         assert "# TYPE numamem_rpc_requests_total counter" in scrape_unix(path)
-        os.unlink(path)
-        with listener(path):
-            newcomer = identity(path)
-            server.stop()
-            assert identity(path) == newcomer
+        assert_a_newcomer_survives(path, server.stop)
     finally:
         server.stop()
     again = MetricsServer(Metrics(), "127.0.0.1", None, path)
