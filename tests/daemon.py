@@ -133,3 +133,17 @@ def read_cache_files(state_dir: str | Path, attempts: int = 20) -> State:
         assert restored is not None
         return restored.state
     raise AssertionError("unreachable")
+
+
+@functools.cache
+def can_mount_tmpfs() -> bool:
+    """Whether this process may mount a tmpfs in a mount namespace of its own (root and
+    ``unshare --mount``): what tests that give a command a small /dev/shm or a full disk need."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+        capture_output=True,
+        check=False,
+    )
+    return probe.returncode == 0

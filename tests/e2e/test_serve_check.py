@@ -16,7 +16,7 @@ from numamem.client import NumamemClient
 from numamem.metacache.journal_store import JournalPersister
 from numamem.testing.daemon import DaemonProcess, fake_machine_args
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO, STATIC_ARGS, no_dac_override, tree
+from tests.daemon import REPO, STATIC_ARGS, can_mount_tmpfs, no_dac_override, tree
 
 pytestmark = pytest.mark.e2e
 
@@ -323,18 +323,9 @@ def test_what_serve_may_not_do_is_refused_by_the_check_in_serves_words(
     assert fragment in line
 
 
-def can_mount() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(
-        ["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs tmpfs /mnt"],
-        capture_output=True,
-        check=False,
-    )
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not can_mount(), reason="needs a mount namespace (unshare --mount, tmpfs)")
+@pytest.mark.skipif(
+    not can_mount_tmpfs(), reason="needs a mount namespace (unshare --mount, tmpfs)"
+)
 def test_a_state_dir_on_a_read_only_file_system_is_refused_by_the_check(
     short_root: Path, machine: Path
 ) -> None:

@@ -9,6 +9,7 @@ allowance for a searching RPC (tests/fuzz/cost.py, ``CPU_SEARCH_S``) is charged 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from google.protobuf.message import Message
@@ -25,9 +26,9 @@ LARGE_ARGS = [
 """Flags the large machine adds (the topology manager allows 8 nodes by default)."""
 
 
-def distances(nodes: int = LARGE_NODES, seed: int = 3) -> list[list[int]]:
-    """A symmetric table of random distances (tests/unit/test_admission_bounds.py's
-    ``random_distance(3)`` for the default arguments)."""
+def random_distance(seed: int) -> Callable[[int, int], int]:
+    """Random symmetric distances (10 to itself), drawn as pairs are first asked for: the same
+    ``seed`` and the same order of questions give the same table."""
     rnd = random.Random(seed)
     table: dict[tuple[int, int], int] = {}
 
@@ -39,6 +40,12 @@ def distances(nodes: int = LARGE_NODES, seed: int = 3) -> list[list[int]]:
             table[key] = rnd.choice([11, 12, 20, 21, 32])
         return table[key]
 
+    return distance
+
+
+def distances(nodes: int = LARGE_NODES, seed: int = 3) -> list[list[int]]:
+    """The table of :func:`random_distance` (``seed``), asked row by row."""
+    distance = random_distance(seed)
     return [[distance(i, j) for j in range(nodes)] for i in range(nodes)]
 
 

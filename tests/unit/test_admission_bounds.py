@@ -37,6 +37,7 @@ from numamem.topologymanager.policy import ProviderHints, TopologyHint, new_poli
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.work import PAUSE_EVERY, SEARCH_BUDGET, Work
 from tests import kubelet_reference as ref
+from tests.fuzz.machines import random_distance
 from tests.unit.test_memorymanager_service import code_and_details, container, pod
 
 GI = 1024**3
@@ -91,21 +92,6 @@ def cluster_distance(lo: int, hi: int) -> Callable[[int, int], int]:
         if a == b:
             return 10
         return 11 if lo <= a <= hi and lo <= b <= hi else 40
-
-    return distance
-
-
-def random_distance(seed: int) -> Callable[[int, int], int]:
-    rnd = random.Random(seed)
-    table: dict[tuple[int, int], int] = {}
-
-    def distance(a: int, b: int) -> int:
-        if a == b:
-            return 10
-        key = (min(a, b), max(a, b))
-        if key not in table:
-            table[key] = rnd.choice([11, 12, 20, 21, 32])
-        return table[key]
 
     return distance
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from numamem.testing.daemon import TMPDIR_VARIABLE
 from tests import tmproot
+from tests.daemon import can_mount_tmpfs
 from tests.ports import ATTEMPTS, IN_USE, on_free_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,17 +101,6 @@ def test_a_runs_directory_is_kept_only_when_tests_failed(
     assert tmproot.kept(status) is kept
 
 
-def _can_mount() -> bool:
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        return False
-    probe = subprocess.run(
-        ["unshare", "--mount", "--", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
-        capture_output=True,
-        check=False,
-    )
-    return probe.returncode == 0
-
-
 def _on_own_dev_shm(size: str, after: str, *argv: str) -> subprocess.CompletedProcess[str]:
     """``argv`` run with a tmpfs of ``size`` of its own on /dev/shm (then the shell's ``after``)."""
     env = {k: v for k, v in os.environ.items() if k not in (TMPDIR_VARIABLE, "TMPDIR")}
@@ -127,7 +116,7 @@ def _on_own_dev_shm(size: str, after: str, *argv: str) -> subprocess.CompletedPr
     )
 
 
-needs_mount = pytest.mark.skipif(not _can_mount(), reason="needs root and unshare --mount")
+needs_mount = pytest.mark.skipif(not can_mount_tmpfs(), reason="needs root and unshare --mount")
 
 
 @needs_mount

@@ -60,6 +60,20 @@ def check_items(field: str, counted: Iterable[tuple[str, int]]) -> None:
             )
 
 
+_ASSIGNED_PARTS = (
+    "region_names",
+    "topology_aware_assignments",
+    "original_topology_aware_assignments",
+)
+"""The lists and maps containers and pools both carry."""
+
+
+def _sizes(msg: object, *parts: str) -> Iterator[tuple[str, int]]:
+    """Each of the message's fields ``parts``, named with its ``len()`` (nothing is copied)."""
+    for part in parts:
+        yield part, len(getattr(msg, part))
+
+
 def check_entries(values: Sized, field: str) -> None:
     """Refuse a request list of more than :data:`MAX_REQUEST_ENTRIES` elements."""
     if len(values) > MAX_REQUEST_ENTRIES:
@@ -150,19 +164,7 @@ def container_from_proto(
     same_key(msg, "container_name", name, field)
     if msg.container_type not in CONTAINER_TYPES:
         raise InvalidArgumentError(f"{field}.container_type: unknown value {msg.container_type}")
-    check_items(
-        field,
-        (
-            (part, len(getattr(msg, part)))
-            for part in (
-                "labels",
-                "annotations",
-                "region_names",
-                "topology_aware_assignments",
-                "original_topology_aware_assignments",
-            )
-        ),
-    )
+    check_items(field, _sizes(msg, "labels", "annotations", *_ASSIGNED_PARTS))
     return ContainerInfo(
         pod_uid,
         check_string(msg.pod_namespace, f"{field}.pod_namespace", required=False),
@@ -214,17 +216,7 @@ def container_to_proto(info: ContainerInfo) -> metacache_pb2.ContainerInfo:
 
 def pool_from_proto(msg: metacache_pb2.PoolInfo, name: str, field: str = "info") -> PoolInfo:
     same_key(msg, "pool_name", name, field)
-    check_items(
-        field,
-        (
-            (part, len(getattr(msg, part)))
-            for part in (
-                "region_names",
-                "topology_aware_assignments",
-                "original_topology_aware_assignments",
-            )
-        ),
-    )
+    check_items(field, _sizes(msg, *_ASSIGNED_PARTS))
     return PoolInfo(
         name,
         *assignments_from_proto(msg, field),
