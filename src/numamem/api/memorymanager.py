@@ -54,13 +54,13 @@ from numamem.logging import get_logger
 from numamem.memorymanager import options as mm_options
 from numamem.memorymanager import podlevel
 from numamem.memorymanager.drift import AUTO
-from numamem.memorymanager.explain import MAX_EXPLAINED_MASKS
 from numamem.memorymanager.manager import Manager, new_policy
 from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
     validate_reserved_memory_config,
 )
+from numamem.memorymanager.search.explain import MAX_EXPLAINED_MASKS
 from numamem.memorymanager.store import StateStore
 from numamem.pod import Pod
 from numamem.topology import Machine

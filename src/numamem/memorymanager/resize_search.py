@@ -14,13 +14,13 @@ policy:
   (as many nodes as the fewest whose allocatable covers it: kubelet's ``minAffinitySize``);
 * ``single-numa-node``: never (a group of one node stays one node).
 
-The best superset of a size is found by search, not by listing the supersets (64 nodes
-have 7 million supersets of 5 more nodes): :class:`~numamem.memorymanager.subset_search.Ground`,
-exact in both orders, each node visited charged to the :class:`~numamem.work.Work` (its
-budget and deadline refuse a search too large by name: SearchBudgetError,
-DeadlineExceededError); sizes whose largest free nodes cannot cover the growth are skipped.
-The first :data:`MAX_LISTED` supersets of the size taken (and the one taken) are listed
-with why each was taken or not, the others counted, for ``numamem explain --resize``.
+The best superset of a size is found by search, not by listing the supersets (64 nodes have 7
+million supersets of 5 more nodes): :class:`~numamem.memorymanager.search.best_subset.Ground`, exact
+in both orders, each node visited charged to the :class:`~numamem.work.Work` (its budget and
+deadline refuse a search too large by name: SearchBudgetError, DeadlineExceededError); sizes whose
+largest free nodes cannot cover the growth are skipped. The first :data:`MAX_LISTED` supersets of
+the size taken (and the one taken) are listed with why each was taken or not, the others counted,
+for ``numamem explain --resize``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from numamem.memorymanager.hints import HintSpace
-from numamem.memorymanager.subset_search import Ground
+from numamem.memorymanager.search.best_subset import Ground
+from numamem.memorymanager.search.rules import HintSpace
 from numamem.memtypes import MEMORY, NUMANodeState
 from numamem.quantity import format_bytes
 from numamem.topologymanager.merge import NARROWEST, Order
@@ -166,7 +166,7 @@ def _best(
 ) -> tuple[int, ...] | None:
     """The ``k`` eligible nodes that, added to ``group``, make the superset smallest under
     ``order`` among those whose free memory covers ``need``, found without listing the
-    k-subsets (:class:`~numamem.memorymanager.subset_search.Ground`: 64 nodes have 10^17).
+    k-subsets (:class:`~numamem.memorymanager.search.best_subset.Ground`: 64 nodes have 10^17).
     By distance, each node's self distance carries its distances to and from the group, so
     the subset's sum is the superset's, less the group's own."""
     values = [(frees[n],) for n in eligible]

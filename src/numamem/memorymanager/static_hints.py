@@ -4,7 +4,7 @@ Hints are the NUMA masks whose summed allocatable fits the request, whose nodes 
 multi-NUMA group rules, and whose summed free memory (plus the pod's reusable
 init-container memory for exactly that mask) fits; "preferred" means the minimal number
 of nodes whose *allocatable* could hold the request. They are given by rule
-(:class:`~numamem.memorymanager.hints.HintSpace`), not by visiting all 2^n masks.
+(:class:`~numamem.memorymanager.search.rules.HintSpace`), not by visiting all 2^n masks.
 
 What they derive from (:class:`HintSource`): the container's request (container scope)
 or the pod's (pod scope: the pod-level budget for a pod allocated as a whole, KEP-5526),
@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, InvalidArgumentError, quote
 from numamem.memorymanager import podlevel
-from numamem.memorymanager.explain import mask_verdicts
-from numamem.memorymanager.hints import HintSpace
 from numamem.memorymanager.policy import HintExplanation, MaskVerdict
 from numamem.memorymanager.requests import (
     Requested,
@@ -36,6 +34,8 @@ from numamem.memorymanager.requests import (
     pod_requested_resources,
 )
 from numamem.memorymanager.reuse import ReuseTable, reusable_memory
+from numamem.memorymanager.search.explain import mask_verdicts
+from numamem.memorymanager.search.rules import HintSpace
 from numamem.memorymanager.state import StateReader
 from numamem.memtypes import Block, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos

@@ -16,7 +16,7 @@ node ids in lexicographic order):
 
 A hint is *preferred* when its size is ``minAffinitySize``. The tests have one
 definition, :meth:`HintSpace.failure`, which says which test a mask fails and
-why (``Explain`` words it, :mod:`numamem.memorymanager.explain`).
+why (``Explain`` words it, :mod:`numamem.memorymanager.search.explain`).
 
 How :class:`HintSpace` finds the same hints without visiting every mask: by
 tests 2 and 3, a multi-node hint either consists of unused nodes only, or is
@@ -27,11 +27,11 @@ exactly an existing multi-NUMA group. So the hints are
   init-container reuse table, passing all four tests (a handful);
 * *up-sets*: sets of two or more unused nodes whose summed free memory (which
   is their allocatable: an unused node has nothing reserved) covers every
-  type (:mod:`numamem.memorymanager.upsets` lists, counts and searches them).
+  type (:mod:`numamem.memorymanager.search.upsets` lists, counts and searches them).
 
 On that structure, here: iteration in kubelet's order (:meth:`HintSpace.iter_masks`,
 lazy), the first hints and the count of the rest (:meth:`HintSpace.listed`) and
-membership tests; in :mod:`numamem.memorymanager.hint_search`: the
+membership tests; in :mod:`numamem.memorymanager.search.space`: the
 ``findBestHint`` of the whole list (:meth:`HintSpace.best`) and of the hints
 that contain a mask (:meth:`HintSpace.best_superset`,
 ``extendTopologyManagerHint``), and what the merge asks of a rule-given list
@@ -47,10 +47,10 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from numamem.memorymanager import hint_search
-from numamem.memorymanager.memo import memoized
-from numamem.memorymanager.subsets import exists_subset
-from numamem.memorymanager.upsets import UpSets
+from numamem.memorymanager.search import space as hint_search
+from numamem.memorymanager.search.memo import memoized
+from numamem.memorymanager.search.subsets import exists_subset
+from numamem.memorymanager.search.upsets import UpSets
 from numamem.memtypes import NUMANodeState
 from numamem.topologymanager import bitmask
 from numamem.topologymanager.merge import HintFamily, Order
@@ -370,7 +370,7 @@ class HintSpace(HintFamily):
         masks = list(itertools.islice(self.iter_masks(), limit + 1))
         return None if len(masks) > limit else masks
 
-    # --- searches that never list the hints (numamem.memorymanager.hint_search) ----------
+    # --- searches that never list the hints (numamem.memorymanager.search.space) ----------
 
     def best(self) -> TopologyHint | None:
         """``findBestHint`` of the whole list: a preferred hint first, then the narrowest."""
@@ -381,11 +381,11 @@ class HintSpace(HintFamily):
         return hint_search.best_superset(self, mask)
 
     def preferred_by_value(self) -> Iterator[int]:
-        """See :func:`numamem.memorymanager.hint_search.preferred_by_value`."""
+        """See :func:`numamem.memorymanager.search.space.preferred_by_value`."""
         return hint_search.preferred_by_value(self)
 
     def best_preferred(self, order: Order, accept: Callable[[int], bool] | None) -> int | None:
-        """See :func:`numamem.memorymanager.hint_search.best_preferred`."""
+        """See :func:`numamem.memorymanager.search.space.best_preferred`."""
         return hint_search.best_preferred(self, order, accept)
 
     def narrowest_count(self) -> int | None:
@@ -402,7 +402,7 @@ class HintSpace(HintFamily):
         order: Order,
         below: tuple[int, ...] | None = None,
     ) -> int | None:
-        """See :func:`numamem.memorymanager.hint_search.best_meet`."""
+        """See :func:`numamem.memorymanager.search.space.best_meet`."""
         return hint_search.best_meet(self, e, copies, best_count, order, below)
 
 

@@ -2,7 +2,7 @@
 
 The first masks in kubelet's order (fewest nodes first, then lexicographic)
 get a verdict with the reason of the first test they fail (the tests are
-defined once, :meth:`~numamem.memorymanager.hints.HintSpace.failure`; this
+defined once, :meth:`~numamem.memorymanager.search.rules.HintSpace.failure`; this
 module words its findings); the rest are counted, not visited: a machine of n
 nodes has 2^n - 1 masks.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from numamem.memorymanager.hints import Failure, HintSpace
+from numamem.memorymanager.search.rules import Failure, HintSpace
 from numamem.quantity import format_bytes
 from numamem.topologymanager import bitmask
 

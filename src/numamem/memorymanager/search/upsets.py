@@ -2,7 +2,7 @@
 
 An *up-set* is a set of two or more unused nodes whose summed values (per
 memory type, what each node can give) cover the request (see
-:mod:`numamem.memorymanager.hints` for why every other multi-node hint is an
+:mod:`numamem.memorymanager.search.rules` for why every other multi-node hint is an
 existing group). Adding a node never makes an up-set fail, so they are
 
 * listed depth-first over the unused nodes in id order (:meth:`UpSets.lex`,
@@ -12,7 +12,7 @@ existing group). Adding a node never makes an up-set fail, so they are
 * listed smallest integer value first (:meth:`UpSets.colex`, what the
   narrowest order and ``findBestHint`` want), optionally containing given nodes;
 * searched for the merge without listing them (:meth:`UpSets.best_of_size`,
-  :meth:`UpSets.meet`, by :mod:`numamem.memorymanager.subset_search`);
+  :meth:`UpSets.meet`, by :mod:`numamem.memorymanager.search.best_subset`);
 * counted by a dynamic program capped at the request (:meth:`UpSets.count`).
 
 Every branch is charged to the :class:`~numamem.work.Work`.
@@ -23,9 +23,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 
-from numamem.memorymanager.memo import memoized
-from numamem.memorymanager.subset_search import Ground
-from numamem.memorymanager.subsets import SortedSums, count_covering_subsets, covers
+from numamem.memorymanager.search.best_subset import Ground
+from numamem.memorymanager.search.memo import memoized
+from numamem.memorymanager.search.subsets import SortedSums, count_covering_subsets, covers
 from numamem.topologymanager.merge import Order, size_rank
 from numamem.work import Work
 

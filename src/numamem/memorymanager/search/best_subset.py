@@ -1,7 +1,7 @@
 """The best subset of NUMA nodes under the merge's orders, found without listing subsets.
 
 The merge's searches over the memory manager's up-sets (see
-:mod:`numamem.memorymanager.hints`) all come down to one question. Given a
+:mod:`numamem.memorymanager.search.rules`) all come down to one question. Given a
 ground set W of nodes, a value per node and memory type, and ``bins`` bins
 that each hold at most ``cap`` per type and at most ``max_per_bin`` nodes:
 among the subsets R of W of a given size whose rest W \\ R can be split into
@@ -42,7 +42,7 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from numamem.memorymanager.subsets import exists_subset
+from numamem.memorymanager.search.subsets import exists_subset
 from numamem.work import Work
 
 Values = tuple[int, ...]

@@ -1,11 +1,11 @@
-"""Searches over a :class:`~numamem.memorymanager.hints.HintSpace` that never list it.
+"""Searches over a :class:`~numamem.memorymanager.search.rules.HintSpace` that never list it.
 
 kubelet lists every hint and then scans the list: ``findBestHint`` (a preferred
 hint first, then the narrowest, ties by integer value), ``extendTopologyManagerHint``
 (the same over the hints that contain the topology manager's mask), and the
 merge's picks (:mod:`numamem.topologymanager.merge`). These functions find the
 same answers from the space's structure (singles, specials and up-sets, see
-:mod:`numamem.memorymanager.hints`): ``findBestHint`` by size, smallest first,
+:mod:`numamem.memorymanager.search.rules`): ``findBestHint`` by size, smallest first,
 each size's smallest member found directly; the merge's picks by searches over
 the specials and the up-sets. They change nothing but the space's
 :class:`~numamem.work.Work`, which they charge for every step, and read the
@@ -24,7 +24,7 @@ from numamem.topologymanager.merge import Order, size_rank
 from numamem.topologymanager.policy import TopologyHint
 
 if TYPE_CHECKING:
-    from numamem.memorymanager.hints import HintSpace
+    from numamem.memorymanager.search.rules import HintSpace
 
 
 def min_value_member(space: HintSpace, k: int, base: int = 0) -> int | None:
@@ -72,7 +72,7 @@ def best_preferred(
     """The preferred hint smallest under ``order`` that ``accept`` accepts: by value the
     first of :func:`preferred_by_value`; by distance the closest of the singles, or of the
     specials of the preferred size and the best up-set of that size (a search,
-    :meth:`~numamem.memorymanager.upsets.UpSets.best_of_size`)."""
+    :meth:`~numamem.memorymanager.search.upsets.UpSets.best_of_size`)."""
     if order.by_value:
         return next((m for m in preferred_by_value(space) if accept is None or accept(m)), None)
     k = space.min_affinity_size
@@ -103,7 +103,7 @@ def best_meet(
     ``copies`` times). Otherwise the AND takes some specials T (at most ``copies`` of
     them, each possibly repeated) and the rest up-sets: ``e & AND(T)`` when they are all
     specials, else ``e & AND(T)`` met with ``copies - |T|`` up-sets
-    (:meth:`~numamem.memorymanager.upsets.UpSets.meet`).
+    (:meth:`~numamem.memorymanager.search.upsets.UpSets.meet`).
     """
     work = space.work
     order_key = order.charged_key(work)
