@@ -38,7 +38,7 @@ from numamem.memorymanager.invariants import violations
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.search import rules as rules_module
-from numamem.memorymanager.search.rules import HintSpace
+from numamem.memorymanager.search.space import HintSpace
 from numamem.memorymanager.search.subsets import count_covering_subsets, exists_subset
 from numamem.memorymanager.store import InMemoryStore
 from numamem.memtypes import MEMORY, MachineState, MemoryTable, NUMANodeState

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from numamem.memorymanager import podlevel
 from numamem.memorymanager.forked import AdmitOutcome
-from numamem.memorymanager.search.rules import HintSpace
+from numamem.memorymanager.search.space import HintSpace
 from numamem.memtypes import Block, MachineState, MemoryTable, NUMANodeState
 from numamem.pod import Pod
 from numamem.topologymanager import bitmask

@@ -3,7 +3,7 @@
 Guaranteed pods get their memory and hugepages pinned to NUMA nodes:
 
 * hints (:mod:`~numamem.memorymanager.static_hints`) are kubelet's hints in
-  kubelet's order, given by rule (:class:`~numamem.memorymanager.search.rules.HintSpace`)
+  kubelet's order, given by rule (:class:`~numamem.memorymanager.search.space.HintSpace`)
   rather than by visiting all 2^n masks, so hints and admission stay fast on
   large machines;
 * Allocate takes the topology manager's affinity (or the default hint),

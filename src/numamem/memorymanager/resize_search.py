@@ -31,7 +31,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from numamem.memorymanager.search.best_subset import Ground
-from numamem.memorymanager.search.rules import HintSpace
+from numamem.memorymanager.search.space import HintSpace
 from numamem.memtypes import MEMORY, NUMANodeState
 from numamem.quantity import format_bytes
 from numamem.topologymanager.merge import NARROWEST, Order

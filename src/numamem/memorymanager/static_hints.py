@@ -4,7 +4,7 @@ Hints are the NUMA masks whose summed allocatable fits the request, whose nodes 
 multi-NUMA group rules, and whose summed free memory (plus the pod's reusable
 init-container memory for exactly that mask) fits; "preferred" means the minimal number
 of nodes whose *allocatable* could hold the request. They are given by rule
-(:class:`~numamem.memorymanager.search.rules.HintSpace`), not by visiting all 2^n masks.
+(:class:`~numamem.memorymanager.search.space.HintSpace`), not by visiting all 2^n masks.
 
 What they derive from (:class:`HintSource`): the container's request (container scope)
 or the pod's (pod scope: the pod-level budget for a pod allocated as a whole, KEP-5526),
@@ -35,7 +35,7 @@ from numamem.memorymanager.requests import (
 )
 from numamem.memorymanager.reuse import ReuseTable, reusable_memory
 from numamem.memorymanager.search.explain import mask_verdicts
-from numamem.memorymanager.search.rules import HintSpace
+from numamem.memorymanager.search.space import HintSpace
 from numamem.memorymanager.state import StateReader
 from numamem.memtypes import Block, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos

@@ -2,7 +2,7 @@
 
 The first masks in kubelet's order (fewest nodes first, then lexicographic)
 get a verdict with the reason of the first test they fail (the tests are
-defined once, :meth:`~numamem.memorymanager.search.rules.HintSpace.failure`; this
+defined once, :meth:`~numamem.memorymanager.search.rules.HintRules.failure`; this
 module words its findings); the rest are counted, not visited: a machine of n
 nodes has 2^n - 1 masks.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from numamem.memorymanager.search.rules import Failure, HintSpace
+from numamem.memorymanager.search.rules import Failure, HintRules
 from numamem.quantity import format_bytes
 from numamem.topologymanager import bitmask
 
@@ -24,7 +24,7 @@ MAX_REPORTED_COUNT = (1 << 64) - 1
 
 
 def mask_verdicts(
-    space: HintSpace, limit: int = MAX_EXPLAINED_MASKS
+    space: HintRules, limit: int = MAX_EXPLAINED_MASKS
 ) -> tuple[list[tuple[int, str]], int]:
     """(mask, why it is not a hint or "") for the first ``limit`` masks, and how many more exist."""
     items: list[tuple[int, str]] = []
@@ -36,14 +36,14 @@ def mask_verdicts(
     return items, min(total - len(items), MAX_REPORTED_COUNT)
 
 
-def why_not(space: HintSpace, bits: Sequence[int]) -> str:
+def why_not(space: HintRules, bits: Sequence[int]) -> str:
     """The reason ``bits`` is not a hint (the first of kubelet's tests it fails), or ""."""
     failure = space.failure(bitmask.new_mask(bits), bits)
     return "" if failure is None else words(failure)
 
 
 def words(failure: Failure) -> str:
-    """What :meth:`HintSpace.failure` found, as Explain says it."""
+    """What :meth:`HintRules.failure` found, as Explain says it."""
     if failure.test == 0:
         return f"node {failure.node} is not one of the nodes hints are made of"
     if failure.test == 1:

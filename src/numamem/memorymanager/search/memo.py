@@ -1,7 +1,7 @@
 """A per-instance memoised property without a lock, for the per-call search objects.
 
 :func:`functools.cached_property` on Python 3.11 takes an ``RLock`` at every first read,
-several microseconds each; a :class:`~numamem.memorymanager.search.rules.HintSpace` reads half a
+several microseconds each; a :class:`~numamem.memorymanager.search.rules.HintRules` reads half a
 dozen of them per allocation, and is used by one thread only. :class:`memoized` computes
 the value on the first read and stores it in the instance's ``__dict__`` under the
 property's name, where every later read finds it without calling the descriptor (it is a

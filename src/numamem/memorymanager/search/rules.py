@@ -15,10 +15,10 @@ node ids in lexicographic order):
    for exactly this mask, covers the request.
 
 A hint is *preferred* when its size is ``minAffinitySize``. The tests have one
-definition, :meth:`HintSpace.failure`, which says which test a mask fails and
+definition, :meth:`HintRules.failure`, which says which test a mask fails and
 why (``Explain`` words it, :mod:`numamem.memorymanager.search.explain`).
 
-How :class:`HintSpace` finds the same hints without visiting every mask: by
+How :class:`HintRules` finds the same hints without visiting every mask: by
 tests 2 and 3, a multi-node hint either consists of unused nodes only, or is
 exactly an existing multi-NUMA group. So the hints are
 
@@ -29,14 +29,14 @@ exactly an existing multi-NUMA group. So the hints are
   is their allocatable: an unused node has nothing reserved) covers every
   type (:mod:`numamem.memorymanager.search.upsets` lists, counts and searches them).
 
-On that structure, here: iteration in kubelet's order (:meth:`HintSpace.iter_masks`,
-lazy), the first hints and the count of the rest (:meth:`HintSpace.listed`) and
-membership tests; in :mod:`numamem.memorymanager.search.space`: the
-``findBestHint`` of the whole list (:meth:`HintSpace.best`) and of the hints
-that contain a mask (:meth:`HintSpace.best_superset`,
-``extendTopologyManagerHint``), and what the merge asks of a rule-given list
-(:class:`~numamem.topologymanager.merge.HintFamily`). The hints of every
-requested type are the same list, so one HintSpace stands for all of them.
+On that structure, here: iteration in kubelet's order (:meth:`HintRules.iter_masks`,
+lazy), the first hints and the count of the rest (:meth:`HintRules.listed`) and
+membership tests. The searches that never list the hints (``findBestHint``,
+``extendTopologyManagerHint``, the merge's picks) are in
+:mod:`numamem.memorymanager.search.space`, whose
+:class:`~numamem.memorymanager.search.space.HintSpace` adds them to these rules and is what
+the merge takes as a rule-given list (:class:`~numamem.topologymanager.merge.HintFamily`).
+The hints of every requested type are the same list, so one space stands for all of them.
 Every search is charged to the space's :class:`~numamem.work.Work`.
 """
 
@@ -47,19 +47,17 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from numamem.memorymanager.search import space as hint_search
 from numamem.memorymanager.search.memo import memoized
 from numamem.memorymanager.search.subsets import exists_subset
 from numamem.memorymanager.search.upsets import UpSets
 from numamem.memtypes import NUMANodeState
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.merge import HintFamily, Order
 from numamem.topologymanager.policy import TopologyHint
 from numamem.work import Work
 
 COUNT_STATE_BUDGET = 200_000
 """States the counting dynamic program may visit (over all its steps, about 0.1 s) before
-:meth:`HintSpace.listed` settles for a lower bound of the hints it left out
+:meth:`HintRules.listed` settles for a lower bound of the hints it left out
 (``omitted_is_lower_bound``)."""
 
 
@@ -92,8 +90,9 @@ class Failure:
 
 
 @dataclass(eq=False)
-class HintSpace(HintFamily):
-    """Hints of one request on one machine state; read-only (its caches aside, one thread).
+class HintRules:
+    """Hints of one request on one machine state, by rule; read-only (its caches aside, one
+    thread). The searches over them are :class:`~numamem.memorymanager.search.space.HintSpace`'s.
 
     ``nodes`` are the NUMA ids hints are made of (every node of the machine, or
     only those with CPUs under ``restrict-to-cpu-numa-nodes``); ``reuse`` maps
@@ -370,40 +369,11 @@ class HintSpace(HintFamily):
         masks = list(itertools.islice(self.iter_masks(), limit + 1))
         return None if len(masks) > limit else masks
 
-    # --- searches that never list the hints (numamem.memorymanager.search.space) ----------
-
-    def best(self) -> TopologyHint | None:
-        """``findBestHint`` of the whole list: a preferred hint first, then the narrowest."""
-        return hint_search.best_superset(self, 0)
-
-    def best_superset(self, mask: int) -> TopologyHint | None:
-        """``findBestHint`` over the hints that contain ``mask`` (``extendTopologyManagerHint``)."""
-        return hint_search.best_superset(self, mask)
-
-    def preferred_by_value(self) -> Iterator[int]:
-        """See :func:`numamem.memorymanager.search.space.preferred_by_value`."""
-        return hint_search.preferred_by_value(self)
-
-    def best_preferred(self, order: Order, accept: Callable[[int], bool] | None) -> int | None:
-        """See :func:`numamem.memorymanager.search.space.best_preferred`."""
-        return hint_search.best_preferred(self, order, accept)
-
     def narrowest_count(self) -> int | None:
         """The size of the narrowest hint (what the merge's ``bestNonPreferredAffinityCount`` takes):
         kubelet's order lists the smallest hints first."""
         first = self._first
         return None if first is None else first.bit_count()
-
-    def best_meet(
-        self,
-        e: int,
-        copies: int,
-        best_count: int,
-        order: Order,
-        below: tuple[int, ...] | None = None,
-    ) -> int | None:
-        """See :func:`numamem.memorymanager.search.space.best_meet`."""
-        return hint_search.best_meet(self, e, copies, best_count, order, below)
 
 
 def _lex_key(mask: int) -> tuple[int, ...]:

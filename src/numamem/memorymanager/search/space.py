@@ -1,16 +1,18 @@
-"""Searches over a :class:`~numamem.memorymanager.search.rules.HintSpace` that never list it.
+"""The searches over a rule-given hint list that never list it, and :class:`HintSpace`.
 
 kubelet lists every hint and then scans the list: ``findBestHint`` (a preferred
 hint first, then the narrowest, ties by integer value), ``extendTopologyManagerHint``
 (the same over the hints that contain the topology manager's mask), and the
 merge's picks (:mod:`numamem.topologymanager.merge`). These functions find the
-same answers from the space's structure (singles, specials and up-sets, see
-:mod:`numamem.memorymanager.search.rules`): ``findBestHint`` by size, smallest first,
-each size's smallest member found directly; the merge's picks by searches over
-the specials and the up-sets. They change nothing but the space's
-:class:`~numamem.work.Work`, which they charge for every step, and read the
+same answers from the structure of :class:`~numamem.memorymanager.search.rules.HintRules`
+(singles, specials and up-sets, see :mod:`numamem.memorymanager.search.rules`):
+``findBestHint`` by size, smallest first, each size's smallest member found directly; the
+merge's picks by searches over the specials and the up-sets. They change nothing but the
+space's :class:`~numamem.work.Work`, which they charge for every step, and read the
 space's memoised singles, specials and up-sets (single nodes are tested lazily
-until ``singles`` is built); the space's methods of the same names call them.
+until ``singles`` is built). :class:`HintSpace` is the rules with these searches as
+methods of the same names: the :class:`~numamem.topologymanager.merge.HintFamily` the merge
+takes, and what the Static policy and a resize search.
 """
 
 from __future__ import annotations
@@ -18,16 +20,13 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
-from numamem.topologymanager.merge import Order, size_rank
+from numamem.memorymanager.search.rules import HintRules
+from numamem.topologymanager.merge import HintFamily, Order, size_rank
 from numamem.topologymanager.policy import TopologyHint
 
-if TYPE_CHECKING:
-    from numamem.memorymanager.search.rules import HintSpace
 
-
-def min_value_member(space: HintSpace, k: int, base: int = 0) -> int | None:
+def min_value_member(space: HintRules, k: int, base: int = 0) -> int | None:
     """The hint of size ``k`` with the smallest integer value that contains ``base``.
 
     Of size 1 only singles exist (specials and up-sets have two nodes or more), and they
@@ -44,7 +43,7 @@ def min_value_member(space: HintSpace, k: int, base: int = 0) -> int | None:
     return min(found) if found else None
 
 
-def best_superset(space: HintSpace, mask: int) -> TopologyHint | None:
+def best_superset(space: HintRules, mask: int) -> TopologyHint | None:
     """``findBestHint`` over the hints that contain ``mask`` (``extendTopologyManagerHint``;
     ``mask`` 0: over every hint)."""
     minimum = space.min_affinity_size
@@ -56,7 +55,7 @@ def best_superset(space: HintSpace, mask: int) -> TopologyHint | None:
     return None
 
 
-def preferred_by_value(space: HintSpace) -> Iterator[int]:
+def preferred_by_value(space: HintRules) -> Iterator[int]:
     """The preferred hints (size ``minAffinitySize``), smallest integer value first."""
     k = space.min_affinity_size
     if k == 1:  # single ids ascend, and so do their masks
@@ -67,7 +66,7 @@ def preferred_by_value(space: HintSpace) -> Iterator[int]:
 
 
 def best_preferred(
-    space: HintSpace, order: Order, accept: Callable[[int], bool] | None
+    space: HintRules, order: Order, accept: Callable[[int], bool] | None
 ) -> int | None:
     """The preferred hint smallest under ``order`` that ``accept`` accepts: by value the
     first of :func:`preferred_by_value`; by distance the closest of the singles, or of the
@@ -88,7 +87,7 @@ def best_preferred(
 
 
 def best_meet(
-    space: HintSpace,
+    space: HintRules,
     e: int,
     copies: int,
     best_count: int,
@@ -135,3 +134,35 @@ def best_meet(
                 if upset is not None:
                     offer(upset)
     return found
+
+
+class HintSpace(HintRules, HintFamily):
+    """The hints of one request by rule (:class:`HintRules`: its fields, its ``__init__``),
+    with the searches above as methods: the list the merge takes. Read-only, one thread."""
+
+    def best(self) -> TopologyHint | None:
+        """``findBestHint`` of the whole list: a preferred hint first, then the narrowest."""
+        return best_superset(self, 0)
+
+    def best_superset(self, mask: int) -> TopologyHint | None:
+        """``findBestHint`` over the hints that contain ``mask`` (``extendTopologyManagerHint``)."""
+        return best_superset(self, mask)
+
+    def preferred_by_value(self) -> Iterator[int]:
+        """See :func:`preferred_by_value`."""
+        return preferred_by_value(self)
+
+    def best_preferred(self, order: Order, accept: Callable[[int], bool] | None) -> int | None:
+        """See :func:`best_preferred`."""
+        return best_preferred(self, order, accept)
+
+    def best_meet(
+        self,
+        e: int,
+        copies: int,
+        best_count: int,
+        order: Order,
+        below: tuple[int, ...] | None = None,
+    ) -> int | None:
+        """See :func:`best_meet`."""
+        return best_meet(self, e, copies, best_count, order, below)
