@@ -346,7 +346,7 @@ class ReferenceTopologyPolicy(TopologyPolicy):
 # --- pod-level resources (KEP-5526) ---------------------------------------------------------
 #
 # Transcribed from the memory-manager spec, section 5, independently of
-# numamem.memorymanager.podlevel: the container's and the pod's requests under the gate,
+# numamem.memorymanager.requests.podlevel: the container's and the pod's requests under the gate,
 # validatePodScopeResources, AllocatePod's partition, its pod-scope hints and the
 # pod-level branch of RemoveContainer.
 

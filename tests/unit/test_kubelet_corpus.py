@@ -20,7 +20,7 @@ from numamem.memorymanager.manager import Manager, new_policy
 from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.policy import NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.requests import pod_requested_resources
+from numamem.memorymanager.requests.resources import pod_requested_resources
 from numamem.memorymanager.reserved import (
     convert_reserved,
     get_system_reserved_memory,

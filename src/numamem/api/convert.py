@@ -11,8 +11,8 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from numamem.memorymanager import podlevel
 from numamem.memorymanager.forked import AdmitOutcome
+from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.search.space import HintSpace
 from numamem.memtypes import Block, MachineState, MemoryTable, NUMANodeState
 from numamem.pod import Pod

@@ -52,10 +52,10 @@ from numamem.errors import (
 )
 from numamem.logging import get_logger
 from numamem.memorymanager import options as mm_options
-from numamem.memorymanager import podlevel
 from numamem.memorymanager.drift import AUTO
 from numamem.memorymanager.manager import Manager, new_policy
 from numamem.memorymanager.options import StaticOptions
+from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.reserved import (
     node_allocatable_reservation,
     validate_reserved_memory_config,

@@ -76,8 +76,8 @@ from numamem.api.sockets import (
 )
 from numamem.errors import quote
 from numamem.logging import get_logger
-from numamem.memorymanager import podlevel
 from numamem.memorymanager.manager import Committed, Manager
+from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.state import StateView
 from numamem.memtypes import Block
 from numamem.v1 import podresources_pb2 as pr

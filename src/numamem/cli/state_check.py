@@ -58,7 +58,7 @@ def shared_containers(state_dir: Path, loaded: Any) -> dict[str, set[str]]:
     from numamem.checkpoint.containerfile import read_container_file
     from numamem.checkpoint.mmstore import CONTAINERS_FILE
     from numamem.errors import CheckpointError
-    from numamem.memorymanager import podlevel
+    from numamem.memorymanager.requests import podlevel
 
     exclusive: Mapping[str, frozenset[str]] = {}
     with contextlib.suppress(OSError, CheckpointError):  # `state verify` reports the file

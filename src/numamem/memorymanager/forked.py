@@ -16,9 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from numamem.errors import AllocationError
-from numamem.memorymanager import podlevel
 from numamem.memorymanager.policy import HintExplanation, Policy
-from numamem.memorymanager.requests import container_requested_resources, pod_requested_resources
+from numamem.memorymanager.requests import podlevel
+from numamem.memorymanager.requests.resources import (
+    container_requested_resources,
+    pod_requested_resources,
+)
 from numamem.memorymanager.state import MemoryState, State
 from numamem.memorymanager.unpinned import NotPinned, why_not_pinned
 from numamem.memtypes import Block
@@ -170,7 +173,7 @@ class Explanation:
 
 
 def pod_level_plan(policy: Policy, pod: Pod) -> podlevel.Plan | None:
-    """The :class:`~numamem.memorymanager.podlevel.Plan` of ``pod``, when it has one."""
+    """The :class:`~numamem.memorymanager.requests.podlevel.Plan` of ``pod``, when it has one."""
     if not policy.can_allocate_exclusively() or not podlevel.allocated_as_pod(policy.gates, pod):
         return None
     if pod_qos(pod) != GUARANTEED:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from numamem.memorymanager.podlevel import accounted_assignments
+from numamem.memorymanager.requests.podlevel import accounted_assignments
 from numamem.memtypes import MEMORY, Block, NUMANodeState
 
 

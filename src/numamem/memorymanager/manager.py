@@ -51,7 +51,6 @@ from numamem.errors import (
     FailedPreconditionError,
     quote,
 )
-from numamem.memorymanager import podlevel
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.forked import (
     AdmitOutcome,
@@ -64,6 +63,7 @@ from numamem.memorymanager.manager_resize import Resizes
 from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.policy import NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.reserved import get_system_reserved_memory
 from numamem.memorymanager.state import MemoryState
 from numamem.memorymanager.store import StateStore

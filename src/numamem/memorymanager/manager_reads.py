@@ -12,9 +12,9 @@ import threading
 from collections.abc import Mapping
 
 from numamem.errors import NotFoundError, quote
-from numamem.memorymanager import podlevel
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.policy import Policy
+from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.state import MemoryState, StateView
 from numamem.memorymanager.versions import Committed, Versions
 from numamem.memtypes import Block, ContainerRef
@@ -77,8 +77,9 @@ class CommittedReads:
         return self._state.get_pod_memory_blocks(pod_uid)
 
     def isolation_level(self, pod_uid: str, container_name: str) -> str:
-        """``GetResourceIsolationLevel`` from the committed state: ``host`` (no blocks),
-        ``pod`` (shares its pod's pool) or ``container`` (:func:`.podlevel.isolation_level`)."""
+        """``GetResourceIsolationLevel`` from the committed state: ``host`` (no blocks), ``pod``
+        (shares its pod's pool) or ``container``
+        (:func:`numamem.memorymanager.requests.podlevel.isolation_level`)."""
         state = self._state
         return podlevel.isolation_level(
             state.get_memory_blocks(pod_uid, container_name),

@@ -39,7 +39,7 @@ and states the kubelet itself handles):
   order, and reserved memory equals the blocks in any order of Allocate calls
   and across restarts (:mod:`~numamem.memorymanager.reuse`).
 
-Pod-level resources (KEP-5526, :mod:`~numamem.memorymanager.podlevel`): with both
+Pod-level resources (KEP-5526, :mod:`~numamem.memorymanager.requests.podlevel`): with both
 feature gates on, a pod that sets ``spec.resources`` asks for its pod-level budget in
 the pod scope (:meth:`StaticPolicy.allocate_pod`: one allocation, partitioned among its
 containers), and only its equivalent-Guaranteed containers ask for memory of their own
@@ -66,7 +66,7 @@ from numamem.errors import (
     quote,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager import drift, podlevel
+from numamem.memorymanager import drift
 from numamem.memorymanager.arithmetic import (
     affinity_satisfies,
     copy_for_write,
@@ -79,7 +79,8 @@ from numamem.memorymanager.arithmetic import (
     violates_numa_allocations,
 )
 from numamem.memorymanager.options import StaticOptions, verify_hugepages
-from numamem.memorymanager.requests import (
+from numamem.memorymanager.requests import podlevel
+from numamem.memorymanager.requests.resources import (
     container_requested_resources,
     pod_requested_resources,
 )
@@ -256,9 +257,10 @@ class StaticPolicy(StaticHints):
         self, state: State, pod: Pod, affinity: TopologyHint, work: Work | None = None
     ) -> None:
         """``AllocatePod`` (KEP-5526): one allocation of the pod's pod-level budget on the NUMA
-        nodes ``affinity`` gives (the topology manager's hint for the pod's first container;
-        the default hint when it has none, extended when too narrow, exactly as
-        :meth:`allocate`), partitioned among its containers (:func:`.podlevel.partition`).
+        nodes ``affinity`` gives (the topology manager's hint for the pod's first container; the
+        default hint when it has none, extended when too narrow, exactly as :meth:`allocate`),
+        partitioned among its containers
+        (:func:`numamem.memorymanager.requests.podlevel.partition`).
 
         Does nothing for a pod that is not Guaranteed, does not set pod-level resources (or
         with a gate off), or already has its pod-level entry (kubernetes#141077). Raises

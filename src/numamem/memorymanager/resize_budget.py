@@ -1,11 +1,11 @@
 """In-place resize of a pod allocated as a whole by its pod-level resources (issue 30, KEP-5526).
 
 In the topology manager's pod scope, a Guaranteed pod that sets pod-level memory is **one**
-NUMA-aligned allocation, its *budget* (the pod-level blocks, reserved once), divided among
-its containers by :func:`.podlevel.partition`. Such a pod is resized as a whole, as the API
-server accepted it: its new ``spec.resources`` memory is the new budget, and the new
-requests of its equivalent-Guaranteed containers are their new exclusive shares. The rules
-are the container rules (:mod:`.resize`) applied to the budget:
+NUMA-aligned allocation, its *budget* (the pod-level blocks, reserved once), divided among its
+containers by :func:`numamem.memorymanager.requests.podlevel.partition`. Such a pod is resized as a
+whole, as the API server accepted it: its new ``spec.resources`` memory is the new budget, and the
+new requests of its equivalent-Guaranteed containers are their new exclusive shares. The rules are
+the container rules (:mod:`.resize`) applied to the budget:
 
 * the pod keeps its pod-level resources and stays Guaranteed, no hugepage size changes (the
   budget's or an exclusive container's), a regular init container's own memory does not
@@ -35,10 +35,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from numamem.errors import AllocationError, ResizeError, ResizeInfeasibleError, quote
-from numamem.memorymanager import podlevel
 from numamem.memorymanager import resize as resizing
 from numamem.memorymanager.policy import Policy
-from numamem.memorymanager.requests import container_requested_resources, pod_requested_resources
+from numamem.memorymanager.requests import podlevel
+from numamem.memorymanager.requests.resources import (
+    container_requested_resources,
+    pod_requested_resources,
+)
 from numamem.memorymanager.resize import (
     EXTENDED,
     GROWN,

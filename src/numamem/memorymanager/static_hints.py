@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, InvalidArgumentError, quote
-from numamem.memorymanager import podlevel
 from numamem.memorymanager.policy import HintExplanation, MaskVerdict
-from numamem.memorymanager.requests import (
+from numamem.memorymanager.requests import podlevel
+from numamem.memorymanager.requests.resources import (
     Requested,
     container_requested_resources,
     pod_requested_resources,

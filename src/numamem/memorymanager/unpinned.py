@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from numamem.errors import AllocationError, quote
 from numamem.memorymanager.policy import Policy
-from numamem.memorymanager.requests import container_requested_resources
+from numamem.memorymanager.requests.resources import container_requested_resources
 from numamem.pod import GUARANTEED, Container, Pod, not_guaranteed_because, pod_qos
 
 POLICY_NONE = "POLICY_NONE"
