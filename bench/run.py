@@ -42,9 +42,9 @@ from numamem.client import NumamemClient
 from numamem.config.model import ReservedMemory
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.reserved import get_system_reserved_memory
-from numamem.memorymanager.state import MemoryState
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.state.model import MemoryState
+from numamem.memorymanager.state.reserved import get_system_reserved_memory
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.metacache import journal
 from numamem.metacache.cache import State
 from numamem.metacache.metrics.collector import Collector

@@ -23,8 +23,8 @@ from numamem.errors import ConflictError, DeadlineExceededError, SearchBudgetErr
 from numamem.memorymanager import versions
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.state import StateReader
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.state.model import StateReader
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.pod import Container, Pod
 from numamem.quantity import parse_quantity
 from numamem.testing.server import serve_in_process

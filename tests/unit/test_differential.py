@@ -34,13 +34,13 @@ from hypothesis import strategies as st
 
 from numamem.config.model import FeatureGates
 from numamem.errors import SearchBudgetError
-from numamem.memorymanager.invariants import violations
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.search import rules as rules_module
 from numamem.memorymanager.search.space import HintSpace
 from numamem.memorymanager.search.subsets import count_covering_subsets, exists_subset
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.state.invariants import violations
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.memtypes import MEMORY, MachineState, MemoryTable, NUMANodeState
 from numamem.pod import Container, Pod, aggregate_container_resources
 from numamem.quantity import Format, Quantity

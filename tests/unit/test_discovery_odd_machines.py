@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from numamem.errors import TopologyError
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.memtypes import Block
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from numamem.errors import AllocationError, ConfigError, StateMismatchError
-from numamem.memorymanager import drift
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.options import (
     ParsedOptions,
@@ -17,7 +16,8 @@ from numamem.memorymanager.options import (
     verify_hugepages,
 )
 from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.state import drift
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.pod import Container, Pod
 from numamem.quantity import parse_quantity
 from numamem.topology import HugePagePool, Machine, NUMANode

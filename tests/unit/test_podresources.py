@@ -26,7 +26,7 @@ from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
 from numamem.checkpoint.namesfile import NAMES_FILE, encode_names, read_names
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.store import InMemoryStore, StateStore
+from numamem.memorymanager.state.store import InMemoryStore, StateStore
 from numamem.memtypes import Block
 from numamem.pod import Pod
 from numamem.topologymanager.policy import new_policy

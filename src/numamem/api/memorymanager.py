@@ -52,16 +52,16 @@ from numamem.errors import (
 )
 from numamem.logging import get_logger
 from numamem.memorymanager import options as mm_options
-from numamem.memorymanager.drift import AUTO
 from numamem.memorymanager.manager import Manager, new_policy
 from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.requests import podlevel
-from numamem.memorymanager.reserved import (
+from numamem.memorymanager.search.explain import MAX_EXPLAINED_MASKS
+from numamem.memorymanager.state.drift import AUTO
+from numamem.memorymanager.state.reserved import (
     node_allocatable_reservation,
     validate_reserved_memory_config,
 )
-from numamem.memorymanager.search.explain import MAX_EXPLAINED_MASKS
-from numamem.memorymanager.store import StateStore
+from numamem.memorymanager.state.store import StateStore
 from numamem.pod import Pod
 from numamem.topology import Machine
 from numamem.topology.iomem import auto_drift_bound, why_no_span

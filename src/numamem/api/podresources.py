@@ -78,7 +78,7 @@ from numamem.errors import quote
 from numamem.logging import get_logger
 from numamem.memorymanager.manager import Committed, Manager
 from numamem.memorymanager.requests import podlevel
-from numamem.memorymanager.state import StateView
+from numamem.memorymanager.state.model import StateView
 from numamem.memtypes import Block
 from numamem.v1 import podresources_pb2 as pr
 from numamem.v1 import podresources_pb2_grpc as pr_grpc

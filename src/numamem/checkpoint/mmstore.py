@@ -125,7 +125,7 @@ def replayed(
 
 
 class KubeletStateStore:
-    """A :class:`~numamem.memorymanager.store.StateStore` on a state directory.
+    """A :class:`~numamem.memorymanager.state.store.StateStore` on a state directory.
 
     Not thread-safe: the memory manager calls it under its own lock. Restoring
     only reads: temp files of interrupted writes and an unusable container map

@@ -81,7 +81,7 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
     from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
     from numamem.checkpoint.namesfile import NAMES_FILE, read_names
     from numamem.errors import CheckpointError
-    from numamem.memorymanager.invariants import violations
+    from numamem.memorymanager.state.invariants import violations
 
     report: dict[str, Any] = {"file": str(state_dir / STATE_FILE), "problems": []}
     try:

@@ -27,8 +27,8 @@ def diff(args: argparse.Namespace) -> int:
     from numamem.api.memorymanager import build_manager, state_store
     from numamem.checkpoint.mmstore import STATE_FILE
     from numamem.errors import CheckpointError, NumamemError
-    from numamem.memorymanager.drift import diff_states, replay_strict
     from numamem.memorymanager.requests.podlevel import accounted_assignments
+    from numamem.memorymanager.state.drift import diff_states, replay_strict
     from numamem.topology.sysfs import discover
 
     try:

@@ -22,7 +22,7 @@ from numamem.memorymanager.requests.resources import (
     container_requested_resources,
     pod_requested_resources,
 )
-from numamem.memorymanager.state import MemoryState, State
+from numamem.memorymanager.state.model import MemoryState, State
 from numamem.memorymanager.unpinned import NotPinned, why_not_pinned
 from numamem.memtypes import Block
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos

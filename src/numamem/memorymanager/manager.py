@@ -64,9 +64,9 @@ from numamem.memorymanager.options import StaticOptions
 from numamem.memorymanager.policy import NonePolicy, Policy
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.requests import podlevel
-from numamem.memorymanager.reserved import get_system_reserved_memory
-from numamem.memorymanager.state import MemoryState
-from numamem.memorymanager.store import StateStore
+from numamem.memorymanager.state.model import MemoryState
+from numamem.memorymanager.state.reserved import get_system_reserved_memory
+from numamem.memorymanager.state.store import StateStore
 from numamem.memorymanager.versions import Committed, Versions
 from numamem.memtypes import Block, ContainerRef
 from numamem.pod import Pod

@@ -15,7 +15,7 @@ from numamem.errors import NotFoundError, quote
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.policy import Policy
 from numamem.memorymanager.requests import podlevel
-from numamem.memorymanager.state import MemoryState, StateView
+from numamem.memorymanager.state.model import MemoryState, StateView
 from numamem.memorymanager.versions import Committed, Versions
 from numamem.memtypes import Block, ContainerRef
 from numamem.pod import Container, Pod

@@ -14,7 +14,7 @@ from numamem.memorymanager.manager_reads import container_of
 from numamem.memorymanager.manager_stale import ActivePods
 from numamem.memorymanager.policy_static import StaticPolicy
 from numamem.memorymanager.resize_apply import apply
-from numamem.memorymanager.state import MemoryState
+from numamem.memorymanager.state.model import MemoryState
 from numamem.pod import Pod
 from numamem.work import Work
 

@@ -15,7 +15,7 @@ from numamem.errors import quote
 from numamem.logging import get_logger
 from numamem.memorymanager.containermap import ContainerMap
 from numamem.memorymanager.manager_reads import CommittedReads
-from numamem.memorymanager.state import State
+from numamem.memorymanager.state.model import State
 from numamem.memtypes import ContainerRef
 from numamem.pod import Pod
 

@@ -3,7 +3,7 @@
 Options, with upstream's names and error texts where upstream has them:
 
 * ``memory-drift-tolerance`` (KEP-6232): ``off`` | ``auto`` | a quantity, plus
-  numamem's ``fit`` (the default); see :mod:`numamem.memorymanager.drift`;
+  numamem's ``fit`` (the default); see :mod:`numamem.memorymanager.state.drift`;
 * ``hugepages-availability-verification`` (numamem's, named after KEP-5759
   "Memory Manager Hugepages Availability Verification"): ``true`` makes Allocate
   check the free hugepages the kernel reports on the chosen nodes.
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numamem.errors import AllocationError, ConfigError, QuantityError, quote
-from numamem.memorymanager import drift
+from numamem.memorymanager.state import drift
 from numamem.memtypes import MEMORY
 from numamem.quantity import format_bytes, parse_quantity
 from numamem.topology import Machine

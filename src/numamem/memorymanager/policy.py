@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from numamem.config.model import FeatureGates
-from numamem.memorymanager.state import State, StateReader
+from numamem.memorymanager.state.model import State, StateReader
 from numamem.memtypes import Block
 from numamem.pod import Container, Pod
 from numamem.topologymanager.policy import ProviderHints, TopologyHint

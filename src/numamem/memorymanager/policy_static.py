@@ -9,7 +9,7 @@ Guaranteed pods get their memory and hugepages pinned to NUMA nodes:
 * Allocate takes the topology manager's affinity (or the default hint),
   extends an insufficient affinity to the narrowest superset, checks the group
   rule and reserves each memory type lowest node first
-  (:mod:`~numamem.memorymanager.arithmetic`);
+  (:mod:`~numamem.memorymanager.state.arithmetic`);
 * init containers' memory is reused by later containers of the same pod and
   their stored blocks shrink accordingly (sidecars are never reused);
 * Start validates a restored state by replaying every block on the default
@@ -66,8 +66,15 @@ from numamem.errors import (
     quote,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager import drift
-from numamem.memorymanager.arithmetic import (
+from numamem.memorymanager.options import StaticOptions, verify_hugepages
+from numamem.memorymanager.requests import podlevel
+from numamem.memorymanager.requests.resources import (
+    container_requested_resources,
+    pod_requested_resources,
+)
+from numamem.memorymanager.reuse import ReuseTable, reusable_memory, update_init_container_blocks
+from numamem.memorymanager.state import drift
+from numamem.memorymanager.state.arithmetic import (
     affinity_satisfies,
     copy_for_write,
     default_machine_state,
@@ -78,15 +85,8 @@ from numamem.memorymanager.arithmetic import (
     update_machine_state,
     violates_numa_allocations,
 )
-from numamem.memorymanager.options import StaticOptions, verify_hugepages
-from numamem.memorymanager.requests import podlevel
-from numamem.memorymanager.requests.resources import (
-    container_requested_resources,
-    pod_requested_resources,
-)
-from numamem.memorymanager.reserved import SystemReservedMemory
-from numamem.memorymanager.reuse import ReuseTable, reusable_memory, update_init_container_blocks
-from numamem.memorymanager.state import State, StateReader
+from numamem.memorymanager.state.model import State, StateReader
+from numamem.memorymanager.state.reserved import SystemReservedMemory
 from numamem.memorymanager.static_hints import Hints, HintSource, StaticHints, regenerate_hints
 from numamem.memtypes import MEMORY, Block, MachineState, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
@@ -140,8 +140,9 @@ class StaticPolicy(StaticHints):
         return default_machine_state(self.machine, self.system_reserved)
 
     def start(self, state: State, pod_names: Mapping[str, tuple[str, str]] | None = None) -> None:
-        """``validateState``: default state for an empty one; else replay and compare, and
-        accept a changed machine as ``memory-drift-tolerance`` says (:mod:`.drift`).
+        """``validateState``: default state for an empty one; else replay and compare, and accept a
+        changed machine as ``memory-drift-tolerance`` says
+        (:mod:`numamem.memorymanager.state.drift`).
 
         Raises StateMismatchError whose first line is the kubelet's text, followed by
         what differs, the containers concerned and the fix. An accepted change

@@ -48,7 +48,7 @@ from numamem.errors import (
 from numamem.memorymanager.policy import Policy
 from numamem.memorymanager.requests.resources import container_requested_resources
 from numamem.memorymanager.resize_search import Extension, find_extension, memory_free
-from numamem.memorymanager.state import MemoryState
+from numamem.memorymanager.state.model import MemoryState
 from numamem.memtypes import (
     MEMORY,
     Block,

@@ -8,9 +8,9 @@ the group's nodes in the Static fill order, a shrink given back from the last no
 
 from __future__ import annotations
 
-from numamem.memorymanager.arithmetic import copy_for_write, node_state, reserve_on
 from numamem.memorymanager.resize import EXTENDED, Resize, memory_table, on_group
-from numamem.memorymanager.state import State
+from numamem.memorymanager.state.arithmetic import copy_for_write, node_state, reserve_on
+from numamem.memorymanager.state.model import State
 from numamem.memtypes import Block, MachineState
 
 

@@ -54,7 +54,7 @@ from numamem.memorymanager.resize import (
     Resize,
 )
 from numamem.memorymanager.resize_search import Extension
-from numamem.memorymanager.state import MemoryState
+from numamem.memorymanager.state.model import MemoryState
 from numamem.memtypes import MEMORY, Block
 from numamem.pod import Pod
 from numamem.quantity import format_bytes_exact

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from numamem.memorymanager.state import State, StateReader
+from numamem.memorymanager.state.model import State, StateReader
 from numamem.memtypes import Block
 from numamem.pod import Container, Pod
 from numamem.topologymanager import bitmask

@@ -36,7 +36,7 @@ from numamem.memorymanager.requests.resources import (
 from numamem.memorymanager.reuse import ReuseTable, reusable_memory
 from numamem.memorymanager.search.explain import mask_verdicts
 from numamem.memorymanager.search.space import HintSpace
-from numamem.memorymanager.state import StateReader
+from numamem.memorymanager.state.model import StateReader
 from numamem.memtypes import Block, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.quantity import format_bytes

@@ -3,7 +3,7 @@
 A change is made on a fork of the committed :class:`MemoryState` (a private
 copy), and becomes the next :class:`Committed` version in three steps under
 one lock: the ``max_pods`` limit is checked, the whole new state goes to the
-:class:`~numamem.memorymanager.store.StateStore` in **one** write, and the new
+:class:`~numamem.memorymanager.state.store.StateStore` in **one** write, and the new
 version is published in one assignment. A change that changes nothing writes
 and publishes nothing. When the operation or the write fails, the fork is
 dropped: memory and disk stay equal, and nothing is half-applied. (The kubelet
@@ -50,8 +50,8 @@ from numamem.errors import (
     quote,
 )
 from numamem.memorymanager.containermap import ContainerMap
-from numamem.memorymanager.state import MemoryState, StateView
-from numamem.memorymanager.store import StateStore
+from numamem.memorymanager.state.model import MemoryState, StateView
+from numamem.memorymanager.state.store import StateStore
 from numamem.memtypes import Snapshot
 from numamem.pod import Pod
 from numamem.work import Work

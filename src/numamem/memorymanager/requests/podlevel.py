@@ -209,7 +209,7 @@ def isolation_level(
     a pod allocated as a whole (it has pod-level blocks) without memory of its own, ``pod``;
     otherwise ``container``. Which containers of such a pod hold memory of their own is
     numamem's record (:meth:`MemoryState.exclusive_containers
-    <numamem.memorymanager.state.MemoryState.exclusive_containers>`); a pod restored from a
+    <numamem.memorymanager.state.model.MemoryState.exclusive_containers>`); a pod restored from a
     kubelet's file has none, and all its containers are reported as sharing the pod's pool
     (the accounting stays right: the pod's memory is reported once, at the pod level)."""
     if not container_blocks:

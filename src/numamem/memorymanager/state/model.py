@@ -15,7 +15,7 @@ Copy rules:
 * :class:`~numamem.memtypes.Block` is immutable; a container's blocks are a tuple.
 * The per-pod container maps and the node states inside a :class:`MemoryState`
   are never mutated in place, only replaced (a writer changes copies of the
-  nodes it touches, :func:`~numamem.memorymanager.arithmetic.copy_for_write`,
+  nodes it touches, :func:`~numamem.memorymanager.state.arithmetic.copy_for_write`,
   and hands the new mapping over with :meth:`MemoryState.adopt_machine_state`);
   so a state is forked for a transaction by copying two dicts
   (:meth:`MemoryState.fork`), whatever the number of NUMA nodes.

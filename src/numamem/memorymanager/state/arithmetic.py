@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from numamem.errors import ReservedMemoryError, StateMismatchError
-from numamem.memorymanager.drift import container_owner
-from numamem.memorymanager.reserved import SystemReservedMemory
+from numamem.memorymanager.state.drift import container_owner
+from numamem.memorymanager.state.reserved import SystemReservedMemory
 from numamem.memtypes import MEMORY, Block, MachineState, MemoryTable, NUMANodeState
 from numamem.quantity import format_bytes_exact
 from numamem.topology import Machine
