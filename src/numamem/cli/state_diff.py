@@ -28,7 +28,7 @@ def diff(args: argparse.Namespace) -> int:
     from numamem.checkpoint.mmstore import STATE_FILE
     from numamem.errors import CheckpointError, NumamemError
     from numamem.memorymanager.requests.podlevel import accounted_assignments
-    from numamem.memorymanager.state.drift import diff_states, replay_strict
+    from numamem.memorymanager.state.differences import diff_states, replay_strict
     from numamem.topology.sysfs import discover
 
     try:

@@ -85,6 +85,7 @@ from numamem.memorymanager.state.arithmetic import (
     update_machine_state,
     violates_numa_allocations,
 )
+from numamem.memorymanager.state.differences import pod_label
 from numamem.memorymanager.state.model import State, StateReader
 from numamem.memorymanager.state.reserved import SystemReservedMemory
 from numamem.memorymanager.static_hints import Hints, HintSource, StaticHints, regenerate_hints
@@ -210,7 +211,7 @@ class StaticPolicy(StaticHints):
         if not orphans:
             return
         state_file = self.options.state_file
-        pods = ", ".join(drift.pod_label(pod, pod_names) for pod in orphans)
+        pods = ", ".join(pod_label(pod, pod_names) for pod in orphans)
         raise StateMismatchError(
             f"[memorymanager] (pod: {pods}, container: ) the pod-level memory assignment has no "
             "container assignments: an allocation interrupted before its containers were written "

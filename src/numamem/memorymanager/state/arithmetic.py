@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from numamem.errors import ReservedMemoryError, StateMismatchError
-from numamem.memorymanager.state.drift import container_owner
+from numamem.memorymanager.state.differences import container_owner
 from numamem.memorymanager.state.reserved import SystemReservedMemory
 from numamem.memtypes import MEMORY, Block, MachineState, MemoryTable, NUMANodeState
 from numamem.quantity import format_bytes_exact
