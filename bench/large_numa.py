@@ -104,7 +104,7 @@ def layout() -> tuple[Any, Any, Any]:
     paths, or the flat layout in the baseline revision (:func:`run_baseline`)."""
     try:
         from numamem.memorymanager.manager import Manager
-        from numamem.memorymanager.policy_static import StaticPolicy
+        from numamem.memorymanager.policy.static import StaticPolicy
         from numamem.memorymanager.state.store import InMemoryStore
     except ImportError:
         return flat_layout()

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, EmptyPodSharedPoolError
-from numamem.memorymanager.policy_static import Hints, StaticPolicy, regenerate_hints
+from numamem.memorymanager.policy.hints import Hints, regenerate_hints
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.model import State, StateReader
 from numamem.memtypes import Block, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos

@@ -51,8 +51,8 @@ def render_refusals() -> str:
     from numamem.config.syntax import parse_reserved_memory
     from numamem.errors import NumamemError
     from numamem.memorymanager.manager import Manager
-    from numamem.memorymanager.options import StaticOptions
-    from numamem.memorymanager.policy_static import StaticPolicy
+    from numamem.memorymanager.policy.options import StaticOptions
+    from numamem.memorymanager.policy.static import StaticPolicy
     from numamem.memorymanager.state import drift
     from numamem.memorymanager.state.reserved import validate_reserved_memory
     from numamem.memorymanager.state.store import InMemoryStore

@@ -15,8 +15,8 @@ import pytest
 from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient, error_reason
 from numamem.config.model import FeatureGates
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.drift import EXACT
 from numamem.memorymanager.state.invariants import violations
 from numamem.memorymanager.state.model import MemoryState

@@ -22,7 +22,7 @@ from numamem.config.model import Limits
 from numamem.errors import ConflictError, DeadlineExceededError, SearchBudgetError
 from numamem.memorymanager import versions
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.model import StateReader
 from numamem.memorymanager.state.store import InMemoryStore
 from numamem.pod import Container, Pod

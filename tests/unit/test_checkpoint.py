@@ -37,8 +37,8 @@ from numamem.errors import (
     StateMismatchError,
 )
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state import drift
 from numamem.memorymanager.state.model import MemoryState
 from numamem.memtypes import Block, MemoryTable, NUMANodeState, Snapshot

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from numamem.config.model import FeatureGates
 from numamem.errors import SearchBudgetError
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.search import rules as rules_module
 from numamem.memorymanager.search.space import HintSpace
 from numamem.memorymanager.search.subsets import count_covering_subsets, exists_subset

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from numamem.errors import TopologyError
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.store import InMemoryStore
 from numamem.memtypes import Block
 from numamem.pod import Container, Pod

@@ -8,14 +8,14 @@ import pytest
 
 from numamem.errors import AllocationError, ConfigError, StateMismatchError
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import (
+from numamem.memorymanager.policy.options import (
     ParsedOptions,
     StaticOptions,
     parse_options,
     tolerance,
     verify_hugepages,
 )
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state import drift
 from numamem.memorymanager.state.store import InMemoryStore
 from numamem.pod import Container, Pod

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from numamem.errors import NumamemError
-from numamem.memorymanager.manager import Manager, new_policy
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy import NonePolicy, Policy
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.policy.interface import NonePolicy, Policy
+from numamem.memorymanager.policy.new import new_policy
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.requests.resources import pod_requested_resources
 from numamem.memorymanager.state import drift
 from numamem.memorymanager.state.model import MemoryState, State, StateReader

@@ -15,7 +15,7 @@ from numamem.errors import (
     UnsupportedResourceError,
 )
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.arithmetic import machine_states_equal
 from numamem.memorymanager.state.invariants import violations
 from numamem.memorymanager.state.store import InMemoryStore

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from numamem.errors import AllocationError
 from numamem.memorymanager.manager import AdmitOutcome, Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.invariants import violations
 from numamem.memorymanager.state.model import MemoryState
 from numamem.memorymanager.state.store import InMemoryStore

@@ -19,8 +19,9 @@ import pytest
 from numamem.config.model import FeatureGates
 from numamem.errors import EmptyPodSharedPoolError, FailedPreconditionError, StateMismatchError
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.hints import POD_LEVEL_SKIPPED
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.requests.resources import (
     container_requested_resources,
@@ -29,7 +30,6 @@ from numamem.memorymanager.requests.resources import (
 from numamem.memorymanager.state import drift
 from numamem.memorymanager.state.invariants import violations
 from numamem.memorymanager.state.store import InMemoryStore
-from numamem.memorymanager.static_hints import POD_LEVEL_SKIPPED
 from numamem.memtypes import Block, Snapshot
 from numamem.pod import (
     BURSTABLE,

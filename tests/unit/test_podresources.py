@@ -25,7 +25,7 @@ from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
 from numamem.checkpoint.namesfile import NAMES_FILE, encode_names, read_names
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.store import InMemoryStore, StateStore
 from numamem.memtypes import Block
 from numamem.pod import Pod

@@ -35,8 +35,9 @@ from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, InvalidArgumentError, ResizeError
 from numamem.memorymanager import resize as resizing
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy, default_machine_state
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.arithmetic import default_machine_state
 from numamem.memorymanager.state.drift import EXACT
 from numamem.memorymanager.state.invariants import violations
 from numamem.memtypes import MEMORY, Block

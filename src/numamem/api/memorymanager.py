@@ -51,9 +51,10 @@ from numamem.errors import (
     TopologyError,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager import options as mm_options
-from numamem.memorymanager.manager import Manager, new_policy
-from numamem.memorymanager.options import StaticOptions
+from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.policy import options as mm_options
+from numamem.memorymanager.policy.new import new_policy
+from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.search.explain import MAX_EXPLAINED_MASKS
 from numamem.memorymanager.state.drift import AUTO

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from numamem.errors import AllocationError
-from numamem.memorymanager.policy import HintExplanation, Policy
+from numamem.memorymanager.policy.interface import HintExplanation, Policy
+from numamem.memorymanager.policy.unpinned import NotPinned, why_not_pinned
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.requests.resources import (
     container_requested_resources,
     pod_requested_resources,
 )
 from numamem.memorymanager.state.model import MemoryState, State
-from numamem.memorymanager.unpinned import NotPinned, why_not_pinned
 from numamem.memtypes import Block
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.topologymanager import admission
@@ -42,7 +42,8 @@ class AdmitOutcome:
     steps: int = 0
     """Search steps the admission took (its :class:`~numamem.work.Work`), for budgets' sake."""
     unpinned: dict[str, NotPinned] = field(default_factory=dict)
-    """When admitted: why each container without blocks has none (:mod:`.unpinned`)."""
+    """When admitted: why each container without blocks has none
+    (:mod:`numamem.memorymanager.policy.unpinned`)."""
 
 
 class ForkProvider:

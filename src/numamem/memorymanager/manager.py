@@ -44,10 +44,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from numamem.config.model import FeatureGates, ReservedMemory
 from numamem.errors import (
     AllocationError,
-    ConfigError,
     FailedPreconditionError,
     quote,
 )
@@ -60,18 +58,13 @@ from numamem.memorymanager.forked import (
 )
 from numamem.memorymanager.manager_reads import container_of
 from numamem.memorymanager.manager_resize import Resizes
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy import NonePolicy, Policy
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.state.model import MemoryState
-from numamem.memorymanager.state.reserved import get_system_reserved_memory
 from numamem.memorymanager.state.store import StateStore
 from numamem.memorymanager.versions import Committed, Versions
 from numamem.memtypes import Block, ContainerRef
 from numamem.pod import Pod
-from numamem.quantity import Quantity
-from numamem.topology import Machine
 from numamem.topologymanager import admission
 from numamem.topologymanager.policy import (
     NO_AFFINITY,
@@ -82,7 +75,7 @@ from numamem.topologymanager.policy import (
 )
 from numamem.work import Work
 
-__all__ = ["AdmitOutcome", "Committed", "Explanation", "Manager", "new_policy"]
+__all__ = ["AdmitOutcome", "Committed", "Explanation", "Manager"]
 
 
 class Manager(Resizes):
@@ -366,27 +359,3 @@ class Manager(Resizes):
             others,
             Work(deadline=deadline, courteous=True),
         )
-
-
-def new_policy(
-    name: str,
-    machine: Machine,
-    node_allocatable: Mapping[str, Quantity],
-    reserved_memory: Sequence[ReservedMemory],
-    numa_nodes: Sequence[int] | None = None,
-    options: StaticOptions | None = None,
-    gates: FeatureGates | None = None,
-) -> Policy:
-    """``NewManager``'s policy selection: ``None`` or ``Static`` (case-sensitive).
-
-    ``numa_nodes`` limits the Static policy's hints and allocations (the CPU nodes, under
-    ``restrict-to-cpu-numa-nodes``); None is every node.
-    """
-    if name == NonePolicy.name:
-        return NonePolicy(gates)
-    if name == StaticPolicy.name:
-        reserved = get_system_reserved_memory(machine, node_allocatable, reserved_memory)
-        return StaticPolicy(machine, reserved, numa_nodes, options, gates)
-    if name == "BestEffort":
-        raise ConfigError(f'policy {quote(name, style="go")} is not available for platform "linux"')
-    raise ConfigError(f"unknown policy: {quote(name, style='go')}")

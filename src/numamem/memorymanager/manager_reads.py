@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from numamem.errors import NotFoundError, quote
 from numamem.memorymanager.containermap import ContainerMap
-from numamem.memorymanager.policy import Policy
+from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.state.model import MemoryState, StateView
 from numamem.memorymanager.versions import Committed, Versions

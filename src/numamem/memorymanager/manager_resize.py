@@ -12,7 +12,7 @@ from numamem.memorymanager import resize as resizing
 from numamem.memorymanager import resize_budget
 from numamem.memorymanager.manager_reads import container_of
 from numamem.memorymanager.manager_stale import ActivePods
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.resize_apply import apply
 from numamem.memorymanager.state.model import MemoryState
 from numamem.pod import Pod

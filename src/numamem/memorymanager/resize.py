@@ -45,7 +45,7 @@ from numamem.errors import (
     SearchBudgetError,
     quote,
 )
-from numamem.memorymanager.policy import Policy
+from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests.resources import container_requested_resources
 from numamem.memorymanager.resize_search import Extension, find_extension, memory_free
 from numamem.memorymanager.state.model import MemoryState

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 
 from numamem.errors import AllocationError, ResizeError, ResizeInfeasibleError, quote
 from numamem.memorymanager import resize as resizing
-from numamem.memorymanager.policy import Policy
+from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.requests.resources import (
     container_requested_resources,

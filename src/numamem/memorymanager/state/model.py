@@ -7,7 +7,7 @@ assignments (``podEntries``, KEP-5526), plus one record of numamem's own: which
 containers of a pod allocated as a whole hold memory of their own
 (:meth:`MemoryState.exclusive_containers`; the podresources API and GetMemory report
 the others as sharing the pod's pool). The Static policy's init-container reuse is
-derived from the stored blocks (:func:`numamem.memorymanager.reuse.reusable_memory`),
+derived from the stored blocks (:func:`numamem.memorymanager.policy.reuse.reusable_memory`),
 so a restart restores it.
 
 Copy rules:

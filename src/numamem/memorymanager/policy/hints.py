@@ -26,14 +26,14 @@ from dataclasses import dataclass
 
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, InvalidArgumentError, quote
-from numamem.memorymanager.policy import HintExplanation, MaskVerdict
+from numamem.memorymanager.policy.interface import HintExplanation, MaskVerdict
+from numamem.memorymanager.policy.reuse import ReuseTable, reusable_memory
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.requests.resources import (
     Requested,
     container_requested_resources,
     pod_requested_resources,
 )
-from numamem.memorymanager.reuse import ReuseTable, reusable_memory
 from numamem.memorymanager.search.explain import mask_verdicts
 from numamem.memorymanager.search.space import HintSpace
 from numamem.memorymanager.state.model import StateReader
@@ -65,7 +65,8 @@ class HintSource:
 
 
 class StaticHints:
-    """The hint half of the Static policy (a mixin of :class:`~numamem.memorymanager.policy_static.StaticPolicy`)."""
+    """The hint half of the Static policy (a mixin of
+    :class:`~numamem.memorymanager.policy.static.StaticPolicy`)."""
 
     gates: FeatureGates
     numa_nodes: tuple[int, ...] | None

@@ -2,7 +2,7 @@
 
 Guaranteed pods get their memory and hugepages pinned to NUMA nodes:
 
-* hints (:mod:`~numamem.memorymanager.static_hints`) are kubelet's hints in
+* hints (:mod:`~numamem.memorymanager.policy.hints`) are kubelet's hints in
   kubelet's order, given by rule (:class:`~numamem.memorymanager.search.space.HintSpace`)
   rather than by visiting all 2^n masks, so hints and admission stay fast on
   large machines;
@@ -34,10 +34,10 @@ and states the kubelet itself handles):
 * quirk 2 is fixed: a single-node affinity on a node that belongs to a
   multi-NUMA group is a violation, so groups stay disjoint;
 * the memory a container reuses from init containers is what their stored
-  blocks are charged (:func:`~numamem.memorymanager.reuse.reusable_memory`), not
+  blocks are charged (:func:`~numamem.memorymanager.policy.reuse.reusable_memory`), not
   a table of the last pod allocated kept in memory: the same in the kubelet's
   order, and reserved memory equals the blocks in any order of Allocate calls
-  and across restarts (:mod:`~numamem.memorymanager.reuse`).
+  and across restarts (:mod:`~numamem.memorymanager.policy.reuse`).
 
 Pod-level resources (KEP-5526, :mod:`~numamem.memorymanager.requests.podlevel`): with both
 feature gates on, a pod that sets ``spec.resources`` asks for its pod-level budget in
@@ -66,13 +66,18 @@ from numamem.errors import (
     quote,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager.options import StaticOptions, verify_hugepages
+from numamem.memorymanager.policy.hints import StaticHints
+from numamem.memorymanager.policy.options import StaticOptions, verify_hugepages
+from numamem.memorymanager.policy.reuse import (
+    ReuseTable,
+    reusable_memory,
+    update_init_container_blocks,
+)
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.requests.resources import (
     container_requested_resources,
     pod_requested_resources,
 )
-from numamem.memorymanager.reuse import ReuseTable, reusable_memory, update_init_container_blocks
 from numamem.memorymanager.state import drift
 from numamem.memorymanager.state.arithmetic import (
     affinity_satisfies,
@@ -88,7 +93,6 @@ from numamem.memorymanager.state.arithmetic import (
 from numamem.memorymanager.state.differences import pod_label
 from numamem.memorymanager.state.model import State, StateReader
 from numamem.memorymanager.state.reserved import SystemReservedMemory
-from numamem.memorymanager.static_hints import Hints, HintSource, StaticHints, regenerate_hints
 from numamem.memtypes import MEMORY, Block, MachineState, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.topology import Machine
@@ -98,8 +102,6 @@ from numamem.work import Work
 
 POLICY_NAME = "Static"
 _log = get_logger("memorymanager")
-
-__all__ = ["POLICY_NAME", "HintSource", "Hints", "StaticPolicy", "regenerate_hints"]
 
 
 class StaticPolicy(StaticHints):

@@ -5,7 +5,7 @@ node's shared memory): the None policy, a pod that is not Guaranteed, a pod that
 pod-level resources with a gate off, a container that shares a pod-level budget the
 topology manager does not allocate as a whole, a container that requests no memory. The
 reasons follow the Static policy's own tests in :meth:`StaticPolicy.allocate
-<numamem.memorymanager.policy_static.StaticPolicy.allocate>`, in its order, from what the
+<numamem.memorymanager.policy.static.StaticPolicy.allocate>`, in its order, from what the
 daemon knows (the policy, the QoS class, the requests); the codes are API (the
 ``not_pinned_reason`` of ``ContainerAdmission``), the messages are for people.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from numamem.errors import AllocationError, quote
-from numamem.memorymanager.policy import Policy
+from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests.resources import container_requested_resources
 from numamem.pod import GUARANTEED, Container, Pod, not_guaranteed_because, pod_qos
 
