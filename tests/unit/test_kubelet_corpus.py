@@ -16,8 +16,9 @@ import pytest
 
 from numamem.errors import NumamemError
 from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy.interface import NonePolicy, Policy
+from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.policy.new import new_policy
+from numamem.memorymanager.policy.none import NonePolicy
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.requests.resources import pod_requested_resources

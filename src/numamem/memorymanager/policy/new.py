@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 
 from numamem.config.model import FeatureGates, ReservedMemory
 from numamem.errors import ConfigError, quote
-from numamem.memorymanager.policy.interface import NonePolicy, Policy
+from numamem.memorymanager.policy.interface import Policy
+from numamem.memorymanager.policy.none import NonePolicy
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.reserved import get_system_reserved_memory

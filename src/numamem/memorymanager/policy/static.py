@@ -13,7 +13,8 @@ Guaranteed pods get their memory and hugepages pinned to NUMA nodes:
 * init containers' memory is reused by later containers of the same pod and
   their stored blocks shrink accordingly (sidecars are never reused);
 * Start validates a restored state by replaying every block on the default
-  machine state and comparing group sums.
+  machine state and comparing group sums (:mod:`~numamem.memorymanager.policy.restore`,
+  with its deviations: a changed machine, a pod-level entry without containers).
 
 Hints are made of the machine state's nodes, as in the kubelet, or only of
 ``numa_nodes`` (the CPU nodes, under the topology manager's
@@ -48,9 +49,9 @@ containers), and only its equivalent-Guaranteed containers ask for memory of the
 releases the budget, and Start replays the pod-level blocks instead of the containers'.
 With either gate off such a pod gets no hints and nothing pinned ("Allocation skipped,
 pod is using pod-level resources"). Deviations: the pod-level entry and its containers
-are written in one atomic write with the machine state (the kubelet writes each
-sub-step, kubernetes#141993), and Start refuses a pod-level entry without container
-entries, naming the pod (as kubernetes#141994 proposes).
+are written in one atomic write with the machine state (the kubelet writes each sub-step,
+kubernetes#141993), and Start refuses a pod-level entry without container entries, naming the pod
+(as kubernetes#141994 proposes; in :mod:`~numamem.memorymanager.policy.restore`).
 """
 
 from __future__ import annotations
@@ -61,13 +62,13 @@ from numamem.config.model import FeatureGates
 from numamem.errors import (
     AllocationError,
     ReservedMemoryError,
-    StateMismatchError,
     UnsupportedResourceError,
     quote,
 )
 from numamem.logging import get_logger
 from numamem.memorymanager.policy.hints import StaticHints
 from numamem.memorymanager.policy.options import StaticOptions, verify_hugepages
+from numamem.memorymanager.policy.restore import validate_state
 from numamem.memorymanager.policy.reuse import (
     ReuseTable,
     reusable_memory,
@@ -83,14 +84,11 @@ from numamem.memorymanager.state.arithmetic import (
     affinity_satisfies,
     copy_for_write,
     default_machine_state,
-    machine_states_equal,
     node_state,
     release_memory,
-    replay_assignments,
     update_machine_state,
     violates_numa_allocations,
 )
-from numamem.memorymanager.state.differences import pod_label
 from numamem.memorymanager.state.model import State, StateReader
 from numamem.memorymanager.state.reserved import SystemReservedMemory
 from numamem.memtypes import MEMORY, Block, MachineState, NUMANodeState
@@ -145,81 +143,20 @@ class StaticPolicy(StaticHints):
     def start(self, state: State, pod_names: Mapping[str, tuple[str, str]] | None = None) -> None:
         """``validateState``: default state for an empty one; else replay and compare, and accept a
         changed machine as ``memory-drift-tolerance`` says
-        (:mod:`numamem.memorymanager.state.drift`).
+        (:func:`~numamem.memorymanager.policy.restore.validate_state`, which sets the rules).
 
         Raises StateMismatchError whose first line is the kubelet's text, followed by
         what differs, the containers concerned and the fix. An accepted change
-        re-baselines the state (the manager then writes it once).
+        re-baselines the state (the manager then writes it once). Sets :attr:`drift` and
+        :attr:`last_verdict` from what it found.
         """
-        machine_state = state.get_machine_state()
-        containers = state.get_memory_assignments()
-        pod_entries = (
-            state.get_pod_memory_assignments() if self.gates.pod_level_resource_managers else {}
+        found = validate_state(
+            state, self.default_machine_state, self.options, self.gates, pod_names
         )
-        self._refuse_orphan_pod_entries(containers, pod_entries, pod_names or {})
-        # Pods allocated as a whole are accounted by their pod-level blocks.
-        assignments = podlevel.accounted_assignments(containers, pod_entries)
-        if not machine_state:
-            if assignments:
-                raise StateMismatchError(
-                    "[memorymanager] machine state can not be empty when it has memory assignments"
-                )
-            state.set_machine_state(self.default_machine_state())
-            return
-        opts = self.options
-        if opts.tolerance.mode == drift.OFF:
-            expected = self.default_machine_state()
-            try:
-                replay_assignments(expected, assignments)
-            except StateMismatchError as err:
-                raise StateMismatchError(
-                    f"{err}\n  in {opts.state_file}; fix: drain the node, remove {opts.state_file} "
-                    "and restart numamem"
-                ) from err
-            if machine_states_equal(machine_state, expected):
-                self.drift = _no_drift(expected)
-                return
-        verdict = drift.check_restore(
-            machine_state,
-            assignments,
-            self.default_machine_state(),
-            opts.tolerance,
-            opts.auto_bound,
-            pod_names,
-        )
-        if not verdict.accepted:
-            raise StateMismatchError(verdict.report(opts.state_file))
-        self.drift = verdict.drift
-        self.last_verdict = verdict
-        if verdict.rebaseline is not None:
-            _log.warning(
-                "the machine changed since the state was written; every stored block still fits "
-                "and keeps its nodes: re-baselined",
-                tolerance=opts.tolerance.text,
-                changes=[d.line() for d in verdict.differences],
-            )
-            state.set_machine_state(verdict.rebaseline)
-
-    def _refuse_orphan_pod_entries(
-        self,
-        containers: Mapping[str, Mapping[str, Sequence[Block]]],
-        pod_entries: Mapping[str, Sequence[Block]],
-        pod_names: Mapping[str, tuple[str, str]],
-    ) -> None:
-        """A pod-level entry without container entries is an allocation a kubelet left half
-        written (kubernetes#141993): refused, naming the pods, as kubernetes#141994 proposes.
-        (The kubelet accepts it, and its pod then looks allocated while nothing is reserved.)"""
-        orphans = podlevel.entries_without_containers(containers, pod_entries)
-        if not orphans:
-            return
-        state_file = self.options.state_file
-        pods = ", ".join(pod_label(pod, pod_names) for pod in orphans)
-        raise StateMismatchError(
-            f"[memorymanager] (pod: {pods}, container: ) the pod-level memory assignment has no "
-            "container assignments: an allocation interrupted before its containers were written "
-            f"(kubernetes#141993)\n  in {state_file}; fix: drain the node, remove {state_file} "
-            "and restart numamem"
-        )
+        if found.drift is not None:
+            self.drift = found.drift
+        if found.verdict is not None:
+            self.last_verdict = found.verdict
 
     # --- allocate ------------------------------------------------------------
 
@@ -426,7 +363,3 @@ class StaticPolicy(StaticHints):
                 if table.allocatable != 0:
                     result.append(Block((node_id,), name, table.allocatable))
         return result
-
-
-def _no_drift(state: MachineState) -> dict[tuple[int, str], int]:
-    return {(n, name): 0 for n, node in state.items() if node for name in (node.memory_map or {})}
