@@ -19,10 +19,10 @@ from numamem.checkpoint import kubelet
 from numamem.client import error_reason
 from numamem.config.model import FeatureGates
 from numamem.errors import ResizeError
-from numamem.memorymanager import resize as resizing
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.resize import decide as resizing
 from numamem.memorymanager.state.drift import EXACT
 from numamem.memorymanager.state.invariants import violations
 from numamem.memorymanager.state.model import MemoryState, StateView

@@ -33,10 +33,10 @@ from numamem.checkpoint import kubelet
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, InvalidArgumentError, ResizeError
-from numamem.memorymanager import resize as resizing
 from numamem.memorymanager.manager import Manager
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.resize import decide as resizing
 from numamem.memorymanager.state.arithmetic import default_machine_state
 from numamem.memorymanager.state.drift import EXACT
 from numamem.memorymanager.state.invariants import violations

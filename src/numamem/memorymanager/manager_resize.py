@@ -1,5 +1,5 @@
-"""The memory manager's in-place resizes (a numamem extension; :mod:`.resize`,
-:mod:`.resize_budget`).
+"""The memory manager's in-place resizes (a numamem extension;
+:mod:`numamem.memorymanager.resize.decide`, :mod:`numamem.memorymanager.resize.pod`).
 
 The third layer of :class:`~numamem.memorymanager.manager.Manager` (see
 :mod:`.manager_reads`).
@@ -8,12 +8,12 @@ The third layer of :class:`~numamem.memorymanager.manager.Manager` (see
 from __future__ import annotations
 
 from numamem.errors import SearchBudgetError, quote
-from numamem.memorymanager import resize as resizing
-from numamem.memorymanager import resize_budget
 from numamem.memorymanager.manager_reads import container_of
 from numamem.memorymanager.manager_stale import ActivePods
 from numamem.memorymanager.policy.static import StaticPolicy
-from numamem.memorymanager.resize_apply import apply
+from numamem.memorymanager.resize import decide as resizing
+from numamem.memorymanager.resize import pod as pod_resizing
+from numamem.memorymanager.resize.apply import apply
 from numamem.memorymanager.state.model import MemoryState
 from numamem.pod import Pod
 from numamem.work import Work
@@ -31,9 +31,10 @@ class Resizes(ActivePods):
         budget: int | None = None,
     ) -> resizing.Resize:
         """In-place resize of a container's pinned memory to its resources in ``pod``
-        (:mod:`.resize`, a numamem extension: the kubelet's Static policy refuses it); of a
-        pod allocated as a whole by its pod-level resources, its budget and its containers'
-        shares (:mod:`.resize_budget`; ``container_name`` "" names the pod itself).
+        (:mod:`numamem.memorymanager.resize.decide`, a numamem extension: the kubelet's Static
+        policy refuses it); of a pod allocated as a whole by its pod-level resources, its budget and
+        its containers' shares (:mod:`numamem.memorymanager.resize.pod`; ``container_name`` "" names
+        the pod itself).
 
         Stale-state cleanup first (its own write), then computed outside the lock and
         committed in one write, like :meth:`allocate`. A refusal (ResizeDeferredError,
@@ -71,7 +72,7 @@ class Resizes(ActivePods):
             f", container {quote(container_name)}" if container_name else ""
         )
         with work.stage(lambda: f"{what}: the resize"):
-            return resize_budget.decide(
+            return pod_resizing.decide(
                 fork, self.policy, self._topology_policy, pod, container_name, work, nodes
             )
 

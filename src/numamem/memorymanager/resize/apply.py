@@ -1,4 +1,4 @@
-"""Making a decided resize (:func:`numamem.memorymanager.resize.decide`) on a state: one change.
+"""Making a decided resize (:func:`.decide.decide`) on a state: one change.
 
 The blocks and the machine state change together, as the kubelet's ``validateState``
 replays them from the blocks: a group extended to new nodes gives them the group's
@@ -8,7 +8,7 @@ the group's nodes in the Static fill order, a shrink given back from the last no
 
 from __future__ import annotations
 
-from numamem.memorymanager.resize import EXTENDED, Resize, memory_table, on_group
+from numamem.memorymanager.resize.decide import EXTENDED, Resize, memory_table, on_group
 from numamem.memorymanager.state.arithmetic import copy_for_write, node_state, reserve_on
 from numamem.memorymanager.state.model import State
 from numamem.memtypes import Block, MachineState

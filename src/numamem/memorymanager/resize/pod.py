@@ -5,7 +5,7 @@ NUMA-aligned allocation, its *budget* (the pod-level blocks, reserved once), div
 containers by :func:`numamem.memorymanager.requests.podlevel.partition`. Such a pod is resized as a
 whole, as the API server accepted it: its new ``spec.resources`` memory is the new budget, and the
 new requests of its equivalent-Guaranteed containers are their new exclusive shares. The rules are
-the container rules (:mod:`.resize`) applied to the budget:
+the container rules (:mod:`.decide`) applied to the budget:
 
 * the pod keeps its pod-level resources and stays Guaranteed, no hugepage size changes (the
   budget's or an exclusive container's), a regular init container's own memory does not
@@ -18,7 +18,7 @@ the container rules (:mod:`.resize`) applied to the budget:
   ``EmptyPodSharedPoolError`` text and the values);
 * **grow** the budget in the pod's group from its free memory (lowest node first), else by
   extending the group to the narrowest superset of unused nodes the topology manager policy
-  admits (:func:`.resize.grow`), else Deferred or Infeasible (the same rules with every
+  admits (:func:`.decide.grow`), else Deferred or Infeasible (the same rules with every
   other pod gone); **shrink** from the last node filled; the group never shrinks;
 * the budget unchanged and a share changed: the containers' blocks change inside it
   (``repartitioned``), the machine state does not;
@@ -35,14 +35,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from numamem.errors import AllocationError, ResizeError, ResizeInfeasibleError, quote
-from numamem.memorymanager import resize as resizing
 from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.requests.resources import (
     container_requested_resources,
     pod_requested_resources,
 )
-from numamem.memorymanager.resize import (
+from numamem.memorymanager.resize import decide as resizing
+from numamem.memorymanager.resize.decide import (
     EXTENDED,
     GROWN,
     NOT_PINNED,
@@ -53,7 +53,7 @@ from numamem.memorymanager.resize import (
     PodBudget,
     Resize,
 )
-from numamem.memorymanager.resize_search import Extension
+from numamem.memorymanager.resize.extension import Extension
 from numamem.memorymanager.state.model import MemoryState
 from numamem.memtypes import MEMORY, Block
 from numamem.pod import Pod
@@ -76,7 +76,7 @@ def decide(
     """What resizing ``pod`` (as the API server accepted the resize) does on ``state`` (read
     only), seen from ``container_name`` ("" for the pod itself). A pod allocated as a whole
     is resized by the rules of the module docstring; any other pod's container by
-    :func:`.resize.decide`, and its pod ("") has no budget pinned (``not-pinned``)."""
+    :func:`.decide.decide`, and its pod ("") has no budget pinned (``not-pinned``)."""
     pod_blocks = state.get_pod_memory_blocks(pod.uid)
     if pod_blocks is None:
         container = pod.container(container_name) if container_name else None

@@ -13,7 +13,7 @@ server accepted the resize:
   the group's free memory lowest node first, as the Static policy fills; the blocks grow,
   the nodes do not change; else **grow by extending the group** to the narrowest superset
   of unused nodes the topology manager policy admits
-  (:func:`~numamem.memorymanager.resize_search.find_extension`): every block of the
+  (:func:`~numamem.memorymanager.resize.extension.find_extension`): every block of the
   group (all its containers') then names the new nodes, and every node of it has the
   group's assignment count and the new cells, exactly what the kubelet's ``validateState``
   replays from the blocks;
@@ -27,9 +27,9 @@ server accepted the resize:
 * a resize to the current size changes nothing (no write).
 
 :func:`decide` is pure (the state is read, never changed);
-:func:`~numamem.memorymanager.resize_apply.apply` makes the change on a transaction's fork.
+:func:`~numamem.memorymanager.resize.apply.apply` makes the change on a transaction's fork.
 A pod allocated as a whole by its pod-level resources (KEP-5526) is resized by the same
-rules applied to its budget (:mod:`.resize_budget`); in the container scope, a pod-level
+rules applied to its budget (:mod:`.pod`); in the container scope, a pod-level
 pod's equivalent-Guaranteed containers are resized as any container.
 """
 
@@ -47,7 +47,7 @@ from numamem.errors import (
 )
 from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests.resources import container_requested_resources
-from numamem.memorymanager.resize_search import Extension, find_extension, memory_free
+from numamem.memorymanager.resize.extension import Extension, find_extension, memory_free
 from numamem.memorymanager.state.model import MemoryState
 from numamem.memtypes import (
     MEMORY,
@@ -127,7 +127,7 @@ def decide(
 ) -> Resize:
     """What resizing ``container`` (of ``pod``, with its new resources) does on ``state`` (read
     only). ``hint_nodes``: the nodes allocations may use (None: every node of the state). Not
-    for a pod allocated as a whole: :func:`.resize_budget.decide` (which calls this one for
+    for a pod allocated as a whole: :func:`.pod.decide` (which calls this one for
     every other pod) resizes its budget."""
     uid, container_name = pod.uid, container.name
     blocks = state.get_memory_blocks(uid, container_name)
