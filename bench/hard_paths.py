@@ -67,7 +67,7 @@ def machine(count: int) -> Any:
 
 
 def manager(m: Any, policy: str, closest: bool) -> Any:
-    from numamem.memorymanager.manager import Manager
+    from numamem.memorymanager.manager.writes import Manager
     from numamem.memorymanager.policy.static import StaticPolicy
     from numamem.memorymanager.state.store import InMemoryStore
     from numamem.topologymanager import policy as tm
@@ -348,7 +348,7 @@ def _p50_admit(mgr: Any, res: dict[str, Any], given: list[Any], tag: str) -> tup
 
 
 def inprocess_phase(report: Any) -> None:
-    from numamem.memorymanager.manager import Manager
+    from numamem.memorymanager.manager.writes import Manager
     from numamem.memorymanager.policy.static import StaticPolicy
     from numamem.memorymanager.state.store import InMemoryStore
     from numamem.quantity import parse_quantity

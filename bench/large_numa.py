@@ -103,7 +103,7 @@ def layout() -> tuple[Any, Any, Any]:
     """``Manager``, ``StaticPolicy`` and ``InMemoryStore`` of the code under test: today's
     paths, or the flat layout in the baseline revision (:func:`run_baseline`)."""
     try:
-        from numamem.memorymanager.manager import Manager
+        from numamem.memorymanager.manager.writes import Manager
         from numamem.memorymanager.policy.static import StaticPolicy
         from numamem.memorymanager.state.store import InMemoryStore
     except ImportError:

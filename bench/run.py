@@ -40,7 +40,7 @@ from numamem.checkpoint.mmstore import KubeletStateStore
 from numamem.checkpoint.records import frame
 from numamem.client import NumamemClient
 from numamem.config.model import ReservedMemory
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.model import MemoryState
 from numamem.memorymanager.state.reserved import get_system_reserved_memory

@@ -50,7 +50,7 @@ def render_refusals() -> str:
     (under the default), and a reservedMemory that does not add up."""
     from numamem.config.syntax import parse_reserved_memory
     from numamem.errors import NumamemError
-    from numamem.memorymanager.manager import Manager
+    from numamem.memorymanager.manager.writes import Manager
     from numamem.memorymanager.policy.options import StaticOptions
     from numamem.memorymanager.policy.static import StaticPolicy
     from numamem.memorymanager.state import drift

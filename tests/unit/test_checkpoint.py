@@ -36,7 +36,7 @@ from numamem.errors import (
     PersistenceError,
     StateMismatchError,
 )
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state import drift

@@ -11,7 +11,7 @@ import pytest
 
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.cli.main import main
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity

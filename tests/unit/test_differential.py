@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from numamem.config.model import FeatureGates
 from numamem.errors import SearchBudgetError
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.search import rules as rules_module
 from numamem.memorymanager.search.space import HintSpace

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from numamem.errors import AllocationError, ConfigError, StateMismatchError
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.options import (
     ParsedOptions,
     StaticOptions,

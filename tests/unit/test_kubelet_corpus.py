@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from numamem.errors import NumamemError
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.policy.new import new_policy
 from numamem.memorymanager.policy.none import NonePolicy

@@ -14,7 +14,7 @@ from numamem.errors import (
     ReservedMemoryError,
     UnsupportedResourceError,
 )
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.arithmetic import machine_states_equal
 from numamem.memorymanager.state.invariants import violations

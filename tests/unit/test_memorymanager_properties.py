@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from numamem.errors import AllocationError
-from numamem.memorymanager.manager import AdmitOutcome, Manager
+from numamem.memorymanager.manager.forked import AdmitOutcome
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.state.invariants import violations
 from numamem.memorymanager.state.model import MemoryState

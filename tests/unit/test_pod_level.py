@@ -18,7 +18,7 @@ import pytest
 
 from numamem.config.model import FeatureGates
 from numamem.errors import EmptyPodSharedPoolError, FailedPreconditionError, StateMismatchError
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.hints import POD_LEVEL_SKIPPED
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy

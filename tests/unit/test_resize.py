@@ -17,7 +17,7 @@ import pytest
 
 from numamem.config.model import FeatureGates
 from numamem.errors import PersistenceError, ResizeError, SearchBudgetError
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.resize import decide as resizing

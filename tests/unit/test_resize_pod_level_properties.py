@@ -33,7 +33,7 @@ from numamem.checkpoint import kubelet
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, InvalidArgumentError, ResizeError
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.resize import decide as resizing

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.errors import ResizeError
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy.options import StaticOptions
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.resize import decide as resizing

@@ -51,7 +51,7 @@ from numamem.errors import (
     TopologyError,
 )
 from numamem.logging import get_logger
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.policy import options as mm_options
 from numamem.memorymanager.policy.new import new_policy
 from numamem.memorymanager.policy.options import StaticOptions

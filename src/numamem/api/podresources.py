@@ -76,7 +76,8 @@ from numamem.api.sockets import (
 )
 from numamem.errors import quote
 from numamem.logging import get_logger
-from numamem.memorymanager.manager import Committed, Manager
+from numamem.memorymanager.manager.versions import Committed
+from numamem.memorymanager.manager.writes import Manager
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.state.model import StateView
 from numamem.memtypes import Block

@@ -1,9 +1,9 @@
 """The memory manager's active pods and stale state (``removeStaleState``).
 
-The second layer of :class:`~numamem.memorymanager.manager.Manager` (see
-:mod:`.manager_reads`): with an ``active_pods`` callable the manager asks it, as the kubelet
+The second layer of :class:`~numamem.memorymanager.manager.writes.Manager` (see
+:mod:`.reads`): with an ``active_pods`` callable the manager asks it, as the kubelet
 does; without one it tracks the active set itself (the module docstring of
-:mod:`.manager`).
+:mod:`.writes`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 
 from numamem.errors import quote
 from numamem.logging import get_logger
-from numamem.memorymanager.containermap import ContainerMap
-from numamem.memorymanager.manager_reads import CommittedReads
+from numamem.memorymanager.manager.containermap import ContainerMap
+from numamem.memorymanager.manager.reads import CommittedReads
 from numamem.memorymanager.state.model import State
 from numamem.memtypes import ContainerRef
 from numamem.pod import Pod

@@ -49,7 +49,7 @@ from numamem.errors import (
     SearchBudgetError,
     quote,
 )
-from numamem.memorymanager.containermap import ContainerMap
+from numamem.memorymanager.manager.containermap import ContainerMap
 from numamem.memorymanager.state.model import MemoryState, StateView
 from numamem.memorymanager.state.store import StateStore
 from numamem.memtypes import Snapshot

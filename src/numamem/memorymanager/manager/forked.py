@@ -6,7 +6,7 @@ one fork: hints come from the fork, allocations go into it, and every search
 is charged to the one :class:`~numamem.work.Work` of the operation. The fork
 is private to the operation, so none of this needs the manager's lock; the
 manager commits the fork afterwards if the version it was taken from is still
-the current one (:meth:`~numamem.memorymanager.manager.Manager.admit`), and
+the current one (:meth:`~numamem.memorymanager.manager.writes.Manager.admit`), and
 Explain always drops it.
 """
 

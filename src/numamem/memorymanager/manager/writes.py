@@ -3,19 +3,19 @@
 Writers (Allocate, AddContainer, RemoveContainer, ReleasePod, SyncActivePods,
 Admit, start) are linearizable: each makes its change on a fork of the
 committed state and commits it under one lock, as **one** write of the whole
-state, before it is acknowledged (:mod:`numamem.memorymanager.versions`, which
+state, before it is acknowledged (:mod:`numamem.memorymanager.manager.versions`, which
 also explains failed and unknown-durability writes). The ``max_pods`` limit
 is checked in the same commit, so concurrent admissions cannot overshoot it.
 
 The class is built in layers, each its own module: the readers
-(:mod:`.manager_reads`), active pods and stale state (:mod:`.manager_stale`),
-resizes (:mod:`.manager_resize`) and, here, the lifecycle and the writers.
+(:mod:`.reads`), active pods and stale state (:mod:`.stale`),
+resizes (:mod:`.resizes`) and, here, the lifecycle and the writers.
 
 No search runs under the lock: Admit and Allocate, which search (hints, the
 merge, the Static policy's extension to a superset), compute their change
 outside it and commit it only if the state they computed on is still the
 committed one (:meth:`Versions.optimistic
-<numamem.memorymanager.versions.Versions.optimistic>`). Every search is
+<numamem.memorymanager.manager.versions.Versions.optimistic>`). Every search is
 charged to a :class:`~numamem.work.Work`: the search budget, and the caller's
 deadline (past it the operation raises DeadlineExceededError and changes
 nothing).
@@ -49,20 +49,20 @@ from numamem.errors import (
     FailedPreconditionError,
     quote,
 )
-from numamem.memorymanager.containermap import ContainerMap
-from numamem.memorymanager.forked import (
+from numamem.memorymanager.manager.containermap import ContainerMap
+from numamem.memorymanager.manager.forked import (
     AdmitOutcome,
     Explanation,
     admit_on_fork,
     explain_on_fork,
 )
-from numamem.memorymanager.manager_reads import container_of
-from numamem.memorymanager.manager_resize import Resizes
+from numamem.memorymanager.manager.reads import container_of
+from numamem.memorymanager.manager.resizes import Resizes
+from numamem.memorymanager.manager.versions import Versions
 from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.state.model import MemoryState
 from numamem.memorymanager.state.store import StateStore
-from numamem.memorymanager.versions import Committed, Versions
 from numamem.memtypes import Block, ContainerRef
 from numamem.pod import Pod
 from numamem.topologymanager import admission
@@ -74,8 +74,6 @@ from numamem.topologymanager.policy import (
     TopologyPolicy,
 )
 from numamem.work import Work
-
-__all__ = ["AdmitOutcome", "Committed", "Explanation", "Manager"]
 
 
 class Manager(Resizes):

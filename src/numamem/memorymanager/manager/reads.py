@@ -1,9 +1,9 @@
 """The memory manager's readers: the committed version, read without the lock.
 
-The first layer of :class:`~numamem.memorymanager.manager.Manager` (readers, then active
-pods and stale state in :mod:`.manager_stale`, then resizes in :mod:`.manager_resize`,
-then the writers in :mod:`.manager`): every method here reads the current
-:class:`~numamem.memorymanager.versions.Committed` version once and takes no lock.
+The first layer of :class:`~numamem.memorymanager.manager.writes.Manager` (readers, then active
+pods and stale state in :mod:`.stale`, then resizes in :mod:`.resizes`,
+then the writers in :mod:`.writes`): every method here reads the current
+:class:`~numamem.memorymanager.manager.versions.Committed` version once and takes no lock.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import threading
 from collections.abc import Mapping
 
 from numamem.errors import NotFoundError, quote
-from numamem.memorymanager.containermap import ContainerMap
+from numamem.memorymanager.manager.containermap import ContainerMap
+from numamem.memorymanager.manager.versions import Committed, Versions
 from numamem.memorymanager.policy.interface import Policy
 from numamem.memorymanager.requests import podlevel
 from numamem.memorymanager.state.model import MemoryState, StateView
-from numamem.memorymanager.versions import Committed, Versions
 from numamem.memtypes import Block, ContainerRef
 from numamem.pod import Container, Pod
 from numamem.topologymanager.policy import TopologyPolicy

@@ -1,15 +1,15 @@
 """The memory manager's in-place resizes (a numamem extension;
 :mod:`numamem.memorymanager.resize.decide`, :mod:`numamem.memorymanager.resize.pod`).
 
-The third layer of :class:`~numamem.memorymanager.manager.Manager` (see
-:mod:`.manager_reads`).
+The third layer of :class:`~numamem.memorymanager.manager.writes.Manager` (see
+:mod:`.reads`).
 """
 
 from __future__ import annotations
 
 from numamem.errors import SearchBudgetError, quote
-from numamem.memorymanager.manager_reads import container_of
-from numamem.memorymanager.manager_stale import ActivePods
+from numamem.memorymanager.manager.reads import container_of
+from numamem.memorymanager.manager.stale import ActivePods
 from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.memorymanager.resize import decide as resizing
 from numamem.memorymanager.resize import pod as pod_resizing
