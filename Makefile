@@ -121,7 +121,7 @@ bench: $(STAMP)
 protos: $(STAMP)
 	$(BIN)/python -m tests.genproto --write
 
-# Regenerates README.md's configuration reference from src/numamem/config/flags.py.
+# Regenerates README.md's configuration reference from src/numamem/config/flags/.
 docs: $(STAMP)
 	$(BIN)/python -m tests.readme_docs --write
 

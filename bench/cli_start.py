@@ -84,7 +84,7 @@ def serving(root: Path) -> DaemonProcess:
 
 
 def phase(r: Any, root: Path, runs: int) -> None:
-    """The figures into ``r`` (bench.run's Report): floor, then each command and its ratio."""
+    """The figures into ``r`` (bench.harness's Report): floor, then each command and its ratio."""
     print(f"cli: CPU time of numamem --version and numamem health, {runs} runs", flush=True)
     daemon = serving(root / "cli")
     try:
@@ -102,7 +102,7 @@ def phase(r: Any, root: Path, runs: int) -> None:
 
 
 class _Printed:
-    """A stand-in for bench.run's Report that prints (``python -m bench.cli_start``)."""
+    """A stand-in for bench.harness's Report that prints (``python -m bench.cli_start``)."""
 
     def value(self, key: str, label: str, value: float, unit: str, note: str = "") -> None:
         print(f"  {label}: {value:.3f} {unit} {note}")

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness import daemon, guaranteed
+
 GI = 1024**3
 MI = 1024**2
 MACHINES = (16, 32, 64)
@@ -210,7 +212,6 @@ def _during(
 ) -> None:
     """ReleasePod p50 on a durable daemon on ``nodes``, idle and while each scenario's Admit
     runs in a loop from another client."""
-    from bench.run import daemon, guaranteed
     from numamem.client import NumamemClient
     from numamem.testing.sysfs import write_sysfs
 

@@ -309,7 +309,7 @@ def breakdown(cri: dict[str, Any]) -> dict[str, float]:
 
 
 def phase(r: Any, root: Path, pods: int) -> None:
-    """The figures into ``r`` (bench.run's Report, or :class:`_Printed`)."""
+    """The figures into ``r`` (bench.harness's Report, or :class:`_Printed`)."""
     print(f"nri: numamem nri's CreateContainer, {pods} pods per figure", flush=True)
     got = scripted(root / "nri-scripted", pods)
     floor = pct(got["floor"], 0.5)
@@ -362,7 +362,7 @@ def phase(r: Any, root: Path, pods: int) -> None:
 
 
 class _Printed:
-    """A stand-in for bench.run's Report that prints (``python -m bench.nri``)."""
+    """A stand-in for bench.harness's Report that prints (``python -m bench.nri``)."""
 
     def __init__(self) -> None:
         self.figures: dict[str, Any] = {}

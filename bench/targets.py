@@ -27,6 +27,7 @@ from typing import Any
 
 from grpc_health.v1 import health_pb2
 
+from bench.harness import daemon, guaranteed, pct
 from numamem.client import NumamemClient
 from numamem.v1 import metacache_pb2 as mc
 
@@ -34,8 +35,6 @@ TMPFS = Path("/dev/shm")
 
 
 def phase(r: Any, root: Path, iterations: int, compactions: int) -> None:
-    from bench.run import daemon, guaranteed, pct
-
     print(
         "targets: Allocate / Health on tmpfs; AddContainer during compaction; Admit names",
         flush=True,

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from numamem.config.flags import add_serve_arguments
+from numamem.config.flags.table import add_serve_arguments
 from numamem.config.load import config_from_args
 from numamem.config.model import Config
 

@@ -1,7 +1,7 @@
 """A test-side writer of kubelet master's ``memory_manager_state`` V3 (spec section 8.2/8.3).
 
 Written from the format's rules with Python's ``json`` and a plain FNV-1a loop, apart
-from numamem's encoders (:mod:`numamem.checkpoint.kubelet`), so that tests can compare
+from numamem's encoders (:mod:`numamem.checkpoint.kubeletwrite`), so that tests can compare
 numamem's bytes with the kubelet's encoding of the same state. The legacy ``checksum``
 is the go-spew hash of the V1 struct (:func:`numamem.checkpoint.gospew.render_checkpoint`,
 itself pinned by the upstream vectors in ``tests/unit/test_checkpoint.py``).

@@ -36,15 +36,13 @@ def _why_not() -> str | None:
     return None
 
 
-@pytest.fixture(params=list(DISTRIBUTIONS), ids=[f"containerd-{n}" for n in DISTRIBUTIONS])
-def containerd_dist(request: pytest.FixtureRequest) -> Distribution:
-    """The containerd build of this parameter, fetched once per machine (then cached)."""
+def _distribution(name: str) -> Distribution:
+    """The build ``name``, fetched once per machine (then cached); skips saying why not."""
     reason = _why_not()
     if reason:
         pytest.skip(reason)
     if not _DISTS:  # once per process: what killed test processes left behind
         _REAPED.extend(reap_stale())
-    name: str = request.param
     if name in _UNREACHABLE:
         pytest.skip(_UNREACHABLE[name])
     if name not in _DISTS:
@@ -54,6 +52,30 @@ def containerd_dist(request: pytest.FixtureRequest) -> Distribution:
             _UNREACHABLE[name] = str(err)
             pytest.skip(str(err))
     return _DISTS[name]
+
+
+@pytest.fixture(params=list(DISTRIBUTIONS), ids=[f"containerd-{n}" for n in DISTRIBUTIONS])
+def containerd_dist(request: pytest.FixtureRequest) -> Distribution:
+    """The containerd build of this parameter, fetched once per machine (then cached)."""
+    return _distribution(request.param)
+
+
+@pytest.fixture(
+    scope="module", params=list(DISTRIBUTIONS), ids=[f"containerd-{n}" for n in DISTRIBUTIONS]
+)
+def shared_containerd(request: pytest.FixtureRequest) -> Iterator[Containerd]:
+    """One started private containerd of this parameter for a whole test module (each
+    starts in about 2 s): its tests must leave it as they found it (remove their pods);
+    cleaned up, and checked for what it left, after the module."""
+    inst = Containerd(_distribution(request.param))
+    try:
+        inst.start()
+        inst.import_images()
+        yield inst
+    finally:
+        left = inst.cleanup()
+    if left:
+        pytest.fail("the containerd harness left behind:\n" + "\n".join(left))
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ pod's metadata, its labels plus ``io.kubernetes.pod.{name,namespace,uid}``, its 
 a host network (``NODE``; no hostname, which a host-network pod must not set), the cgroup
 parent of its QoS class (cgroupfs driver) and the pod-level resources; each container
 carries ``io.kubernetes.{pod.name,pod.namespace,pod.uid,container.name}`` labels, the
-kubelet's annotations, a log path ``<name>/<attempt>.log`` and ``linux.resources`` computed
+kubelet's annotations (``restartCount`` the name's earlier instances), a log path
+``<name>/<restartCount>.log`` and ``linux.resources`` computed
 as the kubelet computes them (CPU shares from the request, CFS quota from the limit over a
 100 ms period, the memory limit, the OOM score adjustment of the QoS class, hugepage limits).
 Before the sandbox, the pod's cgroup is created in every hierarchy
@@ -185,6 +186,10 @@ class RunningPod:
     """container name -> id, in the order they were created"""
     seconds: dict[str, float] = field(default_factory=dict)
     """"sandbox": RunPodSandbox; "<name>": that container's CreateContainer + StartContainer"""
+    created: dict[str, int] = field(default_factory=dict)
+    """container name -> instances created (the next one's restartCount)"""
+    previous: list[str] = field(default_factory=list)
+    """ids of earlier instances of restarted containers (removed with the pod)"""
 
 
 @dataclass(frozen=True)
@@ -229,10 +234,14 @@ class Kubelet:
             ),
         )
 
-    def container_config(self, pod: PodSpec, c: ContainerSpec) -> api.ContainerConfig:
-        kind = "init" if c in pod.init_containers else "container"
+    def container_config(
+        self, pod: PodSpec, c: ContainerSpec, restart_count: int = 0
+    ) -> api.ContainerConfig:
+        """The kubelet's config (``generateContainerConfig``): its labels and annotations
+        (``labels.go``: no container kind is among them), ``restart_count`` the name's
+        earlier instances in the pod."""
         return api.ContainerConfig(
-            metadata=api.ContainerMetadata(name=c.name),
+            metadata=api.ContainerMetadata(name=c.name, attempt=restart_count),
             image=api.ImageSpec(image=c.image, user_specified_image=c.image),
             command=list(c.command),
             labels={
@@ -243,13 +252,12 @@ class Kubelet:
             },
             annotations={
                 "io.kubernetes.container.hash": format(zlib.crc32(repr(c).encode()), "x"),
-                "io.kubernetes.container.restartCount": "0",
+                "io.kubernetes.container.restartCount": str(restart_count),
                 "io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
                 "io.kubernetes.container.terminationMessagePolicy": "File",
                 "io.kubernetes.pod.terminationGracePeriod": "30",
-                "io.kubernetes.container.type": kind,
             },
-            log_path=f"{c.name}/0.log",
+            log_path=f"{c.name}/{restart_count}.log",
             linux=api.LinuxContainerConfig(
                 resources=container_resources(pod, c).to_proto(),
                 security_context=api.LinuxContainerSecurityContext(namespace_options=_namespaces()),
@@ -279,11 +287,18 @@ class Kubelet:
         return running
 
     def create(self, running: RunningPod, c: ContainerSpec) -> str:
+        """CreateContainer of ``c``: its first instance, or a restart (the kubelet's
+        restartCount, the attempt of the container's metadata and its log file count the
+        name's earlier instances in the pod); the previous instance is kept in
+        :attr:`RunningPod.previous` until the pod is removed."""
         (self._log_dir(running.spec) / c.name).mkdir(parents=True, exist_ok=True)
-        cid = self.cri.create_container(
-            running.sandbox_id, self.container_config(running.spec, c), running.sandbox_config
-        )
+        restarts = running.created.get(c.name, 0)
+        config = self.container_config(running.spec, c, restarts)
+        cid = self.cri.create_container(running.sandbox_id, config, running.sandbox_config)
+        if c.name in running.containers:
+            running.previous.append(running.containers[c.name])
         running.containers[c.name] = cid
+        running.created[c.name] = restarts + 1
         return cid
 
     def start(self, running: RunningPod, c: ContainerSpec) -> str:
@@ -308,7 +323,7 @@ class Kubelet:
     def remove_pod(self, running: RunningPod, grace: int = 0) -> list[str]:
         """Stop and remove the containers and the sandbox, then the pod's cgroup; the cgroups
         that could not be removed (empty when all went)."""
-        for cid in running.containers.values():
+        for cid in [*running.previous, *running.containers.values()]:
             self.cri.stop_container(cid, timeout=grace)
             self.cri.remove_container(cid)
         self.cri.stop_pod_sandbox(running.sandbox_id)

@@ -56,6 +56,8 @@ class Node:
     pods: dict[str, api.PodSandbox] = field(default_factory=dict)
     containers: dict[str, api.Container] = field(default_factory=dict)
     running: RunningPlugin | None = None
+    instances: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(pod uid, container name) -> instances created so far (the kubelet's restartCount)"""
 
     def __post_init__(self) -> None:
         self.runtime = ScriptedRuntime(
@@ -134,9 +136,12 @@ class Node:
         *,
         cpu_milli: int | None = 1000,
         hugepages: dict[str, int] | None = None,
+        cpus: str = "0-3",
     ) -> tuple[api.Container, api.CreateContainerResponse]:
-        """CreateContainer as the kubelet's CRI call makes containerd send it; the plugin's
+        """CreateContainer as the kubelet's CRI call makes containerd send it (with the
+        kubelet's restartCount: the name's earlier instances in the pod); the plugin's
         adjustment is applied to the container (raises the plugin's refusal)."""
+        key = (sandbox.uid, name)
         container = obj.container(
             sandbox,
             name,
@@ -144,9 +149,11 @@ class Node:
             memory_limit=memory,
             cpu_milli=cpu_milli,
             hugepages=hugepages,
-            cpus="0-3",
+            cpus=cpus,
+            restart_count=self.instances.get(key, 0),
         )
         reply = self.peer.create_container(sandbox, container)
+        self.instances[key] = self.instances.get(key, 0) + 1
         assert reply is not None
         container.linux.resources.cpu.mems = reply.adjust.linux.resources.cpu.mems
         container.state = api.CONTAINER_RUNNING

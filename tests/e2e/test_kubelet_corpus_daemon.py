@@ -38,7 +38,7 @@ import pytest
 
 from numamem.api.convert import state_from_proto
 from numamem.checkpoint.containerfile import encode_containers
-from numamem.checkpoint.kubelet import encode_v1
+from numamem.checkpoint.kubeletwrite import encode_v1
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
 from numamem.client import NumamemClient
 from numamem.testing.daemon import DaemonProcess

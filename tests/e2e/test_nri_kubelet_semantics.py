@@ -244,3 +244,55 @@ def test_burstable_and_besteffort_pods_are_left_alone(node: Node) -> None:
     _, reply = node.create(guaranteed, "app", 2 * GI)
     assert reply.adjust.linux.resources.cpu.mems == "0"
     assert node.client.get_state().entries.keys() == {guaranteed.uid}
+
+
+def test_an_app_container_that_exits_before_the_next_is_admitted_again_at_its_restart(
+    node: Node,
+) -> None:
+    """Two app containers; ``a`` crashes while the kubelet still pulls ``b``'s image. The
+    runtime shows what a finished init container shows, so ``b`` is admitted reusing ``a``'s
+    memory and ``a`` is freed (a documented deviation: the kubelet pins both for the pod's
+    life). The kubelet re-creates ``a`` in the same sandbox (restartCount 1), which it never
+    does for a regular init container that succeeded: ``a`` is admitted again, pinned, and
+    the pod ends as the kubelet's."""
+    p = node.run_pod("two-apps")
+    a, first = node.create(p, "a", 4 * GI)
+    node.stop(a)  # crashed before b was created
+    node.create(p, "b", 4 * GI)
+    assert set(node.client.get_state().entries[p.uid].containers) == {"b"}
+    _, again = node.create(p, "a", 4 * GI)
+    assert again.adjust.linux.resources.cpu.mems == first.adjust.linux.resources.cpu.mems == "0"
+    state = node.client.get_state()
+    assert blocks_of(state, p.uid) == {
+        "a": [((0,), "memory", 4 * GI)],
+        "b": [((0,), "memory", 4 * GI)],
+    }
+    assert_consistent(state)
+    node.remove(a)  # the crashed instance: an older one, nothing released
+    assert set(node.client.get_state().entries[p.uid].containers) == {"a", "b"}
+
+
+@pytest.mark.parametrize("policy", ["best-effort", "single-numa-node"])
+def test_memory_follows_the_cpu_managers_exclusive_cpus(
+    short_root: Path, daemon_factory: list[DaemonProcess], policy: str
+) -> None:
+    """With the kubelet's static CPU manager and topology manager, the CreateContainer request
+    carries the container's exclusive ``cpuset.cpus``; here CPUs 2-3, node 1 of the fake
+    machine (node 0: CPUs 0-1). The kubelet's topology manager aligns memory with them: numamem
+    merges the CPU manager's hint (the CPUs' nodes, preferred) and pins node 1. Shared-pool
+    CPUs (every node) give no preference: node 0, numamem's own choice."""
+    d = DaemonProcess(short_root, [*STATIC_ARGS, "--topology-manager-policy", policy])
+    daemon_factory.append(d)
+    d.start()
+    node = Node(short_root, d)
+    try:
+        node.start_plugin()
+        exclusive = node.run_pod("exclusive")
+        _, reply = node.create(exclusive, "app", 2 * GI, cpu_milli=2000, cpus="2-3")
+        assert reply.adjust.linux.resources.cpu.mems == "1"
+        assert not reply.adjust.linux.resources.cpu.cpus  # never touched
+        shared = node.run_pod("shared")
+        _, reply = node.create(shared, "app", 2 * GI, cpus="0-3")
+        assert reply.adjust.linux.resources.cpu.mems == "0"
+    finally:
+        node.close()

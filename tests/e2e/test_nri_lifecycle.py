@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from numamem.errors import NriStatusError
 from numamem.nri.service import PLUGIN_SERVICE
+from numamem.nriapi import api_pb2 as api
 from numamem.testing.daemon import DaemonProcess
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.daemon import STATIC_ARGS
@@ -110,7 +111,8 @@ def test_an_unreachable_daemon_fails_creation_clearly_and_in_time(node: Node) ->
     sandbox = node.run_pod("nodaemon")
     with pytest.raises(NriStatusError) as caught:
         node.create(sandbox, "app", GI)  # answered: the runtime did not drop the plugin
-    assert "did not answer Admit" in caught.value.message
+    assert "numamem could not admit container 'app' of pod default/nodaemon" in caught.value.message
+    assert "did not answer" in caught.value.message
     assert "is it running?" in caught.value.message
     assert not node.peer.closed
 
@@ -144,6 +146,37 @@ def test_update_container_resizes_through_numamem(node: Node) -> None:
     assert [x.size for x in node.client.get_memory("uid-r", "a")] == [10 * GI]  # unchanged
     reply = node.update(a, 10 * GI, cpu_milli=2000)  # a CPU change: memory as it was
     assert [(u.container_id, u.linux.resources.cpu.mems) for u in reply.update] == [(a.id, "0,1")]
+
+
+def test_a_partial_update_changes_no_limit_and_keeps_the_pinning(node: Node) -> None:
+    """The kubelet's CPU manager (static policy) sends UpdateContainerResources with only
+    ``cpuset_cpus`` (after every kubelet restart, and to shared-pool containers whenever the
+    pool changes): unset and zero memory and hugepage fields mean unchanged. No resize, the
+    update goes through with the container's ``cpuset.mems``, and ``cpus`` stays the
+    kubelet's."""
+    sandbox = node.run_pod("cpu-managed", "uid-cm")
+    a, _ = node.create(sandbox, "a", 4 * GI, hugepages={"2MB": 64 << 20, "1GB": 0})
+    partial = api.LinuxResources()
+    partial.cpu.cpus = "2-3"
+    reply = node.peer.update_container(sandbox, a, partial)
+    assert reply is not None
+    assert [(u.container_id, u.linux.resources.cpu.mems) for u in reply.update] == [(a.id, "0")]
+    assert all(u.linux.resources.cpu.cpus == "" for u in reply.update)  # never touched
+    blocks = node.client.get_memory("uid-cm", "a")
+    assert sorted((x.type, x.size) for x in blocks) == [
+        ("hugepages-2Mi", 64 << 20),
+        ("memory", 4 * GI),
+    ]
+    assert node.handler.counts.get("resized", 0) == 0
+    zeros = api.LinuxResources()  # every field present but 0, hugepage sizes at 0
+    zeros.memory.limit.value = 0
+    zeros.hugepage_limits.add(page_size="2MB", limit=0)
+    reply = node.peer.update_container(sandbox, a, zeros)
+    assert reply is not None and node.handler.counts.get("resized", 0) == 0
+    assert [u.linux.resources.cpu.mems for u in reply.update] == ["0"]
+    reply = node.update(a, 5 * GI)  # and a real resize still is one
+    assert node.handler.counts.get("resized", 0) == 1
+    assert [x.size for x in node.client.get_memory("uid-cm", "a") if x.type == "memory"] == [5 * GI]
 
 
 # --- releases --------------------------------------------------------------------------------
@@ -214,8 +247,14 @@ def test_unusable_input_is_left_alone_logged_once_and_the_plugin_serves_on(node:
     assert held(node) == {"1b2c-3d": {"app"}}
 
 
-def test_resize_of_a_pod_admitted_elsewhere_is_left_to_that_agent(node: Node) -> None:
-    """A container the plugin does not hold (not in its records) is not its to resize."""
+def test_a_container_released_behind_the_plugins_back_is_adopted_again_and_resized(
+    node: Node,
+) -> None:
+    """The plugin is the node's agent for what the runtime runs (README: it owns the
+    daemon's pods): a running container another client released is adopted again at the
+    next reconciliation, and its resize is numamem's, as any pinned container's. (The test
+    was named as if such a resize were left to another agent; it never was, and leaving a
+    running Guaranteed container unpinned and unresized would not be the kubelet's.)"""
     sandbox = node.run_pod("other", "uid-o2")
     c, _ = node.create(sandbox, "app", GI)
     node.client.release_pod("uid-o2")  # another agent took it away

@@ -56,11 +56,16 @@ def install_plugin(containerd: Containerd, daemon: DaemonProcess, log: Path, pid
     plugin.write_text(
         "#!/bin/sh\n"
         f"echo $$ > {shlex.quote(str(pidfile))}\n"
-        f"exec {shlex.quote(sys.executable)} -m numamem nri 2>>{shlex.quote(str(log))}\n"
+        # Until Configure brings the config's log-file, the plugin logs to its default (the
+        # host's syslog): the environment names the test's file from the first line.
+        f"NUMAMEM_NRI_LOG_FILE={shlex.quote(str(log))} "
+        f"exec {shlex.quote(sys.executable)} -m numamem nri\n"
     )
     plugin.chmod(0o755)
+    # containerd gives the plugin /dev/null for stdio: its log goes to the file the config
+    # names (never the host's syslog or /var/log from a test).
     (containerd.layout.plugin_config_path / "50-numamem.conf").write_text(
-        f"socket: {daemon.socket}\nlog-level: debug\nlog-format: console\n"
+        f"socket: {daemon.socket}\nlog-level: debug\nlog-format: console\nlog-file: {log}\n"
     )
 
 
@@ -94,8 +99,13 @@ def test_containerd_launches_the_plugin_which_pins_a_pod_and_exits_with_containe
     pid = int(pidfile.read_text())
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     names = {e.split(b"=", 1)[0] for e in environ if e}
-    # What containerd gave it (the wrapper's /bin/sh adds its PWD): no PATH.
-    assert names - {b"PWD"} == {b"NRI_PLUGIN_IDX", b"NRI_PLUGIN_NAME", b"NRI_PLUGIN_SOCKET"}
+    # What containerd gave it (the wrapper's /bin/sh adds its PWD, the wrapper itself the
+    # log file's variable): no PATH.
+    assert names - {b"PWD", b"NUMAMEM_NRI_LOG_FILE"} == {
+        b"NRI_PLUGIN_IDX",
+        b"NRI_PLUGIN_NAME",
+        b"NRI_PLUGIN_SOCKET",
+    }
 
     kubelet = Kubelet(containerd)
     pod = guaranteed("web", 64 * MIB)

@@ -157,3 +157,74 @@ def test_a_restarted_runtime_reconnects_the_plugin_and_resynchronizes(node: Node
     node.remove(app)
     assert held(node) == {"uid-b": {"app"}}
     assert_consistent(node)
+
+
+# --- exited containers: containerd's Synchronize lists none -----------------------------------
+
+
+def test_a_crash_looping_container_keeps_its_memory_across_a_plugin_restart(node: Node) -> None:
+    """An app container in CrashLoopBackOff is exited for up to 5 minutes between restarts,
+    and containerd's Synchronize lists no exited container: the plugin keeps every name
+    numamem holds of a pod whose sandbox the runtime lists (the kubelet keeps a container's
+    memory until its pod is gone), so another pod does not take it and the restart lands
+    where its pages are."""
+    p = node.run_pod("crashy")
+    a, reply = node.create(p, "app", 8 * GI)
+    assert reply.adjust.linux.resources.cpu.mems == "0"
+    node.stop(a)  # it crashed; the kubelet restarts it after a back-off
+    node.stop_plugin()
+    node.start_plugin()  # Synchronize: the exited container is not listed
+    assert held(node) == {p.uid: {"app"}}
+    q = node.run_pod("other")
+    _, other = node.create(q, "app", 8 * GI)
+    assert other.adjust.linux.resources.cpu.mems == "1"  # node 0 is still the crashed one's
+    _, restarted = node.create(p, "app", 8 * GI)
+    assert restarted.adjust.linux.resources.cpu.mems == "0"
+    assert held(node) == {p.uid: {"app"}, q.uid: {"app"}}
+    node.remove(a)  # the exited instance, once the new one exists: an older instance
+    assert held(node) == {p.uid: {"app"}, q.uid: {"app"}}
+    node.remove_pod(p)
+    assert held(node) == {q.uid: {"app"}}
+    assert_consistent(node)
+
+
+def test_an_exited_container_a_restarted_plugin_never_saw_is_released_with_its_pod(
+    node: Node,
+) -> None:
+    """A kept exited container's instance id is unknown after a plugin restart (the daemon's
+    state names containers, not ids): its removal is found by name, and the release the
+    daemon cannot make by id is made by the reconciliation (the name is no longer declared)."""
+    p = node.run_pod("exited")
+    a, _ = node.create(p, "a", 2 * GI)
+    node.create(p, "b", 2 * GI)
+    node.stop(a)
+    node.stop_plugin()
+    node.start_plugin()
+    assert held(node) == {p.uid: {"a", "b"}}
+    node.remove(a)  # the kubelet removes it (e.g. containerd 2.x after a runtime restart)
+    assert held(node) == {p.uid: {"b"}}
+    node.remove_pod(p)
+    assert held(node) == {}
+
+
+def test_a_finished_init_container_kept_at_a_synchronize_is_reused_by_the_next(
+    node: Node,
+) -> None:
+    """A regular init container that finished before its pod's next container is created
+    (the kubelet pulls that one's image meanwhile) is not lost at a Synchronize: the next
+    container reuses its memory and frees it, as under the kubelet."""
+    p = node.run_pod("with-init")
+    init, _ = node.create(p, "init", 6 * GI)
+    node.stop(init)
+    node.stop_plugin()
+    node.start_plugin()
+    assert held(node) == {p.uid: {"init"}}
+    _, reply = node.create(p, "app", 6 * GI)
+    assert reply.adjust.linux.resources.cpu.mems == "0"
+    assert held(node) == {p.uid: {"app"}}
+    blocks = node.client.get_memory(p.uid, "app")
+    assert [(list(b.numa_affinity), b.size) for b in blocks] == [([0], 6 * GI)]
+    big = node.run_pod("big")
+    _, other = node.create(big, "app", 8 * GI)  # 10 GiB on node 0, 4 left: not twice 6
+    assert other.adjust.linux.resources.cpu.mems == "1"
+    assert_consistent(node)

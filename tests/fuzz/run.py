@@ -45,7 +45,7 @@ from grpc_health.v1 import health_pb2
 from grpc_status import rpc_status
 
 from numamem.api.convert import state_from_proto
-from numamem.api.podresources import TokenBucket
+from numamem.api.ratelimit import TokenBucket
 from numamem.api.status import DOMAIN, REASONS
 from numamem.checkpoint.containerfile import decode_container_file
 from numamem.checkpoint.mmstore import CONTAINERS_FILE

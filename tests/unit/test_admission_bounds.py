@@ -30,9 +30,9 @@ from numamem.quantity import parse_quantity
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import FakeNode, standard_nodes
 from numamem.topology import Machine, NUMANode
-from numamem.topologymanager import bitmask, merge
+from numamem.topologymanager import bitmask, meets
 from numamem.topologymanager.admission import GivenHints
-from numamem.topologymanager.merge import Order
+from numamem.topologymanager.hintfamily import Order
 from numamem.topologymanager.policy import ProviderHints, TopologyHint, new_policy
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.work import PAUSE_EVERY, SEARCH_BUDGET, Work
@@ -265,13 +265,13 @@ def test_counting_merges_are_charged(monkeypatch: pytest.MonkeyPatch) -> None:
     }
     best_effort = Pod("p", "ns", "p", (), (Container("c0", {}, {}),))
     transformed = [0]
-    transform = merge._superset_transform
+    transform = meets._superset_transform
 
     def counted(values: list[int], n: int, combine: Callable[[int, int], int]) -> list[int]:
         transformed[0] += n * len(values)  # the entries one transform folds
         return transform(values, n, combine)
 
-    monkeypatch.setattr(merge, "_superset_transform", counted)
+    monkeypatch.setattr(meets, "_superset_transform", counted)
     refusal = refused(lambda: mgr.admit(best_effort, [GivenHints("dev", {"c0": answer})]))
     # Each transform is charged before it runs: the entries folded before the refusal fit in
     # the budget. Uncharged, all seven ran (7.3 million entries) and the pod was admitted.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import bounds, profile, run
+from bench import bounds, harness, profile
 from numamem.client import NumamemClient
 
 
@@ -25,28 +25,28 @@ def test_the_documented_profile_command_profiles_each_operation(
 
 @pytest.mark.parametrize("bound", bounds.BOUNDS)
 def test_the_bound_daemon_replays_allocate_and_admit(bound: str, tmp_path: Path) -> None:
-    """``bench.bounds`` behind ``bench.run.daemon(bound=..., real_admits=2)``: the first
+    """``bench.bounds`` behind ``bench.harness.daemon(bound=..., real_admits=2)``: the first
     Allocate and the first two Admits are real (the state holds them), later ones return
     the last real reply unchanged and, for ``write``, rewrite the state's bytes after it
     beside it; ``noop`` writes nothing."""
-    with run.daemon(tmp_path / "d", bound=bound, real_admits=2) as d:
+    with harness.daemon(tmp_path / "d", bound=bound, real_admits=2) as d:
         client = NumamemClient(d.socket, timeout=30)
         state = Path(d.state_dir) / "memory_manager_state"
         beside = state.with_suffix(".bound")
-        first = client.allocate(run.guaranteed("a0"), "c0")
+        first = client.allocate(harness.guaranteed("a0"), "c0")
         assert first.blocks, "the first Allocate pins memory"
         held = state.read_bytes()
-        assert client.admit(run.guaranteed("b0", containers=2)).admitted
+        assert client.admit(harness.guaranteed("b0", containers=2)).admitted
         after_first = state.read_bytes()
         assert after_first != held, "the first Admit is real: the state file changed"
-        second = client.admit(run.guaranteed("b1", containers=2))
+        second = client.admit(harness.guaranteed("b1", containers=2))
         assert second.admitted
         after_admits = state.read_bytes()
         assert after_admits != after_first, "so is the second"
         assert not beside.exists()
         # Later calls: another pod's Allocate returns a0's blocks; the state stays as it was.
-        assert client.allocate(run.guaranteed("other"), "c0") == first
-        assert client.admit(run.guaranteed("c0")) == second
+        assert client.allocate(harness.guaranteed("other"), "c0") == first
+        assert client.admit(harness.guaranteed("c0")) == second
         assert state.read_bytes() == after_admits
         if bound == "write":
             assert beside.read_bytes() == after_admits  # Admit's replay wrote last

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from numamem.checkpoint import kubelet
+from numamem.checkpoint import kubelet, kubeletwrite
 from numamem.checkpoint.containerfile import (
     ContainerFile,
     ContainerFileEncoder,
@@ -125,16 +125,20 @@ def own_rule_example() -> tuple[str, str]:
 def test_own_rule_example_is_written_byte_for_byte() -> None:
     v1_text, v3_text = own_rule_example()
     loaded = kubelet.load(v1_text.encode())
-    assert kubelet.encode_v1("Static", loaded.machine_state, loaded.assignments).decode() == v1_text
+    assert (
+        kubeletwrite.encode_v1("Static", loaded.machine_state, loaded.assignments).decode()
+        == v1_text
+    )
     # The V3 rendering of the same state loads from data and re-encodes to the same V1 bytes.
     from_v3 = kubelet.load(v3_text.encode())
     assert from_v3.format == "v3"
     assert (
-        kubelet.encode_v1("Static", from_v3.machine_state, from_v3.assignments).decode() == v1_text
+        kubeletwrite.encode_v1("Static", from_v3.machine_state, from_v3.assignments).decode()
+        == v1_text
     )
     # Also an own-rule value (no upstream test writes an empty Static state).
     assert (
-        kubelet.encode_v1("Static", {}, {})
+        kubeletwrite.encode_v1("Static", {}, {})
         == b'{"policyName":"Static","machineState":{},"checksum":3940083781}'
     )
 
@@ -174,7 +178,7 @@ def test_spew_nil_forms_and_the_sticky_ignore_flag() -> None:
     assert render_checkpoint("S", two, {}).index("2:<*>") < render_checkpoint("S", two, {}).index(
         "10:<*>"
     )
-    encoded = kubelet.encode_v1("S", two, {}).decode()
+    encoded = kubeletwrite.encode_v1("S", two, {}).decode()
     assert encoded.index('"10":') < encoded.index('"2":')
 
 
@@ -300,7 +304,7 @@ states = st.tuples(
 
 
 def test_null_memory_table_is_refused() -> None:
-    data = kubelet.encode_v1("Static", {0: NUMANodeState(0, {"memory": None}, [0])}, {})
+    data = kubeletwrite.encode_v1("Static", {0: NUMANodeState(0, {"memory": None}, [0])}, {})
     assert b'"memoryMap":{"memory":null}' in data
     with pytest.raises(CheckpointError, match="memory table 'memory' is null"):
         kubelet.load(data)
@@ -310,7 +314,7 @@ def test_null_memory_table_is_refused() -> None:
 @given(states)
 def test_random_states_round_trip_byte_exact(state: tuple[str, Any, Any]) -> None:
     policy, machine_state, assignments = state
-    data = kubelet.encode_v1(policy, machine_state, assignments)
+    data = kubeletwrite.encode_v1(policy, machine_state, assignments)
     # A nil table pointer encodes (as Go's null), but numamem refuses to load it (see
     # test_null_memory_table_is_refused): Hypothesis replaces such examples.
     assume(
@@ -324,7 +328,9 @@ def test_random_states_round_trip_byte_exact(state: tuple[str, Any, Any]) -> Non
     assert loaded.policy_name == policy
     assert loaded.machine_state == machine_state
     assert loaded.assignments == {p: dict(c) for p, c in assignments.items()}
-    assert kubelet.encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments) == data
+    assert (
+        kubeletwrite.encode_v1(loaded.policy_name, loaded.machine_state, loaded.assignments) == data
+    )
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -339,14 +345,14 @@ def test_caching_encoder_equals_a_fresh_encode(
     sequence: list[tuple[str, Any, Any]], data: st.DataObject
 ) -> None:
     """Pods whose mapping object is kept reuse cached text; the bytes never differ."""
-    encoder = kubelet.V1Encoder()
+    encoder = kubeletwrite.V1Encoder()
     previous: dict[str, Any] = {}
     for policy, machine_state, fresh in sequence:
         assignments = dict(fresh)
         for pod, ctrs in previous.items():
             if data.draw(st.booleans()):  # keep this pod's (immutable) mapping object
                 assignments[pod] = ctrs
-        assert encoder.encode(policy, machine_state, assignments) == kubelet.encode_v1(
+        assert encoder.encode(policy, machine_state, assignments) == kubeletwrite.encode_v1(
             policy, machine_state, assignments
         )
         previous = assignments
@@ -757,7 +763,7 @@ def test_the_incremental_encoder_writes_what_a_fresh_one_writes(
 ) -> None:
     """V1Encoder keeps pods in Go's key order and their texts beside them; after any sequence
     of adds, changes and removals its bytes are a fresh encoder's."""
-    encoder = kubelet.V1Encoder()
+    encoder = kubeletwrite.V1Encoder()
     machine = {0: NUMANodeState(0, {"memory": MemoryTable(8, 1, 7, 0, 7)}, [0])}
     assignments: dict[str, dict[str, list[Block]]] = {}
     for op, pod, n in steps:
@@ -768,7 +774,7 @@ def test_the_incremental_encoder_writes_what_a_fresh_one_writes(
                 **assignments,
                 pod: {f"c{i}": [Block((0,), "memory", n)] for i in range(n)},
             }
-        assert encoder.encode("Static", machine, assignments) == kubelet.encode_v1(
+        assert encoder.encode("Static", machine, assignments) == kubeletwrite.encode_v1(
             "Static", machine, assignments
         )
 

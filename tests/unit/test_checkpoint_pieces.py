@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numamem.checkpoint import kubelet
+from numamem.checkpoint import kubeletwrite
 from numamem.checkpoint.entrytexts import blocks_json, entry_json, entry_spew
 from numamem.checkpoint.fnv import fnv1a_32_reference
 from numamem.checkpoint.gojson import go_string
@@ -211,7 +211,7 @@ def test_machine_texts_after_any_changes_are_a_fresh_rendering(
 def test_v1_encoder_after_any_changes_writes_the_definitions_bytes(
     policy: str, machine: dict[int, NUMANodeState | None], changes: Sequence[Any]
 ) -> None:
-    encoder = kubelet.V1Encoder()
+    encoder = kubeletwrite.V1Encoder()
     assignments: dict[str, Any] = {}
     for step in [None, *changes]:
         if step is not None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numamem.checkpoint import kubelet
+from numamem.checkpoint import kubelet, kubeletwrite
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.errors import CheckpointError
 from numamem.memtypes import Block, MemoryTable, NUMANodeState, Snapshot
@@ -29,7 +29,7 @@ def test_the_v3_example_is_the_kubelets_encoding_byte_for_byte() -> None:
     text = (EXAMPLES / "v3_1844076009.json").read_bytes()
     loaded = kubelet.load(text)
     assert loaded.format == "v3"
-    assert kubelet.encode_v3("Static", loaded.machine_state, loaded.assignments, {}) == text
+    assert kubeletwrite.encode_v3("Static", loaded.machine_state, loaded.assignments, {}) == text
     assert kubelet_v3.encode("Static", loaded.machine_state, loaded.assignments, {}) == text
     doc = json.loads(text)
     assert (doc["checksum"], doc["dataChecksum"]) == (4050994722, 1844076009)
@@ -51,7 +51,7 @@ def test_upstream_v3_vectors_are_reproduced_by_the_encoder(
     assert loaded.format == "v3"
     assert loaded.pod_entries == pods
     ours = json.loads(
-        kubelet.encode_v3(
+        kubeletwrite.encode_v3(
             loaded.policy_name, loaded.machine_state, loaded.assignments, loaded.pod_entries
         )
     )
@@ -108,7 +108,7 @@ def test_random_v3_states_equal_the_kubelets_bytes_and_round_trip(
     ],
 ) -> None:
     policy, machine_state, entries, pod_entries = state
-    data = kubelet.encode_v3(policy, machine_state, entries, pod_entries)
+    data = kubeletwrite.encode_v3(policy, machine_state, entries, pod_entries)
     assert data == kubelet_v3.encode(policy, machine_state, entries, pod_entries)
     loaded = kubelet.load(data)
     assert loaded.format == "v3"
@@ -116,7 +116,7 @@ def test_random_v3_states_equal_the_kubelets_bytes_and_round_trip(
     assert loaded.assignments == entries
     assert loaded.pod_entries == pod_entries
     # The legacy part is the V1 file of the same state (what a rolled-back kubelet reads).
-    v1 = json.loads(kubelet.encode_v1(policy, machine_state, entries))
+    v1 = json.loads(kubeletwrite.encode_v1(policy, machine_state, entries))
     assert {k: v for k, v in json.loads(data).items() if k not in ("data", "dataChecksum")} == v1
 
 
@@ -165,7 +165,7 @@ def test_with_the_gate_off_pod_entries_refuse_the_start_with_the_fix(
 
 def test_without_pod_entries_the_gate_off_writes_v1_and_on_writes_v3(tmp_path: Path) -> None:
     for pod_level, expected in [
-        (False, kubelet.encode_v1("Static", MS, ENTRIES)),
+        (False, kubeletwrite.encode_v1("Static", MS, ENTRIES)),
         (True, kubelet_v3.encode("Static", MS, ENTRIES, {})),
     ]:
         (tmp_path / str(pod_level)).mkdir()
@@ -191,7 +191,7 @@ def test_the_incremental_v3_encoder_writes_the_kubelets_bytes(
 ) -> None:
     """V3Encoder keeps the texts of the pods and of the pod-level entries it saw; after any
     sequence of adds, changes and removals of both, its bytes are the kubelet's."""
-    encoder = kubelet.V3Encoder()
+    encoder = kubeletwrite.V3Encoder()
     machine = {0: NUMANodeState(0, {"memory": MemoryTable(8, 1, 7, 0, 7)}, [0])}
     entries: dict[str, dict[str, tuple[Block, ...]]] = {}
     pod_entries: dict[str, tuple[Block, ...]] = {}

@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from numamem.errors import FailedPreconditionError, NotFoundError
-from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import cgroup, cgroupsample
 from numamem.metacache.metrics.collector import Collector
 from numamem.metacache.metrics.store import MetricStore, insurance_period_ns
 from numamem.testing.cgroups import (
@@ -314,9 +314,9 @@ def test_smoke_reads_this_process_cgroup() -> None:
     if not dirs.memory.is_dir() and not dirs.cpuacct.is_dir():
         # No cgroup directory for this process: the reader reports a missing container.
         with pytest.raises(FileNotFoundError):
-            cgroup.sample(dirs, cgroup.page_size(), cgroup.clock_ticks())
+            cgroupsample.sample(dirs, cgroup.page_size(), cgroupsample.clock_ticks())
         return
-    raw = cgroup.sample(dirs, cgroup.page_size(), cgroup.clock_ticks())
+    raw = cgroupsample.sample(dirs, cgroup.page_size(), cgroupsample.clock_ticks())
     usage = dirs.memory / ("memory.current" if mode == cgroup.V2 else "memory.usage_in_bytes")
     if usage.exists():
         assert raw.gauges["mem.usage.container"] > 0

@@ -26,6 +26,7 @@ import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -45,9 +46,10 @@ from numamem.memtypes import MEMORY, MachineState, MemoryTable, NUMANodeState
 from numamem.pod import Container, Pod, aggregate_container_resources
 from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
+from numamem.topologymanager import meets
 from numamem.topologymanager import merge as merge_module
 from numamem.topologymanager.admission import GivenHints
-from numamem.topologymanager.merge import NARROWEST, Order, size_rank
+from numamem.topologymanager.hintfamily import NARROWEST, Order, size_rank
 from numamem.topologymanager.policy import (
     BEST_EFFORT,
     POLICIES,
@@ -474,25 +476,27 @@ def both_merges(case: MergeCase) -> tuple[tuple[TopologyHint, bool], tuple[Topol
     return ours, reference_merge(case)
 
 
-TIERS = {
+TIERS: dict[str, dict[tuple[ModuleType, str], float]] = {
     "auto": {},
-    "counting": {"PAIRWISE_COST_FACTOR": 0},
-    "pairwise": {"MOBIUS_MAX_NODES": 0},
-    "by-rule": {"MOBIUS_MAX_NODES": 0, "MATERIALIZE_MEMBERS": 0},
+    "counting": {(meets, "PAIRWISE_COST_FACTOR"): 0},
+    "pairwise": {(meets, "MOBIUS_MAX_NODES"): 0},
+    "by-rule": {(meets, "MOBIUS_MAX_NODES"): 0, (merge_module, "MATERIALIZE_MEMBERS"): 0},
 }
+"""The thresholds each tier lowers, by the module that reads them (a name the module does
+not have fails in getattr below, never set silently)."""
 
 
 @contextlib.contextmanager
 def forced_tier(tier: str) -> Iterator[None]:
     """Run with the merge's thresholds lowered, so that a small machine takes ``tier``."""
-    saved = {name: getattr(merge_module, name) for name in TIERS[tier]}
-    for name, value in TIERS[tier].items():
-        setattr(merge_module, name, value)
+    saved = {(module, name): getattr(module, name) for module, name in TIERS[tier]}
+    for (module, name), value in TIERS[tier].items():
+        setattr(module, name, value)
     try:
         yield
     finally:
-        for name, value in saved.items():
-            setattr(merge_module, name, value)
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
 
 
 @pytest.mark.parametrize("tier", list(TIERS))

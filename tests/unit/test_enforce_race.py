@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from numamem import logging as nlog
 from numamem.cpuset import format_cpulist
-from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import cgroup, cpusetfiles
 from numamem.metacache.metrics import placement as pl
 from numamem.testing.cgroups import CGROUPFS, SYSTEMD, V1, V2, CgroupValues, write_container
 from numamem.testing.daemon import short_tmpdir
@@ -115,7 +115,7 @@ def test_a_write_back_the_committed_state_superseded_is_not_made(tmp_path: Path)
     cpuset = tmp_path / rel
     state = {"committed": frozenset({0})}
     written: list[str] = []
-    real = cgroup.write_cgroup_file
+    real = cpusetfiles.write_cgroup_file
 
     def kernel(controller: Path, directory: Path, name: str, text: str) -> Path:
         path = real(controller, directory, name, text)
@@ -129,7 +129,7 @@ def test_a_write_back_the_committed_state_superseded_is_not_made(tmp_path: Path)
         tmp_path, enforce=True, committed=lambda _uid, _name: state["committed"]
     )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cgroup, "write_cgroup_file", kernel)
+        patch.setattr(cpusetfiles, "write_cgroup_file", kernel)
         found = sampled(sampler, {0})
     assert written == ["0\n"]  # no write back of '1'
     write = found.write
@@ -138,7 +138,7 @@ def test_a_write_back_the_committed_state_superseded_is_not_made(tmp_path: Path)
     assert sampler.stats.writes_superseded == 1
     # The next round's target is the new assignment: a fresh container, enforced again.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cgroup, "write_cgroup_file", kernel)
+        patch.setattr(cpusetfiles, "write_cgroup_file", kernel)
         fresh = sampled(sampler, {1})
     assert fresh.enforcement == "" and fresh.write is not None and fresh.write.ok
     assert written == ["0\n", "1\n"]
@@ -161,14 +161,14 @@ def during_the_round(
     and read the container's numa_stat, just before it reads the enforced nodes (only the
     placement round reads them) and decides to write."""
     pending = [act]
-    real = cgroup.read_enforced_mems
+    real = cpusetfiles.read_enforced_mems
 
     def hooked(dirs: cgroup.CgroupDirs) -> frozenset[int] | None:
         if pending and f"pod{uid}" in str(dirs.cpuset):
             pending.pop()()
         return real(dirs)
 
-    patch.setattr(cgroup, "read_enforced_mems", hooked)
+    patch.setattr(cpusetfiles, "read_enforced_mems", hooked)
     return pending
 
 

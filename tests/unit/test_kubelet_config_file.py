@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from numamem.config.flags import add_serve_arguments
+from numamem.config.flags.table import add_serve_arguments
 from numamem.config.load import config_from_args
 from numamem.config.model import Config
 from numamem.errors import ConfigError

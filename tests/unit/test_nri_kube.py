@@ -34,6 +34,22 @@ PARENTS = [
         f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{SYSTEMD_UID}.slice",
         kube.BEST_EFFORT,
     ),
+    # systemd under a --cgroup-root: the kubelet joins every part of the name with dashes
+    # (ToSystemd), the root's first: root /kubelet, or /a/b (two parts)
+    (
+        f"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{SYSTEMD_UID}.slice",
+        kube.GUARANTEED,
+    ),
+    (
+        "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/"
+        f"kubelet-kubepods-burstable-pod{SYSTEMD_UID}.slice",
+        kube.BURSTABLE,
+    ),
+    (
+        "/a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-besteffort.slice/"
+        f"a-b-kubepods-besteffort-pod{SYSTEMD_UID}.slice",
+        kube.BEST_EFFORT,
+    ),
 ]
 
 
@@ -48,6 +64,8 @@ UNKNOWN = [
     (f"/kubepods/guaranteed/pod{UID}", kube.UNKNOWN_CGROUP_LAYOUT),
     (f"/kubepods/pod{UID}/extra", kube.UNKNOWN_CGROUP_LAYOUT),
     (f"kubepods-pod{UID}", kube.UNKNOWN_CGROUP_LAYOUT),  # a slice without .slice
+    ("/", kube.UNKNOWN_CGROUP_LAYOUT),  # cgroupsPerQOS: false: no pod cgroup at all
+    (f"kubelet-kubepods-guaranteed-pod{SYSTEMD_UID}.slice", kube.UNKNOWN_CGROUP_LAYOUT),
     ("/kubepods/pod0000-other", kube.CGROUP_UID_MISMATCH),
     ("kubepods-burstable-pod0000_other.slice", kube.CGROUP_UID_MISMATCH),
 ]
@@ -80,8 +98,11 @@ def resources(
     period: int | None = None,
     memory: int | None = None,
     pages: dict[str, int] | None = None,
+    shares: int | None = None,
 ) -> api.LinuxResources:
     out = api.LinuxResources()
+    if shares is not None:
+        out.cpu.shares.value = shares
     if quota is not None:
         out.cpu.quota.value = quota
     if period is not None:
@@ -122,7 +143,30 @@ LIMITS = [
     (resources(quota=100_000, memory=GI), {"memory": str(GI)}),
     (resources(quota=100_000, period=100_000), {"cpu": "1000m"}),
     (resources(), {}),
+    # no CFS quota but shares: the kubelet's DisableCPUQuotaWithExclusiveCPUs (quota -1) or
+    # cpuCFSQuota: false (none); the request is the inverse of MilliCPUToShares
+    (
+        resources(quota=-1, period=100_000, shares=1024, memory=GI),
+        {"cpu": "1000m", "memory": str(GI)},
+    ),
+    (resources(shares=2048, memory=GI), {"cpu": "2000m", "memory": str(GI)}),
+    (resources(quota=0, period=0, shares=256, memory=GI), {"cpu": "250m", "memory": str(GI)}),
+    (resources(shares=2, memory=GI), {"cpu": "2m", "memory": str(GI)}),  # the minimum
+    (
+        resources(quota=50_000, period=100_000, shares=4096, memory=GI),
+        {"cpu": "500m", "memory": str(GI)},
+    ),
 ]
+
+
+@pytest.mark.parametrize("milli", [1, 2, 3, 10, 250, 333, 500, 999, 1000, 1500, 4000, 64000])
+def test_the_cpu_from_shares_gives_the_kubelets_shares_back(milli: int) -> None:
+    """MilliCPUToShares (kuberuntime): milli * 1024 // 1000, at least 2; its inverse here is
+    the smallest request with the same shares."""
+    shares = max(milli * 1024 // 1000, 2)
+    cpu = kube.limits_of(resources(shares=shares, memory=GI)).cpu_milli
+    assert cpu is not None and max(cpu * 1024 // 1000, 2) == shares
+    assert cpu <= milli or shares == 2  # 1m and 2m both get the minimum shares
 
 
 @pytest.mark.parametrize(("given", "expected"), LIMITS)

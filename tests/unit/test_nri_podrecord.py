@@ -150,3 +150,54 @@ def test_a_new_sandbox_restarts_the_containers_without_making_them_init_containe
     record.created("a", "id-a-new", LIMITS)  # re-created: not a new name
     assert record.kinds() == {"i": Kind.INIT, "a": Kind.LONG_RUNNING, "b": Kind.LONG_RUNNING}
     assert record.identity.sandbox_id == "sb-2"
+
+
+def test_a_released_name_re_created_in_its_sandbox_was_never_an_init_container() -> None:
+    """An app container that exited before its pod's next container was created looks like
+    a finished init container and is freed; the kubelet re-creates it in the same sandbox
+    (restartCount > 0), which it never does for a regular init container that succeeded: it
+    is long-running again and to be admitted again. In a new sandbox a re-created init
+    container stays released (it runs unpinned, as under the kubelet)."""
+    record = PodRecord(WHO)
+    record.created("a", "id-a", LIMITS, sandbox_id="sb-1", restart_count=0).pin = Pin.PINNED
+    record.stopped("id-a")
+    record.created("b", "id-b", LIMITS, sandbox_id="sb-1", restart_count=0).pin = Pin.PINNED
+    assert record.kinds()["a"] is Kind.INIT
+    record.entries["a"].pin = Pin.RELEASED  # freed by b's AddContainer
+    again = record.created("a", "id-a2", LIMITS, sandbox_id="sb-1", restart_count=1)
+    assert (again.pin, again.init) == (Pin.UNKNOWN, False)
+    assert record.kinds() == {"a": Kind.LONG_RUNNING, "b": Kind.LONG_RUNNING}
+    assert [c.name for c in record.admission_pod("a").containers] == ["a", "b"]
+
+    other = PodRecord(WHO)
+    other.created("i", "id-i", LIMITS, sandbox_id="sb-1", restart_count=0).pin = Pin.PINNED
+    other.stopped("id-i")
+    other.created("c", "id-c", LIMITS, sandbox_id="sb-1", restart_count=0).pin = Pin.PINNED
+    other.entries["i"].pin = Pin.RELEASED
+    other.new_sandbox(PodIdentity("uid-1", "web", "shop", "sb-2"))
+    rerun = other.created("i", "id-i2", LIMITS, sandbox_id="sb-2", restart_count=1)
+    assert (rerun.pin, rerun.init) == (Pin.RELEASED, True)
+
+
+def test_a_restart_of_a_name_never_seen_tells_nothing_of_the_order() -> None:
+    """After a plugin restart the record knows only what the runtime listed: a container
+    created with restartCount > 0 under a name it never saw is a restart, not the pod's next
+    container in the kubelet's order, so it makes no stopped container an init container."""
+    record = PodRecord(WHO)
+    record.created("a", "id-a", LIMITS, sandbox_id="sb-1", restart_count=0)
+    record.stopped("id-a")
+    record.created("b", "id-b", LIMITS, sandbox_id="sb-1", restart_count=3)
+    assert record.kinds()["a"] is Kind.LONG_RUNNING
+    record.created("c", "id-c", LIMITS, sandbox_id="sb-1", restart_count=0)  # a new name
+    assert record.kinds()["a"] is Kind.INIT
+
+
+def test_a_kept_exited_container_is_found_by_name_when_removed() -> None:
+    """A name kept at a Synchronize that listed no instance of it (id "") is removed by the
+    removal of a container of that name the record does not know; a known id is not."""
+    record = play("+c")
+    record.entries["k"] = record.entries.pop("c")
+    record.entries["k"].name, record.entries["k"].container_id = "k", ""
+    assert record.removed("id-other", "c") == (None, False)
+    entry, newest = record.removed("id-real", "k")
+    assert newest and entry is not None and record.entries == {}

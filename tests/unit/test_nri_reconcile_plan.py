@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from numamem.nri.kube import Limits
 from numamem.nri.podrecord import Entry, Pin, PodRecord
 from numamem.nri.reconcile import active_pods, adoption_candidates, mems_updates, rebuild
@@ -49,7 +51,7 @@ STATE = mm.GetStateResponse(
 
 def test_active_pods_are_the_runtimes_with_their_containers() -> None:
     view, _ = a_view()
-    assert active_pods(view) == [
+    assert active_pods(view, {}) == [
         mm.Pod(
             uid=uid,
             namespace="default",
@@ -117,8 +119,28 @@ def test_the_view_follows_the_events() -> None:
     view.add_container(obj.container(g2, "i", memory_limit=GI, cpu_milli=100), g2)
     assert view.pods()["uid-g"].sandbox.id == "sb-g2"
     assert [c.name for c in view.pods()["uid-g"].containers] == ["i"]
-    assert view.container_names("uid-g") == ["b", "c", "i", "n"]  # both sandboxes'
+    assert sorted(view.pods()["uid-g"].names) == ["b", "c", "i", "n"]  # both sandboxes'
     view.remove_pod("sb-g")
-    assert view.container_names("uid-g") == ["i"]
+    assert sorted(view.pods()["uid-g"].names) == ["i"]
     view.set_mems(made["b"].id, "1")  # removed with its sandbox: nothing to set
     assert view.container(made["b"].id) is None
+
+
+def test_rebuilding_checks_its_deadline_as_it_goes() -> None:
+    """A Synchronize counts the plugin's own work against the runtime's deadline: rebuild
+    calls its ``check`` every CHECK_EVERY pods, and a check that raises stops it."""
+    from numamem.nri.reconcile import CHECK_EVERY
+    from numamem.nri.view import RuntimeView
+
+    view = RuntimeView()
+    pods = [obj.pod(f"p{i}", f"uid-{i}") for i in range(2 * CHECK_EVERY + 1)]
+    view.replace(pods, [obj.container(p, "a", memory_limit=GI, cpu_milli=100) for p in pods])
+    calls: list[int] = []
+    records, _ = rebuild(view, mm.GetStateResponse(), {}, check=lambda: calls.append(1))
+    assert len(records) == len(pods) and len(calls) == 2
+
+    def late() -> None:
+        raise TimeoutError("no time left")
+
+    with pytest.raises(TimeoutError):
+        rebuild(view, mm.GetStateResponse(), {}, check=late)

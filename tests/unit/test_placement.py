@@ -19,7 +19,7 @@ from numamem import errors
 from numamem import logging as nlog
 from numamem.cpuset import format_cpulist
 from numamem.errors import NotFoundError
-from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import cgroup, cpusetfiles, enforcement, numastat
 from numamem.metacache.metrics import placement as pl
 from numamem.metacache.metrics.collector import Collector
 from numamem.metacache.metrics.store import MetricStore
@@ -403,7 +403,7 @@ def test_enforce_never_writes_beyond_the_assignment(
     )
     mems = root / ("" if mode == V2 else "cpuset") / rel / "cpuset.mems"
     writes: list[tuple[str, str]] = []
-    real = cgroup.write_cgroup_file
+    real = cpusetfiles.write_cgroup_file
 
     def recording(controller: Path, directory: Path, name: str, text: str) -> Path:
         writes.append((name, text))
@@ -411,19 +411,19 @@ def test_enforce_never_writes_beyond_the_assignment(
 
     sampler = pl.PlacementSampler(root, enforce=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cgroup, "write_cgroup_file", recording)
+        patch.setattr(cpusetfiles, "write_cgroup_file", recording)
         found = one(sampler, target(CID, assigned=set(assigned)))
         again = one(sampler, target(CID, assigned=set(assigned)))
     assert found.residency is not None
     mems_writes = [text for name, text in writes if name == "cpuset.mems"]
-    assert all(cgroup.parse_mems(text, "w") == assigned for text in mems_writes)
+    assert all(numastat.parse_mems(text, "w") == assigned for text in mems_writes)
     disallowed = mode == V2 and not assigned <= parent
     if enforced == assigned or disallowed:
         assert writes == [] and found.write is None and again.write is None
-        assert cgroup.parse_mems(mems.read_text(), str(mems)) == enforced
+        assert numastat.parse_mems(mems.read_text(), str(mems)) == enforced
         assert found.residency.cpuset_matches is (enforced == assigned)
         if disallowed and enforced != assigned:
-            assert (found.enforcement, again.enforcement) == (pl.PARENT_DISALLOWS,) * 2
+            assert (found.enforcement, again.enforcement) == (enforcement.PARENT_DISALLOWS,) * 2
             missing = format_cpulist(assigned - parent)
             assert f"without the assigned node{'s' * (len(assigned - parent) > 1)} '{missing}'" in (
                 found.enforcement_message
@@ -442,7 +442,7 @@ def test_enforce_never_writes_beyond_the_assignment(
     assert found.residency.cpuset_matches is True and found.enforcement == ""
     assert again.write == write and again.residency is not None
     assert again.residency.cpuset_matches is True
-    assert cgroup.parse_mems(mems.read_text(), str(mems)) == assigned
+    assert numastat.parse_mems(mems.read_text(), str(mems)) == assigned
 
 
 def test_targets_that_leave_are_forgotten(tmp_path: Path) -> None:
@@ -626,17 +626,17 @@ def test_only_cgroups_below_the_kubepods_level_are_writable(tmp_path: Path, wher
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "cpuset.mems").write_text("0-1\n")
     with pytest.raises(errors.CgroupPathError, match="not a container's cgroup"):
-        cgroup.write_cgroup_file(tmp_path, directory, "cpuset.mems", "0\n")
+        cpusetfiles.write_cgroup_file(tmp_path, directory, "cpuset.mems", "0\n")
     assert (directory / "cpuset.mems").read_text() == "0-1\n"
     container = tmp_path / "kubepods" / "podx" / "c"
     container.mkdir(parents=True, exist_ok=True)
     (container / "cpuset.mems").write_text("0-1\n")
-    cgroup.write_cgroup_file(tmp_path, container, "cpuset.mems", "0\n")
+    cpusetfiles.write_cgroup_file(tmp_path, container, "cpuset.mems", "0\n")
     assert (container / "cpuset.mems").read_text() == "0\n"
     with pytest.raises(ValueError, match="never writes"):
-        cgroup.write_cgroup_file(tmp_path, container, "cgroup.procs", "1\n")
+        cpusetfiles.write_cgroup_file(tmp_path, container, "cgroup.procs", "1\n")
     with pytest.raises(FileNotFoundError, match=r"cpuset\.memory_migrate"):  # never created
-        cgroup.write_cgroup_file(tmp_path, container, "cpuset.memory_migrate", "1\n")
+        cpusetfiles.write_cgroup_file(tmp_path, container, "cpuset.memory_migrate", "1\n")
 
 
 # --- finding 8: one container's bad file or unexpected error never aborts the round ---
@@ -686,14 +686,14 @@ def test_an_unexpected_error_for_one_container_is_that_containers_alone(
         write_container(
             tmp_path, V1, CGROUPFS, "guaranteed", pod, cid, CgroupValues(numa=SPLIT, mems="0")
         )
-    real = cgroup.read_enforced_mems
+    real = cpusetfiles.read_enforced_mems
 
     def buggy(dirs: cgroup.CgroupDirs) -> frozenset[int] | None:
         if "/podpa/" in str(dirs.cpuset):
             raise RuntimeError("bug\x1b[2K")
         return real(dirs)
 
-    monkeypatch.setattr(cgroup, "read_enforced_mems", buggy)
+    monkeypatch.setattr(cpusetfiles, "read_enforced_mems", buggy)
     sampler = pl.PlacementSampler(tmp_path)
     with capture_logs() as logs:
         errors = sampler.sample([target("a", pod="pa"), target("b", pod="pb")], NOW)
@@ -727,7 +727,7 @@ def test_a_container_that_leaves_during_the_write_has_left(
     rel = write_container(
         tmp_path, mode, CGROUPFS, "guaranteed", POD, CID, CgroupValues(numa=SPLIT, mems="0-1")
     )
-    real = getattr(cgroup, step)
+    real = getattr(cpusetfiles, step)
     calls = []
     leave_at = 2 if step == "read_enforced_mems" else 1  # the first read is before the write
 
@@ -740,7 +740,7 @@ def test_a_container_that_leaves_during_the_write_has_left(
             raise OSError(errno_, os.strerror(errno_), str(tmp_path / rel / "cpuset.mems"))
         return real(*args)
 
-    monkeypatch.setattr(cgroup, step, leave_then)
+    monkeypatch.setattr(cpusetfiles, step, leave_then)
     sampler = pl.PlacementSampler(tmp_path, enforce=True)
     with capture_logs() as logs:
         found = one(sampler)
@@ -763,7 +763,7 @@ def test_a_failed_write_in_a_cgroup_that_is_still_there_is_a_failure(
     def refused(*args: object) -> object:
         raise OSError(errno.ENOENT, "No such file or directory", "cpuset.mems")
 
-    monkeypatch.setattr(cgroup, "write_cgroup_file", refused)
+    monkeypatch.setattr(cpusetfiles, "write_cgroup_file", refused)
     sampler = pl.PlacementSampler(tmp_path, enforce=True)
     found = one(sampler)
     assert found.status == pl.MEASURED
@@ -841,7 +841,7 @@ def test_v2_does_not_write_when_the_parent_lacks_an_assigned_node(tmp_path: Path
     with capture_logs() as logs:
         rounds = [one(sampler) for _ in range(3)]
     for found in rounds:
-        assert (found.write, found.enforcement) == (None, pl.PARENT_DISALLOWS)
+        assert (found.write, found.enforcement) == (None, enforcement.PARENT_DISALLOWS)
         assert found.residency is not None and found.residency.cpuset_matches is False
     assert rounds[0].enforcement_message == (
         f"{parent} is '1', without the assigned node "
@@ -865,7 +865,7 @@ def test_v2_without_the_parents_nodes_does_not_write(tmp_path: Path) -> None:
     parent = (tmp_path / rel).parent / "cpuset.mems.effective"
     parent.unlink()
     found = one(pl.PlacementSampler(tmp_path, enforce=True))
-    assert (found.write, found.enforcement) == (None, pl.PARENT_DISALLOWS)
+    assert (found.write, found.enforcement) == (None, enforcement.PARENT_DISALLOWS)
     assert found.enforcement_message == (
         f"{parent} does not exist: cannot tell which nodes the parent allows; not written"
     )
@@ -890,7 +890,7 @@ def test_a_write_that_widens_is_written_back_and_enforcement_stops(
     cpuset = tmp_path / ("" if mode == V2 else "cpuset") / rel
     effective = cpuset / ("cpuset.mems.effective" if mode == V2 else "cpuset.effective_mems")
     written: list[str] = []
-    real = cgroup.write_cgroup_file
+    real = cpusetfiles.write_cgroup_file
 
     def kernel(controller: Path, directory: Path, name: str, text: str) -> Path:
         path = real(controller, directory, name, text)
@@ -901,7 +901,7 @@ def test_a_write_that_widens_is_written_back_and_enforcement_stops(
 
     sampler = pl.PlacementSampler(tmp_path, enforce=True)
     with pytest.MonkeyPatch.context() as patch, capture_logs() as logs:
-        patch.setattr(cgroup, "write_cgroup_file", kernel)
+        patch.setattr(cpusetfiles, "write_cgroup_file", kernel)
         found = one(sampler)
         later = [one(sampler) for _ in range(3)]
     assert written == ["0\n", "1\n"]  # the write, then the write back; nothing after
@@ -916,9 +916,9 @@ def test_a_write_that_widens_is_written_back_and_enforcement_stops(
         "re-pinned): allow the assigned nodes in the pod's cpuset.mems"
     )
     assert found.residency is not None and found.residency.enforced == {1}  # as written back
-    assert (found.enforcement, found.enforcement_message) == (pl.STOPPED, write.error)
+    assert (found.enforcement, found.enforcement_message) == (enforcement.STOPPED, write.error)
     for again in later:
-        assert (again.write, again.enforcement) == (write, pl.STOPPED)
+        assert (again.write, again.enforcement) == (write, enforcement.STOPPED)
     assert (sampler.stats.writes_ok, sampler.stats.writes_failed) == (0, 1)
     [logged] = [e for e in logs if e["event"] == "cpuset.mems written back; no longer enforced"]
     assert logged["error"] == write.error
@@ -970,7 +970,7 @@ def test_a_contested_cpuset_is_written_with_exponential_backoff(tmp_path: Path) 
         nlog.configure("warning", "console", cache=False)
     assert wrote == [0, 1, 2, 5, 9, 17, 33, 65, 70, 71]
     assert states[:3] == ["", "", ""]
-    assert set(states[3:66]) == {pl.CONTESTED}
+    assert set(states[3:66]) == {enforcement.CONTESTED}
     assert set(states[66:]) == {""}  # round 66 found round 65's write in place
     assert sampler.stats.writes_failed == 0
     events = [e["event"] for e in logs]

@@ -11,15 +11,9 @@ from typing import Any
 import grpc
 import pytest
 
-from numamem.api.podresources import (
-    PodResourcesComponent,
-    PodResourcesServicer,
-    TokenBucket,
-    memory_to_proto,
-    merge_lists,
-    merge_pod,
-    own_pods,
-)
+from numamem.api.podlisting import memory_to_proto, merge_lists, merge_pod, own_pods
+from numamem.api.podresources import PodResourcesComponent, PodResourcesServicer
+from numamem.api.ratelimit import TokenBucket
 from numamem.checkpoint.containerfile import decode_container_file, encode_containers
 from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore

@@ -125,7 +125,19 @@ def _quoted(value: ast.expr) -> bool:
         return True
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
         return value.func.id in ("quote", "len")
-    return False
+    if isinstance(value, ast.IfExp):
+        return _quoted(value.body) and _quoted(value.orelse)
+    # ``<...>identity.describe()``: numamem.nri.kube.PodIdentity.describe quotes its parts
+    # (test_pod_identity_describe_quotes_its_parts).
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "describe"
+        and (
+            (isinstance(value.func.value, ast.Attribute) and value.func.value.attr == "identity")
+            or (isinstance(value.func.value, ast.Name) and value.func.value.id == "identity")
+        )
+    )
 
 
 def _mentions_client_field(value: ast.expr) -> bool:
@@ -216,3 +228,16 @@ def f(target, request):
         "bad.py:5 container_id=request.container_id",
     ]
     assert checked == 4
+
+
+def test_pod_identity_describe_quotes_its_parts() -> None:
+    """The NRI plugin logs ``identity.describe()`` as a pod field: it escapes and bounds the
+    runtime's names (the check above takes it for quoted)."""
+    from numamem.nri.kube import PodIdentity
+
+    hostile = PodIdentity(
+        uid="u\n1" + "x" * 5000, name="a\u200bb", namespace="ns\x1b[31m", sandbox_id="s"
+    )
+    text = hostile.describe()
+    assert "\n" not in text and "\x1b" not in text and "\u200b" not in text
+    assert len(text.encode()) < 2 * (QUOTE_BYTES + 40) + 20

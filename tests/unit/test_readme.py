@@ -110,7 +110,7 @@ def test_the_flag_table_is_the_flags_serve_takes() -> None:
     """Beside the generated reference being current: its rows are exactly serve's flags."""
     import argparse
 
-    from numamem.config.flags import add_serve_arguments
+    from numamem.config.flags.table import add_serve_arguments
 
     parser = argparse.ArgumentParser()
     add_serve_arguments(parser)

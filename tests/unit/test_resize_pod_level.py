@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from numamem.checkpoint import kubelet
+from numamem.checkpoint import kubelet, kubeletwrite
 from numamem.client import error_reason
 from numamem.config.model import FeatureGates
 from numamem.errors import ResizeError
@@ -282,7 +282,7 @@ def kubelet_validate(row: Row, state: StateView) -> None:
     """The kubelet's V3 encoding of the state, read back and validated as the kubelet does
     (validateState replays the pod-level blocks; drift tolerance off)."""
     pods = state.get_pod_memory_assignments()
-    data = kubelet.encode_v3(
+    data = kubeletwrite.encode_v3(
         "Static", state.get_machine_state(), state.get_memory_assignments(), pods
     )
     loaded = kubelet.load(data)

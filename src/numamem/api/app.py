@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from numamem.api.component import Component
 from numamem.api.info import InfoComponent
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.api.metrics import MetricsComponent
 from numamem.api.podresources import PodResourcesComponent
 from numamem.api.residency import ResidencyView
-from numamem.api.server import Component
 from numamem.api.topology import TopologyComponent
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.config.model import Config

@@ -17,7 +17,7 @@ from numamem.memorymanager.search.space import HintSpace
 from numamem.memtypes import Block, MachineState, MemoryTable, NUMANodeState
 from numamem.pod import Pod
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.merge import Hint
+from numamem.topologymanager.hintfamily import Hint
 from numamem.topologymanager.policy import NO_AFFINITY, ProviderHints
 from numamem.v1 import memorymanager_pb2
 

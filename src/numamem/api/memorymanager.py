@@ -30,14 +30,13 @@ from numamem.api.convert import (
     node_state_to_proto,
     pod_level_to_proto,
 )
+from numamem.api.hintinput import affinity_from_proto, other_providers_from_proto
 from numamem.api.residency import ResidencyView
 from numamem.api.resize import explain_resize_to_proto, resize_to_proto, resized_container
 from numamem.api.validation import (
     ConvertedPods,
-    affinity_from_proto,
     check_string,
     container_in_pod,
-    other_providers_from_proto,
     pod_from_proto,
 )
 from numamem.checkpoint.fs import REAL, FileSystem

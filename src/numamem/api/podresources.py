@@ -49,8 +49,12 @@ ignore.
 
 Rate limit: the kubelet's, a token bucket of :data:`QPS` requests per second
 with a burst of :data:`BURST` over the whole server; beyond it,
-RESOURCE_EXHAUSTED "rejected by rate limit". The limit is this server's only:
-the main socket's RPCs are not counted.
+RESOURCE_EXHAUSTED "rejected by rate limit" (:mod:`numamem.api.ratelimit`). The
+limit is this server's only: the main socket's RPCs are not counted.
+
+The answers are built by :mod:`numamem.api.podlisting`; this module is the
+servicer (the kubelet's answers asked for and merged, the warning throttle) and
+the component that serves it on its own socket.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -66,21 +70,21 @@ from typing import Any
 import grpc
 from grpc_reflection.v1alpha import reflection
 
+from numamem.api.component import DurabilityReport
 from numamem.api.interceptors import ServerInterceptor
-from numamem.api.server import DurabilityReport, check_dir, make_dirs
+from numamem.api.podlisting import memory_to_proto, merge_lists, merge_pod, newest_by_name, own_pods
+from numamem.api.ratelimit import RateLimit, TokenBucket
 from numamem.api.sockets import (
     BoundSocket,
     bind_unix_socket,
     check_socket_path,
     prepare_socket_path,
 )
+from numamem.api.statedir import check_dir, make_dirs
 from numamem.errors import quote
 from numamem.logging import get_logger
 from numamem.memorymanager.manager.versions import Committed
 from numamem.memorymanager.manager.writes import Manager
-from numamem.memorymanager.requests import podlevel
-from numamem.memorymanager.state.model import StateView
-from numamem.memtypes import Block
 from numamem.v1 import podresources_pb2 as pr
 from numamem.v1 import podresources_pb2_grpc as pr_grpc
 from numamem.work import installed_courtesy
@@ -93,151 +97,6 @@ BURST = 10
 """The kubelet's ``podresources.DefaultQPS`` and ``DefaultBurstTokens``."""
 KUBELET_TIMEOUT_S = 2.0
 WARN_EVERY_S = 60.0
-
-
-# --- rate limit ---------------------------------------------------------------------
-
-
-class TokenBucket:
-    """``rate`` tokens per second up to ``burst``; :meth:`allow` takes one if there is one.
-    Thread-safe."""
-
-    def __init__(
-        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.rate, self.burst, self._clock = rate, burst, clock
-        self._tokens = float(burst)
-        self._at = clock()
-        self._lock = threading.Lock()
-
-    def allow(self) -> bool:
-        with self._lock:
-            now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-            self._at = now
-            if self._tokens >= 1:
-                self._tokens -= 1
-                return True
-            return False
-
-
-def _rejected(request: Any, context: grpc.ServicerContext) -> Any:
-    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
-
-
-class RateLimit(grpc.ServerInterceptor):
-    """Every RPC of the server takes a token first (the kubelet's ``WithRateLimiter``)."""
-
-    def __init__(self, bucket: TokenBucket) -> None:
-        self.bucket = bucket
-
-    def intercept_service(self, continuation: Any, details: Any) -> Any:
-        if self.bucket.allow():
-            return continuation(details)
-        return grpc.unary_unary_rpc_method_handler(_rejected)
-
-
-# --- answers from numamem's state ----------------------------------------------------
-
-
-def memory_to_proto(blocks: Iterable[Block]) -> list[pr.ContainerMemory]:
-    """The kubelet's ``containerMemoryFromBlock``, zero-size blocks left out."""
-    return [
-        pr.ContainerMemory(
-            memory_type=b.type,
-            size=b.size,
-            topology=pr.TopologyInfo(nodes=[pr.NUMANode(ID=n) for n in b.numa_affinity or ()]),
-        )
-        for b in blocks
-        if b.size > 0
-    ]
-
-
-def own_pods(state: StateView, names: Mapping[str, tuple[str, str]]) -> list[pr.PodResources]:
-    """Every pod of ``state`` (the memory manager's committed state), sorted by namespace and
-    name; a pod without recorded names is named by its uid.
-
-    Pods are uids, names are labels: two uids that carry one name (a StatefulSet pod
-    re-created while the old uid still holds memory) are both listed, the newest
-    (recorded last in ``names``) last.
-    """
-    recorded = {uid: i for i, uid in enumerate(names)}
-    pod_entries = state.pod_entries()
-    keyed = []
-    for uid, containers in state.pods():
-        namespace, name = names.get(uid, ("", uid))
-        pod_blocks = pod_entries.get(uid)
-        if pod_blocks is None:
-            listed = [(ctr, memory_to_proto(blocks)) for ctr, blocks in sorted(containers.items())]
-            # A container without memory is a regular init container whose memory the app
-            # containers reuse (every other container of a pod with state holds its request):
-            # the kubelet never lists those.
-            listed = [(c, m) for c, m in listed if m]
-        else:
-            exclusive = state.exclusive_containers(uid)
-            listed = [
-                (ctr, memory_to_proto(blocks) if ctr in exclusive else [])
-                for ctr, blocks in sorted(containers.items())
-                if podlevel.isolation_level(blocks, pod_blocks, exclusive, ctr) != podlevel.HOST
-            ]
-        pod = pr.PodResources(
-            name=name,
-            namespace=namespace,
-            containers=[pr.ContainerResources(name=c, memory=m) for c, m in listed],
-            memory=memory_to_proto(pod_blocks or ()),
-        )
-        keyed.append(((namespace, name, recorded.get(uid, -1), uid), pod))
-    keyed.sort(key=lambda item: item[0])
-    return [pod for _, pod in keyed]
-
-
-def newest_by_name(pods: Sequence[pr.PodResources]) -> dict[tuple[str, str], pr.PodResources]:
-    """(namespace, name) -> the newest pod of that name in :func:`own_pods` order."""
-    return {(p.namespace, p.name): p for p in pods}
-
-
-def merge_pod(kubelet: pr.PodResources, ours: pr.PodResources) -> pr.PodResources:
-    """The kubelet's pod with numamem's memory for every container (numamem manages the pod's
-    memory). The kubelet's containers are the pod's: its app containers and restartable init
-    containers (sidecars), never a regular init container, so numamem's containers it does
-    not list (regular init containers still holding memory) are left out, as it does."""
-    merged = pr.PodResources()
-    merged.CopyFrom(kubelet)
-    memory = {c.name: c.memory for c in ours.containers}
-    for container in merged.containers:
-        del container.memory[:]
-        container.memory.extend(memory.get(container.name, []))
-    del merged.memory[:]
-    merged.memory.extend(ours.memory)
-    return merged
-
-
-def merge_lists(
-    kubelet: Sequence[pr.PodResources], ours: Sequence[pr.PodResources]
-) -> list[pr.PodResources]:
-    """The kubelet's pods in its order (numamem's memory in those numamem has state for),
-    then numamem's pods the kubelet does not list.
-
-    The kubelet knows one pod per name (the live one), so it merges with numamem's newest
-    pod of that name. An older uid of the same name that still holds memory in numamem is
-    listed just before it: in both modes the newest pod of a name comes last, so a client
-    that keys the list by name keeps the newest.
-    """
-    named: dict[tuple[str, str], list[pr.PodResources]] = {}
-    for p in ours:
-        named.setdefault((p.namespace, p.name), []).append(p)  # the newest last
-    emitted: set[int] = set()
-    out = []
-    for pod in kubelet:
-        group = named.pop((pod.namespace, pod.name), None)
-        if group is None:
-            out.append(pod)
-            continue
-        *older, own = group
-        out.extend(older)
-        out.append(merge_pod(pod, own))
-        emitted.update(id(p) for p in group)
-    return out + [p for p in ours if id(p) not in emitted]
 
 
 class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):

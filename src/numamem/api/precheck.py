@@ -44,9 +44,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from numamem.api.component import Component
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
-from numamem.api.server import Component
 from numamem.api.sockets import bind_failure, check_socket_path, in_doubt, probe_connect
 from numamem.api.statedir import (
     LOCK_FILE,

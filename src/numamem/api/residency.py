@@ -35,6 +35,7 @@ from numamem.errors import InvalidArgumentError, NotFoundError, quote
 from numamem.memorymanager.manager.versions import Committed
 from numamem.memorymanager.manager.writes import Manager
 from numamem.metacache.cache import MetaCache
+from numamem.metacache.metrics import enforcement
 from numamem.metacache.metrics import placement as pl
 from numamem.metacache.metrics.residency import HUGETLB_PREFIX, Residency
 from numamem.v1 import memorymanager_pb2 as mm
@@ -49,14 +50,14 @@ _STATUS = {
 
 _ENFORCEMENT = {
     "": mm.CPUSET_ENFORCEMENT_UNSPECIFIED,
-    pl.CONTESTED: mm.CPUSET_ENFORCEMENT_CONTESTED,
-    pl.PARENT_DISALLOWS: mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS,
-    pl.STOPPED: mm.CPUSET_ENFORCEMENT_STOPPED,
+    enforcement.CONTESTED: mm.CPUSET_ENFORCEMENT_CONTESTED,
+    enforcement.PARENT_DISALLOWS: mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS,
+    enforcement.STOPPED: mm.CPUSET_ENFORCEMENT_STOPPED,
 }
 ENFORCEMENT_REASONS = {
-    pl.CONTESTED: "contested",
-    pl.PARENT_DISALLOWS: "parent_disallows",
-    pl.STOPPED: "stopped",
+    enforcement.CONTESTED: "contested",
+    enforcement.PARENT_DISALLOWS: "parent_disallows",
+    enforcement.STOPPED: "stopped",
 }
 """The ``reason`` label of ``numamem_container_cpuset_mems_not_enforced``."""
 

@@ -42,6 +42,11 @@ later, when a checkpoint whose durability was unknown is written again), ``STATU
 the reason while health is NOT_SERVING, ``STOPPING=1`` at shutdown, and pings the
 watchdog from the serving loop after a liveness probe through the RPC worker pool and the
 components' writer locks succeeded (:mod:`numamem.api.watchdog`).
+
+The parts the daemon drives live beside it: :mod:`numamem.api.component` (what a component
+is), :mod:`numamem.api.health` (the health servicer and its TCP server),
+:mod:`numamem.api.executor` (the counting worker pool) and :mod:`numamem.api.servingstatus`
+(health and the service manager's status under unknown durability).
 """
 
 from __future__ import annotations
@@ -51,20 +56,22 @@ import os
 import select
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from numamem.api.component import Component, ComponentFactory, component_label
+from numamem.api.executor import BoundedExecutor
+from numamem.api.health import HEALTH_SERVICE, HealthService, start_health_server
 from numamem.api.interceptors import Readiness, ServerInterceptor
 from numamem.api.sdnotify import Notifier
+from numamem.api.servingstatus import ServingStatus
 from numamem.api.sockets import (
     BoundSocket,
     bind_unix_socket,
@@ -75,23 +82,11 @@ from numamem.api.statedir import LOCK_FILE, check_dir, claim_state_dir, make_dir
 from numamem.api.wakeup import signal_wakeup
 from numamem.api.watchdog import Watchdog, serving_loop_watchdog
 from numamem.config.model import Config
-from numamem.errors import StartupError, quote
+from numamem.errors import StartupError
 from numamem.logging import get_logger
 from numamem.work import Courtesy, install_courtesy, uninstall_courtesy
 
 _log = get_logger("server")
-
-__all__ = [
-    "LOCK_FILE",  # re-exported from numamem.api.statedir
-    "BoundedExecutor",
-    "Component",
-    "ComponentFactory",
-    "Daemon",
-    "DurabilityReport",
-    "HealthService",
-    "check_dir",
-    "make_dirs",
-]
 
 GIL_SWITCH_INTERVAL_S = 0.00005
 """How long a thread that wants the GIL waits before it makes the holder give it up (50 µs;
@@ -108,82 +103,6 @@ lifecycles 198/s at 0.5 ms against 171-181/s at 50 µs, Admit 424 against 366-40
 ``make bench`` run against two, disk noise of the same order); short RPCs waiting less
 matters more to a node agent than a busy daemon's peak rate."""
 DAEMON_UMASK = 0o077  # checkpoint files 0600, directories 0700
-HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-
-DurabilityReport = Callable[[str, str | None], None]
-"""(checkpoint file, the problem or None once it is durable again)."""
-
-
-class Component(Protocol):
-    """A part of the daemon that serves gRPC services and may own state.
-
-    ``register`` adds servicers to the server; ``load`` reads and validates
-    what the component needs (checkpoints, listeners) and may refuse the
-    start, but writes nothing; ``start`` writes initial state and begins
-    background work (health becomes SERVING only after every component
-    started); ``stop`` ends background work and is idempotent.
-    ``watch_durability`` hands the component the daemon's durability report.
-    """
-
-    service_names: Sequence[str]
-
-    def register(self, server: grpc.Server) -> None: ...
-
-    def load(self) -> None: ...
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def watch_durability(self, report: DurabilityReport) -> None: ...
-
-
-ComponentFactory = Callable[[Config], Sequence[Component]]
-
-
-class HealthService(health.HealthServicer):  # type: ignore[misc]  # grpc_health has no stubs
-    """The standard health servicer plus ``List`` (every known service and its status).
-
-    grpcio-health-checking defines ``List`` in its proto but does not implement
-    it; this reads the servicer's own status table under its own lock.
-    """
-
-    def List(self, request: Any, context: grpc.ServicerContext) -> Any:
-        with self._lock:
-            statuses = dict(self._server_status)
-        return health_pb2.HealthListResponse(
-            statuses={k: health_pb2.HealthCheckResponse(status=v) for k, v in statuses.items()}
-        )
-
-
-class BoundedExecutor(futures.ThreadPoolExecutor):
-    """A thread pool that counts the tasks submitted and not yet done (running or queued).
-
-    gRPC submits every RPC of the main pool here from its one serving thread;
-    the interceptor reads :attr:`in_flight` there to refuse RPCs beyond the
-    bound before they queue. A task leaves the count when its future is done,
-    however it ends.
-    """
-
-    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
-        self._count_lock = threading.Lock()
-        self.in_flight = 0
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future[Any]:
-        with self._count_lock:
-            self.in_flight += 1
-        try:
-            future = super().submit(fn, *args, **kwargs)
-        except BaseException:
-            self._done(None)
-            raise
-        future.add_done_callback(self._done)
-        return future
-
-    def _done(self, _future: object) -> None:
-        with self._count_lock:
-            self.in_flight -= 1
 
 
 @dataclass
@@ -204,8 +123,6 @@ class Daemon:
     With two daemons in one process (tests), the one started last and still running is
     installed."""
     _stopping_sent: bool = False
-    _ready_sent: bool = False
-    _announced: str = ""
     _signal: int | None = None
     _wake: tuple[int, int] | None = None
     """The self-pipe a signal handler writes to (read end, write end), open while run() runs."""
@@ -221,12 +138,14 @@ class Daemon:
     """The serving loop's watchdog while it runs with ``WatchdogSec=`` (its counters)."""
     _components: Sequence[Component] = ()
     _created: list[Path] = field(default_factory=list)
-    _durability: dict[str, str] = field(default_factory=dict)
-    _durability_lock: threading.Lock = field(default_factory=threading.Lock)
-    _service_names: list[str] = field(default_factory=list)
+    _status: ServingStatus = field(init=False)
+    """What health and the service manager are told (durability reports go there)."""
     interceptor: ServerInterceptor | None = None
     set_umask: bool = True
     """The daemon runs with umask 0077; in-process test servers leave the host process's umask alone."""
+
+    def __post_init__(self) -> None:
+        self._status = ServingStatus(self.health, self.readiness, self.notifier, self.config.socket)
 
     def run(self) -> int:
         """Start, serve until SIGTERM/SIGINT, shut down. Returns the exit code."""
@@ -321,7 +240,6 @@ class Daemon:
         names = [n for c in self._components for n in c.service_names]
         if len(set(names)) != len(names):
             raise StartupError(f"internal error: a service is registered twice: {sorted(names)}")
-        self._service_names = names
         try:
             self._created += make_dirs(state_dir, 0o700, "--state-dir")
             self._created += make_dirs(socket_dir, 0o750, "--socket directory")
@@ -331,7 +249,7 @@ class Daemon:
             for component in self._components:
                 notify(f"restoring: {component_label(component)}")
                 component.load()
-                component.watch_durability(self._report_durability)
+                component.watch_durability(self._status.report)
             notify(f"binding {cfg.socket}")
             self._serve(cfg, names)
             for component in self._components:
@@ -342,12 +260,7 @@ class Daemon:
             self.shutdown()
             self._undo()
             raise
-        with self._durability_lock:  # a durability report now waits for health and READY=1
-            status = self._serving_status()
-            for name in ("", *names):
-                self.health.set(name, status)
-            self.readiness.set_ready()
-            self._announce()
+        self._status.serving(names)
         _log.info("serving", services=names)
 
     def _serve(self, cfg: Config, names: Sequence[str]) -> None:
@@ -384,7 +297,7 @@ class Daemon:
         self._bound = bind_unix_socket(server, cfg.socket, "--socket")
         server.start()
         if cfg.health_port is not None:
-            self._health_server = _start_health_server(
+            self._health_server = start_health_server(
                 self.health, cfg.health_address, cfg.health_port, self.interceptor
             )
         _log.info(
@@ -392,59 +305,6 @@ class Daemon:
             socket=cfg.socket,
             health=None if cfg.health_port is None else f"{cfg.health_address}:{cfg.health_port}",
         )
-
-    # --- durability --------------------------------------------------------------
-
-    def _report_durability(self, file: str, problem: str | None) -> None:
-        """A component's checkpoint ``file`` has an unknown durability (``problem``) or not."""
-        with self._durability_lock:
-            if problem is None:
-                if self._durability.pop(file, None) is None:
-                    return
-                _log.info("checkpoint durable again", file=file)
-            else:
-                first = file not in self._durability
-                self._durability[file] = problem
-                if first:
-                    _log.error(
-                        "checkpoint durability unknown: NOT_SERVING", file=file, error=problem
-                    )
-            if not self.readiness.is_ready():
-                return
-            status = self._serving_status()
-            for name in ("", *self._service_names):
-                self.health.set(name, status)
-            self._announce()
-
-    def _announce(self) -> None:
-        """Tell the service manager what health says now (the caller holds the durability
-        lock and has just set health): ``READY=1`` the first time it is SERVING, a
-        ``STATUS=`` line whenever the status or its reason changes."""
-        if not self._durability:
-            text = f"serving on {self.config.socket}"
-        else:
-            file, problem = min(self._durability.items())
-            text = (
-                f"not serving: the durability of {file} is unknown "
-                f"({quote(problem, style='bare', limit=200)}); serving again once a write of "
-                "it succeeds"
-            )
-        if text == self._announced:
-            return
-        self._announced = text
-        if not self._durability and not self._ready_sent:
-            self._ready_sent = True
-            self.notifier.ready(text)
-        else:
-            self.notifier.status(text)
-
-    def _serving_status(self) -> int:
-        status: int = (
-            health_pb2.HealthCheckResponse.NOT_SERVING
-            if self._durability
-            else health_pb2.HealthCheckResponse.SERVING
-        )
-        return status
 
     # --- shutdown -------------------------------------------------------------------
 
@@ -487,32 +347,3 @@ class Daemon:
                 else:
                     path.unlink()
         self._created = []
-
-
-def component_label(component: object) -> str:
-    """``MemoryManagerComponent`` -> ``memory manager``, for status lines."""
-    name = type(component).__name__.removesuffix("Component")
-    words = "".join(f" {c}" if c.isupper() else c for c in name).split()
-    return " ".join(w.lower() for w in words).replace("meta cache", "metacache") or name
-
-
-def _start_health_server(
-    servicer: HealthService, address: str, port: int, interceptor: ServerInterceptor
-) -> grpc.Server:
-    """A TCP server that carries only grpc.health.v1 (kubelet native gRPC probes), with
-    reflection of that one service so that grpcurl can call it by name."""
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health-tcp"),
-        interceptors=[interceptor],
-    )
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    reflection.enable_server_reflection((HEALTH_SERVICE, reflection.SERVICE_NAME), server)
-    host = f"[{address}]" if ":" in address else address
-    try:
-        server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError as err:
-        raise StartupError(
-            f"--health-address {address} --health-port {port}: cannot listen: {err}"
-        ) from err
-    server.start()
-    return server

@@ -1,11 +1,11 @@
 """One pod's texts in a checkpoint (go-spew and JSON), rendered in straight-line code.
 
 A write renders the entries of the pods that changed (the kept texts of the others are
-reused, :class:`~numamem.checkpoint.kubelet.V1Encoder`): :func:`entry_spew` is
-:func:`~numamem.checkpoint.gospew.render_entry` and :func:`entry_json` the definition in
-:mod:`numamem.checkpoint.kubelet`, each written as f-strings over the blocks instead of
-spew's typed writer and generator expressions (property tests hold them to the
-definitions). Pure functions; the JSON strings of memory type names are cached (a machine
+reused, :class:`~numamem.checkpoint.kubeletwrite.V1Encoder`): :func:`entry_spew` is
+:func:`~numamem.checkpoint.gospew.render_entry` and :func:`entry_json` Go's ``json.Marshal``
+of an entry (defined in ``tests/unit/test_checkpoint_pieces.py``), each written as f-strings
+over the blocks instead of spew's typed writer and generator expressions (property tests
+hold them to the definitions). Pure functions; the JSON strings of memory type names are cached (a machine
 has a handful).
 """
 

@@ -39,6 +39,11 @@ FaultHook = Callable[[str, Path], None]
 """Called with (stage, target) before each stage; raise to simulate a failure."""
 
 
+def no_fault(stage: str, target: Path) -> None:
+    """The :data:`FaultHook` that injects nothing."""
+    return
+
+
 STREAM_BYTES = 1 << 20
 """A file larger than this (a metacache snapshot of thousands of containers) is written in
 pieces of :data:`PIECE_BYTES`, each fsynced before the next: on a journaling file system

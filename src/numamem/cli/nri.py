@@ -18,9 +18,12 @@ socket it cannot serve on); 2 usage (the command line).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -41,7 +44,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
             "(container scope) would, set its cpuset.mems, resize, release and reconcile. "
             "Pre-launched by the runtime (NRI_PLUGIN_SOCKET set), the name and index come from "
             "the environment and the options also from the runtime's config string (YAML: "
-            "socket, on-reject, log-level, log-format)."
+            "socket, on-reject, log-level, log-format, log-file)."
         ),
     )
     parser.add_argument(
@@ -83,6 +86,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "runtime or not, and why) on this unix socket, for `numamem nri-status` probes "
         "(default: none)",
     )
+    parser.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="where the log goes: - (stderr), syslog (/dev/log), or a file appended to "
+        "(default: $NUMAMEM_NRI_LOG_FILE, else stderr; pre-launched, whose stderr the runtime "
+        "makes /dev/null: syslog where /dev/log exists, else /var/log/numamem-nri.log)",
+    )
     parser.set_defaults(run=run)
     return parser
 
@@ -90,23 +100,36 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from numamem import logging as nlog
     from numamem.errors import ConfigError
+    from numamem.nri.logsink import default_log_file, open_log, point_stdio_at
     from numamem.nri.memoryplugin import MemoryPlugin
     from numamem.nri.options import PluginOptions
-    from numamem.nri.plugin import Plugin
+    from numamem.nri.plugin import ENV_IDX, ENV_NAME, Plugin
     from numamem.nri.statusserver import StatusServer
 
-    options = PluginOptions(
-        socket=args.socket,
-        on_reject=args.on_reject,
-        log_level=args.log_level,
-        log_format=args.log_format,
-    )
+    prelaunched = Plugin.is_prelaunched()
+    try:
+        options = PluginOptions(
+            socket=args.socket,
+            on_reject=args.on_reject,
+            log_level=args.log_level,
+            log_format=args.log_format,
+            log_file=args.log_file or default_log_file(prelaunched),
+        )
+        stream = open_log(options.log_file, sys.stderr)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+    if prelaunched:
+        point_stdio_at(stream)
     handler = MemoryPlugin(options)
     handler.reconfigure_logging = True
-    prelaunched = Plugin.is_prelaunched()
     try:
         if prelaunched:
             plugin = Plugin.prelaunched(handler)
+            name, idx = os.environ.get(ENV_NAME, ""), os.environ.get(ENV_IDX, "")
+            handler.config_source = (
+                f"the runtime's config for this plugin (plugin_config_path/{idx}-{name}.conf "
+                f"or {name}.conf)"
+            )
         else:
             plugin = Plugin(
                 handler, name=args.plugin_name, idx=args.plugin_idx, socket_path=args.nri_socket
@@ -114,20 +137,14 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         handler.stop()
         if prelaunched:
-            print(f"numamem: {err}", file=sys.stderr)
+            print(f"numamem: {err}", file=stream)
             return EXIT_FAILED
         raise UsageError(str(err)) from None
     # Not before: a usage error logs nothing (and leaves logging as it was).
-    nlog.configure(options.log_level, options.log_format, stream=sys.stderr, cache=False)
+    nlog.configure(options.log_level, options.log_format, stream=stream, cache=False)
     log = nlog.get_logger("nri")
     handler.reconciler.updater = plugin.update_containers
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        log.info("NRI plugin stopping", signal=signal.Signals(signum).name)
-        plugin.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signal(plugin.stop, log)
     log.info(
         "NRI plugin starting",
         mode="pre-launched" if prelaunched else "external",
@@ -135,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         nri_socket=None if prelaunched else plugin.socket_path,
         daemon_socket=options.socket,
         on_reject=options.on_reject,
+        log_file=options.log_file,
     )
     status = None
     if args.status_socket:
@@ -154,3 +172,24 @@ def run(args: argparse.Namespace) -> int:
         handler.stop()
         log.info("NRI plugin stopped", counts=handler.counts)
     return EXIT_OK
+
+
+def stop_on_signal(stop: Callable[[], None], log: Any) -> None:
+    """Call ``stop`` (and log) on a thread of its own once SIGTERM or SIGINT arrives. The
+    handler only writes the signal's number to a pipe (async-signal-safe: it takes no lock,
+    which the interrupted main thread may hold, e.g. the plugin's own in a session)."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(OSError):
+            os.write(write_fd, bytes([signum]))
+
+    def watch() -> None:
+        signum = os.read(read_fd, 1)
+        log.info("NRI plugin stopping", signal=signal.Signals(signum[0]).name)
+        stop()
+
+    threading.Thread(target=watch, name="nri-signals", daemon=True).start()
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

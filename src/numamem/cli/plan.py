@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from numamem.cli.common import EXIT_OK, fail
-from numamem.config.flags import add_serve_arguments
+from numamem.config.flags.table import add_serve_arguments
 
 FORMATS = ("all", "kubelet", "numamem", "flag")
 RESERVATION_FLAGS = ("--sysfs-root", "--system-reserved", "--kube-reserved", "--eviction-hard")

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from numamem.cli import UsageError
-from numamem.config.flags import add_serve_arguments, describe
+from numamem.config.flags.table import add_serve_arguments, describe
 from numamem.errors import NumamemError
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from numamem.cli.common import (
 )
 from numamem.cli.state_table import render
 from numamem.client import NumamemClient
-from numamem.config.flags import add_serve_arguments
+from numamem.config.flags.table import add_serve_arguments
 from numamem.config.model import DEFAULT_STATE_DIR
 from numamem.v1 import memorymanager_pb2
 
@@ -147,7 +147,7 @@ def show(state_dir: Path, *, as_json: bool) -> int:
     if isinstance(loaded, int):
         return loaded
     if as_json:
-        from numamem.checkpoint.kubelet import encode_v1, encode_v3
+        from numamem.checkpoint.kubeletwrite import encode_v1, encode_v3
 
         if loaded.pod_entries:
             text = encode_v3(

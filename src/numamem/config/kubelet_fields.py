@@ -1,7 +1,7 @@
 """The top-level fields of the kubelet's ``KubeletConfiguration`` (kubelet.config.k8s.io/v1beta1).
 
 ``--config`` accepts the kubelet's own config file as it is: the fields numamem
-reads (:data:`numamem.config.flags.YAML_KEYS`) are applied, every other field
+reads (:data:`numamem.config.flags.table.YAML_KEYS`) are applied, every other field
 named here is ignored (listed at debug level), and a field in neither is an
 error. The names are those of the released v1beta1 API (``types.go``), plus
 ``memoryManagerPolicyOptions`` of KEP-6232.

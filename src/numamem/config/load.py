@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from numamem.config.checks import ValueChecks, check_value
-from numamem.config.flags import FLAGS, apply_value, flag_dest
+from numamem.config.flags.spec import apply_value
+from numamem.config.flags.table import FLAGS, flag_dest
 from numamem.config.model import Config
 from numamem.config.syntax import check_feature_gates
 from numamem.config.yamlfile import apply_yaml

@@ -14,7 +14,8 @@ from dataclasses import replace
 import yaml
 
 from numamem.config.checks import ValueChecks, check_value
-from numamem.config.flags import YAML_KEYS, apply_value
+from numamem.config.flags.spec import apply_value
+from numamem.config.flags.table import YAML_KEYS
 from numamem.config.kubelet_fields import API_GROUP, KIND, KUBELET_FIELDS
 from numamem.config.model import Config
 from numamem.config.syntax import merge_feature_gates, parse_feature_gates

@@ -4,11 +4,9 @@ A commit (one group of concurrent writers, see :mod:`numamem.metacache.cache`)
 appends one record and fsyncs the journal before it is acknowledged: cost
 proportional to the change, not to the cache. When the journal outgrows the
 snapshot (and ``min_compact_bytes``) or holds :data:`MAX_RECORDS`, a
-background thread writes a new snapshot of the last durable state (temp,
-fsync, rename, directory fsync) and then swaps in a journal holding only the
-records written since; writers wait only for that swap, not for the rewrite.
-A snapshot whose directory sync failed keeps the old journal (it covers the
-old snapshot and the new one).
+background thread compacts it (:mod:`numamem.metacache.compaction`); writers
+wait only for the journal swap, not for the rewrite. Loading the files at
+start is :mod:`numamem.metacache.journal_load`.
 
 A failed append (ENOSPC, EIO, a failed fsync, or any other error) truncates
 the journal back to its last good record before the writers fail, so memory
@@ -40,7 +38,6 @@ a commit. Every file operation goes through ``fs``
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable, Set
 from pathlib import Path
@@ -50,23 +47,22 @@ from numamem.checkpoint.filestore import (
     atomic_write,
     error_text,
     fsync_dir,
-    move_aside,
+    no_fault,
     observed,
-    read_file,
     remove_stale_temps,
 )
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.records import frame
 from numamem.errors import (
     PATH_QUOTE_BYTES,
-    CheckpointError,
     DurabilityUnknownError,
     PersistenceError,
     quote,
 )
 from numamem.logging import get_logger
 from numamem.metacache.cache import State
-from numamem.metacache.journal import JOURNAL_FILE, change_payload, header, restore
+from numamem.metacache.compaction import Compaction
+from numamem.metacache.journal import JOURNAL_FILE, change_payload, header
 from numamem.metacache.persistence import STATE_FILE, PodTextCache, encode, pod_text
 
 _log = get_logger("metacache")
@@ -76,7 +72,7 @@ MIN_COMPACT_BYTES = 256 * 1024
 """The journal is compacted once it is larger than the snapshot and than this."""
 
 
-class JournalPersister:
+class JournalPersister(Compaction):
     """A :class:`~numamem.metacache.cache.Persister` on snapshot + journal.
 
     The cache calls :meth:`save` from one committer at a time; a background thread
@@ -128,47 +124,6 @@ class JournalPersister:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    # --- restore ----------------------------------------------------------------
-
-    def load(self, *, discard_corrupt: bool = False) -> State | None:
-        """The stored state (snapshot + journal), or None when there are no files. Reads only,
-        unless the operator asked to discard corrupt files (then both are moved aside)."""
-        snapshot, journal = read_file(self.path, self.fs), read_file(self.journal_path, self.fs)
-        try:
-            restored = restore(snapshot, journal, self.journal_path, self.path)
-        except CheckpointError as err:
-            if not discard_corrupt:
-                raise CheckpointError(
-                    f"could not restore the metacache (snapshot {quote(self.path, limit=PATH_QUOTE_BYTES)} and journal "
-                    f"{quote(self.journal_path, limit=PATH_QUOTE_BYTES)}): {err}; move both files away, or start with "
-                    "--metacache-discard-corrupt-state to set them aside and start empty"
-                ) from err
-            for path in (self.path, self.journal_path):
-                if self.fs.exists(path):
-                    aside = move_aside(path, "corrupt", self.fs)
-                    _log.warning(
-                        "metacache state unusable; moved aside, starting empty",
-                        error=str(err),
-                        moved_to=str(aside),
-                    )
-            return None
-        if restored is None:
-            return None
-        self._state, self._seq = restored.state, restored.seq
-        self._size, self._torn = restored.journal_end, restored.torn
-        self._records, self._snapshot_bytes = restored.records, restored.snapshot_bytes
-        # A missing or empty journal, or one that ends before the snapshot (a crash between a
-        # rewrite's snapshot and its journal), is replaced by a fresh one at start.
-        self._needs_header = restored.journal_last != restored.seq
-        self._needs_snapshot = snapshot is None
-        return restored.state
-
-    @property
-    def appends_to_found_journal(self) -> bool:
-        """After :meth:`load`: whether :meth:`restored` opens the journal found to append to it
-        (False: it writes a fresh one first). ``numamem serve --check`` asks."""
-        return not self._needs_header
-
     def restored(self) -> None:
         """The daemon starts with the loaded state: remove temp files, drop a torn last record,
         create missing files, open the journal and start the compactor."""
@@ -192,43 +147,6 @@ class JournalPersister:
                 target=self._compact_loop, name="metacache-compactor", daemon=True
             )
             self._thread.start()
-
-    def _drop_torn_tail(self) -> None:
-        hook = self.faults or _no_fault
-        try:
-            hook("truncate", self.journal_path)
-            fd = self.fs.open(self.journal_path, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                self.fs.ftruncate(fd, self._size)
-                hook("truncate-fsync", self.journal_path)
-                self.fs.fsync(fd)
-            finally:
-                self.fs.close(fd)
-        except Exception as err:
-            raise CheckpointError(
-                f"cannot cut the torn last record off the metacache journal "
-                f"{quote(self.journal_path, limit=PATH_QUOTE_BYTES)}: {error_text(err)}; fix the file system and restart"
-            ) from err
-        _log.warning(
-            "dropped a torn last journal record (a crash during its append; it was never "
-            "acknowledged)",
-            path=str(self.journal_path),
-            bytes=self._torn,
-        )
-
-    def _open_append(self) -> int:
-        """A descriptor appending to the journal; raises PersistenceError."""
-        hook = self.faults or _no_fault
-        try:
-            hook("reopen", self.journal_path)
-            return self.fs.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        except Exception as err:
-            raise PersistenceError(
-                f"cannot open the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)} to append: "
-                f"{error_text(err)}; the change was not applied"
-            ) from err
-
-    # --- commits ----------------------------------------------------------------
 
     def save(self, state: State, pods: Set[str] | None = None) -> None:
         """Append the record of ``state`` (``pods``: the pod uids it may have changed) and fsync.
@@ -318,13 +236,9 @@ class JournalPersister:
                 "not applied"
             )
 
-    def _report(self, problem: str | None) -> None:
-        for durability in self.durability_observers:
-            durability(problem)
-
     def _append_locked(self, record: bytes) -> None:
         assert self._fd is not None
-        hook = self.faults or _no_fault
+        hook = self.faults or no_fault
         written = False
         try:
             hook("append", self.journal_path)
@@ -344,7 +258,7 @@ class JournalPersister:
         would read it unless it is cut off again. See the module docstring.
         """
         assert self._fd is not None
-        hook = self.faults or _no_fault
+        hook = self.faults or no_fault
         failed = f"cannot append to the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)}: {error_text(err)}"
         try:
             hook("truncate", self.journal_path)
@@ -381,7 +295,7 @@ class JournalPersister:
         while it still fails (reported to the durability observers), None once durable."""
         if self._directory_unknown is not None:
             try:
-                (self.faults or _no_fault)("dirsync-retry", self.journal_path)
+                (self.faults or no_fault)("dirsync-retry", self.journal_path)
                 fsync_dir(self.journal_path.parent, self.fs)
                 self._directory_unknown = None
             except Exception as err:  # noqa: BLE001 - reported as unknown durability
@@ -391,121 +305,6 @@ class JournalPersister:
                 )
         self._report(self._directory_unknown)
         return self._directory_unknown
-
-    def _should_compact(self) -> bool:
-        return self._records >= self.max_records or (
-            self._size > self.min_compact_bytes and self._size > self._snapshot_bytes
-        )
-
-    # --- compaction -------------------------------------------------------------
-
-    def _compact_loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            if not self._compact_logged():
-                self._stop.wait(1.0)  # do not spin on a full disk
-
-    def _compact_logged(self) -> bool:
-        """:meth:`compact`, logging any failure (the thread must outlive every error)."""
-        try:
-            self.compact()
-            return True
-        except Exception as err:  # noqa: BLE001 - the compactor outlives every error
-            _log.warning(
-                "metacache compaction failed; the journal keeps growing", error=error_text(err)
-            )
-            return False
-
-    def compact(self) -> None:
-        """A new snapshot of the last durable state, then a journal of the records since.
-
-        Writers wait only for the swap: the snapshot is encoded and written without the lock.
-        A snapshot whose directory sync failed keeps the old journal (old or new snapshot, it
-        covers both). Raises PersistenceError when the snapshot could not be written.
-        """
-        with self._compacting:
-            with self._lock:
-                if self._fd is None or self._poisoned:
-                    return
-                state, seq, offset = self._state, self._seq, self._size
-                texts = dict(self._pod_texts)  # commits keep changing theirs
-            data = encode(state, texts, generation=seq)
-            try:
-                self._write_snapshot(data)
-            except DurabilityUnknownError as err:
-                _log.warning("metacache snapshot written, durability unknown", error=str(err))
-                return
-            with self._lock:
-                for uid, made in texts.items():  # texts made here that no commit has renewed
-                    self._pod_texts.setdefault(uid, made)
-                if self._fd is None or self._poisoned:
-                    return  # a failed append meanwhile: the next commit rewrites both files
-                tail = self.fs.read_range(self.journal_path, offset, self._size)
-                self._swap_locked(header(seq) + tail, len(data), records=tail.count(b"\n"))
-            self.compactions += 1
-
-    def _rewrite_locked(self, state: State) -> None:
-        """Snapshot ``state`` as the next generation and start an empty journal, synchronously
-        (after a failed append could not be undone, and at shutdown). Holds both locks.
-
-        Once the snapshot is in place the commit stands (a restart reads it), even if the
-        journal swap fails: the old journal ends before the new snapshot and adds nothing.
-        """
-        seq = self._seq + 1
-        data = encode(state, self._pod_texts, generation=seq)
-        try:
-            self._write_snapshot(data)
-        except DurabilityUnknownError as err:
-            self._state, self._seq = state, seq  # poisoned still: the next commit rewrites
-            self._report(str(err))
-            raise
-        self._state, self._seq = state, seq
-        self.writes += 1
-        self.compactions += 1
-        try:
-            self._swap_locked(header(seq), len(data), records=0)
-        except PersistenceError as err:
-            self._poisoned = True
-            _log.warning(
-                "metacache snapshot written but the journal could not be reset; the next "
-                "commit rewrites both",
-                error=str(err),
-            )
-        self._report(self._directory_unknown)
-
-    def _write_snapshot(self, data: bytes) -> None:
-        with observed(self.snapshot_observers):
-            atomic_write(self.path, data, faults=self.faults, fs=self.fs)
-
-    def _swap_locked(self, journal: bytes, snapshot_bytes: int, records: int) -> None:
-        """Replace the journal with ``journal`` and append to it from now on.
-
-        Raises PersistenceError when the journal was not replaced (the old one stays, with
-        its descriptor). Once it is, the old descriptor is closed: when the new journal
-        cannot be opened, ``_fd`` is None and the next commit opens it.
-        """
-        try:
-            atomic_write(self.journal_path, journal, faults=self.faults, fs=self.fs)
-        except DurabilityUnknownError as err:
-            self._directory_unknown = str(err)  # in place, maybe not durable: retried per commit
-            self._report(self._directory_unknown)
-        old, self._fd = self._fd, None
-        if old is not None:
-            with contextlib.suppress(OSError):
-                self.fs.close(old)
-        self._size, self._records, self._snapshot_bytes = len(journal), records, snapshot_bytes
-        self._poisoned = False
-        try:
-            self._fd = self._open_append()
-        except PersistenceError as err:
-            _log.warning(
-                "the new metacache journal is in place but cannot be opened; the next commit "
-                "opens it",
-                error=str(err),
-            )
 
     def close(self) -> None:
         """Stop compacting and leave a compacted snapshot with an empty journal. Idempotent;
@@ -528,7 +327,3 @@ class JournalPersister:
                         self.fs.close(self._fd)
                 self._fd = None
                 self._open = False
-
-
-def _no_fault(stage: str, target: Path) -> None:
-    return None

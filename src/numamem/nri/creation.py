@@ -10,7 +10,9 @@ PreStartContainer) would, freeing the memory of the pod's earlier regular init c
 in the admission's one durable write, so the runtime waits for one write, and a crash
 leaves either both or neither. It returns the container's NUMA nodes as ``cpuset.mems``,
 written as the kubelet writes them ("0,1"). ``cpuset.cpus`` is never touched (the
-kubelet's CPU manager owns it).
+kubelet's CPU manager owns it). The CPUs the container
+names are the CPU manager's hint at admission, as the kubelet's topology manager merges it
+(:mod:`.cpuhints`).
 
 A container numamem does not admit, or cannot ask the daemon about, fails its creation with
 a message naming the pod, the container, what it asks and how to see why (``numamem
@@ -32,7 +34,7 @@ from numamem.errors import (
     quote,
 )
 from numamem.logging import get_logger
-from numamem.nri import kube, status
+from numamem.nri import cpuhints, kube, status
 from numamem.nri import pluginstate as counters
 from numamem.nri.daemonlink import Budget
 from numamem.nri.pluginstate import PluginState
@@ -53,7 +55,10 @@ def create(
     ``state.lock``. Raises ``NriStatusError`` to fail the creation."""
     began = time.perf_counter()
     state.view.add_container(container, sandbox)
-    fields = {"container": quote(container.name, style="bare"), "container_id": container.id}
+    fields = {
+        "container": quote(container.name, style="bare"),
+        "container_id": quote(container.id, style="bare"),
+    }
     try:
         identity = kube.pod_identity(sandbox)
         qos = kube.qos_from_cgroup_parent(sandbox.linux.cgroup_parent, identity.uid)
@@ -67,7 +72,13 @@ def create(
         state.left_alone(err, **fields)
         return api.CreateContainerResponse()
     record = state.record_for(identity)
-    entry = record.created(container.name, container.id, limits)
+    entry = record.created(
+        container.name,
+        container.id,
+        limits,
+        sandbox_id=sandbox.id,
+        restart_count=kube.restart_count(container),
+    )
     if entry.pin is Pin.RELEASED:
         entry.note = (
             "re-created after numamem freed it as a finished init container: it runs unpinned, "
@@ -94,11 +105,15 @@ def _admit(
         if settings.topology_manager_scope == POD_SCOPE:
             return reject(state, record, entry, container.id, pod_scope_refusal(record, entry))
         pod = record.admission_pod(entry.name)
+        providers = cpu_provider(entry.name, container.linux.resources.cpu.cpus, state, budget)
         # The runtime id goes with the admission: one durable write (AddContainer's in it).
-        request = mm.AdmitRequest(pod=pod, container_ids={entry.name: container.id})
+        request = mm.AdmitRequest(
+            pod=pod, container_ids={entry.name: container.id}, other_providers=providers
+        )
         reply: mm.AdmitResponse = state.daemon.call("Admit", request, budget, request_id)
     except (UnavailableError, DeadlineExceededError) as err:
-        return reject(state, record, entry, container.id, str(err), retry=True)
+        text = unreachable_message(record, entry, err)
+        return reject(state, record, entry, container.id, text, retry=True)
     except DaemonRefusedError as err:
         text = f"the numamem daemon refused Admit: {err.code}: {err}"
         return reject(state, record, entry, container.id, text)
@@ -117,9 +132,9 @@ def _admit(
         _log.info(
             "NRI container not pinned by numamem",
             reason=admission.not_pinned_reason if admission is not None else "",
-            message=entry.note,
+            message=quote(entry.note, style="bare", limit=1024),
             pod=record.identity.describe(),
-            container=entry.name,
+            container=quote(entry.name, style="bare"),
         )
         return api.CreateContainerResponse()
     entry.pin, entry.nodes = Pin.PINNED, nodes
@@ -129,6 +144,16 @@ def _admit(
     response = api.CreateContainerResponse()
     response.adjust.linux.resources.cpu.mems = mems
     return response
+
+
+def cpu_provider(
+    name: str, cpus: str, state: PluginState, budget: Budget
+) -> list[mm.ProviderHints]:
+    """The kubelet CPU manager's hint for the container's CPUs (:mod:`numamem.nri.cpuhints`);
+    none when the CPUs are not set. Raises the daemon link's errors."""
+    if not cpus:
+        return []
+    return cpuhints.cpu_provider(name, cpus, state.daemon.cpu_nodes(budget))
 
 
 def add_container(
@@ -147,7 +172,7 @@ def add_container(
             "NRI container pinned, but its runtime id was not recorded; the next "
             "reconciliation records it",
             pod=record.identity.describe(),
-            container=entry.name,
+            container=quote(entry.name, style="bare"),
             error=str(err),
         )
         state.dirty.set()
@@ -164,6 +189,34 @@ def ids_recorded(record: PodRecord, pod: mm.Pod, entries: list[Entry]) -> None:
             freed = record.entries.get(name)
             if freed is not None and freed.pin is Pin.PINNED:
                 freed.pin, freed.nodes = Pin.RELEASED, ()
+
+
+def created_unpinned(
+    state: PluginState, sandbox: api.PodSandbox, container: api.Container, message: str
+) -> None:
+    """A creation that went on unpinned without the plugin's lock (``--on-reject=unpinned``):
+    noted in the view and the records as not decided, for a reconciliation to adopt it;
+    counted. The caller holds ``state.lock``."""
+    state.view.add_container(container, sandbox)
+    state.count(counters.UNPINNED)
+    try:
+        identity = kube.pod_identity(sandbox)
+        if (
+            kube.qos_from_cgroup_parent(sandbox.linux.cgroup_parent, identity.uid)
+            != kube.GUARANTEED
+        ):
+            return
+        limits = kube.container_limits(container)
+    except UnusableInputError:
+        return
+    entry = state.record_for(identity).created(
+        container.name,
+        container.id,
+        limits,
+        sandbox_id=sandbox.id,
+        restart_count=kube.restart_count(container),
+    )
+    entry.pin, entry.note = Pin.UNKNOWN, message
 
 
 def reject(
@@ -215,6 +268,14 @@ def rejection_message(record: PodRecord, entry: Entry, reply: mm.AdmitResponse, 
         f"policy {policy or 'none'}); see why with: kubectl get pod -n "
         f"{quote(who.namespace, style='bare')} {quote(who.name, style='bare')} -o yaml | "
         "numamem explain -f -"
+    )
+
+
+def unreachable_message(record: PodRecord, entry: Entry, err: Exception) -> str:
+    """Why the creation fails when the daemon did not answer in time."""
+    return (
+        f"numamem could not admit container {quote(entry.name)} of pod "
+        f"{record.identity.describe()}: {err}"
     )
 
 

@@ -10,14 +10,21 @@ it (:func:`budget_for`: the runtime's deadline less a quarter of the timeout, at
 with the daemon (what happened while it was away). Any other error status raises
 :class:`~numamem.errors.DaemonRefusedError` with the daemon's reason and message.
 
+Admissions (``Admit``) and declarations of the runtime's pods (``SyncActivePods``) pass one
+at a time through :attr:`DaemonLink.gate`, waited for within the call's budget: a
+declaration made from a snapshot of the runtime's pods (:meth:`DaemonLink.gated`, the
+snapshot checked inside) never releases a container admitted after the snapshot.
+
 Thread-safe (the grpc channel is).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +34,7 @@ from numamem.client import NumamemClient, error_reason
 from numamem.errors import DaemonRefusedError, DeadlineExceededError, UnavailableError, quote
 from numamem.nri.handler import CallContext
 from numamem.v1 import memorymanager_pb2 as mm
+from numamem.v1.topology_pb2 import GetMachineInfoRequest
 
 MAX_RPC_SECONDS = 5.0
 """The longest any daemon RPC may take (background reconciliation included)."""
@@ -34,6 +42,8 @@ MIN_RPC_SECONDS = 0.01
 """Less than this left: the call is not made (it could not be answered in time)."""
 
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+GATED = frozenset({"Admit", "SyncActivePods"})
+"""The RPCs that pass through :attr:`DaemonLink.gate`."""
 
 
 @dataclass(frozen=True)
@@ -84,14 +94,41 @@ class DaemonLink:
         """Set by a call the daemon did not answer; cleared by the next one it answers."""
         self.settings: Settings | None = None
         """From the last GetState (None before the first)."""
+        self.gate = threading.RLock()
+        """Held across each :data:`GATED` RPC (and by :meth:`gated`)."""
+        self.in_flight = 0
+        """RPCs under way (for tests: a reconciliation waiting for the daemon)."""
+        self._cpu_nodes: dict[int, int] | None = None
+
+    @contextlib.contextmanager
+    def gated(self, budget: Budget) -> Iterator[None]:
+        """Hold :attr:`gate` (waited for within ``budget``; ``UnavailableError`` if not):
+        no other thread admits or declares pods meanwhile."""
+        if not self.gate.acquire(timeout=budget.timeout("the daemon's admission gate")):
+            raise UnavailableError(
+                "another admission or declaration of pods to the numamem daemon did not end "
+                "within the runtime's request timeout (a slow daemon)"
+            )
+        try:
+            yield
+        finally:
+            self.gate.release()
 
     def close(self) -> None:
         self.client.close()
 
     def call(self, method: str, request: Any, budget: Budget, request_id: str = "") -> Any:
         """``MemoryManager.<method>(request)`` within ``budget``; see the module docstring."""
+        if method in GATED:
+            with self.gated(budget):
+                return self._call(method, request, budget, request_id)
+        return self._call(method, request, budget, request_id)
+
+    def _call(self, method: str, request: Any, budget: Budget, request_id: str) -> Any:
         stub = getattr(self.client.memory, method)
         rid = request_id or f"nri-{uuid.uuid4().hex[:12]}"
+        with self._lock:
+            self.in_flight += 1
         try:
             reply = self.client.call(stub, request, rid, timeout=budget.timeout(method))
         except grpc.RpcError as err:
@@ -104,8 +141,37 @@ class DaemonLink:
                     f"{method} ({code.name}: {details}); is it running?"
                 ) from None
             raise DaemonRefusedError(code.name, error_reason(err) or "", details) from None
+        finally:
+            with self._lock:
+                self.in_flight -= 1
         self.unreachable.clear()
         return reply
+
+    def cpu_nodes(self, budget: Budget) -> dict[int, int]:
+        """CPU id -> its NUMA node, from the daemon's ``GetMachineInfo`` (asked once, then
+        kept: the machine does not change under a running daemon). Raises the link's errors."""
+        with self._lock:
+            known = self._cpu_nodes
+        if known is not None:
+            return known
+        stub = self.client.topology.GetMachineInfo
+        try:
+            info = self.client.call(
+                stub,
+                GetMachineInfoRequest(),
+                "nri-machine",
+                timeout=budget.timeout("GetMachineInfo"),
+            )
+        except grpc.RpcError as err:
+            self.unreachable.set()
+            raise UnavailableError(
+                f"the numamem daemon on {quote(self.socket, style='bare')} did not answer "
+                f"GetMachineInfo ({err.code().name}: {err.details()}); is it running?"
+            ) from None
+        mapping = {cpu: node.id for node in info.numa_nodes for cpu in node.cpus}
+        with self._lock:
+            self._cpu_nodes = mapping
+        return mapping
 
     def get_state(self, budget: Budget) -> mm.GetStateResponse:
         """The daemon's state; records its :class:`Settings`."""

@@ -8,11 +8,19 @@ spec. From it:
 * **QoS class**: the pod's cgroup parent, which the kubelet names after the class
   (:func:`qos_from_cgroup_parent`: cgroupfs ``kubepods[/burstable|/besteffort]/pod<uid>``,
   systemd ``kubepods[-burstable|-besteffort]-pod<uid_with_underscores>.slice``, under any
-  ``--cgroup-root``);
+  ``--cgroup-root``: the kubelet names a systemd cgroup by joining every part of its name,
+  the root's parts first, with dashes (``ToSystemd``), so root ``/kubelet`` gives
+  ``kubelet-kubepods-pod<uid>.slice``). A kubelet with ``cgroupsPerQOS: false`` makes no pod
+  cgroups (the parent is its cgroup root): such pods are an unknown layout, left alone;
 * **requests**: the container's *limits* (:func:`container_limits`), which equal its requests
   in a Guaranteed pod, the only class the memory manager pins: memory from
-  ``memory.limit``, CPU from the CFS quota over its period, hugepages from
-  ``hugepage_limits`` (the kubelet lists every size the node has, 0 for those not asked).
+  ``memory.limit``, hugepages from ``hugepage_limits`` (the kubelet lists every size the
+  node has, 0 for those not asked), CPU from the CFS quota over its period or, where the
+  kubelet sets no quota (``cpuCFSQuota: false``; ``cpu_quota = -1`` for the static CPU
+  manager's exclusive CPUs under ``DisableCPUQuotaWithExclusiveCPUs``), from ``cpu.shares``
+  (the inverse of the kubelet's ``MilliCPUToShares``: ``shares * 1000 / 1024``, rounded up).
+  The cgroup parent establishes the QoS class; the CPU value only completes the request
+  (the memory manager pins memory and hugepages).
 
 What cannot be used raises :class:`~numamem.errors.UnusableInputError` naming the field, the
 value and what was expected; the plugin logs it once and leaves the container alone.
@@ -36,6 +44,7 @@ LABEL_POD_UID = "io.kubernetes.pod.uid"
 LABEL_POD_NAME = "io.kubernetes.pod.name"
 LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
 LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
+ANNOTATION_RESTART_COUNT = "io.kubernetes.container.restartCount"
 
 # Problem kinds (stable identifiers: logs, counters and tests match on them).
 NO_POD_UID = "no_pod_uid"
@@ -44,10 +53,15 @@ CGROUP_UID_MISMATCH = "cgroup_uid_mismatch"
 NO_LIMITS = "no_limits"
 BAD_HUGEPAGE_SIZE = "bad_hugepage_size"
 
+SHARES_PER_CPU = 1024
+"""The kubelet's ``sharesPerCPU`` (``MilliCPUToShares``: ``milli * 1024 / 1000``, at least 2)."""
+
 _UNITS = {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40, "PB": 1 << 50}
 _PAGE_SIZE = re.compile(r"([1-9][0-9]{0,5})(KB|MB|GB|TB|PB)")
 _CGROUPFS = re.compile(r"(?:.*/)?kubepods(?:/(burstable|besteffort))?/pod([0-9A-Za-z_.-]+)")
-_SYSTEMD = re.compile(r"kubepods(?:-(burstable|besteffort))?-pod([0-9A-Za-z_]+)\.slice")
+_SYSTEMD = re.compile(
+    r"(?:[0-9A-Za-z_.:]+-)*kubepods(?:-(burstable|besteffort))?-pod([0-9A-Za-z_]+)\.slice"
+)
 _CLASS = {None: GUARANTEED, "burstable": BURSTABLE, "besteffort": BEST_EFFORT}
 
 
@@ -84,6 +98,19 @@ def pod_identity(sandbox: api.PodSandbox) -> PodIdentity:
     )
 
 
+def sandbox_uid(sandbox: api.PodSandbox) -> str:
+    """The sandbox's pod uid, or its kubelet label's ("" when neither)."""
+    return sandbox.uid or sandbox.labels.get(LABEL_POD_UID, "")
+
+
+def describe_sandbox(sandbox: api.PodSandbox) -> str:
+    """``namespace/name (uid)`` of a sandbox for messages, from what it carries."""
+    try:
+        return pod_identity(sandbox).describe()
+    except UnusableInputError:
+        return f"sandbox {quote(sandbox.id)} ({quote(sandbox.name)})"
+
+
 def qos_from_cgroup_parent(parent: str, uid: str) -> str:
     """The QoS class the kubelet's cgroup parent ``parent`` names for pod ``uid``.
 
@@ -102,7 +129,8 @@ def qos_from_cgroup_parent(parent: str, uid: str) -> str:
                 UNKNOWN_CGROUP_LAYOUT,
                 f"linux.cgroup_parent {quote(parent)} is not a kubelet pod cgroup (cgroupfs "
                 "kubepods[/burstable|/besteffort]/pod<uid>, systemd "
-                "kubepods[-burstable|-besteffort]-pod<uid>.slice): its QoS class is unknown",
+                "[<root>-]kubepods[-burstable|-besteffort]-pod<uid>.slice): its QoS class is "
+                "unknown",
             )
         qos, named = match.group(1), match.group(2)
     if named != uid:
@@ -132,7 +160,8 @@ def hugepage_resource(page_size: str) -> str:
 
 @dataclass(frozen=True)
 class Limits:
-    """A container's limits as the runtime got them: CPU in millicores (None: no CFS quota),
+    """A container's limits as the runtime got them: CPU in millicores (None: neither a CFS
+    quota nor CPU shares),
     memory in bytes (None: no limit), hugepages by resource name (only those above 0)."""
 
     cpu_milli: int | None
@@ -143,6 +172,18 @@ class Limits:
     def guaranteed_shape(self) -> bool:
         """Whether they can be a Guaranteed container's: a CPU and a memory limit."""
         return self.cpu_milli is not None and self.memory is not None
+
+    def updated_by(self, update: Limits) -> Limits:
+        """These limits after an update that gave ``update``: a field the update leaves unset
+        (or 0) is unchanged, as the runtime applies it (a partial update such as the kubelet
+        CPU manager's, which sets only ``cpuset.cpus``, changes no limit)."""
+        pages = dict(self.hugepages)
+        pages.update(update.hugepages)
+        return Limits(
+            update.cpu_milli if update.cpu_milli is not None else self.cpu_milli,
+            update.memory if update.memory is not None else self.memory,
+            tuple(sorted(pages.items())),
+        )
 
     def memory_resources(self) -> dict[str, int]:
         """What the memory manager pins: memory and hugepages, bytes."""
@@ -172,15 +213,19 @@ class Limits:
 def limits_of(resources: api.LinuxResources) -> Limits:
     """The limits in ``resources`` (a container's, or an update's new ones)."""
     cpu: int | None = None
-    quota = resources.cpu.quota.value if resources.cpu.HasField("quota") else 0
-    period = resources.cpu.period.value if resources.cpu.HasField("period") else 0
+    given = resources.cpu  # an unset wrapper reads 0: only values above 0 count
+    quota, period, shares = given.quota.value, given.period.value, given.shares.value
     if quota > 0 and period > 0:
         # The kubelet's quota is milli * period / 1000 (at least 1000 us): the ceiling
         # gives the limit back (or the smallest one that yields this quota).
         cpu = math.ceil(quota * 1000 / period)
-    memory: int | None = None
-    if resources.memory.HasField("limit") and resources.memory.limit.value > 0:
-        memory = resources.memory.limit.value
+    elif shares > 0:
+        # No CFS quota: the kubelet's shares are milli * 1024 / 1000 (at least 2); the
+        # ceiling of the inverse is the smallest request that yields them.
+        cpu = max(1, math.ceil(shares * 1000 / SHARES_PER_CPU))
+    memory: int | None = resources.memory.limit.value or None
+    if memory is not None and memory < 0:
+        memory = None
     pages: dict[str, int] = {}
     for entry in resources.hugepage_limits:
         if entry.limit > 0:
@@ -202,8 +247,19 @@ def check_guaranteed(limits: Limits, container: str) -> None:
         raise UnusableInputError(
             NO_LIMITS,
             f"container {quote(container)} is in a Guaranteed pod's cgroup but has "
-            f"{limits.describe()} (linux.resources: a CPU quota and a memory limit expected)",
+            f"{limits.describe()} (linux.resources: a memory limit and a CPU quota or shares "
+            "expected)",
         )
+
+
+def restart_count(container: api.Container) -> int | None:
+    """The kubelet's restart count of the container's name (its
+    ``io.kubernetes.container.restartCount`` annotation: earlier instances of the name in the
+    pod); None without one (not a container the kubelet made) or for one that is not a count."""
+    text = container.annotations.get(ANNOTATION_RESTART_COUNT)
+    if text is None or not text.isdigit():
+        return None
+    return int(text)
 
 
 def mems_string(nodes: Iterable[int]) -> str:

@@ -7,7 +7,7 @@ runtime event          what numamem does
 Configure              applies the config string (:mod:`numamem.nri.options`)
 Synchronize            reconciles both ways (:mod:`numamem.nri.reconciler`)
 CreateContainer        admits a Guaranteed container, ``cpuset.mems`` (:mod:`.creation`)
-UpdateContainer        ``Resize`` of a pinned container; its new ``cpuset.mems``
+UpdateContainer        ``Resize`` when a pinned container's memory limits change; ``cpuset.mems``
 StopContainer          notes it stopped (a regular init container, if a new one follows)
 RemoveContainer        ``RemoveContainer`` of its id (not of an older instance's)
 RemovePodSandbox       ``ReleasePod`` (not for a sandbox the kubelet replaced)
@@ -27,7 +27,9 @@ shows (:mod:`numamem.nri.podrecord`).
 
 from __future__ import annotations
 
+import sys
 import time
+from dataclasses import replace
 
 from numamem import logging as nlog
 from numamem.errors import (
@@ -41,10 +43,11 @@ from numamem.errors import (
 )
 from numamem.nri import kube, status
 from numamem.nri import pluginstate as counters
-from numamem.nri.creation import create
+from numamem.nri.creation import create, created_unpinned
 from numamem.nri.daemonlink import Budget, DaemonLink, budget_for
 from numamem.nri.handler import CallContext, Handler
-from numamem.nri.options import PluginOptions, apply_config
+from numamem.nri.logsink import open_log
+from numamem.nri.options import PluginOptions, apply_config_leniently
 from numamem.nri.pluginstate import PluginState
 from numamem.nri.podrecord import Pin
 from numamem.nri.reconcile import mems_update
@@ -72,8 +75,11 @@ class MemoryPlugin(Handler):
         self.state = PluginState(daemon or DaemonLink(options.socket), options)
         self.reconciler = Reconciler(self.state, poll)
         self.reconfigure_logging = False
-        """Whether a config string's log-level and log-format re-configure logging (the
-        command's own logging; tests leave theirs alone)."""
+        """Whether a config string's log-level, log-format and log-file re-configure logging
+        (the command's own logging; tests leave theirs alone)."""
+        self.config_source = "the runtime's config string"
+        """What the runtime's config string is, for messages (the pre-launched plugin's
+        file)."""
 
     def start(self) -> None:
         self.reconciler.start()
@@ -85,61 +91,83 @@ class MemoryPlugin(Handler):
     @property
     def counts(self) -> dict[str, int]:
         """What the plugin did so far (:mod:`numamem.nri.pluginstate`'s counter names)."""
-        with self.state.lock:
-            return dict(self.state.counts)
+        return self.state.counted()
 
     def status(self) -> dict[str, object]:
         """For the status socket: the daemon's socket, whether it answered the plugin's last
-        call, and the counts (read without waiting long for a lock a slow call holds)."""
+        call, and the counts (under the counters' own lock, never the plugin's state lock)."""
         state = self.state
-        counts: dict[str, int] | None = None
-        if state.lock.acquire(timeout=0.2):
-            try:
-                counts = dict(state.counts)
-            finally:
-                state.lock.release()
         return {
             "daemon_socket": state.daemon.socket,
             "daemon_reachable": not state.daemon.unreachable.is_set(),
-            "counts": counts,
+            "counts": state.counted(),
         }
 
     # --- configuration and synchronization ------------------------------------------------
 
     def configure(self, req: api.ConfigureRequest, ctx: CallContext) -> api.ConfigureResponse:
+        """The config string applied over the flags; never refused (containerd 1.7 exits
+        when a pre-launched plugin fails to configure): what is wrong is logged, naming the
+        key, the value and :attr:`config_source`, and left out."""
         state = self.state
-        try:
-            options = apply_config(state.options, req.config)
-        except ConfigError as err:
-            raise NriStatusError(status.INVALID_ARGUMENT, f"numamem nri: {err}") from None
+        options, errors = apply_config_leniently(state.options, req.config, self.config_source)
         if options != state.options:
             _log.info("NRI plugin configuration from the runtime", config=req.config[:256])
             if self.reconfigure_logging:
-                nlog.configure(options.log_level, options.log_format, cache=False)
+                options = self._relog(options, errors)
             if options.socket != state.options.socket:
                 old, state.daemon = state.daemon, DaemonLink(options.socket)
                 old.close()
             state.options = options
+        for err in errors:
+            _log.error(
+                "NRI plugin configuration: left out, going on with the flags' value",
+                error=str(err),
+            )
         mask = 0
         for event in EVENTS:
             mask |= 1 << (event - 1)
         return api.ConfigureResponse(events=mask)
 
+    def _relog(self, options: PluginOptions, errors: list[ConfigError]) -> PluginOptions:
+        """Logging re-configured for ``options`` (a log file that cannot be opened is an
+        error of the config: the previous one is kept)."""
+        try:
+            stream = open_log(options.log_file, sys.stderr)
+        except ConfigError as err:
+            errors.append(err)
+            options = replace(options, log_file=self.state.options.log_file)
+            stream = open_log(options.log_file, sys.stderr)
+        nlog.configure(options.log_level, options.log_format, stream=stream, cache=False)
+        return options
+
     def synchronize(self, req: api.SynchronizeRequest, ctx: CallContext) -> api.SynchronizeResponse:
+        """The view replaced; the records rebuilt and the ``cpuset.mems`` updates answered
+        when the daemon and the budget allow (the plugin's own work is counted against the
+        runtime's deadline), else left to the reconciliation it asks for."""
         state = self.state
         budget = budget_for(ctx)
         updates: list[api.ContainerUpdate] = []
-        with state.locked(budget):
-            state.view.replace(req.pods, req.containers)
-            state.synchronized = True
-            try:
-                updates = self.reconciler.quick(budget)
-            except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
-                state.dirty.set()
-                _log.warning(
-                    "NRI synchronize: the daemon did not answer; reconciling when it does",
-                    error=str(err),
-                )
+
+        def replaced() -> None:
+            state.view.replace(req.pods, req.containers, owned=True)  # a fresh request
+            state.synchronized = state.resynchronized = True
+            state.changed()
+
+        try:
+            with state.locked(budget):
+                replaced()
+                try:
+                    updates = self.reconciler.quick(budget)
+                except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
+                    state.dirty.set()
+                    _log.warning(
+                        "NRI synchronize: reconciling after the reply (the daemon or the "
+                        "runtime's deadline did not allow it within)",
+                        error=str(err),
+                    )
+        except UnavailableError:
+            state.apply_or_defer(replaced, budget)
         self.reconciler.request()
         if updates:
             _log.info("NRI synchronize: cpuset.mems updated", containers=len(updates))
@@ -150,21 +178,31 @@ class MemoryPlugin(Handler):
     def create_container(
         self, req: api.CreateContainerRequest, ctx: CallContext
     ) -> api.CreateContainerResponse:
-        budget = budget_for(ctx)
+        budget, state = budget_for(ctx), self.state
         try:
-            with self.state.locked(budget):
-                return create(self.state, req.pod, req.container, budget)
+            with state.locked(budget):
+                state.changed()
+                return create(state, req.pod, req.container, budget)
         except UnavailableError as err:  # the lock: the creation fails unless unpinned
-            if self.state.options.on_reject == "unpinned":
-                _log.warning("NRI container starts unpinned", reason=str(err))
-                return api.CreateContainerResponse()
-            raise NriStatusError(status.UNAVAILABLE, str(err)) from None
+            text = (
+                f"numamem could not admit container {quote(req.container.name)} of pod "
+                f"{kube.describe_sandbox(req.pod)}: {err}"
+            )
+            if state.options.on_reject != "unpinned":
+                state.count(counters.FAILED)
+                raise NriStatusError(status.UNAVAILABLE, text) from None
+            state.apply_or_defer(
+                lambda: created_unpinned(state, req.pod, req.container, text), budget
+            )
+            _log.warning("NRI container starts unpinned (--on-reject=unpinned)", reason=text)
+            return api.CreateContainerResponse()
 
     def update_container(
         self, req: api.UpdateContainerRequest, ctx: CallContext
     ) -> api.UpdateContainerResponse:
         budget = budget_for(ctx)
         with self.state.locked(budget):
+            self.state.changed()
             return self._update(req.pod, req.container, req.linux_resources, budget)
 
     def _update(
@@ -175,8 +213,7 @@ class MemoryPlugin(Handler):
         budget: Budget,
     ) -> api.UpdateContainerResponse:
         state = self.state
-        uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
-        record = state.records.get(uid)
+        record = state.records.get(kube.sandbox_uid(sandbox))
         entry = record.entries.get(container.name) if record is not None else None
         if record is None or entry is None or entry.container_id != container.id:
             state.view.set_resources(container.id, resources)
@@ -185,7 +222,7 @@ class MemoryPlugin(Handler):
             state.view.set_resources(container.id, resources)
             return api.UpdateContainerResponse()
         try:
-            limits = kube.limits_of(resources)
+            limits = entry.limits.updated_by(kube.limits_of(resources))
         except UnusableInputError as err:
             state.left_alone(err, pod=record.identity.describe(), container=entry.name)
             return api.UpdateContainerResponse(
@@ -217,7 +254,7 @@ class MemoryPlugin(Handler):
             _log.info(
                 "NRI container resized",
                 pod=record.identity.describe(),
-                container=entry.name,
+                container=quote(entry.name, style="bare"),
                 action=mm.ResizeAction.Name(reply.action),
                 numa_nodes=list(entry.nodes),
             )
@@ -250,64 +287,80 @@ class MemoryPlugin(Handler):
     def stop_container(
         self, req: api.StopContainerRequest, ctx: CallContext
     ) -> api.StopContainerResponse:
-        with self.state.locked(budget_for(ctx)):
-            self.state.view.stop(req.container.id)
-            uid = req.pod.uid or req.pod.labels.get(kube.LABEL_POD_UID, "")
-            record = self.state.records.get(uid)
+        state, sandbox, container = self.state, req.pod, req.container
+
+        def stopped() -> None:
+            state.view.stop(container.id)
+            record = state.records.get(kube.sandbox_uid(sandbox))
             if record is not None:
-                record.stopped(req.container.id)
+                record.stopped(container.id)
+
+        state.apply_or_defer(stopped, budget_for(ctx))
         return api.StopContainerResponse()
 
     def remove_container(
         self, req: api.RemoveContainerRequest, ctx: CallContext
     ) -> api.RemoveContainerResponse:
+        """Noted before any daemon call (queued if the plugin's state is held past the budget:
+        the reconciliation it asks for then makes the release)."""
         budget = budget_for(ctx)
-        with self.state.locked(budget):
-            self._remove(req.pod, req.container, budget)
+        release: list[bool] = []
+        if (
+            self.state.apply_or_defer(
+                lambda: release.append(self._removed(req.pod, req.container)), budget
+            )
+            and release[0]
+        ):
+            self._release(
+                "RemoveContainer", mm.RemoveContainerRequest(container_id=req.container.id), budget
+            )
         return api.RemoveContainerResponse()
 
-    def _remove(self, sandbox: api.PodSandbox, container: api.Container, budget: Budget) -> None:
+    def _removed(self, sandbox: api.PodSandbox, container: api.Container) -> bool:
+        """The removal noted (the caller holds the lock); whether to release it."""
         state = self.state
         state.view.remove_container(container.id)
-        uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
-        record = state.records.get(uid)
+        state.changed()
+        record = state.records.get(kube.sandbox_uid(sandbox))
         if record is None:
-            if state.synchronized:
-                return  # not a Guaranteed pod's: numamem holds nothing for it
-        else:
-            entry, newest = record.removed(container.id)
-            if entry is None or not newest:
-                return  # unknown, or an older instance: its name's memory is the newest's
-            if entry.pin is Pin.RELEASED or (entry.pin is Pin.LEFT_ALONE and not entry.id_recorded):
-                return  # nothing held: no blocks, no id (an admitted one without blocks has its id)
-        self._release(
-            "RemoveContainer", mm.RemoveContainerRequest(container_id=container.id), budget
+            return not state.synchronized  # else: not a Guaranteed pod's, nothing held
+        entry, newest = record.removed(container.id, container.name)
+        if entry is None or not newest:
+            return False  # unknown, or an older instance: its name's memory is the newest's
+        # Nothing held: released, or left alone without an id (an admitted one without
+        # blocks has its id recorded, which the release removes).
+        return not (
+            entry.pin is Pin.RELEASED or (entry.pin is Pin.LEFT_ALONE and not entry.id_recorded)
         )
 
     def remove_pod_sandbox(
         self, req: api.RemovePodSandboxRequest, ctx: CallContext
     ) -> api.RemovePodSandboxResponse:
         budget = budget_for(ctx)
-        state = self.state
-        with state.locked(budget):
-            sandbox = req.pod
+        state, sandbox = self.state, req.pod
+        uid = kube.sandbox_uid(sandbox)
+        release: list[bool] = []
+
+        def removed() -> None:
             state.view.remove_pod(sandbox.id)
-            uid = sandbox.uid or sandbox.labels.get(kube.LABEL_POD_UID, "")
-            if any(
-                (s.uid or s.labels.get(kube.LABEL_POD_UID, "")) == uid
-                for s in state.view.sandboxes()
-            ):
-                return api.RemovePodSandboxResponse()  # the kubelet replaced this sandbox
+            state.changed()
+            if state.view.has_pod(uid):
+                release.append(False)  # the kubelet replaced this sandbox
+                return
             record = state.records.pop(uid, None)
-            if uid and (record is not None or not state.synchronized):
-                self._release("ReleasePod", mm.ReleasePodRequest(pod_uid=uid), budget)
+            release.append(bool(uid) and (record is not None or not state.synchronized))
+
+        if state.apply_or_defer(removed, budget) and release[0]:
+            self._release("ReleasePod", mm.ReleasePodRequest(pod_uid=uid), budget)
         return api.RemovePodSandboxResponse()
 
     def _release(self, method: str, request: object, budget: Budget) -> None:
-        """A release; one the daemon does not get is made by the next reconciliation."""
+        """A release, made without the plugin's lock; one the daemon does not get (or, for a
+        container id it does not know, an exited container kept by name) is made by the
+        next reconciliation."""
         began = time.perf_counter()
         try:
-            self.state.daemon.call(method, request, budget)
+            reply = self.state.daemon.call(method, request, budget)
         except (UnavailableError, DeadlineExceededError, DaemonRefusedError) as err:
             self.state.dirty.set()
             _log.warning(
@@ -316,5 +369,7 @@ class MemoryPlugin(Handler):
                 error=str(err),
             )
             return
+        if isinstance(reply, mm.RemoveContainerResponse) and not reply.found:
+            self.state.dirty.set()  # the name is no longer declared: the reconciliation frees it
         self.state.count(counters.RELEASED)
         _log.debug("NRI release", method=method, seconds=round(time.perf_counter() - began, 6))

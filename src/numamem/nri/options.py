@@ -11,8 +11,11 @@ config is a YAML mapping whose keys are the long flags without their dashes
     log-level: debug
 
 It is applied over the flags (so an external plugin may be given one too); an empty config
-changes nothing. An unknown key or a bad value refuses the configuration (the runtime then
-drops the plugin), naming the key, the value and what is allowed.
+changes nothing. The plugin never refuses its configuration: containerd 1.7 exits when a
+pre-launched plugin fails to configure ("failed to start NRI interface"), taking the node's
+runtime down for a typo. An unknown key or a bad value is logged (naming the key, the value,
+what is allowed and the file) and left out; the other keys apply
+(:func:`apply_config_leniently`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class PluginOptions:
     creation with the reason, or start it ``unpinned`` (logged and counted)."""
     log_level: str = "info"
     log_format: str = "json"
+    log_file: str = "-"
+    """Where the log goes (:mod:`numamem.nri.logsink`): ``-`` stderr, ``syslog``, or a file."""
 
     def __post_init__(self) -> None:
         _one_of("on-reject", self.on_reject, ON_REJECT)
@@ -47,6 +52,8 @@ class PluginOptions:
         _one_of("log-format", self.log_format, LOG_FORMATS)
         if not self.socket:
             raise ConfigError("socket: the daemon's socket path must not be empty")
+        if not self.log_file:
+            raise ConfigError("log-file: must not be empty (- for stderr, syslog, or a file)")
 
 
 CONFIG_KEYS = {
@@ -54,6 +61,7 @@ CONFIG_KEYS = {
     "on-reject": "on_reject",
     "log-level": "log_level",
     "log-format": "log_format",
+    "log-file": "log_file",
 }
 """Config string key -> :class:`PluginOptions` field."""
 
@@ -93,6 +101,31 @@ def apply_config(
         return replace(options, **changes)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
+
+
+def apply_config_leniently(
+    options: PluginOptions, text: str, source: str = "the runtime's config"
+) -> tuple[PluginOptions, list[ConfigError]]:
+    """``options`` with every key of ``text`` that is right applied, and what was wrong
+    (each key alone: one bad key does not cost the others; text that is not a mapping
+    changes nothing)."""
+    try:
+        return apply_config(options, text, source), []
+    except ConfigError as err:
+        whole = err
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return options, [whole]
+    if not isinstance(doc, dict):
+        return options, [whole]
+    errors = []
+    for key, value in doc.items():
+        try:
+            options = apply_config(options, yaml.safe_dump({key: value}), source)
+        except ConfigError as err:
+            errors.append(err)
+    return options, errors
 
 
 def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:

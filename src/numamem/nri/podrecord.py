@@ -7,8 +7,14 @@ one at a time, each run to completion (exit 0) before the next container of the 
 created, sidecars started and left running, then every app container. So:
 
 * when a container with a **new name** is created, every earlier container that has stopped
-  is a regular init container (:attr:`Kind.INIT`, for good: a later restart of the name does
-  not change it);
+  is a regular init container (:attr:`Kind.INIT`), unless the new one is a restart of a name
+  the plugin never saw (its ``restartCount`` annotation is above 0: e.g. after a plugin
+  restart), which tells nothing of the order;
+* a name freed as a finished init container that the kubelet re-creates **in the same
+  sandbox** never was one (a regular init container that succeeded is re-run only in a new
+  sandbox): an app container or sidecar that exited before the pod's next container was
+  created. It becomes long-running again and is admitted again (the memory it had may have
+  gone to others meanwhile: the kubelet would have kept it);
 * a running container created before a regular init container is a sidecar
   (:attr:`Kind.SIDECAR`);
 * every other one (running, or stopped but followed by no new name yet) is a sidecar or an
@@ -19,8 +25,9 @@ the earlier containers numamem still holds, regular init containers first, then 
 as an app container (its own kind does not change its allocation: it reuses the memory of
 every earlier regular init container, as the kubelet's Static policy does for any kind).
 Containers freed as finished init containers (:attr:`Pin.RELEASED`) are never listed
-again, so an incremental admission never re-allocates them: the kubelet never re-admits a
-pod, and its re-created init containers (a new sandbox) run with no pinning.
+again (but re-created in their sandbox, above), so an incremental admission never
+re-allocates them: the kubelet never re-admits a pod, and its re-created init containers (a
+new sandbox) run with no pinning.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ class Pin(StrEnum):
     """numamem holds its memory (admitted, or found held after a restart)."""
     RELEASED = "released"
     """Freed as a finished regular init container (the kubelet's AddContainer of a later
-    one): never admitted again."""
+    one): never admitted again, unless re-created in the same sandbox."""
     LEFT_ALONE = "left-alone"
     """Not pinned on purpose: its creation went on unpinned (``--on-reject=unpinned``), or
     it is a re-creation of a released container. :attr:`Entry.note` says why."""
@@ -70,6 +77,8 @@ class Entry:
     older_ids: list[str] = field(default_factory=list)
     id_recorded: bool = False
     """The daemon was told the newest instance's id (AddContainer)."""
+    sandbox_id: str = ""
+    """The sandbox of the newest instance."""
 
 
 @dataclass
@@ -86,22 +95,46 @@ class PodRecord:
 
     # --- what the runtime did -----------------------------------------------------------
 
-    def created(self, name: str, container_id: str, limits: ContainerLimits) -> Entry:
+    def created(
+        self,
+        name: str,
+        container_id: str,
+        limits: ContainerLimits,
+        *,
+        sandbox_id: str = "",
+        restart_count: int | None = None,
+    ) -> Entry:
         """A container was created: a new name (every stopped earlier container becomes a
-        regular init container) or a re-creation of a known one (its newest instance now)."""
+        regular init container, unless this is a restart of a name the plugin never saw:
+        ``restart_count`` > 0, the kubelet's ``io.kubernetes.container.restartCount``) or a
+        re-creation of a known one (its newest instance now). A name freed as a finished
+        init container and re-created in the same sandbox never was one (the kubelet never
+        re-creates a regular init container that succeeded, but in a new sandbox): it is
+        long-running again, to be admitted again."""
         entry = self.entries.get(name)
         if entry is None:
-            for earlier in self.entries.values():
-                if earlier.stopped:
-                    earlier.init = True
-            entry = self.entries[name] = Entry(name, container_id, limits)
+            if not restart_count:
+                for earlier in self.entries.values():
+                    if earlier.stopped:
+                        earlier.init = True
+            entry = self.entries[name] = Entry(name, container_id, limits, sandbox_id=sandbox_id)
             return entry
+        if (
+            entry.pin is Pin.RELEASED
+            and restart_count != 0
+            and sandbox_id
+            and entry.sandbox_id == sandbox_id
+        ):
+            entry.init, entry.pin, entry.nodes = False, Pin.UNKNOWN, ()
+            entry.note = "re-created in its sandbox: not a finished init container; admitted again"
         if entry.container_id != container_id:
-            entry.older_ids.append(entry.container_id)
+            if entry.container_id:
+                entry.older_ids.append(entry.container_id)
             entry.container_id = container_id
         entry.stopped = False
         entry.limits = limits
         entry.id_recorded = False
+        entry.sandbox_id = sandbox_id or entry.sandbox_id
         return entry
 
     def stopped(self, container_id: str) -> Entry | None:
@@ -111,14 +144,19 @@ class PodRecord:
             entry.stopped = True
         return entry
 
-    def removed(self, container_id: str) -> tuple[Entry | None, bool]:
+    def removed(self, container_id: str, name: str = "") -> tuple[Entry | None, bool]:
         """A container was removed: its entry and whether it was the name's newest instance
         (only then may numamem release the name's memory: an older instance's removal must
-        not take it from the running one). The newest instance's removal drops the name."""
+        not take it from the running one). The newest instance's removal drops the name. A
+        name kept with no known instance (an exited container a Synchronize did not list:
+        id "") is that instance, found by ``name``."""
         entry = self.by_id(container_id)
         if entry is None:
-            return None, False
-        if entry.container_id != container_id:
+            kept = self.entries.get(name) if name else None
+            if kept is None or kept.container_id:
+                return None, False
+            entry = kept
+        elif entry.container_id != container_id:
             entry.older_ids.remove(container_id)
             return entry, False
         del self.entries[entry.name]

@@ -8,7 +8,7 @@ holds for a container that is not in the view is released.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from numamem.nriapi import api_pb2 as api
@@ -16,51 +16,86 @@ from numamem.nriapi import api_pb2 as api
 
 @dataclass(frozen=True)
 class PodView:
-    """One pod uid's current sandbox and its containers in creation order."""
+    """One pod uid's current sandbox, its containers in creation order, and the names of
+    its containers in every sandbox of it (the pod as numamem must keep it)."""
 
     sandbox: api.PodSandbox
     containers: tuple[api.Container, ...]
+    names: frozenset[str] = frozenset()
+
+
+def pod_uid(sandbox: api.PodSandbox) -> str:
+    """The sandbox's pod uid ("" when it has none)."""
+    return sandbox.uid or sandbox.labels.get("io.kubernetes.pod.uid", "")
 
 
 class RuntimeView:
     """See the module docstring. Not thread-safe: the plugin serializes its calls. Messages are
-    copied in and never handed out for change."""
+    copied in and never handed out for change. Every operation is O(1) but :meth:`replace`
+    and :meth:`pods`, which are linear in the pods and containers (a Synchronize of 10^4
+    pods must be answered within the runtime's request timeout)."""
 
     def __init__(self) -> None:
         self._pods: dict[str, api.PodSandbox] = {}
         self._containers: dict[str, api.Container] = {}
         self._stopped: set[str] = set()
         self._order: dict[str, int] = {}
+        self._uids: dict[str, dict[str, None]] = {}
+        """pod uid -> its sandbox ids, in the order added"""
+        self._in_sandbox: dict[str, dict[str, None]] = {}
+        """sandbox id -> its container ids"""
         self._next = 0
 
-    def replace(self, pods: Iterable[api.PodSandbox], containers: Iterable[api.Container]) -> None:
+    def replace(
+        self,
+        pods: Iterable[api.PodSandbox],
+        containers: Iterable[api.Container],
+        *,
+        owned: bool = False,
+    ) -> None:
         """What a Synchronize says the runtime has; in creation order where it says
-        (``created_at``), else in the order listed."""
+        (``created_at``), else in the order listed. ``owned``: the messages are the view's
+        from now on (not copied: the caller never uses them again)."""
         self._pods.clear()
         self._containers.clear()
         self._stopped.clear()
         self._order.clear()
+        self._uids.clear()
+        self._in_sandbox.clear()
         for pod in pods:
-            self.add_pod(pod)
+            self.add_pod(pod, owned=owned)
         listed = list(containers)
         ranked = sorted(range(len(listed)), key=lambda i: (listed[i].created_at or 0, i))
         for i in ranked:
-            self.add_container(listed[i])
+            self.add_container(listed[i], owned=owned)
             if listed[i].state == api.CONTAINER_STOPPED:
                 self._stopped.add(listed[i].id)
 
-    def add_pod(self, pod: api.PodSandbox) -> None:
-        copy = api.PodSandbox()
-        copy.CopyFrom(pod)
+    def add_pod(self, pod: api.PodSandbox, *, owned: bool = False) -> None:
+        copy = pod
+        if not owned:
+            copy = api.PodSandbox()
+            copy.CopyFrom(pod)
         self._pods[pod.id] = copy
+        uid = pod_uid(pod)
+        if uid:
+            self._uids.setdefault(uid, {})[pod.id] = None
 
-    def add_container(self, container: api.Container, pod: api.PodSandbox | None = None) -> None:
+    def add_container(
+        self, container: api.Container, pod: api.PodSandbox | None = None, *, owned: bool = False
+    ) -> None:
         """A created container (and its sandbox, when given)."""
         if pod is not None and pod.id not in self._pods:
             self.add_pod(pod)
-        copy = api.Container()
-        copy.CopyFrom(container)
+        copy = container
+        if not owned:
+            copy = api.Container()
+            copy.CopyFrom(container)
+        old = self._containers.get(container.id)
+        if old is not None and old.pod_sandbox_id != container.pod_sandbox_id:
+            self.remove_container(container.id)
         self._containers[container.id] = copy
+        self._in_sandbox.setdefault(container.pod_sandbox_id, {})[container.id] = None
         self._stopped.discard(container.id)
         self._order[container.id] = self._next
         self._next += 1
@@ -83,15 +118,31 @@ class RuntimeView:
             self._stopped.add(container_id)
 
     def remove_container(self, container_id: str) -> None:
-        self._containers.pop(container_id, None)
+        container = self._containers.pop(container_id, None)
+        if container is not None:
+            ids = self._in_sandbox.get(container.pod_sandbox_id)
+            if ids is not None:
+                ids.pop(container_id, None)
+                if not ids:
+                    del self._in_sandbox[container.pod_sandbox_id]
         self._stopped.discard(container_id)
         self._order.pop(container_id, None)
 
     def remove_pod(self, sandbox_id: str) -> None:
         """The sandbox and its containers."""
-        self._pods.pop(sandbox_id, None)
-        for cid in [c.id for c in self._containers.values() if c.pod_sandbox_id == sandbox_id]:
+        pod = self._pods.pop(sandbox_id, None)
+        if pod is not None:
+            ids = self._uids.get(pod_uid(pod))
+            if ids is not None:
+                ids.pop(sandbox_id, None)
+                if not ids:
+                    del self._uids[pod_uid(pod)]
+        for cid in list(self._in_sandbox.get(sandbox_id, ())):
             self.remove_container(cid)
+
+    def has_pod(self, uid: str) -> bool:
+        """Whether a sandbox of pod ``uid`` is in the view."""
+        return uid in self._uids
 
     def is_stopped(self, container_id: str) -> bool:
         return container_id in self._stopped
@@ -108,28 +159,23 @@ class RuntimeView:
     def pods(self) -> dict[str, PodView]:
         """By pod uid (sandboxes without one are left out): the sandbox of the newest
         container (the kubelet's current one, when it made a new sandbox), else the sandbox
-        listed last, and that sandbox's containers in creation order."""
-        by_uid: dict[str, list[api.PodSandbox]] = {}
-        for pod in self._pods.values():
-            uid = pod.uid or pod.labels.get("io.kubernetes.pod.uid", "")
-            if uid:
-                by_uid.setdefault(uid, []).append(pod)
-        ordered = sorted(self._containers.values(), key=lambda c: self._order[c.id])
-        out = {}
-        for uid, sandboxes in by_uid.items():
-            ids = {s.id for s in sandboxes}
-            newest = [c for c in ordered if c.pod_sandbox_id in ids]
-            current = newest[-1].pod_sandbox_id if newest else sandboxes[-1].id
-            sandbox = next(s for s in sandboxes if s.id == current)
-            out[uid] = PodView(sandbox, tuple(c for c in newest if c.pod_sandbox_id == current))
-        return out
+        listed last, and that sandbox's containers in creation order. One pass over the
+        containers: linear but for sorting each sandbox's few containers."""
 
-    def container_names(self, uid: str) -> Sequence[str]:
-        """The names of the pod's containers in every sandbox of it (the pod as numamem must
-        keep it)."""
-        ids = {
-            s.id
-            for s in self._pods.values()
-            if (s.uid or s.labels.get("io.kubernetes.pod.uid", "")) == uid
-        }
-        return sorted({c.name for c in self._containers.values() if c.pod_sandbox_id in ids})
+        def containers(sandbox_id: str) -> list[api.Container]:
+            ids = sorted(self._in_sandbox.get(sandbox_id, ()), key=self._order.__getitem__)
+            return [self._containers[cid] for cid in ids]
+
+        out = {}
+        for uid, ids in self._uids.items():
+            sandboxes = list(ids)  # in the order listed
+            newest, names = None, set()
+            listed = {sandbox_id: containers(sandbox_id) for sandbox_id in sandboxes}
+            for sandbox_id in sandboxes:
+                for container in listed[sandbox_id]:
+                    names.add(container.name)
+                    if newest is None or self._order[container.id] > self._order[newest.id]:
+                        newest = container
+            current = newest.pod_sandbox_id if newest is not None else sandboxes[-1]
+            out[uid] = PodView(self._pods[current], tuple(listed[current]), frozenset(names))
+        return out

@@ -47,10 +47,13 @@ def container(
     cpu_milli: int | None = None,
     hugepages: dict[str, int] | None = None,
     created_at: int = 0,
+    restart_count: int | None = 0,
 ) -> api.Container:
     """A container of ``sandbox`` with the kubelet's labels and the given resources: the CPU
     limit as the kubelet gives it (``cpu_milli`` as a CFS quota over a 100 ms period, shares
-    from the same request), hugepage limits by the CRI's page size ("2MB", "1GB")."""
+    from the same request), hugepage limits by the CRI's page size ("2MB", "1GB"), and the
+    kubelet's ``io.kubernetes.container.restartCount`` annotation (earlier instances of the
+    name in the pod; None: no annotation)."""
     out = api.Container(
         id=container_id or f"{sandbox.id}-{name}",
         pod_sandbox_id=sandbox.id,
@@ -63,6 +66,8 @@ def container(
             "io.kubernetes.pod.uid": sandbox.uid,
         },
     )
+    if restart_count is not None:
+        out.annotations["io.kubernetes.container.restartCount"] = str(restart_count)
     resources = out.linux.resources
     if memory_limit is not None:
         resources.memory.limit.value = memory_limit

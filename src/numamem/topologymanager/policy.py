@@ -29,7 +29,8 @@ from functools import cached_property
 from numamem.errors import ConfigError
 from numamem.topology import Machine
 from numamem.topologymanager import bitmask
-from numamem.topologymanager.merge import NARROWEST, HintFamily, HintList, Order, merge
+from numamem.topologymanager.hintfamily import NARROWEST, HintFamily, HintList, Order
+from numamem.topologymanager.merge import merge
 from numamem.work import Work
 
 NONE = "none"
@@ -66,7 +67,7 @@ NO_AFFINITY = TopologyHint(None, False)
 ProviderHints = Mapping[str, Sequence[TopologyHint] | HintFamily | None] | None
 """One provider's answer: None or {} = no preference; a None list = no preference for
 that resource; an empty list = no possible affinity for that resource. A list may be a
-:class:`~numamem.topologymanager.merge.HintFamily` (hints given by rule)."""
+:class:`~numamem.topologymanager.hintfamily.HintFamily` (hints given by rule)."""
 
 
 @dataclass(frozen=True, slots=True)

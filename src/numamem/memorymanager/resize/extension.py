@@ -34,7 +34,7 @@ from numamem.memorymanager.search.best_subset import Ground
 from numamem.memorymanager.search.space import HintSpace
 from numamem.memtypes import MEMORY, NUMANodeState
 from numamem.quantity import format_bytes
-from numamem.topologymanager.merge import NARROWEST, Order
+from numamem.topologymanager.hintfamily import NARROWEST, Order
 from numamem.topologymanager.policy import NONE, RESTRICTED, SINGLE_NUMA_NODE, TopologyPolicy
 from numamem.work import Work
 

@@ -35,7 +35,7 @@ membership tests. The searches that never list the hints (``findBestHint``,
 ``extendTopologyManagerHint``, the merge's picks) are in
 :mod:`numamem.memorymanager.search.space`, whose
 :class:`~numamem.memorymanager.search.space.HintSpace` adds them to these rules and is what
-the merge takes as a rule-given list (:class:`~numamem.topologymanager.merge.HintFamily`).
+the merge takes as a rule-given list (:class:`~numamem.topologymanager.hintfamily.HintFamily`).
 The hints of every requested type are the same list, so one space stands for all of them.
 Every search is charged to the space's :class:`~numamem.work.Work`.
 """

@@ -11,7 +11,7 @@ merge's picks by searches over the specials and the up-sets. They change nothing
 space's :class:`~numamem.work.Work`, which they charge for every step, and read the
 space's memoised singles, specials and up-sets (single nodes are tested lazily
 until ``singles`` is built). :class:`HintSpace` is the rules with these searches as
-methods of the same names: the :class:`~numamem.topologymanager.merge.HintFamily` the merge
+methods of the same names: the :class:`~numamem.topologymanager.hintfamily.HintFamily` the merge
 takes, and what the Static policy and a resize search.
 """
 
@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Callable, Iterator
 
 from numamem.memorymanager.search.rules import HintRules
-from numamem.topologymanager.merge import HintFamily, Order, size_rank
+from numamem.topologymanager.hintfamily import HintFamily, Order, size_rank
 from numamem.topologymanager.policy import TopologyHint
 
 
@@ -95,7 +95,7 @@ def best_meet(
     below: tuple[int, ...] | None = None,
 ) -> int | None:
     """The best nonzero ``e & h1 & ... & h_copies`` over the hints ``h``: sizes by
-    :func:`~numamem.topologymanager.merge.size_rank` with ``best_count``, then ``order``
+    :func:`~numamem.topologymanager.hintfamily.size_rank` with ``best_count``, then ``order``
     (see :mod:`numamem.topologymanager.merge`); only if it ranks below ``below``.
 
     An AND with a single ``{x}`` is ``{x}`` or empty, and ``{x}`` itself is one (take it

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from numamem.memorymanager.search.best_subset import Ground
 from numamem.memorymanager.search.memo import memoized
 from numamem.memorymanager.search.subsets import SortedSums, count_covering_subsets, covers
-from numamem.topologymanager.merge import Order, size_rank
+from numamem.topologymanager.hintfamily import Order, size_rank
 from numamem.work import Work
 
 Values = tuple[int, ...]
@@ -189,7 +189,7 @@ class UpSets:
         below: tuple[int, ...] | None = None,
     ) -> int | None:
         """The best nonzero ``e & S1 & ... & S_copies`` over up-sets ``S``: sizes by
-        :func:`~numamem.topologymanager.merge.size_rank` with ``best_count``, then ``order``;
+        :func:`~numamem.topologymanager.hintfamily.size_rank` with ``best_count``, then ``order``;
         only if it ranks below ``below`` (size rank, then order key) when given.
 
         Such an AND is any nonempty R within W = e ∩ unused whose rest W \\ R splits into

@@ -33,7 +33,7 @@ import psutil
 
 from numamem.errors import CgroupFormatError, quote
 from numamem.logging import get_logger
-from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import cgroup, cgroupsample
 from numamem.metacache.metrics.store import MetricStore, MetricValue
 
 _log = get_logger("collector")
@@ -85,7 +85,7 @@ class Collector:
         self.interval_s = interval_s
         self.clock = clock
         self.page_size = page_size or cgroup.page_size()
-        self.clk_tck = clk_tck or cgroup.clock_ticks()
+        self.clk_tck = clk_tck or cgroupsample.clock_ticks()
         self.node_memory = node_memory or _psutil_memory
         self.mode = cgroup.detect_mode(self.root)
         self.stats = CollectorStats()
@@ -161,7 +161,7 @@ class Collector:
             self.store.delete_container(*key)
             return True  # not started yet, or not on this node: no metrics, no error
         try:
-            raw = cgroup.sample(dirs, self.page_size, self.clk_tck)
+            raw = cgroupsample.sample(dirs, self.page_size, self.clk_tck)
         except FileNotFoundError:
             self.stats.gone += 1
             self._previous.pop(key, None)

@@ -30,7 +30,7 @@ from pathlib import Path
 from numamem.cpuset import format_cpulist
 from numamem.errors import PATH_QUOTE_BYTES, CgroupFormatError, CgroupPathError, quote
 from numamem.logging import get_logger
-from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import cgroup, cpusetfiles
 
 _log = get_logger("placement")
 
@@ -153,8 +153,8 @@ class CpusetWriter:
             previous = cgroup.read_small(dirs.cpuset / "cpuset.mems")
             if self.superseded(target, "the assignment"):
                 return Outcome(superseded=True)
-            migrate = cgroup.enable_memory_migrate(self.root, dirs)
-            path = str(cgroup.write_mems(self.root, dirs, target.assigned))
+            migrate = cpusetfiles.enable_memory_migrate(self.root, dirs)
+            path = str(cpusetfiles.write_mems(self.root, dirs, target.assigned))
         except (CgroupPathError, CgroupFormatError) as err:
             error = str(err)
         except OSError as err:
@@ -162,7 +162,7 @@ class CpusetWriter:
                 return Outcome(gone=True)
             error = os_error_text(err)
         try:
-            after = cgroup.read_enforced_mems(dirs)
+            after = cpusetfiles.read_enforced_mems(dirs)
         except (OSError, CgroupFormatError) as err:
             if went_away(err, dirs.cpuset):
                 return Outcome(gone=True)
@@ -232,8 +232,8 @@ class CpusetWriter:
                 raise ValueError("the value before the write is unknown")
             if self.superseded(target, "the write back"):
                 raise ValueError("the assignment changed meanwhile; the next round writes it")
-            cgroup.restore_mems(self.root, dirs, previous)
-            restored = cgroup.read_enforced_mems(dirs)
+            cpusetfiles.restore_mems(self.root, dirs, previous)
+            restored = cpusetfiles.read_enforced_mems(dirs)
             done = f"wrote back {quote(previous.strip())}"
         except (OSError, ValueError, CgroupFormatError, CgroupPathError) as err:
             done = f"could not write back {quote((previous or '').strip())}: {err}"

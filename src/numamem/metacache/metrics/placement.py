@@ -25,30 +25,9 @@ Per container, a :class:`Placement` with a status:
 
 A container whose enforced ``cpuset.mems`` differs from its assignment is
 logged once (a warning; again only after it matched in between). With
-``enforce``, the sampler then writes the assignment, exactly, to the
-container's ``cpuset.mems`` (v1: after setting ``cpuset.memory_migrate`` to 1,
-so that the pages already allocated move too; v2 always migrates), reads the
-enforced nodes back and reports the write (:class:`CpusetWrite`, a log line, a
-counter; a failed write is retried each round, counted each time and logged
-once until its error changes; a container whose cgroup is removed during the
-write, ENOENT or ENODEV with its directory gone, has left: ``NO_CGROUP``, no
-failed write). It never writes a node outside the assignment, and never an
-empty list. On v2 it first checks that the parent's ``cpuset.mems.effective``
-has every assigned node (else the kernel would enforce the parent's nodes):
-when it does not, nothing is written (:data:`PARENT_DISALLOWS`, logged once,
-checked each round). A write after which the kernel enforces a node outside
-the assignment is undone, the previous ``cpuset.mems`` written back (a
-restore, the only other value ever written), and enforcement stops for that
-container until its target changes (:data:`STOPPED`). Each write, the restore
-too, is made only if the memory manager's committed assignment is still the
-round's target (:mod:`.cpusetwrite`): else it is superseded, counted and logged,
-and the next round enforces the new assignment. After
-:data:`CONTESTED_AFTER` writes in a row that the next round finds undone
-(another agent keeps its own ``cpuset.mems``), the container is
-:data:`CONTESTED` (a warning once) and is written again only after
-:data:`FIRST_BACKOFF_ROUNDS` rounds, then twice as many each time up to
-:data:`MAX_BACKOFF_ROUNDS`, until a round finds the assignment in place.
-Rounds are the clock: no wall-clock time.
+``enforce``, the sampler's :class:`~.enforcement.Enforcer` then writes the
+assignment (:mod:`.enforcement`: what is written, when it is not, the backoff),
+and the placement carries the write and why enforcement is held.
 """
 
 from __future__ import annotations
@@ -60,27 +39,22 @@ from pathlib import Path
 from numamem.cpuset import format_cpulist
 from numamem.errors import PATH_QUOTE_BYTES, QUOTE_BYTES, CgroupFormatError, quote
 from numamem.logging import get_logger
-from numamem.metacache.metrics import cgroup
+from numamem.metacache.metrics import cgroup, cpusetfiles
 from numamem.metacache.metrics.cpusetwrite import (
     CommittedNodes,
     CpusetWrite,
-    CpusetWriter,
-    Outcome,
     PlacementStats,
     PlacementTarget,
     os_error_text,
     went_away,
 )
-from numamem.metacache.metrics.numastat import parse_mems
+from numamem.metacache.metrics.enforcement import Enforcer
 from numamem.metacache.metrics.residency import Residency, residency
 
 __all__ = [
-    "CONTESTED",
     "MEASURED",
     "NO_CGROUP",
     "NO_NUMA_STAT",
-    "PARENT_DISALLOWS",
-    "STOPPED",
     "UNREADABLE",
     "CpusetWrite",
     "Placement",
@@ -96,15 +70,6 @@ MEASURED = "MEASURED"
 NO_CGROUP = "NO_CGROUP"
 NO_NUMA_STAT = "NO_NUMA_STAT"
 UNREADABLE = "UNREADABLE"
-# Why --enforce-cpuset-mems does not write a container's cpuset.mems now ("" = nothing holds it).
-CONTESTED = "CONTESTED"
-PARENT_DISALLOWS = "PARENT_DISALLOWS"
-STOPPED = "STOPPED"
-CONTESTED_AFTER = 3
-"""Consecutive writes that the next round finds undone before a container is contested."""
-FIRST_BACKOFF_ROUNDS = 2
-MAX_BACKOFF_ROUNDS = 64
-"""A contested container is written again after 2 rounds, then 4, 8, ... at most 64."""
 MAX_RESOLVED_IDS = 4
 """Only a container's newest ids are looked up (each costs about 15 stat() calls a round
 while none has a cgroup): an older id's cgroup is a container that already restarted."""
@@ -128,7 +93,8 @@ class Placement:
     """The last write for the container (this round or an earlier one), while it is a target."""
     enforcement: str = ""
     """With ``enforce``: why the sampler does not write the container's ``cpuset.mems`` now
-    (:data:`PARENT_DISALLOWS`, :data:`STOPPED`); "" when nothing holds it back."""
+    (:data:`~.enforcement.PARENT_DISALLOWS`, :data:`~.enforcement.STOPPED`,
+    :data:`~.enforcement.CONTESTED`); "" when nothing holds it back."""
     enforcement_message: str = ""
     """The reason in words: the files, the nodes, what to do."""
 
@@ -138,43 +104,6 @@ class PlacementRound:
     time_ns: int
     mode: str
     placements: Mapping[tuple[str, str], Placement]
-
-
-@dataclass
-class _Enforcing:
-    """What enforcement remembers of one container (while its target stays the same)."""
-
-    target: PlacementTarget
-    held: str = ""
-    """Why the last round did not write (the parent does not allow the nodes); logged once."""
-    stopped: str = ""
-    """Why enforcement stopped for good (a write widened the enforced nodes)."""
-    last_ok_round: int = -2
-    """The round of the last write that took."""
-    undone: int = 0
-    """Writes in a row that the next round found undone (reset when a round finds it held)."""
-    contested: bool = False
-    backoff: int = 0
-    """Rounds from one write of a contested container to the next."""
-    next_try: int = 0
-    """The round that writes a contested container again."""
-
-    def report(self, round_: int) -> tuple[str, str]:
-        if self.stopped:
-            return STOPPED, self.stopped
-        if self.contested:
-            wait = self.next_try - round_
-            return CONTESTED, (
-                f"cpuset.mems was written {self.undone} times in a row and changed back before "
-                "the next round each time (another agent, or the runtime, keeps its own "
-                "cpuset.mems): numamem backs off and writes it again in "
-                f"{wait} {'round' if wait == 1 else 'rounds'} (the wait doubles each time, up to "
-                f"{MAX_BACKOFF_ROUNDS} rounds). Make the other agent apply the memory "
-                "manager's nodes (GetMemoryNUMANodes), or leave cpuset.mems to one of them"
-            )
-        if self.held:
-            return PARENT_DISALLOWS, self.held
-        return "", ""
 
 
 @dataclass
@@ -208,8 +137,7 @@ class PlacementSampler:
         self._known: dict[tuple[str, str], _Known] = {}
         self._warned: set[tuple[str, str]] = set()
         self._writes: dict[tuple[str, str], CpusetWrite] = {}
-        self._writer = CpusetWriter(self.root, self.stats, committed)
-        self._enforcing: dict[tuple[str, str], _Enforcing] = {}
+        self._enforcer = Enforcer(self.root, self.stats, committed)
         self._round = 0
         """The index of the round running (rounds are the backoff's clock: no wall clock)."""
 
@@ -220,9 +148,10 @@ class PlacementSampler:
         for target in targets:
             if target.key not in placements:
                 placements[target.key] = self._guarded(target, now)
-        for table in (self._known, self._writes, self._writer.failures, self._enforcing):
+        for table in (self._known, self._writes):
             for key in [k for k in table if k not in placements]:
                 del table[key]
+        self._enforcer.forget(placements.keys())
         self._warned &= placements.keys()
         errors = sum(p.status == UNREADABLE for p in placements.values())
         self.stats.rounds += 1
@@ -282,7 +211,7 @@ class PlacementSampler:
         stat_path = dirs.memory / "memory.numa_stat"
         try:
             stat = cgroup.read_numa_stat(stat_path, self.page_size)
-            enforced = cgroup.read_enforced_mems(dirs)
+            enforced = cpusetfiles.read_enforced_mems(dirs)
         except (OSError, CgroupFormatError) as err:
             if went_away(err, dirs.memory):
                 return self._gone(target)
@@ -303,115 +232,23 @@ class PlacementSampler:
                 return self._gone(target)
             return _unreadable(target, err, cid, where)
         result = residency(target.assigned, stat, enforced, huge)
-        message = "" if enforced is not None else f"no {cgroup.enforced_mems_file(dirs)}"
+        message = "" if enforced is not None else f"no {cpusetfiles.enforced_mems_file(dirs)}"
         if result.cpuset_matches is False:
             self._warn_once(target, result, dirs)
         elif result.cpuset_matches:
             self._warned.discard(target.key)
         enforcement = ("", "")
         if self.enforce and enforced is not None:
-            state = self._enforcing.get(target.key)
-            if state is None or state.target != target:  # a new container or assignment
-                state = self._enforcing[target.key] = _Enforcing(target)
-            if result.cpuset_matches is False:
-                step = self._enforce(target, dirs, enforced, now, state)
-                if step.gone:
-                    return self._gone(target)
-                if step.write is not None:
-                    self._writes[target.key] = step.write
-                    result = replace(result, enforced=step.enforced)
-            else:
-                self._in_place(target, state)
-            enforcement = state.report(self._round)
+            step, enforcement = self._enforcer.enforce(
+                target, dirs, enforced, now, self._round, matches=result.cpuset_matches is not False
+            )
+            if step.gone:
+                return self._gone(target)
+            if step.write is not None:
+                self._writes[target.key] = step.write
+                result = replace(result, enforced=step.enforced)
         write = self._writes.get(target.key)
         return Placement(target, MEASURED, message, cid, where, result, write, *enforcement)
-
-    def _enforce(
-        self,
-        target: PlacementTarget,
-        dirs: cgroup.CgroupDirs,
-        enforced: frozenset[int],
-        now: int,
-        state: _Enforcing,
-    ) -> Outcome:
-        """One enforcement step for a container whose enforced nodes differ."""
-        if state.stopped:
-            return Outcome()
-        if state.last_ok_round == self._round - 1:
-            state.undone += 1  # the last round's write did not last
-        if not state.contested and state.undone >= CONTESTED_AFTER:
-            state.contested, state.backoff = True, FIRST_BACKOFF_ROUNDS
-            state.next_try = self._round + state.backoff
-            _log.warning(
-                "cpuset.mems is contested: each write was undone by the next round; backing off",
-                pod_uid=quote(target.pod_uid, style="bare"),
-                container=quote(target.container_name, style="bare"),
-                undone=state.undone,
-                retry_in_rounds=state.backoff,
-            )
-            return Outcome()
-        if state.contested:
-            if self._round < state.next_try:
-                return Outcome()
-            state.backoff = min(2 * state.backoff, MAX_BACKOFF_ROUNDS)
-            state.next_try = self._round + state.backoff
-        if dirs.mode == cgroup.V2:
-            why = self._parent_disallows(target, dirs)
-            if why:
-                if state.held != why:
-                    _log.warning(
-                        "not enforcing cpuset.mems: the parent cgroup does not allow the "
-                        "assigned nodes",
-                        pod_uid=quote(target.pod_uid, style="bare"),
-                        container=quote(target.container_name, style="bare"),
-                        reason=why,
-                    )
-                state.held = why
-                return Outcome()
-        state.held = ""
-        outcome = self._writer.write(target, dirs, enforced, now)
-        write = outcome.write
-        if write is not None and write.written_back:
-            state.stopped = write.error
-        elif write is not None and write.ok:
-            state.last_ok_round = self._round
-        return outcome
-
-    def _in_place(self, target: PlacementTarget, state: _Enforcing) -> None:
-        """A round that finds the enforced nodes equal to the assignment: a contest is over."""
-        state.held = ""
-        state.undone = 0
-        if state.contested:
-            state.contested, state.backoff = False, 0
-            _log.info(
-                "cpuset.mems holds again: no longer contested",
-                pod_uid=quote(target.pod_uid, style="bare"),
-                container=quote(target.container_name, style="bare"),
-            )
-
-    def _parent_disallows(self, target: PlacementTarget, dirs: cgroup.CgroupDirs) -> str:
-        """v2: why the parent's ``cpuset.mems.effective`` does not allow every assigned node
-        ("" when it does). Writing then would make the kernel enforce the parent's nodes
-        (when it grants none of them), wider than the assignment."""
-        parent = dirs.cpuset.parent / "cpuset.mems.effective"
-        try:
-            allowed = parse_mems(cgroup.read_small(parent), str(parent))
-        except FileNotFoundError:
-            return (
-                f"{parent} does not exist: cannot tell which nodes the parent allows; not written"
-            )
-        except (OSError, CgroupFormatError) as err:
-            reason = str(err) if isinstance(err, CgroupFormatError) else os_error_text(err)
-            return f"cannot read the parent's nodes ({reason}); not written"
-        missing = target.assigned - allowed
-        if not missing:
-            return ""
-        return (
-            f"{parent} is {quote(format_cpulist(allowed))}, without the assigned "
-            f"{'node' if len(missing) == 1 else 'nodes'} {quote(format_cpulist(missing))}: the "
-            "kernel would enforce other nodes than the assignment; not written. Allow them in "
-            "the pod's (and its QoS class's) cpuset.mems, or fix the assignment"
-        )
 
     def _gone(self, target: PlacementTarget) -> Placement:
         self._known.pop(target.key, None)
@@ -437,7 +274,9 @@ class PlacementSampler:
             container=quote(target.container_name, style="bare"),
             assigned=format_cpulist(target.assigned),
             enforced=format_cpulist(result.enforced or ()),
-            file=quote(str(cgroup.enforced_mems_file(dirs)), style="bare", limit=PATH_QUOTE_BYTES),
+            file=quote(
+                str(cpusetfiles.enforced_mems_file(dirs)), style="bare", limit=PATH_QUOTE_BYTES
+            ),
             enforce=self.enforce,
         )
 

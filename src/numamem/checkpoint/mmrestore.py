@@ -1,0 +1,201 @@
+"""Restoring the memory manager's store: ``memory_manager_state``, the container map, the names.
+
+:class:`StoreRestore` is the restore half of
+:class:`~numamem.checkpoint.mmstore.KubeletStateStore` (a mixin: the store's ``__init__``
+sets the attributes declared here). :meth:`~StoreRestore.restore` only reads: the kubelet's
+file (V1, V2 or V3), then the container map and the pod names (an older map's names, then
+the names file replayed over them), and keeps the container ids and names of pods that have
+state; the rest are inert and dropped from memory. A state that cannot be used refuses the
+start with the kubelet's wrapper text naming the file and the fix (:func:`restore_error`);
+so does a file holding pod-level entries (``podEntries``, KEP-5526) with the
+``PodLevelResourceManagers`` gate off (the deviation :mod:`numamem.checkpoint.mmstore`
+names). An unusable container map or a
+damaged names file is only noted: :meth:`~StoreRestore.restored`, called once the manager
+accepted the state, removes temp files of interrupted writes and sets those files aside,
+so a refused start changes nothing on disk. Not thread-safe (the manager's lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from numamem.checkpoint import kubelet
+from numamem.checkpoint.containerfile import ContainerFile, read_container_file
+from numamem.checkpoint.filestore import (
+    FaultHook,
+    atomic_write,
+    move_aside,
+    read_file,
+    remove_stale_temps,
+)
+from numamem.checkpoint.fs import FileSystem
+from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, encode_names
+from numamem.errors import CheckpointError, DurabilityUnknownError, PersistenceError, quote
+from numamem.logging import get_logger
+from numamem.memtypes import ContainerRef, Snapshot
+
+_log = get_logger("checkpoint")
+
+
+def restore_error(path: Path, err: object) -> CheckpointError:
+    """The kubelet's wrapper text, naming the file and the fix."""
+    return CheckpointError(
+        f"could not restore state from checkpoint: {err}, please drain this node and delete the memory "
+        f'manager checkpoint file "{path}" before restarting numamem'
+    )
+
+
+def replayed(
+    base: Mapping[str, tuple[str, str]], records: Mapping[str, tuple[str, str]]
+) -> dict[str, tuple[str, str]]:
+    """``base`` (an older container map's names) with the names file's ``records`` after it:
+    each recorded uid last, with its recorded name."""
+    names = {uid: n for uid, n in base.items() if uid not in records}
+    names.update(records)
+    return names
+
+
+class StoreRestore:
+    """The restore half of :class:`~numamem.checkpoint.mmstore.KubeletStateStore`."""
+
+    pod_level: bool
+    fs: FileSystem
+    dir: Path
+    state_path: Path
+    containers_path: Path
+    faults: FaultHook | None
+    names_file: NamesJournal
+    _last_state: bytes | None
+    _last_map: Mapping[str, ContainerRef]
+    _last_names: Mapping[str, tuple[str, str]]
+    _last_exclusive: Mapping[str, frozenset[str]]
+    _map_dirty: bool
+    _legacy_names: bool
+    _map_unusable: str | None
+
+    def restore(self, policy_name: str) -> Snapshot | None:
+        data = read_file(self.state_path, self.fs)
+        if data is None:
+            # No pod has state: every name recorded (in the names file, or in an older map,
+            # which the first save moves out of it) is inert, and must stay so.
+            self._legacy_names = bool(self._read_containers().names)
+            self.names_file.load()
+            return None
+        try:
+            loaded = kubelet.load(data)
+        except CheckpointError as err:
+            raise restore_error(self.state_path, err) from err
+        if loaded.policy_name != policy_name:
+            raise restore_error(
+                self.state_path,
+                f'[memorymanager] configured policy "{policy_name}" differs from state checkpoint policy '
+                f'"{loaded.policy_name}"',
+            )
+        if loaded.pod_entries and not self.pod_level:
+            pods = ", ".join(quote(uid) for uid in sorted(loaded.pod_entries)[:5])
+            more = len(loaded.pod_entries) - min(len(loaded.pod_entries), 5)
+            raise CheckpointError(
+                f'{self.state_path} holds pod-level memory assignments ("podEntries", KEP-5526) of '
+                f"pods {pods}{f' and {more} more' if more else ''}, which numamem keeps only with "
+                "the PodLevelResourceManagers feature gate on (the memory they hold would be "
+                "reserved with nothing to release it); fix: start with --feature-gates "
+                "PodLevelResources=true,PodLevelResourceManagers=true (or featureGates in "
+                f"--config), or drain the node, remove {self.state_path} and restart numamem"
+            )
+        written = "v3" if self.pod_level else "v1"
+        if loaded.format != written:
+            _log.info(
+                f"memory manager state read in another format; it is rewritten as "
+                f"{written.upper()} at the next change",
+                format=loaded.format,
+                path=str(self.state_path),
+            )
+        self._last_state = data
+        record = self._read_containers()
+        containers, legacy = record.containers, record.names
+        names = replayed(legacy, self.names_file.load() or {})
+        if self.names_file.damage is not None:
+            _log.error(
+                "pod names file is damaged; names recorded after the damage are lost (pods "
+                "are listed by uid while they have state); the file is set aside",
+                path=str(self.names_file.path),
+                error=self.names_file.damage,
+            )
+        live = {(p, c) for p, ctrs in loaded.assignments.items() for c in ctrs}
+        kept = {cid: ref for cid, ref in containers.items() if ref in live}
+        kept_names = {uid: n for uid, n in names.items() if uid in loaded.assignments}
+        kept_exclusive = {
+            uid: n for uid, n in record.exclusive.items() if uid in loaded.pod_entries
+        }
+        self.names_file.restored(kept_names, legacy)
+        self._legacy_names = bool(legacy)  # moved to the names file by the first save
+        dropped = len(containers) - len(kept)
+        if dropped or len(kept_exclusive) != len(record.exclusive):
+            _log.info("dropped container ids without memory state", dropped=dropped)
+            self._map_dirty = True
+        if len(kept_names) < len(names):
+            _log.info(
+                "pod names without memory state are inert", count=len(names) - len(kept_names)
+            )
+        self._last_map, self._last_names = kept, kept_names
+        self._last_exclusive = kept_exclusive
+        return Snapshot(
+            loaded.policy_name,
+            loaded.machine_state,
+            loaded.assignments,
+            kept,
+            kept_names,
+            loaded.pod_entries,
+            kept_exclusive,
+        )
+
+    def _read_containers(self) -> ContainerFile:
+        data = read_file(self.containers_path, self.fs)
+        if data is None:
+            return ContainerFile()
+        try:
+            return read_container_file(data)
+        except CheckpointError as err:
+            self._map_unusable = str(err)
+            return ContainerFile()
+
+    def restored(self) -> None:
+        """The restored state was accepted: remove temp files, set an unusable map or names
+        file aside (and write the names kept from the latter into a new one)."""
+        for name in (self.state_path.name, self.containers_path.name, NAMES_FILE):
+            for tmp in remove_stale_temps(self.dir, name, self.fs):
+                _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
+        if self.names_file.damage is not None:
+            self._set_names_aside()
+            if self._last_names:
+                self._rewrite_names()  # the names kept are on disk again, not only in memory
+        if self._map_unusable is not None:
+            aside = move_aside(self.containers_path, "corrupt", self.fs)
+            _log.error(
+                "container map file is unusable; moved aside, starting without container ids "
+                "(RemoveContainer by id cannot free their memory; SyncActivePods and ReleasePod can)",
+                path=str(self.containers_path),
+                moved_to=str(aside),
+                error=self._map_unusable,
+            )
+            self._map_unusable = None
+
+    def _set_names_aside(self) -> None:
+        """Move the damaged names file aside, before anything replaces it (it is the evidence)."""
+        aside = move_aside(self.names_file.path, "corrupt", self.fs)
+        _log.error("pod names file set aside", moved_to=str(aside))
+        self.names_file.set_aside()
+
+    def _rewrite_names(self) -> None:
+        """Write the names file holding memory's names (a fold); on failure the next save that
+        names a pod folds (the file is missing until then)."""
+        data = encode_names(self._last_names)
+        try:
+            atomic_write(self.names_file.path, data, faults=self.faults, fs=self.fs)
+        except DurabilityUnknownError as err:  # in place: the next directory sync settles it
+            _log.warning("pod names file rewritten, its directory sync failed", error=str(err))
+        except PersistenceError as err:
+            _log.warning("could not rewrite the pod names file; the next save does", error=str(err))
+            return
+        self.names_file.folded(data, {}, self._last_names, renamed=True)
