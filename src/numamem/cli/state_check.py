@@ -210,7 +210,7 @@ def verify(args: argparse.Namespace) -> int:
 def _against_machine(cfg: Any) -> dict[str, Any]:
     """What numamem serve with ``cfg`` would do with the state at start: ``result`` matches,
     rebaselined or refused, with the message it would print."""
-    from numamem.api.memorymanager import build_manager, state_store
+    from numamem.api.build import build_manager, state_store
     from numamem.errors import NumamemError, StateMismatchError
     from numamem.topology.sysfs import discover
 
