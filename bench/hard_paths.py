@@ -69,9 +69,9 @@ def machine(count: int) -> Any:
 
 
 def manager(m: Any, policy: str, closest: bool) -> Any:
-    from numamem.memorymanager.manager import Manager
-    from numamem.memorymanager.policy_static import StaticPolicy
-    from numamem.memorymanager.store import InMemoryStore
+    from numamem.memorymanager.manager.writes import Manager
+    from numamem.memorymanager.policy.static import StaticPolicy
+    from numamem.memorymanager.state.store import InMemoryStore
     from numamem.topologymanager import policy as tm
 
     options = {"max-allowable-numa-nodes": "64", "prefer-closest-numa-nodes": str(closest).lower()}
@@ -349,9 +349,9 @@ def _p50_admit(mgr: Any, res: dict[str, Any], given: list[Any], tag: str) -> tup
 
 
 def inprocess_phase(report: Any) -> None:
-    from numamem.memorymanager.manager import Manager
-    from numamem.memorymanager.policy_static import StaticPolicy
-    from numamem.memorymanager.store import InMemoryStore
+    from numamem.memorymanager.manager.writes import Manager
+    from numamem.memorymanager.policy.static import StaticPolicy
+    from numamem.memorymanager.state.store import InMemoryStore
     from numamem.quantity import parse_quantity
     from numamem.topology.machine import Machine, NUMANode
     from numamem.topologymanager import policy as tm

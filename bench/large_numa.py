@@ -85,18 +85,42 @@ def pod(uid: str, containers: int = 3, memory: str = "2Gi") -> Any:
     )
 
 
+def flat_layout() -> tuple[Any, Any, Any]:
+    """``Manager``, ``StaticPolicy`` and ``InMemoryStore`` where the baseline revision has them:
+    memorymanager was one flat package of modules then (the names are built, so that moving
+    a module never rewrites them)."""
+    from importlib import import_module
+
+    flat = "numamem.memorymanager."
+    return (
+        import_module(flat + "manager").Manager,
+        import_module(flat + "policy_static").StaticPolicy,
+        import_module(flat + "store").InMemoryStore,
+    )
+
+
+def layout() -> tuple[Any, Any, Any]:
+    """``Manager``, ``StaticPolicy`` and ``InMemoryStore`` of the code under test: today's
+    paths, or the flat layout in the baseline revision (:func:`run_baseline`)."""
+    try:
+        from numamem.memorymanager.manager.writes import Manager
+        from numamem.memorymanager.policy.static import StaticPolicy
+        from numamem.memorymanager.state.store import InMemoryStore
+    except ImportError:
+        return flat_layout()
+    return Manager, StaticPolicy, InMemoryStore
+
+
 def manager(m: Any, policy: str, options: dict[str, str]) -> Any:
-    from numamem.memorymanager.manager import Manager
-    from numamem.memorymanager.policy_static import StaticPolicy
-    from numamem.memorymanager.store import InMemoryStore
     from numamem.topologymanager import policy as tm
 
+    manager_class, static_class, store_class = layout()
     topology, _ = tm.new_policy(policy, m, options)
     info = topology.info
     restricted = getattr(topology.options, "restrict_to_cpu_numa_nodes", False)
     reserved = {0: {"memory": GI}}
-    static = StaticPolicy(m, reserved, info.nodes) if restricted else StaticPolicy(m, reserved)
-    mgr = Manager(static, InMemoryStore(), topology, "container")
+    static = static_class(m, reserved, info.nodes) if restricted else static_class(m, reserved)
+    mgr = manager_class(static, store_class(), topology, "container")
     mgr.start()
     return mgr
 

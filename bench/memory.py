@@ -28,8 +28,8 @@ from bench.harness import (
 from numamem.api.convert import hints_to_proto
 from numamem.checkpoint.filestore import atomic_write
 from numamem.client import NumamemClient
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.state import MemoryState
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.model import MemoryState
 from numamem.pod import Container, Pod
 from numamem.quantity import parse_quantity
 from numamem.topology.machine import HugePagePool, Machine, NUMANode

@@ -19,10 +19,10 @@ from numamem.checkpoint.mmstore import KubeletStateStore
 from numamem.checkpoint.records import frame
 from numamem.client import NumamemClient
 from numamem.config.model import ReservedMemory
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.reserved import get_system_reserved_memory
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.reserved import get_system_reserved_memory
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.metacache import journal
 from numamem.metacache.cache import State
 from numamem.metacache.persistence import STATE_FILE, encode

@@ -34,7 +34,7 @@ import grpc
 from numamem.api.convert import pod_entries_from_proto, state_from_proto
 from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient, error_reason
-from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state.invariants import violations
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, EmptyPodSharedPoolError
-from numamem.memorymanager.policy_static import Hints, StaticPolicy, regenerate_hints
-from numamem.memorymanager.state import State, StateReader
+from numamem.memorymanager.policy.hints import Hints, regenerate_hints
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.model import State, StateReader
 from numamem.memtypes import Block, NUMANodeState
 from numamem.pod import GUARANTEED, Container, Pod, pod_qos
 from numamem.topologymanager.policy import (
@@ -346,7 +347,7 @@ class ReferenceTopologyPolicy(TopologyPolicy):
 # --- pod-level resources (KEP-5526) ---------------------------------------------------------
 #
 # Transcribed from the memory-manager spec, section 5, independently of
-# numamem.memorymanager.podlevel: the container's and the pod's requests under the gate,
+# numamem.memorymanager.requests.podlevel: the container's and the pod's requests under the gate,
 # validatePodScopeResources, AllocatePod's partition, its pod-scope hints and the
 # pod-level branch of RemoveContainer.
 

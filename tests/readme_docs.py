@@ -50,12 +50,12 @@ def render_refusals() -> str:
     (under the default), and a reservedMemory that does not add up."""
     from numamem.config.syntax import parse_reserved_memory
     from numamem.errors import NumamemError
-    from numamem.memorymanager import drift
-    from numamem.memorymanager.manager import Manager
-    from numamem.memorymanager.options import StaticOptions
-    from numamem.memorymanager.policy_static import StaticPolicy
-    from numamem.memorymanager.reserved import validate_reserved_memory
-    from numamem.memorymanager.store import InMemoryStore
+    from numamem.memorymanager.manager.writes import Manager
+    from numamem.memorymanager.policy.options import StaticOptions
+    from numamem.memorymanager.policy.static import StaticPolicy
+    from numamem.memorymanager.state import drift
+    from numamem.memorymanager.state.reserved import validate_reserved_memory
+    from numamem.memorymanager.state.store import InMemoryStore
     from numamem.pod import Container, Pod
     from numamem.quantity import parse_quantity
     from numamem.topology import HugePagePool, Machine, NUMANode

@@ -17,7 +17,7 @@ import pytest
 from numamem.api.convert import state_from_proto
 from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient
-from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state.invariants import violations
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm

@@ -26,7 +26,7 @@ import pytest
 
 from numamem.api.convert import state_from_proto
 from numamem.client import NumamemClient
-from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state.invariants import violations
 from numamem.testing.daemon import DaemonProcess, short_tmpdir
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import podresources_pb2, podresources_pb2_grpc

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from numamem.api.convert import state_from_proto
-from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state.invariants import violations
 from numamem.nriapi import api_pb2 as api
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import write_sysfs

@@ -13,7 +13,7 @@ import pytest
 
 from numamem.api.convert import state_from_proto
 from numamem.errors import NriStatusError
-from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state.invariants import violations
 from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
 from tests.e2e.nri_node import GI, Node

@@ -20,7 +20,7 @@ import pytest
 
 from numamem.api.convert import pod_entries_from_proto, state_from_proto
 from numamem.client import NumamemClient, error_reason
-from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state.invariants import violations
 from numamem.memtypes import Block, MemoryTable, NUMANodeState
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs

@@ -15,11 +15,11 @@ import pytest
 from numamem.checkpoint import kubelet
 from numamem.client import NumamemClient, error_reason
 from numamem.config.model import FeatureGates
-from numamem.memorymanager.drift import EXACT
-from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.state import MemoryState
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.drift import EXACT
+from numamem.memorymanager.state.invariants import violations
+from numamem.memorymanager.state.model import MemoryState
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.topology import HugePagePool, Machine, NUMANode

@@ -21,7 +21,7 @@ and RSS growth for it stay under an affine bound in its bytes, and every restart
 within its usual CPU time (:mod:`tests.fuzz.cost`). Every :attr:`Campaign.check_every`
 requests: the daemon runs, health is SERVING, RSS stays below :data:`RSS_LIMIT`,
 the memory manager's state keeps its invariants
-(:mod:`numamem.memorymanager.invariants`), and the state equals the
+(:mod:`numamem.memorymanager.state.invariants`), and the state equals the
 :class:`Model` of the acknowledged writes. A restart
 (SIGKILL and SIGTERM in turn) must bring back exactly the state before it.
 """
@@ -51,7 +51,7 @@ from numamem.api.status import DOMAIN, REASONS
 from numamem.checkpoint.containerfile import decode_container_file
 from numamem.checkpoint.mmstore import CONTAINERS_FILE
 from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
-from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state.invariants import violations
 from numamem.testing.daemon import DaemonProcess
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc

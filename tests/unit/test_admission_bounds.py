@@ -20,11 +20,11 @@ from numamem.api.status import to_status
 from numamem.client import NumamemClient, error_reason
 from numamem.config.model import Limits
 from numamem.errors import ConflictError, DeadlineExceededError, SearchBudgetError
-from numamem.memorymanager import versions
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.state import StateReader
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.manager import versions
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.model import StateReader
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.pod import Container, Pod
 from numamem.quantity import parse_quantity
 from numamem.testing.server import serve_in_process

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from numamem.api.memorymanager import MemoryManagerComponent
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.nri.daemonlink import Budget, DaemonLink, background_budget
 from numamem.nri.handler import CallContext
 from numamem.nri.memoryplugin import MemoryPlugin

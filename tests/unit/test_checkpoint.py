@@ -36,11 +36,11 @@ from numamem.errors import (
     PersistenceError,
     StateMismatchError,
 )
-from numamem.memorymanager import drift
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.state import MemoryState
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state import drift
+from numamem.memorymanager.state.model import MemoryState
 from numamem.memtypes import Block, MemoryTable, NUMANodeState, Snapshot
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity

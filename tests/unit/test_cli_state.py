@@ -11,8 +11,8 @@ import pytest
 
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.cli.main import main
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
 from numamem.testing.sysfs import HP_1G, FakeNode, write_sysfs

@@ -35,13 +35,13 @@ from hypothesis import strategies as st
 
 from numamem.config.model import FeatureGates
 from numamem.errors import SearchBudgetError
-from numamem.memorymanager import hints as hints_module
-from numamem.memorymanager.hints import HintSpace
-from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.store import InMemoryStore
-from numamem.memorymanager.subsets import count_covering_subsets, exists_subset
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.search import rules as rules_module
+from numamem.memorymanager.search.space import HintSpace
+from numamem.memorymanager.search.subsets import count_covering_subsets, exists_subset
+from numamem.memorymanager.state.invariants import violations
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.memtypes import MEMORY, MachineState, MemoryTable, NUMANodeState
 from numamem.pod import Container, Pod, aggregate_container_resources
 from numamem.quantity import Format, Quantity
@@ -246,18 +246,18 @@ def test_hint_count_budget_is_exact_on_both_sides(case: SpaceCase, limit: int) -
     expected = case.reference()
     upsets = case.space().upsets
     need = next(b for b in itertools.count(1) if upsets.count(b) is not None)
-    saved = hints_module.COUNT_STATE_BUDGET
+    saved = rules_module.COUNT_STATE_BUDGET
     try:
-        hints_module.COUNT_STATE_BUDGET = need
+        rules_module.COUNT_STATE_BUDGET = need
         listed = case.space().listed(limit, limit)
         assert listed.omitted_exact
         assert listed.omitted == len(expected) - len(listed.hints)
-        hints_module.COUNT_STATE_BUDGET = need - 1
+        rules_module.COUNT_STATE_BUDGET = need - 1
         short = case.space().listed(limit, limit)
         assert not short.omitted_exact and short.hints == listed.hints
         assert short.omitted <= listed.omitted
     finally:
-        hints_module.COUNT_STATE_BUDGET = saved
+        rules_module.COUNT_STATE_BUDGET = saved
 
 
 @examples(10)

@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 
 from numamem.errors import AllocationError, ConfigError, StateMismatchError
-from numamem.memorymanager import drift
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import (
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.options import (
     ParsedOptions,
     StaticOptions,
     parse_options,
     tolerance,
     verify_hugepages,
 )
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state import drift
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.pod import Container, Pod
 from numamem.quantity import parse_quantity
 from numamem.topology import HugePagePool, Machine, NUMANode

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from numamem.checkpoint import filestore
 from numamem.errors import AllocationError, SearchBudgetError
-from numamem.memorymanager.requests import _bytes
+from numamem.memorymanager.requests.resources import _bytes
 from numamem.quantity import Quantity
 from numamem.work import Work
 

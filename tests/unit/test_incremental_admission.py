@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from numamem.memorymanager.invariants import violations
+from numamem.memorymanager.state.invariants import violations
 from numamem.pod import Pod
 from tests.unit.test_memorymanager import GI, ctr, manager, two_nodes
 

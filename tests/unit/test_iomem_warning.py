@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from numamem.api.memorymanager import build_manager
+from numamem.api.build import build_manager
 from numamem.testing.server import default_config
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.topology.iomem import why_no_span

@@ -15,19 +15,21 @@ from typing import Any, ParamSpec, TypeVar
 import pytest
 
 from numamem.errors import NumamemError
-from numamem.memorymanager import drift
-from numamem.memorymanager.manager import Manager, new_policy
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy import NonePolicy, Policy
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.requests import pod_requested_resources
-from numamem.memorymanager.reserved import (
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.interface import Policy
+from numamem.memorymanager.policy.new import new_policy
+from numamem.memorymanager.policy.none import NonePolicy
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.requests.resources import pod_requested_resources
+from numamem.memorymanager.state import drift
+from numamem.memorymanager.state.model import MemoryState, State, StateReader
+from numamem.memorymanager.state.reserved import (
     convert_reserved,
     get_system_reserved_memory,
     validate_reserved_memory,
 )
-from numamem.memorymanager.state import MemoryState, State, StateReader
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.memtypes import Snapshot
 from numamem.pod import Container, Pod, compute_pod_qos
 from numamem.topologymanager.policy import ProviderHints, TopologyHint

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from numamem.memorymanager.memo import memoized
+from numamem.memorymanager.search.memo import memoized
 
 
 class _Counted:

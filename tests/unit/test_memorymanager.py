@@ -14,11 +14,11 @@ from numamem.errors import (
     ReservedMemoryError,
     UnsupportedResourceError,
 )
-from numamem.memorymanager.arithmetic import machine_states_equal
-from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.arithmetic import machine_states_equal
+from numamem.memorymanager.state.invariants import violations
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.memtypes import MachineState, MemoryTable, NUMANodeState, Snapshot
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity

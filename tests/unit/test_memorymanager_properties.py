@@ -8,11 +8,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from numamem.errors import AllocationError
-from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.manager import AdmitOutcome, Manager
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.state import MemoryState
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.manager.forked import AdmitOutcome
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.invariants import violations
+from numamem.memorymanager.state.model import MemoryState
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity
 from numamem.topology import HugePagePool, Machine, NUMANode

@@ -19,8 +19,8 @@ from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, KubeletState
 from numamem.checkpoint.namesfile import NAMES_FILE, encode_names, read_names
 from numamem.checkpoint.records import frame
 from numamem.errors import PersistenceError
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.pod import Pod
 from numamem.topology import Machine
 from numamem.topologymanager.policy import new_policy

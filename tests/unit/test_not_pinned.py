@@ -15,7 +15,7 @@ import yaml
 
 from numamem.cli.main import main
 from numamem.config.model import FeatureGates
-from numamem.memorymanager import unpinned
+from numamem.memorymanager.policy import unpinned
 from numamem.testing.server import serve_in_process
 from numamem.v1 import memorymanager_pb2 as mm
 
@@ -176,8 +176,8 @@ def test_every_reason_is_covered_and_documented() -> None:
 def test_not_allocated_is_the_rest() -> None:
     """A pod taken for Guaranteed (its status.qosClass) whose container requests no memory:
     the daemon's validation refuses such a pod, the function still answers."""
-    from numamem.memorymanager.options import StaticOptions
-    from numamem.memorymanager.policy_static import StaticPolicy
+    from numamem.memorymanager.policy.options import StaticOptions
+    from numamem.memorymanager.policy.static import StaticPolicy
     from numamem.pod import Container, Pod
     from numamem.quantity import parse_quantity
     from numamem.topology import Machine, NUMANode

@@ -14,7 +14,7 @@ from numamem.config.syntax import (
     parse_reserved_resources,
 )
 from numamem.errors import ReservedMemoryError
-from numamem.memorymanager.reserved import plan_reserved_memory
+from numamem.memorymanager.state.reserved import plan_reserved_memory
 from numamem.quantity import parse_quantity
 from numamem.testing.server import serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
@@ -108,7 +108,7 @@ def test_spread_is_exact_and_proportional() -> None:
 
 def test_reservations_larger_than_a_node_name_sizes_in_one_form() -> None:
     """Units: every size in a message reads `40Gi (42949672960)` (was raw bytes)."""
-    from numamem.memorymanager.arithmetic import default_machine_state
+    from numamem.memorymanager.state.arithmetic import default_machine_state
     from numamem.topology import HugePagePool
 
     machine = Machine((NUMANode(0, 16 * GI, (HugePagePool(1048576, 2, 2),)),))

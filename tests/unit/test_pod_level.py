@@ -18,14 +18,18 @@ import pytest
 
 from numamem.config.model import FeatureGates
 from numamem.errors import EmptyPodSharedPoolError, FailedPreconditionError, StateMismatchError
-from numamem.memorymanager import drift, podlevel
-from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.requests import container_requested_resources, pod_requested_resources
-from numamem.memorymanager.static_hints import POD_LEVEL_SKIPPED
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.hints import POD_LEVEL_SKIPPED
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.requests import podlevel
+from numamem.memorymanager.requests.resources import (
+    container_requested_resources,
+    pod_requested_resources,
+)
+from numamem.memorymanager.state import drift
+from numamem.memorymanager.state.invariants import violations
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.memtypes import Block, Snapshot
 from numamem.pod import (
     BURSTABLE,

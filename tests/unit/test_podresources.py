@@ -18,9 +18,9 @@ from numamem.checkpoint.containerfile import decode_container_file, encode_conta
 from numamem.checkpoint.fnv import fnv1a_32
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
 from numamem.checkpoint.namesfile import NAMES_FILE, encode_names, read_names
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.store import InMemoryStore, StateStore
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.state.store import InMemoryStore, StateStore
 from numamem.memtypes import Block
 from numamem.pod import Pod
 from numamem.topologymanager.policy import new_policy
@@ -229,7 +229,7 @@ def test_list_never_pairs_a_state_with_another_commits_names(
     """A List while a commit is being published sees one commit's state and names: the view and
     the names are published as one object (before, the names went first: a List in between
     listed the released pod under its uid)."""
-    import numamem.memorymanager.versions as versions_module
+    import numamem.memorymanager.manager.versions as versions_module
 
     m = named_manager(InMemoryStore())
     assert m.admit(Pod("u1", "shop", "web-0", containers=(ctr("a", GI),))).result.admitted

@@ -20,8 +20,8 @@ from structlog.testing import capture_logs
 
 from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES, STORED_ID_LIMIT, CPUSet, format_cpulist
 from numamem.errors import CheckpointError, ConfigError, InvalidArgumentError, QuantityError
-from numamem.memorymanager.drift import DRIFT_OPTION
-from numamem.memorymanager.options import parse_options
+from numamem.memorymanager.policy.options import parse_options
+from numamem.memorymanager.state.drift import DRIFT_OPTION
 from numamem.metacache import journal
 from numamem.metacache.bounds import MAX_REPORTED, beyond_api_bounds
 from numamem.metacache.cache import State

@@ -18,13 +18,13 @@ import pytest
 from numamem.client import NumamemClient, error_reason
 from numamem.config.model import FeatureGates
 from numamem.errors import PersistenceError, ResizeError, SearchBudgetError
-from numamem.memorymanager import resize as resizing
-from numamem.memorymanager.drift import EXACT
-from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.store import InMemoryStore
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.resize import decide as resizing
+from numamem.memorymanager.state.drift import EXACT
+from numamem.memorymanager.state.invariants import violations
+from numamem.memorymanager.state.store import InMemoryStore
 from numamem.pod import Container, Pod
 from numamem.quantity import Quantity, parse_quantity
 from numamem.testing.server import serve_in_process

@@ -32,12 +32,13 @@ from numamem.checkpoint import kubelet
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.config.model import FeatureGates
 from numamem.errors import AllocationError, InvalidArgumentError, ResizeError
-from numamem.memorymanager import resize as resizing
-from numamem.memorymanager.drift import EXACT
-from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy, default_machine_state
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.resize import decide as resizing
+from numamem.memorymanager.state.arithmetic import default_machine_state
+from numamem.memorymanager.state.drift import EXACT
+from numamem.memorymanager.state.invariants import violations
 from numamem.memtypes import MEMORY, Block
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity

@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
 from numamem.errors import ResizeError
-from numamem.memorymanager import resize as resizing
-from numamem.memorymanager.drift import EXACT
-from numamem.memorymanager.invariants import violations
-from numamem.memorymanager.manager import Manager
-from numamem.memorymanager.options import StaticOptions
-from numamem.memorymanager.policy_static import StaticPolicy
-from numamem.memorymanager.state import MemoryState
+from numamem.memorymanager.manager.writes import Manager
+from numamem.memorymanager.policy.options import StaticOptions
+from numamem.memorymanager.policy.static import StaticPolicy
+from numamem.memorymanager.resize import decide as resizing
+from numamem.memorymanager.state.drift import EXACT
+from numamem.memorymanager.state.invariants import violations
+from numamem.memorymanager.state.model import MemoryState
 from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity, parse_quantity
 from numamem.topology import Machine

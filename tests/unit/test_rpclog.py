@@ -253,9 +253,9 @@ def test_stale_state_a_call_removes_on_the_way_is_one_bounded_line() -> None:
     from structlog.testing import capture_logs
 
     from numamem import logging as nlog
-    from numamem.memorymanager.manager import Manager
-    from numamem.memorymanager.policy_static import StaticPolicy
-    from numamem.memorymanager.store import InMemoryStore
+    from numamem.memorymanager.manager.writes import Manager
+    from numamem.memorymanager.policy.static import StaticPolicy
+    from numamem.memorymanager.state.store import InMemoryStore
     from numamem.pod import Container, Pod
     from numamem.quantity import parse_quantity
     from numamem.topology import Machine, NUMANode

@@ -25,7 +25,7 @@ from numamem.api.server import Daemon
 from numamem.api.sockets import BoundSocket, bind_unix_socket, prepare_socket_path, probe_connect
 from numamem.config.model import Config
 from numamem.errors import StartupError
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from tests.daemon import no_dac_override
 from tests.unit.test_metrics import scrape_unix
 from tests.unit.test_server import FakeComponent, health_status

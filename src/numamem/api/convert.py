@@ -11,9 +11,9 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from numamem.memorymanager import podlevel
-from numamem.memorymanager.forked import AdmitOutcome
-from numamem.memorymanager.hints import HintSpace
+from numamem.memorymanager.manager.forked import AdmitOutcome
+from numamem.memorymanager.requests import podlevel
+from numamem.memorymanager.search.space import HintSpace
 from numamem.memtypes import Block, MachineState, MemoryTable, NUMANodeState
 from numamem.pod import Pod
 from numamem.topologymanager import bitmask

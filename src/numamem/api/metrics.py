@@ -51,7 +51,7 @@ from prometheus_client.registry import Collector
 from numamem.api.residency import ResidencyMetrics, ResidencyView
 from numamem.api.sockets import BoundSocket, prepare_socket_path
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
-from numamem.memorymanager.manager import Manager
+from numamem.memorymanager.manager.writes import Manager
 from numamem.metacache.cache import MetaCache
 from numamem.version import build_info
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from numamem.memorymanager import podlevel
-from numamem.memorymanager.state import StateView
+from numamem.memorymanager.requests import podlevel
+from numamem.memorymanager.state.model import StateView
 from numamem.memtypes import Block
 from numamem.v1 import podresources_pb2 as pr
 

@@ -83,7 +83,8 @@ from numamem.api.sockets import (
 from numamem.api.statedir import check_dir, make_dirs
 from numamem.errors import quote
 from numamem.logging import get_logger
-from numamem.memorymanager.manager import Committed, Manager
+from numamem.memorymanager.manager.versions import Committed
+from numamem.memorymanager.manager.writes import Manager
 from numamem.v1 import podresources_pb2 as pr
 from numamem.v1 import podresources_pb2_grpc as pr_grpc
 from numamem.work import installed_courtesy

@@ -32,7 +32,8 @@ from prometheus_client.registry import Collector
 
 from numamem.api.validation import check_string
 from numamem.errors import InvalidArgumentError, NotFoundError, quote
-from numamem.memorymanager.manager import Committed, Manager
+from numamem.memorymanager.manager.versions import Committed
+from numamem.memorymanager.manager.writes import Manager
 from numamem.metacache.cache import MetaCache
 from numamem.metacache.metrics import enforcement
 from numamem.metacache.metrics import placement as pl

@@ -5,7 +5,7 @@ from __future__ import annotations
 from numamem.api.convert import blocks_to_proto
 from numamem.api.validation import container_in_pod
 from numamem.errors import InvalidArgumentError, quote
-from numamem.memorymanager import resize as resizing
+from numamem.memorymanager.resize import decide as resizing
 from numamem.pod import Pod
 from numamem.v1 import common_pb2, memorymanager_pb2
 

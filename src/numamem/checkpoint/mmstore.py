@@ -108,7 +108,7 @@ def recorded_names(state_dir: Path) -> dict[str, tuple[str, str]]:
 
 
 class KubeletStateStore(StoreRestore):
-    """A :class:`~numamem.memorymanager.store.StateStore` on a state directory.
+    """A :class:`~numamem.memorymanager.state.store.StateStore` on a state directory.
 
     Not thread-safe: the memory manager calls it under its own lock. Restoring
     (:class:`~numamem.checkpoint.mmrestore.StoreRestore`) only reads: temp files of

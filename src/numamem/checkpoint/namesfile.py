@@ -10,7 +10,7 @@ The file is records in the frame of :mod:`numamem.checkpoint.records`: a header
 ``{"podNames":1}``, then ``["uid","namespace","name"]`` per recording, in order. Replaying
 it is: for each record, remove the uid and insert it last (the newest recording of a uid
 wins and is the last one: the order of the pod names, see
-:class:`~numamem.memorymanager.versions.Committed`); then the store drops the uids without
+:class:`~numamem.memorymanager.manager.versions.Committed`); then the store drops the uids without
 state, as it drops container ids. So a pod that loses its state needs no record: its name is
 inert on disk, and a later recording of the uid moves it last again.
 

@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from numamem.config.load import config_from_args
     from numamem.errors import NumamemError
-    from numamem.memorymanager.reserved import (
+    from numamem.memorymanager.state.reserved import (
         node_allocatable_reservation,
         plan_reserved_memory,
         reserved_memory_flag,

@@ -102,7 +102,7 @@ def policy_option_checks() -> ValueChecks:
     """The policy options' values parsed as the daemon parses them (the configuration layer
     cannot import the parsers): a flag's bad value is then a usage error naming the flag, a
     file's a refusal naming the field."""
-    from numamem.memorymanager.options import parse_options
+    from numamem.memorymanager.policy.options import parse_options
     from numamem.topologymanager.policy import parse_policy_options
 
     return {

@@ -58,7 +58,7 @@ def shared_containers(state_dir: Path, loaded: Any) -> dict[str, set[str]]:
     from numamem.checkpoint.containerfile import read_container_file
     from numamem.checkpoint.mmstore import CONTAINERS_FILE
     from numamem.errors import CheckpointError
-    from numamem.memorymanager import podlevel
+    from numamem.memorymanager.requests import podlevel
 
     exclusive: Mapping[str, frozenset[str]] = {}
     with contextlib.suppress(OSError, CheckpointError):  # `state verify` reports the file
@@ -81,7 +81,7 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
     from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
     from numamem.checkpoint.namesfile import NAMES_FILE, read_names
     from numamem.errors import CheckpointError
-    from numamem.memorymanager.invariants import violations
+    from numamem.memorymanager.state.invariants import violations
 
     report: dict[str, Any] = {"file": str(state_dir / STATE_FILE), "problems": []}
     try:
@@ -210,7 +210,7 @@ def verify(args: argparse.Namespace) -> int:
 def _against_machine(cfg: Any) -> dict[str, Any]:
     """What numamem serve with ``cfg`` would do with the state at start: ``result`` matches,
     rebaselined or refused, with the message it would print."""
-    from numamem.api.memorymanager import build_manager, state_store
+    from numamem.api.build import build_manager, state_store
     from numamem.errors import NumamemError, StateMismatchError
     from numamem.topology.sysfs import discover
 

@@ -24,11 +24,11 @@ from numamem.errors import quote
 def diff(args: argparse.Namespace) -> int:
     """Stored vs recomputed (this machine, this configuration, the stored blocks): exit 0 when
     they are equal, 1 when they differ (as diff(1)), with a one-line verdict either way."""
-    from numamem.api.memorymanager import build_manager, state_store
+    from numamem.api.build import build_manager, state_store
     from numamem.checkpoint.mmstore import STATE_FILE
     from numamem.errors import CheckpointError, NumamemError
-    from numamem.memorymanager.drift import diff_states, replay_strict
-    from numamem.memorymanager.podlevel import accounted_assignments
+    from numamem.memorymanager.requests.podlevel import accounted_assignments
+    from numamem.memorymanager.state.differences import diff_states, replay_strict
     from numamem.topology.sysfs import discover
 
     try:

@@ -39,7 +39,7 @@ def render(
     their names were recorded; a pod allocated as a whole shows its pod-level blocks first
     (container ``(pod-level)``), the blocks of its containers in ``shared`` (pod uid ->
     container names) marked :data:`SHARED`, and the :data:`LEGEND` follows."""
-    from numamem.memorymanager.drift import pod_label
+    from numamem.memorymanager.state.differences import pod_label
 
     print(f"policy: {policy}")
     rows = []
