@@ -121,9 +121,10 @@ bench: $(STAMP)
 protos: $(STAMP)
 	$(BIN)/python -m tests.genproto --write
 
-# Regenerates README.md's configuration reference from src/numamem/config/flags/.
+# Regenerates the generated parts of the documentation (tests/docgen): the flag reference
+# (src/numamem/config/flags/), the refusal examples, the performance table (bench/figures.json).
 docs: $(STAMP)
-	$(BIN)/python -m tests.readme_docs --write
+	$(BIN)/python -m tests.docgen --write
 
 SOAK_SECONDS ?= 600
 SOAK_EXAMPLES ?= 3000

@@ -9,40 +9,28 @@ from pathlib import Path
 
 from bench import readme as bench_readme
 from numamem.v1 import info_pb2, memorymanager_pb2, metacache_pb2, topology_pb2
-from tests.readme_docs import (
-    README,
-    REFUSALS_BEGIN,
-    REFUSALS_END,
-    current_block,
-    current_flag_reference,
-    examples,
-    render_flag_reference,
-    render_refusals,
-    section,
-    shell_blocks,
-)
+from tests.docgen import README, benchtable, flags, refusals
+from tests.docgen.blocks import Block
+from tests.docgen.examples import examples, section, shell_blocks
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "numamem"
 
 
-def readme() -> str:
-    return README.read_text()
-
-
 def test_flag_reference_is_current() -> None:
-    assert current_flag_reference(readme()) == render_flag_reference(), (
-        "README.md's configuration reference is stale: run `make docs`"
+    assert flags.BLOCK.current() == flags.render(), (
+        f"{flags.BLOCK.name}'s configuration reference is stale: run `make docs`"
     )
 
 
 def test_refusal_examples_are_current() -> None:
     """The troubleshooting section shows refusals exactly as numamem prints them."""
-    current = current_block(readme(), REFUSALS_BEGIN, REFUSALS_END)
-    assert current == render_refusals(), "README.md's refusal examples are stale: run `make docs`"
+    assert refusals.BLOCK.current() == refusals.render(), (
+        f"{refusals.BLOCK.name}'s refusal examples are stale: run `make docs`"
+    )
 
 
 def test_every_rpc_has_a_grpcurl_example() -> None:
-    [block] = shell_blocks(section(readme(), "gRPC API"))
+    [block] = shell_blocks(section(README, "gRPC API"))
     commands = " ".join(e.command for e in examples(block))
     for module in (info_pb2, topology_pb2, memorymanager_pb2, metacache_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
@@ -60,7 +48,7 @@ def _source_text() -> str:
 
 def test_troubleshooting_quotes_messages_the_daemon_really_prints() -> None:
     rows = [
-        line for line in section(readme(), "Troubleshooting").splitlines() if line.startswith("| `")
+        line for line in section(README, "Troubleshooting").splitlines() if line.startswith("| `")
     ]
     assert len(rows) >= 15
     source = _source_text()
@@ -100,7 +88,7 @@ def test_the_metric_tables_are_the_metrics_the_daemon_serves() -> None:
     numamem_memory_drift_bytes was missing)."""
     served = _metric_names_of_the_daemon()
     assert "numamem_memory_drift_bytes" in served
-    assert _table_names(section(readme(), "Prometheus metrics")) == served
+    assert _table_names(section(README, "Prometheus metrics")) == served
     from numamem.api import metrics
 
     assert _table_names(metrics.__doc__ or "") == served
@@ -114,16 +102,16 @@ def test_the_flag_table_is_the_flags_serve_takes() -> None:
 
     parser = argparse.ArgumentParser()
     add_serve_arguments(parser)
-    flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
-    rows = current_flag_reference(readme()).splitlines()[2:]
+    taken = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    rows = flags.BLOCK.current().splitlines()[2:]
     documented = {row.split("`")[1].split()[0] for row in rows}
-    assert documented == flags - {"--help"}
+    assert documented == taken - {"--help"}
 
 
 def test_the_residency_example_shows_the_legend_as_printed() -> None:
     from numamem.cli.residency import LEGEND
 
-    assert LEGEND in section(readme(), "Residency: where pinned memory really is")
+    assert LEGEND in section(README, "Residency: where pinned memory really is")
     assert "hugetlb" in LEGEND  # hugetlb pages are in the figures (review of issue 29, finding 4)
 
 
@@ -133,7 +121,7 @@ def test_the_residency_section_does_not_call_shared_memory_reclaimable() -> None
     reclaimed, so they are not 'page cache, usually nothing to do'."""
     from numamem.cli.residency import LEGEND
 
-    text = " ".join(section(readme(), "Residency: where pinned memory really is").split())
+    text = " ".join(section(README, "Residency: where pinned memory really is").split())
     assert "Outside file pages only: usually nothing to do" not in text
     assert "**v1**: shared memory is in `anon` (the swap-backed LRU), not in `file`" in text
     assert "the page cache on a node is `file` minus `shmem`" in text
@@ -145,8 +133,8 @@ def test_performance_table_is_one_bench_run() -> None:
     """The README's performance table is what bench/figures.json (one full run) renders."""
     figures = json.loads(bench_readme.FIGURES.read_text())
     assert not figures["machine"]["quick"], "bench/figures.json is a --quick run"
-    assert bench_readme.current(readme()) == bench_readme.render(figures), (
-        "README.md's performance table is not bench/figures.json: run `python -m bench.readme`"
+    assert benchtable.BLOCK.current() == benchtable.render(), (
+        f"{benchtable.BLOCK.name}'s performance table is not bench/figures.json: run `make docs`"
     )
 
 
@@ -157,9 +145,11 @@ def test_the_performance_table_generator_renders_every_row() -> None:
         "floor": {"p50_ms": 0.5},
         "rows": [["a | b", "1.000 ms", "2.000 ms", "2.00x"], ["v", "3 /s", "", "(target)"]],
     }
-    text = f"x\n{bench_readme.BEGIN}\nold\n{bench_readme.END}\ny"
-    block = bench_readme.current(bench_readme.rewrite(text, figures))
+    marks = Block(README, "<!-- BEGIN t -->", "<!-- END t -->")
+    text = f"x\n{marks.begin}\nold\n{marks.end}\ny"
+    rewritten = marks.rewrite(text, bench_readme.render(figures))
+    block = marks.current(rewritten)
     assert "| a \\| b | 1.000 ms | 2.000 ms | 2.00x |" in block
     assert "| v | 3 /s |  | (target) |" in block
     assert "12 s; RPC floor p50 0.500 ms" in block
-    assert bench_readme.rewrite(text, figures).startswith("x\n") and text.endswith("\ny")
+    assert rewritten.startswith("x\n") and rewritten.endswith("\ny")

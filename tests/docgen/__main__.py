@@ -1,0 +1,24 @@
+"""``python -m tests.docgen --write`` (``make docs``): regenerate every generated block."""
+
+from __future__ import annotations
+
+import sys
+
+from tests.docgen import benchtable, flags, refusals
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["--write"]:
+        sys.exit("usage: python -m tests.docgen --write")
+    for name, block, body in (
+        ("flag reference", flags.BLOCK, flags.render()),
+        ("refusal examples", refusals.BLOCK, refusals.render()),
+        ("performance table", benchtable.BLOCK, benchtable.render()),
+    ):
+        changed = block.write(body)
+        print(f"{block.name}: {name} {'regenerated' if changed else 'unchanged'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
