@@ -122,7 +122,8 @@ protos: $(STAMP)
 	$(BIN)/python -m tests.genproto --write
 
 # Regenerates the generated parts of the documentation (tests/docgen): the flag reference
-# (src/numamem/config/flags/), the refusal examples, the performance table (bench/figures.json).
+# (src/numamem/config/flags/), the refusal examples, the performance table (bench/figures.json)
+# and docs/api-reference.md (proto/numamem/v1, with its comments). make protos is separate.
 docs: $(STAMP)
 	$(BIN)/python -m tests.docgen --write
 

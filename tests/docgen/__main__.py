@@ -1,10 +1,10 @@
-"""``python -m tests.docgen --write`` (``make docs``): regenerate every generated block."""
+"""``python -m tests.docgen --write`` (``make docs``): regenerate every generated block and page."""
 
 from __future__ import annotations
 
 import sys
 
-from tests.docgen import benchtable, flags, refusals
+from tests.docgen import REPO, benchtable, flags, protodoc, refusals
 
 
 def main(argv: list[str]) -> int:
@@ -17,6 +17,13 @@ def main(argv: list[str]) -> int:
     ):
         changed = block.write(body)
         print(f"{block.name}: {name} {'regenerated' if changed else 'unchanged'}")
+    page = protodoc.render()
+    changed = not protodoc.PAGE.exists() or protodoc.PAGE.read_text() != page
+    if changed:
+        protodoc.PAGE.parent.mkdir(exist_ok=True)
+        protodoc.PAGE.write_text(page)
+    name = protodoc.PAGE.relative_to(REPO)
+    print(f"{name}: gRPC reference {'regenerated' if changed else 'unchanged'}")
     return 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import readme as bench_readme
 from numamem.v1 import info_pb2, memorymanager_pb2, metacache_pb2, topology_pb2
-from tests.docgen import README, benchtable, flags, refusals
+from tests.docgen import README, benchtable, flags, protodoc, refusals
 from tests.docgen.blocks import Block
 from tests.docgen.examples import examples, section, shell_blocks
 
@@ -27,6 +27,20 @@ def test_refusal_examples_are_current() -> None:
     assert refusals.BLOCK.current() == refusals.render(), (
         f"{refusals.BLOCK.name}'s refusal examples are stale: run `make docs`"
     )
+
+
+def test_the_grpc_reference_is_current() -> None:
+    """docs/api-reference.md is what the .proto files and their comments make."""
+    assert protodoc.PAGE.read_text() == protodoc.render(), (
+        "docs/api-reference.md is stale: run `make docs`"
+    )
+
+
+def test_every_rpc_has_a_comment() -> None:
+    """The reference says what each RPC does: none is left without a comment."""
+    files = protodoc.descriptors()
+    assert sum(len(s.method) for f in files for s in f.service) >= 43
+    assert protodoc.undocumented_rpcs(files) == []
 
 
 def test_every_rpc_has_a_grpcurl_example() -> None:
