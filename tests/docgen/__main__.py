@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.docgen import REPO, benchtable, flags, protodoc, refusals
+from tests.docgen import REPO, benchtable, flags, protodoc, reasons, refusals
 
 
 def main(argv: list[str]) -> int:
@@ -14,6 +14,7 @@ def main(argv: list[str]) -> int:
         ("flag reference", flags.BLOCK, flags.render()),
         ("refusal examples", refusals.BLOCK, refusals.render()),
         ("performance table", benchtable.BLOCK, benchtable.render()),
+        ("ErrorInfo reasons", reasons.BLOCK, reasons.render()),
     ):
         changed = block.write(body)
         print(f"{block.name}: {name} {'regenerated' if changed else 'unchanged'}")

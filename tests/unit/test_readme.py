@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import readme as bench_readme
 from numamem.v1 import info_pb2, memorymanager_pb2, metacache_pb2, topology_pb2
-from tests.docgen import README, benchtable, flags, protodoc, refusals
+from tests.docgen import README, benchtable, flags, protodoc, reasons, refusals
 from tests.docgen.blocks import Block
 from tests.docgen.examples import examples, section, shell_blocks
 
@@ -27,6 +27,16 @@ def test_refusal_examples_are_current() -> None:
     assert refusals.BLOCK.current() == refusals.render(), (
         f"{refusals.BLOCK.name}'s refusal examples are stale: run `make docs`"
     )
+
+
+def test_the_reasons_table_is_current() -> None:
+    """Every ErrorInfo reason numamem sends, with its status code and meaning, as
+    numamem.api.status has them (no hand-kept copy)."""
+    from numamem.api.status import REASONS
+
+    table = reasons.BLOCK.current()
+    assert table == reasons.render(), f"{reasons.BLOCK.name}'s reasons are stale: run `make docs`"
+    assert all(f"| `{reason}` |" in table for reason in REASONS)
 
 
 def test_the_grpc_reference_is_current() -> None:
