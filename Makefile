@@ -121,9 +121,11 @@ bench: $(STAMP)
 protos: $(STAMP)
 	$(BIN)/python -m tests.genproto --write
 
-# Regenerates the generated parts of the documentation (tests/docgen): the flag reference
-# (src/numamem/config/flags/), the refusal examples, the performance table (bench/figures.json)
-# and docs/api-reference.md (proto/numamem/v1, with its comments). make protos is separate.
+# Regenerates the generated parts of docs/ (tests/docgen): the flag reference in
+# configuration.md (src/numamem/config/flags/), the refusal examples in troubleshooting.md, the
+# ErrorInfo reasons in api.md (src/numamem/api/status.py), the performance table in
+# performance.md (bench/figures.json) and api-reference.md (proto/numamem/v1, with its
+# comments). make protos is separate.
 docs: $(STAMP)
 	$(BIN)/python -m tests.docgen --write
 

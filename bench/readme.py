@@ -3,7 +3,7 @@
 ``python -m bench.readme [RESULT.json]`` (or ``make bench BENCH_ARGS=--readme``) copies a
 run's figures (by default the newest file in ``bench/results/``) to the tracked
 ``bench/figures.json`` and regenerates the documentation (``make docs``: the table is
-:func:`render` of that file, written by ``tests.docgen``). ``tests/unit/test_readme.py``
+:func:`render` of that file, written by ``tests.docgen``). ``tests/unit/test_docs.py``
 checks that the table is what ``bench/figures.json`` renders, so the documentation cannot say
 what no run measured. A ``--quick`` run is refused: its figures are a smoke test, not numbers.
 """

@@ -14,3 +14,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+
+
+def pages() -> list[Path]:
+    """README.md and every page of docs/, in a fixed order."""
+    return [README, *sorted(DOCS.glob("*.md"))]

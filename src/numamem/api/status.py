@@ -93,8 +93,8 @@ REASONS: dict[str, str] = {
     ),
     "LIMIT_EXCEEDED": "a --max-* limit would be exceeded",
     "SEARCH_BUDGET_EXCEEDED": (
-        "the admission's hint search or merge would exceed its work budget (README, "
-        "Large machines); the message names the budget and the input; nothing was changed"
+        "the admission's hint search or merge would exceed its work budget (docs/large-machines.md "
+        "in the numamem source); the message names the budget and the input; nothing was changed"
     ),
     "DEADLINE_EXCEEDED": "the client's deadline passed during the search; nothing was changed",
     "CONCURRENT_CHANGES": (

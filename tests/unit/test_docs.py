@@ -1,4 +1,5 @@
-"""README.md stays true: the generated flag reference, grpcurl for every RPC, real refusal messages."""
+"""README.md and docs/ stay true: the generated pages and blocks are current, grpcurl for every
+RPC, real refusal messages, the metric tables, and every relative link resolves."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 
 from bench import readme as bench_readme
 from numamem.v1 import info_pb2, memorymanager_pb2, metacache_pb2, topology_pb2
-from tests.docgen import README, benchtable, flags, protodoc, reasons, refusals
+from tests.docgen import DOCS, README, benchtable, flags, pages, protodoc, reasons, refusals
 from tests.docgen.blocks import Block
 from tests.docgen.examples import examples, section, shell_blocks
+from tests.docgen.links import broken, links
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "numamem"
 
@@ -54,13 +56,13 @@ def test_every_rpc_has_a_comment() -> None:
 
 
 def test_every_rpc_has_a_grpcurl_example() -> None:
-    [block] = shell_blocks(section(README, "gRPC API"))
+    [block] = shell_blocks(section(DOCS / "api.md", "A call of every RPC"))
     commands = " ".join(e.command for e in examples(block))
     for module in (info_pb2, topology_pb2, memorymanager_pb2, metacache_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 assert f"{service.full_name}/{method.name}" in commands, (
-                    f"README '## gRPC API' lacks a grpcurl call of {service.full_name}/{method.name}"
+                    f"docs/api.md '## A call of every RPC' lacks a grpcurl call of {service.full_name}/{method.name}"
                 )
 
 
@@ -72,7 +74,9 @@ def _source_text() -> str:
 
 def test_troubleshooting_quotes_messages_the_daemon_really_prints() -> None:
     rows = [
-        line for line in section(README, "Troubleshooting").splitlines() if line.startswith("| `")
+        line
+        for line in section(DOCS / "troubleshooting.md", "Troubleshooting").splitlines()
+        if line.startswith("| `")
     ]
     assert len(rows) >= 15
     source = _source_text()
@@ -108,11 +112,11 @@ def _table_names(text: str) -> set[str]:
 
 
 def test_the_metric_tables_are_the_metrics_the_daemon_serves() -> None:
-    """The README's and metrics.py's tables list exactly the registered metrics (issue 26:
+    """docs/metrics.md's and metrics.py's tables list exactly the registered metrics (issue 26:
     numamem_memory_drift_bytes was missing)."""
     served = _metric_names_of_the_daemon()
     assert "numamem_memory_drift_bytes" in served
-    assert _table_names(section(README, "Prometheus metrics")) == served
+    assert _table_names(section(DOCS / "metrics.md", "Prometheus metrics")) == served
     from numamem.api import metrics
 
     assert _table_names(metrics.__doc__ or "") == served
@@ -135,7 +139,7 @@ def test_the_flag_table_is_the_flags_serve_takes() -> None:
 def test_the_residency_example_shows_the_legend_as_printed() -> None:
     from numamem.cli.residency import LEGEND
 
-    assert LEGEND in section(README, "Residency: where pinned memory really is")
+    assert LEGEND in section(DOCS / "residency.md", "Residency: where pinned memory really is")
     assert "hugetlb" in LEGEND  # hugetlb pages are in the figures (review of issue 29, finding 4)
 
 
@@ -145,7 +149,9 @@ def test_the_residency_section_does_not_call_shared_memory_reclaimable() -> None
     reclaimed, so they are not 'page cache, usually nothing to do'."""
     from numamem.cli.residency import LEGEND
 
-    text = " ".join(section(README, "Residency: where pinned memory really is").split())
+    text = " ".join(
+        section(DOCS / "residency.md", "Residency: where pinned memory really is").split()
+    )
     assert "Outside file pages only: usually nothing to do" not in text
     assert "**v1**: shared memory is in `anon` (the swap-backed LRU), not in `file`" in text
     assert "the page cache on a node is `file` minus `shmem`" in text
@@ -154,7 +160,7 @@ def test_the_residency_section_does_not_call_shared_memory_reclaimable() -> None
 
 
 def test_performance_table_is_one_bench_run() -> None:
-    """The README's performance table is what bench/figures.json (one full run) renders."""
+    """docs/performance.md's table is what bench/figures.json (one full run) renders."""
     figures = json.loads(bench_readme.FIGURES.read_text())
     assert not figures["machine"]["quick"], "bench/figures.json is a --quick run"
     assert benchtable.BLOCK.current() == benchtable.render(), (
@@ -169,7 +175,7 @@ def test_the_performance_table_generator_renders_every_row() -> None:
         "floor": {"p50_ms": 0.5},
         "rows": [["a | b", "1.000 ms", "2.000 ms", "2.00x"], ["v", "3 /s", "", "(target)"]],
     }
-    marks = Block(README, "<!-- BEGIN t -->", "<!-- END t -->")
+    marks = Block(DOCS / "performance.md", "<!-- BEGIN t -->", "<!-- END t -->")
     text = f"x\n{marks.begin}\nold\n{marks.end}\ny"
     rewritten = marks.rewrite(text, bench_readme.render(figures))
     block = marks.current(rewritten)
@@ -177,3 +183,80 @@ def test_the_performance_table_generator_renders_every_row() -> None:
     assert "| v | 3 /s |  | (target) |" in block
     assert "12 s; RPC floor p50 0.500 ms" in block
     assert rewritten.startswith("x\n") and rewritten.endswith("\ny")
+
+
+def test_the_readme_is_a_front_door_that_links_every_page() -> None:
+    """Issue 40: README.md is at most about 250 lines and leads to every page of docs/."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    targets = {t.partition("#")[0] for t in links(README)}
+    missing = [p.name for p in sorted(DOCS.glob("*.md")) if f"docs/{p.name}" not in targets]
+    assert missing == [], f"README.md links no docs/ page named {missing}"
+
+
+def test_the_docs_index_links_every_page() -> None:
+    index = DOCS / "README.md"
+    targets = {t.partition("#")[0] for t in links(index)}
+    pages = {p.name for p in DOCS.glob("*.md")} - {"README.md"}
+    assert pages <= targets, f"docs/README.md lacks {sorted(pages - targets)}"
+
+
+def test_every_relative_link_and_anchor_resolves() -> None:
+    found = [target for page in pages() for target in links(page)]
+    assert len(found) > 40  # the parser finds links at all
+    problems = [problem for page in pages() for problem in broken(page)]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_link_checker_finds_a_broken_file_and_a_broken_anchor(tmp_path: Path) -> None:
+    page = tmp_path / "a.md"
+    (tmp_path / "b.md").write_text("# B page\n\n## `make run`: the daemon\n")
+    page.write_text(
+        "# A\n\n[ok](b.md#make-run-the-daemon) [self](#a) [web](https://x.y/z)\n"
+        "[gone](c.md) [bad anchor](b.md#nothing) `[code](c.md)`\n"
+        "```sh\necho [fenced](c.md)\n```\n"
+    )
+    assert len(broken(page)) == 2
+    assert "c.md: no file" in broken(page)[0] and "#nothing" in broken(page)[1]
+
+
+def test_every_generated_block_is_one_make_docs_writes() -> None:
+    """A page claiming a generated block has one the tests above compare with its generator."""
+    known = {
+        (b.path, b.begin) for b in (flags.BLOCK, refusals.BLOCK, benchtable.BLOCK, reasons.BLOCK)
+    }
+    claimed = {
+        (page, line.strip())
+        for page in pages()
+        for line in page.read_text().splitlines()
+        if line.startswith("<!-- BEGIN ") and "generated by `make docs`" in line
+    }
+    assert claimed == known
+
+
+def test_every_module_that_documents_a_deviation_is_in_the_deviation_table() -> None:
+    """Plan 3.4: docs/memory-manager.md's table lists every deliberate deviation; a module
+    whose docstrings say "deviation" names one, so the table names the module."""
+    table = section(DOCS / "memory-manager.md", "Deliberate deviations from the kubelet")
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert len(rows) >= 20
+    modules = sorted(
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if re.search(r"\bdeviation", path.read_text(), flags=re.I)
+    )
+    assert len(modules) >= 10
+    missing = [module for module in modules if f"`{module}`" not in table]
+    assert missing == [], f"docs/memory-manager.md's deviation table does not name {missing}"
+
+
+def test_every_test_the_deviation_table_cites_exists() -> None:
+    table = section(DOCS / "memory-manager.md", "Deliberate deviations from the kubelet")
+    tests = Path(__file__).resolve().parents[1]
+    cited = re.findall(r"`(?:tests/e2e/)?(test_\w+\.py)(?:::(test_\w+))?", table)
+    assert len(cited) >= 20
+    for file, name in cited:
+        paths = [p for p in (tests / "unit" / file, tests / "e2e" / file) if p.exists()]
+        assert paths, f"the deviation table cites {file}, which does not exist"
+        path = paths[0]
+        assert not name or f"def {name}(" in path.read_text(), f"{file} has no {name}"

@@ -1,4 +1,4 @@
-"""The README's commands, run against the real daemon as `make run` configures it (on a fake machine)."""
+"""The commands of README.md and docs/, run against the real daemon as `make run` configures it (on a fake machine)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from tests.daemon import REPO, STATIC_ARGS, grpcurl_bin
-from tests.docgen import README
+from tests.docgen import DOCS, README
 from tests.docgen.examples import examples, quoted_output, section, shell_blocks
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +29,7 @@ def test_grpc_api_examples_run_with_the_documented_exit_codes(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
     daemon = start(short_root, daemon_factory)
-    [block] = shell_blocks(section(README, "gRPC API"))
+    [block] = shell_blocks(section(DOCS / "api.md", "A call of every RPC"))
     script = ["set -u"]
     expected = []
     for index, example in enumerate(examples(block)):
@@ -76,11 +76,11 @@ def test_grpc_api_examples_run_with_the_documented_exit_codes(
     assert daemon.stop() == 0
 
 
-def test_explain_output_in_the_readme_is_what_the_cli_prints(
+def test_the_readmes_explain_output_is_what_the_cli_prints(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
     daemon = start(short_root, daemon_factory)
-    walk = section(README, "Walk-through: admit a pod")
+    walk = section(README, "Five minutes with it")
     documented = walk.split("```\ntopology manager:", 1)[1].split("```", 1)[0]
     argv = [sys.executable, "-m", "numamem", "explain", "-f", "examples/pod-too-big.yaml"]
     out = subprocess.run(
