@@ -82,3 +82,42 @@ def examples(block: str) -> list[Example]:
             command, comment = line.rsplit("  # ", 1)
         out.append(Example(command.rstrip(), expected, comment.strip()))
     return out
+
+
+@dataclass
+class Fenced:
+    """A fenced block of a page with the marker comment on the line before it (if any):
+    ``<!-- run: make-run [FLAGS] -->`` (the tests run it against a daemon configured as
+    ``make run``, with FLAGS added; ``.numamem/`` is the test daemon's directory) or
+    ``<!-- not run: WHY, naming the test that covers it -->``."""
+
+    lang: str
+    body: str
+    line: int
+    marker: str
+
+    @property
+    def run(self) -> bool:
+        return self.marker.startswith("run: make-run")
+
+    @property
+    def flags(self) -> list[str]:
+        return self.marker.removeprefix("run: make-run").split() if self.run else []
+
+
+def fenced_blocks(path: Path) -> list[Fenced]:
+    """Every fenced block of ``path`` with a language, in order."""
+    out: list[Fenced] = []
+    lines = path.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        match = re.match(r"```(\w+)\s*$", lines[index])
+        if match:
+            end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
+            before = next((lines[i] for i in range(index - 1, -1, -1) if lines[i].strip()), "")
+            marker = re.fullmatch(r"<!-- (.*?) -->", before.strip())
+            body = "\n".join(lines[index + 1 : end]) + "\n"
+            out.append(Fenced(match.group(1), body, index + 1, marker.group(1) if marker else ""))
+            index = end
+        index += 1
+    return out

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from bench import readme as bench_readme
 from numamem.v1 import info_pb2, memorymanager_pb2, metacache_pb2, topology_pb2
-from tests.docgen import DOCS, README, benchtable, flags, pages, protodoc, reasons, refusals
+from tests.docgen import DOCS, README, REPO, benchtable, flags, pages, protodoc, reasons, refusals
 from tests.docgen.blocks import Block
-from tests.docgen.examples import examples, section, shell_blocks
+from tests.docgen.examples import examples, fenced_blocks, section, shell_blocks
 from tests.docgen.links import broken, links
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "numamem"
@@ -260,3 +260,21 @@ def test_every_test_the_deviation_table_cites_exists() -> None:
         assert paths, f"the deviation table cites {file}, which does not exist"
         path = paths[0]
         assert not name or f"def {name}(" in path.read_text(), f"{file} has no {name}"
+
+
+def test_every_command_block_says_whether_the_tests_run_it() -> None:
+    """Plan 3.5: every sh, python and toml block of README.md and docs/ carries a marker;
+    a block not run names the test file that covers it, and that file exists."""
+    blocks = [(page, b) for page in pages() for b in fenced_blocks(page)]
+    commands = [(page, b) for page, b in blocks if b.lang in ("sh", "python", "toml")]
+    unmarked = [f"{p.name}:{b.line}" for p, b in commands if not b.marker]
+    assert unmarked == [], f"blocks without a run/not run marker: {unmarked}"
+    assert sum(b.run for _, b in commands) >= 10
+    for page, block in commands:
+        if block.run:
+            continue
+        assert block.marker.startswith("not run: "), f"{page.name}:{block.line}: {block.marker}"
+        named = re.findall(r"tests/[\w/]+\.py", block.marker)
+        assert named, f"{page.name}:{block.line}: 'not run' names no test file"
+        for name in named:
+            assert (REPO / name).exists(), f"{page.name}:{block.line}: {name} does not exist"
