@@ -128,9 +128,13 @@ bench: $(STAMP)
 protos: $(STAMP)
 	$(BIN)/python -m tests.genproto --write
 
-# Regenerates README.md's configuration reference from src/numamem/config/flags/.
+# Regenerates the generated parts of docs/ (tests/docgen): the flag reference in
+# configuration.md (src/numamem/config/flags/), the refusal examples in troubleshooting.md, the
+# ErrorInfo reasons in api.md (src/numamem/api/status.py), the performance table in
+# performance.md (bench/figures.json) and api-reference.md (proto/numamem/v1, with its
+# comments). make protos is separate.
 docs: $(STAMP)
-	$(BIN)/python -m tests.readme_docs --write
+	$(BIN)/python -m tests.docgen --write
 
 SOAK_SECONDS ?= 600
 SOAK_EXAMPLES ?= 3000

@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="make this run README.md's performance table (bench/readme.py)",
+        help="make this run the documented performance table (bench/readme.py)",
     )
     parser.add_argument(
         "--baseline",
@@ -132,7 +132,9 @@ def main() -> int:
     )
     if args.readme:
         if args.only or args.quick:
-            print("--readme needs a full run (no --only, no --quick): README.md unchanged")
+            print(
+                "--readme needs a full run (no --only, no --quick): the documented table unchanged"
+            )
             return 1
         readme.publish(out)
     return 0

@@ -91,6 +91,28 @@ def _generate_target(target: Target, out: Path) -> list[Path]:
     return sorted(p for p in (out / target.package).iterdir() if p.name.endswith(target.suffixes))
 
 
+def descriptor_set(target: Target, out: Path) -> Path:
+    """protoc's ``FileDescriptorSet`` of ``target``'s .proto files, their imports and their
+    comments (``--include_source_info``), written to ``out/descriptors.pb`` (the gRPC
+    reference, ``tests/docgen/protodoc.py``, is made from it)."""
+    path = out / "descriptors.pb"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"--proto_path={target.proto_root}",
+            "--include_imports",
+            "--include_source_info",
+            f"--descriptor_set_out={path}",
+            *(str(p) for p in target.protos()),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
 def generate(out: Path) -> list[Path]:
     """Run protoc with the Python, gRPC and mypy generators into ``out`` (as ``out/package/...``
     for every target); the files written."""

@@ -37,7 +37,7 @@ __all__ = ["NumamemClient", "error_reason"]
 
 
 def error_reason(err: grpc.RpcError) -> str | None:
-    """The ``google.rpc.ErrorInfo`` reason of a failed numamem RPC (README "Errors"), or None.
+    """The ``google.rpc.ErrorInfo`` reason of a failed numamem RPC (docs/api.md), or None.
 
     Stable across releases, unlike the message text: branch on this.
     """

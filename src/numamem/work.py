@@ -57,7 +57,7 @@ from numamem.errors import DeadlineExceededError, SearchBudgetError
 SEARCH_BUDGET = 2_000_000
 """Steps one admission (every container's hints, merge and allocation), one Explain, one
 Allocate or one hint listing may take: about 0.1-0.3 s of this search on a 2 GHz core.
-Realistic pods take a few hundred to a few tens of thousands (README, Large machines)."""
+Realistic pods take a few hundred to a few tens of thousands (docs/large-machines.md)."""
 FIX = (
     "To admit it, make the search smaller: fewer or narrower hints from other providers, "
     "restrict-to-cpu-numa-nodes=true or prefer-closest-numa-nodes=false in "
@@ -237,7 +237,7 @@ class Work:
             raise SearchBudgetError(
                 f"{self.what}: the search needs more than {self.limit:,} steps, the search "
                 f"budget (SEARCH_BUDGET); refused rather than approximated, nothing changed. "
-                f"{FIX} (see README, Large machines)"
+                f"{FIX} (see docs/large-machines.md in the numamem source)"
             )
         if self.spent >= self._next_clock:
             self._next_clock = self.spent + PAUSE_EVERY

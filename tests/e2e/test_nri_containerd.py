@@ -268,8 +268,9 @@ def test_daemon_sigkill_and_runtime_restart_lose_nothing(
 
 
 def readme_nri_stanza() -> dict[str, object]:
-    """The containerd 1.7 stanza README.md gives (its TOML block after "containerd **1.7**")."""
-    text = (REPO / "README.md").read_text()
+    """The containerd 1.7 stanza docs/operator-guide.md gives (its TOML block after
+    "containerd **1.7**")."""
+    text = (REPO / "docs" / "operator-guide.md").read_text()
     after = text.split("containerd **1.7** needs", 1)[1]
     block = after.split("```toml\n", 1)[1].split("```", 1)[0]
     section: dict[str, object] = tomllib.loads(block)["plugins"]["io.containerd.nri.v1.nri"]
@@ -279,7 +280,7 @@ def readme_nri_stanza() -> dict[str, object]:
 def test_the_readmes_nri_stanza_is_this_containerds_default_with_nri_enabled(
     containerd_dist: Distribution,
 ) -> None:
-    """1.7: the README's stanza is the build's own default section (same keys and values)
+    """1.7: the operator guide's stanza is the build's own default section (same keys and values)
     with NRI enabled; 2.x: NRI is on in its default, so it needs none."""
     out = subprocess.run(
         [str(containerd_dist.bin / "containerd"), "config", "default"],

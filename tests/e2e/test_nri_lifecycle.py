@@ -239,7 +239,7 @@ def test_unusable_input_is_left_alone_logged_once_and_the_plugin_serves_on(node:
 def test_a_container_released_behind_the_plugins_back_is_adopted_again_and_resized(
     node: Node,
 ) -> None:
-    """The plugin is the node's agent for what the runtime runs (README: it owns the
+    """The plugin is the node's agent for what the runtime runs (docs/nri-plugin.md: it owns the
     daemon's pods): a running container another client released is adopted again at the
     next reconciliation, and its resize is numamem's, as any pinned container's. (The test
     was named as if such a resize were left to another agent; it never was, and leaving a

@@ -82,7 +82,7 @@ def test_events_while_a_reconciliation_waits_for_a_slow_daemon_are_not_lost(node
 def test_an_unpinned_creation_while_the_daemon_is_slow_is_recorded_counted_and_adopted(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
-    """README: "with ``unpinned`` the container starts and is adopted once the daemon
+    """docs/nri-plugin.md: "with ``unpinned`` the container starts and is adopted once the daemon
     answers", also when a reconciliation is waiting for the daemon at that moment."""
     with started_node(short_root, daemon_factory, on_reject="unpinned") as node:
         late = node.run_pod("late")

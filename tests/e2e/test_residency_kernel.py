@@ -387,7 +387,7 @@ sys.stdin.read()
 
 
 def test_v1_counts_shared_memory_as_anon() -> None:
-    """What README "Residency" says of shared memory, on this kernel: 32 MiB written to
+    """What docs/residency.md says of shared memory, on this kernel: 32 MiB written to
     /dev/shm by a process in a v1 memory cgroup are ``anon`` in memory.numa_stat, not
     ``file`` (so v1's outside ``file`` is page cache; its ``anon`` may be shared memory)."""
     memory_mount, cpuset_mount = requirements()

@@ -1,4 +1,4 @@
-"""The bench's documented commands run: the profiler of each operation, the README generator,
+"""The bench's documented commands run: the profiler of each operation, the performance-table generator,
 the bound daemon (``bench.bounds``)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from numamem.client import NumamemClient
 def test_the_documented_profile_command_profiles_each_operation(
     operation: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``python -m bench.profile OP`` (README "Performance") runs the call it names and
+    """``python -m bench.profile OP`` (docs/performance.md) runs the call it names and
     prints its profile; a call that raised (a wrong request, a refused state) fails here."""
     assert profile.main([operation, "--calls", "5", "--warmup", "3", "--top", "5"]) == 0
     out = capsys.readouterr().out

@@ -15,7 +15,6 @@ from numamem.config.model import Limits
 from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.testing.sysfs import standard_nodes
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO
 
 GI = 1024**3
 
@@ -539,9 +538,3 @@ def test_errors_carry_a_stable_machine_readable_reason(numamem_server: InProcess
     assert reason_of(lambda: client.get_container_info("nope", "c")) == "NOT_FOUND"
     assert reason_of(lambda: client.get_pool_size("nope")) == "NOT_FOUND"
     assert set(REASONS) >= {"INVALID_ARGUMENT", "ALLOCATION_FAILED", "NOT_FOUND", "OVERLOADED"}
-
-
-def test_every_reason_is_documented_in_the_readme() -> None:
-    readme = (REPO / "README.md").read_text()
-    for reason in REASONS:
-        assert f"`{reason}`" in readme, reason

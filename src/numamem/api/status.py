@@ -60,6 +60,18 @@ UNDECODABLE_REQUEST = "UNDECODABLE_REQUEST"
 INTERNAL = "INTERNAL"
 REPLY_TOO_LARGE = "REPLY_TOO_LARGE"
 
+OWN_CODES: dict[str, grpc.StatusCode] = {
+    STARTING: grpc.StatusCode.UNAVAILABLE,
+    STOPPING: grpc.StatusCode.UNAVAILABLE,
+    OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    DEADLINE_EXPIRED_IN_QUEUE: grpc.StatusCode.DEADLINE_EXCEEDED,
+    UNDECODABLE_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
+    INTERNAL: grpc.StatusCode.INTERNAL,
+    REPLY_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+"""The status code of each answer the interceptor gives itself (the errors' codes are in
+``_MAPPING``)."""
+
 REASONS: dict[str, str] = {
     "INVALID_QUANTITY": "a quantity does not parse or does not fit (INVALID_ARGUMENT)",
     "INVALID_ARGUMENT": "a field of the request is malformed; the message names it",
@@ -81,8 +93,8 @@ REASONS: dict[str, str] = {
     ),
     "LIMIT_EXCEEDED": "a --max-* limit would be exceeded",
     "SEARCH_BUDGET_EXCEEDED": (
-        "the admission's hint search or merge would exceed its work budget (README, "
-        "Large machines); the message names the budget and the input; nothing was changed"
+        "the admission's hint search or merge would exceed its work budget (docs/large-machines.md "
+        "in the numamem source); the message names the budget and the input; nothing was changed"
     ),
     "DEADLINE_EXCEEDED": "the client's deadline passed during the search; nothing was changed",
     "CONCURRENT_CHANGES": (
@@ -109,6 +121,13 @@ REASONS: dict[str, str] = {
     REPLY_TOO_LARGE: "the reply would exceed --max-message-bytes (RESOURCE_EXHAUSTED)",
 }
 """Every ErrorInfo reason numamem sends, and what it means."""
+
+
+def reason_codes() -> dict[str, grpc.StatusCode]:
+    """The status code every reason of :data:`REASONS` is sent with, in that order (the
+    documented reasons table is made from it and :data:`REASONS`)."""
+    codes = {reason: code for _, code, reason in _MAPPING} | OWN_CODES
+    return {reason: codes[reason] for reason in REASONS}
 
 
 def to_status(err: errors.NumamemError) -> tuple[grpc.StatusCode, str, str]:

@@ -40,8 +40,8 @@ LEGEND = (
     "* = a node the memory manager assigned; MEMORY BY NODE = user memory and hugetlb pages "
     "(--json: per type); OUTSIDE = memory on the other nodes and its share "
     "(page cache and shared memory stay on the node they were first allocated on; only page "
-    "cache is reclaimable, and v2's file includes shmem: README "
-    '"Residency").'
+    "cache is reclaimable, and v2's file includes shmem: docs/residency.md "
+    "in the numamem source)."
 )
 
 

@@ -19,7 +19,7 @@ logged once a kind and the container left alone; an error reaches the runtime on
 creation or a resize on purpose. Releases the daemon could not be told are made by the next
 reconciliation, which runs as soon as the daemon answers again.
 
-Deliberate deviations from the kubelet (README "The NRI plugin"): each container is reserved
+Deliberate deviations from the kubelet (docs/nri-plugin.md): each container is reserved
 when the runtime creates it, not all of a pod's at admission; the pod scope is refused
 (its hints need every container up front); containers are told apart by what the runtime
 shows (:mod:`numamem.nri.podrecord`).

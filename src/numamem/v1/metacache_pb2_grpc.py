@@ -85,55 +85,69 @@ class MetaReaderServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetContainerEntries(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetContainerEntries returns every container of a pod by name; NOT_FOUND
+        for a pod the cache does not hold.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetContainerInfo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetContainerInfo returns one container's info; NOT_FOUND when absent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetContainerMetric(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetContainerMetric returns a metric the collector measured for a
+        container, with its sample time; NOT_FOUND before the first sample,
+        FAILED_PRECONDITION when older than --metric-insurance-period.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListContainers(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """ListContainers streams every container (of one pod when pod_uid is set),
+        ordered by pod uid and container name.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetPoolInfo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetPoolInfo returns one pool's info; NOT_FOUND when absent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetPoolSize(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetPoolSize returns the number of CPUs in a pool's current
+        topology_aware_assignments; NOT_FOUND when absent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListPools(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """ListPools streams every pool, ordered by name.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetRegionInfo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetRegionInfo returns one region's info; NOT_FOUND when absent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListRegions(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """ListRegions streams every region, ordered by name.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -526,7 +540,9 @@ class MetaWriterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteContainer(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """DeleteContainer deletes one container (the pod goes with its last one);
+        idempotent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -553,13 +569,15 @@ class MetaWriterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetPoolInfo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """SetPoolInfo inserts or replaces a pool's info.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeletePool(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """DeletePool deletes one pool; idempotent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -579,7 +597,8 @@ class MetaWriterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetRegionInfo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """SetRegionInfo inserts or replaces a region's info.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -35,27 +35,63 @@ class MetaReaderStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> MetaReaderAsyncStub: ...
     GetContainerEntries: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.GetContainerEntriesRequest, _metacache_pb2.GetContainerEntriesResponse]
+    """GetContainerEntries returns every container of a pod by name; NOT_FOUND
+    for a pod the cache does not hold.
+    """
     GetContainerInfo: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.GetContainerInfoRequest, _metacache_pb2.ContainerInfo]
+    """GetContainerInfo returns one container's info; NOT_FOUND when absent."""
     GetContainerMetric: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.GetContainerMetricRequest, _metacache_pb2.GetContainerMetricResponse]
+    """GetContainerMetric returns a metric the collector measured for a
+    container, with its sample time; NOT_FOUND before the first sample,
+    FAILED_PRECONDITION when older than --metric-insurance-period.
+    """
     ListContainers: _grpc.UnaryStreamMultiCallable[_metacache_pb2.ListContainersRequest, _metacache_pb2.ContainerInfo]
+    """ListContainers streams every container (of one pod when pod_uid is set),
+    ordered by pod uid and container name.
+    """
     GetPoolInfo: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.GetPoolInfoRequest, _metacache_pb2.PoolInfo]
+    """GetPoolInfo returns one pool's info; NOT_FOUND when absent."""
     GetPoolSize: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.GetPoolSizeRequest, _metacache_pb2.GetPoolSizeResponse]
+    """GetPoolSize returns the number of CPUs in a pool's current
+    topology_aware_assignments; NOT_FOUND when absent.
+    """
     ListPools: _grpc.UnaryStreamMultiCallable[_metacache_pb2.ListPoolsRequest, _metacache_pb2.PoolInfo]
+    """ListPools streams every pool, ordered by name."""
     GetRegionInfo: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.GetRegionInfoRequest, _metacache_pb2.RegionInfo]
+    """GetRegionInfo returns one region's info; NOT_FOUND when absent."""
     ListRegions: _grpc.UnaryStreamMultiCallable[_metacache_pb2.ListRegionsRequest, _metacache_pb2.RegionInfo]
+    """ListRegions streams every region, ordered by name."""
 
 @_typing.type_check_only
 class MetaReaderAsyncStub(MetaReaderStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetContainerEntries: _aio.UnaryUnaryMultiCallable[_metacache_pb2.GetContainerEntriesRequest, _metacache_pb2.GetContainerEntriesResponse]  # type: ignore[assignment]
+    """GetContainerEntries returns every container of a pod by name; NOT_FOUND
+    for a pod the cache does not hold.
+    """
     GetContainerInfo: _aio.UnaryUnaryMultiCallable[_metacache_pb2.GetContainerInfoRequest, _metacache_pb2.ContainerInfo]  # type: ignore[assignment]
+    """GetContainerInfo returns one container's info; NOT_FOUND when absent."""
     GetContainerMetric: _aio.UnaryUnaryMultiCallable[_metacache_pb2.GetContainerMetricRequest, _metacache_pb2.GetContainerMetricResponse]  # type: ignore[assignment]
+    """GetContainerMetric returns a metric the collector measured for a
+    container, with its sample time; NOT_FOUND before the first sample,
+    FAILED_PRECONDITION when older than --metric-insurance-period.
+    """
     ListContainers: _aio.UnaryStreamMultiCallable[_metacache_pb2.ListContainersRequest, _metacache_pb2.ContainerInfo]  # type: ignore[assignment]
+    """ListContainers streams every container (of one pod when pod_uid is set),
+    ordered by pod uid and container name.
+    """
     GetPoolInfo: _aio.UnaryUnaryMultiCallable[_metacache_pb2.GetPoolInfoRequest, _metacache_pb2.PoolInfo]  # type: ignore[assignment]
+    """GetPoolInfo returns one pool's info; NOT_FOUND when absent."""
     GetPoolSize: _aio.UnaryUnaryMultiCallable[_metacache_pb2.GetPoolSizeRequest, _metacache_pb2.GetPoolSizeResponse]  # type: ignore[assignment]
+    """GetPoolSize returns the number of CPUs in a pool's current
+    topology_aware_assignments; NOT_FOUND when absent.
+    """
     ListPools: _aio.UnaryStreamMultiCallable[_metacache_pb2.ListPoolsRequest, _metacache_pb2.PoolInfo]  # type: ignore[assignment]
+    """ListPools streams every pool, ordered by name."""
     GetRegionInfo: _aio.UnaryUnaryMultiCallable[_metacache_pb2.GetRegionInfoRequest, _metacache_pb2.RegionInfo]  # type: ignore[assignment]
+    """GetRegionInfo returns one region's info; NOT_FOUND when absent."""
     ListRegions: _aio.UnaryStreamMultiCallable[_metacache_pb2.ListRegionsRequest, _metacache_pb2.RegionInfo]  # type: ignore[assignment]
+    """ListRegions streams every region, ordered by name."""
 
 class MetaReaderServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -63,63 +99,81 @@ class MetaReaderServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _metacache_pb2.GetContainerEntriesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.GetContainerEntriesResponse, _abc.Awaitable[_metacache_pb2.GetContainerEntriesResponse]]: ...
+    ) -> _typing.Union[_metacache_pb2.GetContainerEntriesResponse, _abc.Awaitable[_metacache_pb2.GetContainerEntriesResponse]]:
+        """GetContainerEntries returns every container of a pod by name; NOT_FOUND
+        for a pod the cache does not hold.
+        """
 
     @_abc_1.abstractmethod
     def GetContainerInfo(
         self,
         request: _metacache_pb2.GetContainerInfoRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.ContainerInfo, _abc.Awaitable[_metacache_pb2.ContainerInfo]]: ...
+    ) -> _typing.Union[_metacache_pb2.ContainerInfo, _abc.Awaitable[_metacache_pb2.ContainerInfo]]:
+        """GetContainerInfo returns one container's info; NOT_FOUND when absent."""
 
     @_abc_1.abstractmethod
     def GetContainerMetric(
         self,
         request: _metacache_pb2.GetContainerMetricRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.GetContainerMetricResponse, _abc.Awaitable[_metacache_pb2.GetContainerMetricResponse]]: ...
+    ) -> _typing.Union[_metacache_pb2.GetContainerMetricResponse, _abc.Awaitable[_metacache_pb2.GetContainerMetricResponse]]:
+        """GetContainerMetric returns a metric the collector measured for a
+        container, with its sample time; NOT_FOUND before the first sample,
+        FAILED_PRECONDITION when older than --metric-insurance-period.
+        """
 
     @_abc_1.abstractmethod
     def ListContainers(
         self,
         request: _metacache_pb2.ListContainersRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_metacache_pb2.ContainerInfo], _abc.AsyncIterator[_metacache_pb2.ContainerInfo]]: ...
+    ) -> _typing.Union[_abc.Iterator[_metacache_pb2.ContainerInfo], _abc.AsyncIterator[_metacache_pb2.ContainerInfo]]:
+        """ListContainers streams every container (of one pod when pod_uid is set),
+        ordered by pod uid and container name.
+        """
 
     @_abc_1.abstractmethod
     def GetPoolInfo(
         self,
         request: _metacache_pb2.GetPoolInfoRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.PoolInfo, _abc.Awaitable[_metacache_pb2.PoolInfo]]: ...
+    ) -> _typing.Union[_metacache_pb2.PoolInfo, _abc.Awaitable[_metacache_pb2.PoolInfo]]:
+        """GetPoolInfo returns one pool's info; NOT_FOUND when absent."""
 
     @_abc_1.abstractmethod
     def GetPoolSize(
         self,
         request: _metacache_pb2.GetPoolSizeRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.GetPoolSizeResponse, _abc.Awaitable[_metacache_pb2.GetPoolSizeResponse]]: ...
+    ) -> _typing.Union[_metacache_pb2.GetPoolSizeResponse, _abc.Awaitable[_metacache_pb2.GetPoolSizeResponse]]:
+        """GetPoolSize returns the number of CPUs in a pool's current
+        topology_aware_assignments; NOT_FOUND when absent.
+        """
 
     @_abc_1.abstractmethod
     def ListPools(
         self,
         request: _metacache_pb2.ListPoolsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_metacache_pb2.PoolInfo], _abc.AsyncIterator[_metacache_pb2.PoolInfo]]: ...
+    ) -> _typing.Union[_abc.Iterator[_metacache_pb2.PoolInfo], _abc.AsyncIterator[_metacache_pb2.PoolInfo]]:
+        """ListPools streams every pool, ordered by name."""
 
     @_abc_1.abstractmethod
     def GetRegionInfo(
         self,
         request: _metacache_pb2.GetRegionInfoRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.RegionInfo, _abc.Awaitable[_metacache_pb2.RegionInfo]]: ...
+    ) -> _typing.Union[_metacache_pb2.RegionInfo, _abc.Awaitable[_metacache_pb2.RegionInfo]]:
+        """GetRegionInfo returns one region's info; NOT_FOUND when absent."""
 
     @_abc_1.abstractmethod
     def ListRegions(
         self,
         request: _metacache_pb2.ListRegionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_metacache_pb2.RegionInfo], _abc.AsyncIterator[_metacache_pb2.RegionInfo]]: ...
+    ) -> _typing.Union[_abc.Iterator[_metacache_pb2.RegionInfo], _abc.AsyncIterator[_metacache_pb2.RegionInfo]]:
+        """ListRegions streams every region, ordered by name."""
 
 def add_MetaReaderServicer_to_server(servicer: MetaReaderServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
@@ -135,6 +189,9 @@ class MetaWriterStub:
     SetContainerInfo: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.SetContainerInfoRequest, _metacache_pb2.MetaWriteResponse]
     """SetContainerInfo replaces a container's info."""
     DeleteContainer: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.DeleteContainerRequest, _metacache_pb2.MetaWriteResponse]
+    """DeleteContainer deletes one container (the pod goes with its last one);
+    idempotent.
+    """
     RemovePod: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.RemovePodRequest, _metacache_pb2.MetaWriteResponse]
     """RemovePod is idempotent."""
     DeleteContainers: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.DeleteContainersRequest, _metacache_pb2.DeleteContainersResponse]
@@ -142,12 +199,15 @@ class MetaWriterStub:
     UpdateContainers: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.UpdateContainersRequest, _metacache_pb2.MetaWriteResponse]
     """UpdateContainers applies a batch of field-mask updates atomically."""
     SetPoolInfo: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.SetPoolInfoRequest, _metacache_pb2.MetaWriteResponse]
+    """SetPoolInfo inserts or replaces a pool's info."""
     DeletePool: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.DeletePoolRequest, _metacache_pb2.MetaWriteResponse]
+    """DeletePool deletes one pool; idempotent."""
     GCPoolEntries: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.GCPoolEntriesRequest, _metacache_pb2.GCPoolEntriesResponse]
     """GCPoolEntries deletes every pool not in living_pool_names."""
     SetRegionEntries: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.SetRegionEntriesRequest, _metacache_pb2.MetaWriteResponse]
     """SetRegionEntries replaces all regions."""
     SetRegionInfo: _grpc.UnaryUnaryMultiCallable[_metacache_pb2.SetRegionInfoRequest, _metacache_pb2.MetaWriteResponse]
+    """SetRegionInfo inserts or replaces a region's info."""
 
 @_typing.type_check_only
 class MetaWriterAsyncStub(MetaWriterStub):
@@ -159,6 +219,9 @@ class MetaWriterAsyncStub(MetaWriterStub):
     SetContainerInfo: _aio.UnaryUnaryMultiCallable[_metacache_pb2.SetContainerInfoRequest, _metacache_pb2.MetaWriteResponse]  # type: ignore[assignment]
     """SetContainerInfo replaces a container's info."""
     DeleteContainer: _aio.UnaryUnaryMultiCallable[_metacache_pb2.DeleteContainerRequest, _metacache_pb2.MetaWriteResponse]  # type: ignore[assignment]
+    """DeleteContainer deletes one container (the pod goes with its last one);
+    idempotent.
+    """
     RemovePod: _aio.UnaryUnaryMultiCallable[_metacache_pb2.RemovePodRequest, _metacache_pb2.MetaWriteResponse]  # type: ignore[assignment]
     """RemovePod is idempotent."""
     DeleteContainers: _aio.UnaryUnaryMultiCallable[_metacache_pb2.DeleteContainersRequest, _metacache_pb2.DeleteContainersResponse]  # type: ignore[assignment]
@@ -166,12 +229,15 @@ class MetaWriterAsyncStub(MetaWriterStub):
     UpdateContainers: _aio.UnaryUnaryMultiCallable[_metacache_pb2.UpdateContainersRequest, _metacache_pb2.MetaWriteResponse]  # type: ignore[assignment]
     """UpdateContainers applies a batch of field-mask updates atomically."""
     SetPoolInfo: _aio.UnaryUnaryMultiCallable[_metacache_pb2.SetPoolInfoRequest, _metacache_pb2.MetaWriteResponse]  # type: ignore[assignment]
+    """SetPoolInfo inserts or replaces a pool's info."""
     DeletePool: _aio.UnaryUnaryMultiCallable[_metacache_pb2.DeletePoolRequest, _metacache_pb2.MetaWriteResponse]  # type: ignore[assignment]
+    """DeletePool deletes one pool; idempotent."""
     GCPoolEntries: _aio.UnaryUnaryMultiCallable[_metacache_pb2.GCPoolEntriesRequest, _metacache_pb2.GCPoolEntriesResponse]  # type: ignore[assignment]
     """GCPoolEntries deletes every pool not in living_pool_names."""
     SetRegionEntries: _aio.UnaryUnaryMultiCallable[_metacache_pb2.SetRegionEntriesRequest, _metacache_pb2.MetaWriteResponse]  # type: ignore[assignment]
     """SetRegionEntries replaces all regions."""
     SetRegionInfo: _aio.UnaryUnaryMultiCallable[_metacache_pb2.SetRegionInfoRequest, _metacache_pb2.MetaWriteResponse]  # type: ignore[assignment]
+    """SetRegionInfo inserts or replaces a region's info."""
 
 class MetaWriterServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -197,7 +263,10 @@ class MetaWriterServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _metacache_pb2.DeleteContainerRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.MetaWriteResponse, _abc.Awaitable[_metacache_pb2.MetaWriteResponse]]: ...
+    ) -> _typing.Union[_metacache_pb2.MetaWriteResponse, _abc.Awaitable[_metacache_pb2.MetaWriteResponse]]:
+        """DeleteContainer deletes one container (the pod goes with its last one);
+        idempotent.
+        """
 
     @_abc_1.abstractmethod
     def RemovePod(
@@ -228,14 +297,16 @@ class MetaWriterServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _metacache_pb2.SetPoolInfoRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.MetaWriteResponse, _abc.Awaitable[_metacache_pb2.MetaWriteResponse]]: ...
+    ) -> _typing.Union[_metacache_pb2.MetaWriteResponse, _abc.Awaitable[_metacache_pb2.MetaWriteResponse]]:
+        """SetPoolInfo inserts or replaces a pool's info."""
 
     @_abc_1.abstractmethod
     def DeletePool(
         self,
         request: _metacache_pb2.DeletePoolRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.MetaWriteResponse, _abc.Awaitable[_metacache_pb2.MetaWriteResponse]]: ...
+    ) -> _typing.Union[_metacache_pb2.MetaWriteResponse, _abc.Awaitable[_metacache_pb2.MetaWriteResponse]]:
+        """DeletePool deletes one pool; idempotent."""
 
     @_abc_1.abstractmethod
     def GCPoolEntries(
@@ -258,6 +329,7 @@ class MetaWriterServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _metacache_pb2.SetRegionInfoRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_metacache_pb2.MetaWriteResponse, _abc.Awaitable[_metacache_pb2.MetaWriteResponse]]: ...
+    ) -> _typing.Union[_metacache_pb2.MetaWriteResponse, _abc.Awaitable[_metacache_pb2.MetaWriteResponse]]:
+        """SetRegionInfo inserts or replaces a region's info."""
 
 def add_MetaWriterServicer_to_server(servicer: MetaWriterServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

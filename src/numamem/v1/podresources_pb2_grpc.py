@@ -57,19 +57,24 @@ class PodResourcesListerServicer:
     """
 
     def List(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """List returns every pod with memory state and its containers' memory
+        (merged with the kubelet's answer under --kubelet-podresources-socket).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetAllocatableResources(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetAllocatableResources returns the allocatable memory per NUMA node and
+        memory type.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Get returns one pod by name and namespace; NOT_FOUND when absent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -42,8 +42,15 @@ class PodResourcesListerStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> PodResourcesListerAsyncStub: ...
     List: _grpc.UnaryUnaryMultiCallable[_podresources_pb2.ListPodResourcesRequest, _podresources_pb2.ListPodResourcesResponse]
+    """List returns every pod with memory state and its containers' memory
+    (merged with the kubelet's answer under --kubelet-podresources-socket).
+    """
     GetAllocatableResources: _grpc.UnaryUnaryMultiCallable[_podresources_pb2.AllocatableResourcesRequest, _podresources_pb2.AllocatableResourcesResponse]
+    """GetAllocatableResources returns the allocatable memory per NUMA node and
+    memory type.
+    """
     Get: _grpc.UnaryUnaryMultiCallable[_podresources_pb2.GetPodResourcesRequest, _podresources_pb2.GetPodResourcesResponse]
+    """Get returns one pod by name and namespace; NOT_FOUND when absent."""
 
 @_typing.type_check_only
 class PodResourcesListerAsyncStub(PodResourcesListerStub):
@@ -51,8 +58,15 @@ class PodResourcesListerAsyncStub(PodResourcesListerStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     List: _aio.UnaryUnaryMultiCallable[_podresources_pb2.ListPodResourcesRequest, _podresources_pb2.ListPodResourcesResponse]  # type: ignore[assignment]
+    """List returns every pod with memory state and its containers' memory
+    (merged with the kubelet's answer under --kubelet-podresources-socket).
+    """
     GetAllocatableResources: _aio.UnaryUnaryMultiCallable[_podresources_pb2.AllocatableResourcesRequest, _podresources_pb2.AllocatableResourcesResponse]  # type: ignore[assignment]
+    """GetAllocatableResources returns the allocatable memory per NUMA node and
+    memory type.
+    """
     Get: _aio.UnaryUnaryMultiCallable[_podresources_pb2.GetPodResourcesRequest, _podresources_pb2.GetPodResourcesResponse]  # type: ignore[assignment]
+    """Get returns one pod by name and namespace; NOT_FOUND when absent."""
 
 class PodResourcesListerServicer(metaclass=_abc_1.ABCMeta):
     """PodResourcesLister: the node resources consumed by pods and containers."""
@@ -62,20 +76,27 @@ class PodResourcesListerServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _podresources_pb2.ListPodResourcesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_podresources_pb2.ListPodResourcesResponse, _abc.Awaitable[_podresources_pb2.ListPodResourcesResponse]]: ...
+    ) -> _typing.Union[_podresources_pb2.ListPodResourcesResponse, _abc.Awaitable[_podresources_pb2.ListPodResourcesResponse]]:
+        """List returns every pod with memory state and its containers' memory
+        (merged with the kubelet's answer under --kubelet-podresources-socket).
+        """
 
     @_abc_1.abstractmethod
     def GetAllocatableResources(
         self,
         request: _podresources_pb2.AllocatableResourcesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_podresources_pb2.AllocatableResourcesResponse, _abc.Awaitable[_podresources_pb2.AllocatableResourcesResponse]]: ...
+    ) -> _typing.Union[_podresources_pb2.AllocatableResourcesResponse, _abc.Awaitable[_podresources_pb2.AllocatableResourcesResponse]]:
+        """GetAllocatableResources returns the allocatable memory per NUMA node and
+        memory type.
+        """
 
     @_abc_1.abstractmethod
     def Get(
         self,
         request: _podresources_pb2.GetPodResourcesRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_podresources_pb2.GetPodResourcesResponse, _abc.Awaitable[_podresources_pb2.GetPodResourcesResponse]]: ...
+    ) -> _typing.Union[_podresources_pb2.GetPodResourcesResponse, _abc.Awaitable[_podresources_pb2.GetPodResourcesResponse]]:
+        """Get returns one pod by name and namespace; NOT_FOUND when absent."""
 
 def add_PodResourcesListerServicer_to_server(servicer: PodResourcesListerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

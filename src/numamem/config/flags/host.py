@@ -1,8 +1,8 @@
 """The flags that say where numamem works on the host: its socket and state directory, the
 roots it reads (sysfs, cgroups, procfs), and writing ``cpuset.mems`` under the cgroup root.
 
-Part of :data:`numamem.config.flags.table.FLAGS`, in its order (``--help`` and the README's
-configuration reference list them so).
+Part of :data:`numamem.config.flags.table.FLAGS`, in its order (``--help`` and
+docs/configuration.md list them so).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ HOST: tuple[Flag, ...] = (
         "cpuset.mems when the kernel enforces other nodes (never a node outside the assignment; "
         "v1: sets cpuset.memory_migrate to 1 first, so its pages move too; v2: not while the "
         "parent cgroup lacks an assigned node; backs off when another agent keeps undoing it: "
-        'README "Residency"); needs write access to --cgroup-root. For node agents that cannot '
+        "docs/residency.md in the numamem source); needs write access to --cgroup-root. For node agents that cannot "
         "apply cpuset.mems through the CRI",
         "false",
         kind="bool",

@@ -2,8 +2,8 @@
 (and the ``KubeletConfiguration`` YAML keys ``--config`` reads): policies and their options,
 reservations, eviction thresholds, feature gates.
 
-Part of :data:`numamem.config.flags.table.FLAGS`, in its order (``--help`` and the README's
-configuration reference list them so).
+Part of :data:`numamem.config.flags.table.FLAGS`, in its order (``--help`` and
+docs/configuration.md list them so).
 """
 
 from __future__ import annotations

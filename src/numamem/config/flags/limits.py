@@ -1,8 +1,8 @@
 """The flags of what numamem keeps and how much it accepts: metacache persistence, shared
 state and socket directories, and the bound on every input (``--max-*``).
 
-Part of :data:`numamem.config.flags.table.FLAGS`, in its order (``--help`` and the README's
-configuration reference list them so).
+Part of :data:`numamem.config.flags.table.FLAGS`, in its order (``--help`` and
+docs/configuration.md list them so).
 """
 
 from __future__ import annotations

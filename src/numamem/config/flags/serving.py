@@ -2,8 +2,8 @@
 endpoints, logs, shutdown, the worker threads, and the container metrics collector's
 sampling.
 
-Part of :data:`numamem.config.flags.table.FLAGS`, in its order (``--help`` and the README's
-configuration reference list them so).
+Part of :data:`numamem.config.flags.table.FLAGS`, in its order (``--help`` and
+docs/configuration.md list them so).
 """
 
 from __future__ import annotations

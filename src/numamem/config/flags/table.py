@@ -1,7 +1,7 @@
-"""The ``numamem serve`` flags: one table for the argument parser, the YAML keys, the README and
-the start-up log line.
+"""The ``numamem serve`` flags: one table for the argument parser, the YAML keys, docs/configuration.md
+and the start-up log line.
 
-:data:`FLAGS` is every flag in the order ``--help`` and the README's configuration reference
+:data:`FLAGS` is every flag in the order ``--help`` and docs/configuration.md's reference
 (``make docs``, :func:`flag_reference`) list them: where numamem works on the host
 (:mod:`.host`), the kubelet's settings (:mod:`.kubelet`), how it serves (:mod:`.serving`),
 what it keeps and accepts (:mod:`.limits`). What a flag is and how a value is converted:
@@ -98,7 +98,7 @@ def describe(cfg: Config) -> dict[str, Any]:
 
 
 def flag_reference() -> Sequence[tuple[str, str, str]]:
-    """(flag, default, meaning) rows for the README configuration reference."""
+    """(flag, default, meaning) rows for docs/configuration.md's flag reference."""
     rows = [
         ("--config FILE", "none", "YAML file with kubelet-style field names; flags override it")
     ]
