@@ -43,14 +43,7 @@ from numamem.quantity import Format, Quantity
 from numamem.topology import Machine
 from numamem.topologymanager.policy import POLICIES, new_policy
 from tests.kubelet_reference import ref_reserve
-from tests.unit.resize_worlds import (
-    Incarnations,
-    alone,
-    assert_honest,
-    machines,
-    slow_settings,
-    unchanged_if_refused,
-)
+from tests.unit import resize_worlds as rw
 
 GI = 1024**3
 UNIT = 512 * 1024**2
@@ -117,7 +110,7 @@ class World:
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
     machine = draw(
-        machines(
+        rw.machines(
             st.integers(1, 8),
             st.integers(3, 8),
             st.sampled_from([0, 0, 2, 3]),
@@ -294,13 +287,13 @@ class Fault:
             raise OSError(28, "No space left on device")
 
 
-@slow_settings(40)
+@rw.slow_settings(40)
 @given(worlds())
 def test_pod_level_resize_sequences(world: World) -> None:
     with tempfile.TemporaryDirectory(prefix="nm") as tmp:
         manager = _manager(world, tmp)
         path = Path(tmp) / STATE_FILE
-        pods = Incarnations(world.specs)
+        pods = rw.Incarnations(world.specs)
         gone: set[tuple[str, str]] = set()
         for kind, spec, (a, b, c) in pods.steps(world.ops):
             if kind == "admit":
@@ -336,12 +329,12 @@ def test_pod_level_resize_sequences(world: World) -> None:
                     fault = Fault(STAGES[a % len(STAGES)])
                     manager._versions.store.faults = fault  # type: ignore[attr-defined]
                 try:
-                    with unchanged_if_refused(manager, path) as before:
+                    with rw.unchanged_if_refused(manager, path) as before:
                         done = manager.resize(pod, name)
                 except ResizeError as err:
                     if kind != "fault":
-                        with alone(tmp, spec.uid, lambda d: _manager(world, d)) as only:
-                            assert_honest(only, pod, name, err)
+                        with rw.alone(tmp, spec.uid, lambda d: _manager(world, d)) as only:
+                            rw.assert_honest(only, pod, name, err)
                     continue
                 except Exception as err:  # the faulted write
                     assert kind == "fault", err

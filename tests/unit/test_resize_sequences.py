@@ -34,14 +34,7 @@ from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity, parse_quantity
 from numamem.topology import Machine
 from numamem.topologymanager.policy import POLICIES, PREFER_CLOSEST_NUMA_NODES, new_policy
-from tests.unit.resize_worlds import (
-    Incarnations,
-    alone,
-    assert_honest,
-    machines,
-    slow_settings,
-    unchanged_if_refused,
-)
+from tests.unit import resize_worlds as rw
 
 GI = 1024**3
 UNIT = 512 * 1024**2
@@ -101,7 +94,7 @@ class World:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
-    machine = draw(machines(st.integers(1, 5), st.integers(3, 8), st.integers(0, 2)))
+    machine = draw(rw.machines(st.integers(1, 5), st.integers(3, 8), st.integers(0, 2)))
     policy = draw(st.sampled_from(POLICIES))
     closest = policy != "single-numa-node" and draw(st.booleans())
     n = draw(st.integers(1, 5))
@@ -151,13 +144,13 @@ def _check(world: World, manager: Manager, directory: str, specs: dict[str, Spec
                 assert memory.size == units * UNIT, (uid, name, memory.size, units * UNIT)
 
 
-@slow_settings(30)
+@rw.slow_settings(30)
 @given(worlds())
 def test_resize_sequences_keep_the_invariants_and_honest_verdicts(world: World) -> None:
     with tempfile.TemporaryDirectory(prefix="nm") as tmp:
         manager = _manager(world, tmp)
         path = Path(tmp) / STATE_FILE
-        pods = Incarnations(world.specs)
+        pods = rw.Incarnations(world.specs)
         for kind, spec, (at, units) in pods.steps(world.ops):
             if kind == "admit":
                 if manager.admit(spec.pod()).result.admitted:
@@ -177,7 +170,7 @@ def test_resize_sequences_keep_the_invariants_and_honest_verdicts(world: World) 
                 name, ckind, _, _ = spec.containers[at % len(spec.containers)]
                 resized = spec.resized(name, units)
                 try:
-                    with unchanged_if_refused(manager, path):
+                    with rw.unchanged_if_refused(manager, path):
                         done = manager.resize(resized.pod(), name)
                 except ResizeError as err:
                     if ckind == "init":
@@ -185,8 +178,8 @@ def test_resize_sequences_keep_the_invariants_and_honest_verdicts(world: World) 
                         continue
                     if not manager.get_memory(spec.uid, name):
                         continue  # freed init container
-                    with alone(tmp, spec.uid, lambda d: _manager(world, d)) as only:
-                        assert_honest(only, resized.pod(), name, err)
+                    with rw.alone(tmp, spec.uid, lambda d: _manager(world, d)) as only:
+                        rw.assert_honest(only, resized.pod(), name, err)
                         most = re.search(r"resize to at most (\S+),", str(err))
                         if err.verdict == "Infeasible" and most:
                             size = parse_quantity(most.group(1)).value_ceil()
