@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -147,3 +148,11 @@ def can_mount_tmpfs() -> bool:
         check=False,
     )
     return probe.returncode == 0
+
+
+def run_together(threads: Sequence[threading.Thread], timeout: float = 120.0) -> None:
+    """Starts every thread, then waits for each to end (``timeout`` seconds at most each)."""
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)

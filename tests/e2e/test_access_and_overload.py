@@ -7,6 +7,7 @@ import stat
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from numamem.client import NumamemClient
 from numamem.config.model import Limits
 from numamem.pod import Pod
 from numamem.testing.daemon import DaemonProcess
-from numamem.testing.server import serve_in_process
+from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.topologymanager.policy import ProviderHints
 from numamem.v1 import memorymanager_pb2 as mm
@@ -47,6 +48,23 @@ def pod(uid: str, memory: str = "256Mi") -> mm.Pod:
 
 def mode(path: str | Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def hold_hints(
+    server: InProcessServer, entered: Callable[[], object], release: threading.Event
+) -> None:
+    """Makes the daemon's GetTopologyHints, on entry, call ``entered()`` and hold its worker
+    until ``release`` is set (30 s at most) before it answers."""
+    [component] = [c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)]
+    manager = component.manager
+    real = manager.get_topology_hints
+
+    def held(pod: Pod, container_name: str, **kwargs: Any) -> ProviderHints:
+        entered()
+        release.wait(30)
+        return real(pod, container_name, **kwargs)
+
+    manager.get_topology_hints = held  # type: ignore[method-assign]
 
 
 def test_files_and_directories_are_private(
@@ -175,18 +193,7 @@ def test_client_deadlines_are_honoured() -> None:
     release = threading.Event()
     entered = threading.Event()
     with serve_in_process(workers=1) as server:
-        [component] = [
-            c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)
-        ]
-        manager = component.manager
-        real = manager.get_topology_hints
-
-        def held(pod: Pod, container_name: str, **kwargs: Any) -> ProviderHints:
-            entered.set()
-            release.wait(30)
-            return real(pod, container_name, **kwargs)
-
-        manager.get_topology_hints = held  # type: ignore[method-assign]
+        hold_hints(server, entered.set, release)
         slow_done = threading.Event()
 
         def slow() -> None:
@@ -217,18 +224,7 @@ def test_overload_is_refused_at_once_and_health_still_answers() -> None:
     release = threading.Event()
     entered = threading.Semaphore(0)
     with serve_in_process(workers=2, limits=replace(Limits(), max_concurrent_rpcs=4)) as server:
-        [component] = [
-            c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)
-        ]
-        manager = component.manager
-        real = manager.get_topology_hints
-
-        def held(pod: Pod, container_name: str, **kwargs: Any) -> ProviderHints:
-            entered.release()
-            release.wait(30)
-            return real(pod, container_name, **kwargs)
-
-        manager.get_topology_hints = held  # type: ignore[method-assign]
+        hold_hints(server, entered.release, release)
 
         def hint() -> None:
             with NumamemClient(server.socket, timeout=60) as c:

@@ -19,7 +19,6 @@ from grpc_health.v1 import health_pb2
 from numamem.testing.daemon import DaemonProcess, fake_machine_args
 from numamem.testing.nri_runtime import ScriptedRuntime
 from numamem.testing.server import serve_in_process
-from numamem.testing.sysfs import standard_nodes, write_sysfs
 from tests.deploy_manifests import (
     cli_args,
     daemonset_docs,
@@ -47,15 +46,17 @@ def run_probe(command: list[str], socket: str) -> subprocess.CompletedProcess[st
     )
 
 
+def shipped_config_daemon(root: Path, factory: list[DaemonProcess]) -> DaemonProcess:
+    """The daemon on deploy/numamem.yaml and the standard fake machine (two nodes), started."""
+    daemon = DaemonProcess(root, ["--config", str(deploy_file("numamem.yaml"))])
+    factory.append(daemon)
+    return daemon.start()
+
+
 def test_example_config_serves_and_the_probe_tracks_health(
     short_root: Path, daemon_factory: list[DaemonProcess]
 ) -> None:
-    sysfs = write_sysfs(short_root / "sys", standard_nodes(2))
-    daemon = DaemonProcess(
-        short_root, ["--sysfs-root", str(sysfs), "--config", str(deploy_file("numamem.yaml"))]
-    )
-    daemon_factory.append(daemon)
-    daemon.start()
+    daemon = shipped_config_daemon(short_root, daemon_factory)
     container = numamem_container(daemonset_docs()["DaemonSet"])
     for probe in ("startupProbe", "livenessProbe"):
         result = run_probe(probe_command(container, probe), daemon.socket)
@@ -127,12 +128,7 @@ def test_the_nri_containers_command_and_probes_against_a_real_plugin(
     scripted runtime: the probe fails while the runtime is not there (saying why), passes
     once the plugin registered, fails when the runtime dropped it, passes again after its
     reconnection, and fails once the plugin is gone (its status socket removed)."""
-    sysfs = write_sysfs(short_root / "sys", standard_nodes(2))
-    daemon = DaemonProcess(
-        short_root, ["--sysfs-root", str(sysfs), "--config", str(deploy_file("numamem.yaml"))]
-    )
-    daemon_factory.append(daemon)
-    daemon.start()
+    daemon = shipped_config_daemon(short_root, daemon_factory)
     plugin_container = nri_container(daemonset_docs()["DaemonSet"])
     args = cli_args(plugin_container["args"])
     status_socket = short_root / "nri-status.sock"

@@ -24,6 +24,7 @@ from numamem.v1 import metacache_pb2 as mc
 from numamem.v1 import podresources_pb2 as pr
 from tests.fuzz.catalogue import BY_PATH
 from tests.fuzz.run import Campaign, Client, reply_problems
+from tests.tables import named_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -190,9 +191,7 @@ def client() -> Iterator[Client]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.parametrize(
-    ("short", "request_msg", "code", "names"), [r[1:] for r in TABLE], ids=[r[0] for r in TABLE]
-)
+@pytest.mark.parametrize(("short", "request_msg", "code", "names"), named_rows(TABLE))
 def test_the_real_status_with_a_short_message_on_a_default_client(
     client: Client, short: str, request_msg: Message, code: grpc.StatusCode, names: str
 ) -> None:

@@ -18,7 +18,6 @@ import pytest
 
 from numamem.client import NumamemClient
 from numamem.testing.daemon import DaemonProcess, short_tmpdir
-from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.daemon import STATIC_ARGS
 from tests.fuzz.catalogue import MAIN, RPCS
@@ -31,13 +30,9 @@ MAIN_RPCS = [rpc for rpc in RPCS if rpc.socket == MAIN]
 
 @pytest.fixture(scope="module")
 def daemon() -> Iterator[DaemonProcess]:
-    root = short_tmpdir()
-    write_sysfs(root / "sys", standard_nodes(2))
     d = DaemonProcess(
-        root,
-        [
-            "--sysfs-root",
-            str(root / "sys"),
+        short_tmpdir(),
+        [  # the standard fake machine: 2 nodes
             *STATIC_ARGS,
             "--log-level",
             "error",

@@ -21,7 +21,7 @@ from numamem.memorymanager.state.invariants import violations
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
-from tests.daemon import REPO, STATIC_ARGS, grpcurl, serve_to_exit
+from tests.daemon import REPO, STATIC_ARGS, grpcurl, run_together, serve_to_exit
 
 pytestmark = pytest.mark.e2e
 GI = 1024**3
@@ -150,16 +150,19 @@ def test_validation_error_through_grpcurl(
     )
 
 
-def admit(client: NumamemClient, uid: str, memory: str, containers: int = 1) -> mm.AdmitResponse:
+def guaranteed(uid: str, memory: str, containers: int = 1) -> mm.Pod:
+    """A Guaranteed pod of ``containers`` containers ``c0``, ``c1``...: 1 CPU and ``memory`` each."""
     res = {"cpu": "1", "memory": memory}
-    return client.admit(
-        mm.Pod(
-            uid=uid,
-            containers=[
-                mm.Container(name=f"c{i}", requests=res, limits=res) for i in range(containers)
-            ],
-        )
+    return mm.Pod(
+        uid=uid,
+        containers=[
+            mm.Container(name=f"c{i}", requests=res, limits=res) for i in range(containers)
+        ],
     )
+
+
+def admit(client: NumamemClient, uid: str, memory: str, containers: int = 1) -> mm.AdmitResponse:
+    return client.admit(guaranteed(uid, memory, containers))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -170,21 +173,7 @@ def test_restart_in_the_middle_restores_identical_state(
     with NumamemClient(d.socket) as client:
         for i in range(4):
             assert admit(client, f"p{i}", "2Gi", containers=2).admitted
-        pod0 = mm.Pod(
-            uid="p0",
-            containers=[
-                mm.Container(
-                    name="c0",
-                    requests={"cpu": "1", "memory": "2Gi"},
-                    limits={"cpu": "1", "memory": "2Gi"},
-                ),
-                mm.Container(
-                    name="c1",
-                    requests={"cpu": "1", "memory": "2Gi"},
-                    limits={"cpu": "1", "memory": "2Gi"},
-                ),
-            ],
-        )
+        pod0 = guaranteed("p0", "2Gi", containers=2)  # as admitted
         client.add_container(pod0, "c0", "id-p0-c0")
         before = client.get_state()
     d.stop(sig)
@@ -283,15 +272,7 @@ def test_configuration_refusals(short_root: Path, flags: list[str], message: str
     """Rules across values refuse the start (exit 1, ``numamem: ``); one flag's value that is
     out of range is a usage error (exit 2, ``numamem serve: error: ``), the kubelet's text in
     both."""
-    write_sysfs(short_root / "sys", standard_nodes(2))
-    out = serve_to_exit(
-        short_root,
-        "--sysfs-root",
-        str(short_root / "sys"),
-        "--memory-manager-policy",
-        "Static",
-        *flags,
-    )
+    out = serve_to_exit(short_root, "--memory-manager-policy", "Static", *flags)  # 2 fake nodes
     usage = "max-allowable-numa-nodes" in message  # the one flag value out of range here
     assert out.returncode == (2 if usage else 1), out.stderr
     lines = out.stderr.strip().splitlines()
@@ -339,10 +320,7 @@ def test_concurrent_admissions_never_overcommit(
                 check_state(state)
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    run_together(threads)
     assert errors == []
     with NumamemClient(d.socket) as client:
         final = client.get_state()

@@ -17,7 +17,7 @@ from numamem.metacache.persistence import STATE_FILE, decode, decode_snapshot
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import metacache_pb2 as mc
-from tests.daemon import read_cache_files
+from tests.daemon import read_cache_files, run_together
 
 pytestmark = pytest.mark.e2e
 
@@ -156,10 +156,7 @@ def test_sixteen_concurrent_clients(short_root: Path, daemon_factory: list[Daemo
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(12)]
     threads += [threading.Thread(target=reader, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    run_together(threads)
     assert failures == []
     with NumamemClient(d.socket) as c:
         live = {(i.pod_uid, i.container_name): i.cpu_request for i in c.list_containers()}

@@ -15,6 +15,7 @@ from numamem.config.model import Limits
 from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.testing.sysfs import standard_nodes
 from numamem.v1 import memorymanager_pb2 as mm
+from tests.daemon import run_together
 
 GI = 1024**3
 
@@ -320,10 +321,7 @@ def test_max_pods_is_not_overshot_by_concurrent_admissions() -> None:
                     codes.append(result)
 
         threads = [threading.Thread(target=admit, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        run_together(threads, 30)
         assert sorted(codes) == ["RESOURCE_EXHAUSTED"] * 13 + ["admitted"] * 3
         assert len(server.client.get_state().entries) == 3
 

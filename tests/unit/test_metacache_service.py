@@ -22,6 +22,17 @@ def bare(**kw: object) -> mc.ContainerInfo:
     return mc.ContainerInfo(**kw)  # type: ignore[arg-type]
 
 
+def update(ctr: str, info: mc.ContainerInfo, *mask: str) -> mc.ContainerUpdate:
+    """The update of container ``p``/``ctr`` to ``info``, of the fields ``mask`` names
+    (none: no mask, every field)."""
+    return mc.ContainerUpdate(
+        pod_uid="p",
+        container_name=ctr,
+        info=info,
+        update_mask=FieldMask(paths=list(mask)) if mask else None,
+    )
+
+
 def test_containers_round_trip(numamem_server: InProcessServer) -> None:
     c = numamem_server.client
     full = ci(
@@ -110,13 +121,8 @@ def test_update_containers_with_field_masks(numamem_server: InProcessServer) -> 
     c.add_container_info(ci("p", "b", qos_level="shared_cores"))
     c.update_containers(
         [
-            mc.ContainerUpdate(
-                pod_uid="p",
-                container_name="a",
-                info=bare(owner_pool_name="reclaim", cpu_request=9),
-                update_mask=FieldMask(paths=["owner_pool_name"]),
-            ),
-            mc.ContainerUpdate(pod_uid="p", container_name="b", info=ci("p", "b", ramp_up=True)),
+            update("a", bare(owner_pool_name="reclaim", cpu_request=9), "owner_pool_name"),
+            update("b", ci("p", "b", ramp_up=True)),
         ]
     )
     a, b = c.get_container_info("p", "a"), c.get_container_info("p", "b")
@@ -125,18 +131,8 @@ def test_update_containers_with_field_masks(numamem_server: InProcessServer) -> 
     code, details = code_and_details(
         lambda: c.update_containers(
             [
-                mc.ContainerUpdate(
-                    pod_uid="p",
-                    container_name="a",
-                    info=bare(ramp_up=True),
-                    update_mask=FieldMask(paths=["ramp_up"]),
-                ),
-                mc.ContainerUpdate(
-                    pod_uid="p",
-                    container_name="zzz",
-                    info=bare(),
-                    update_mask=FieldMask(paths=["ramp_up"]),
-                ),
+                update("a", bare(ramp_up=True), "ramp_up"),
+                update("zzz", bare(), "ramp_up"),
             ]
         )
     )
@@ -208,29 +204,11 @@ def test_pools_and_regions(numamem_server: InProcessServer) -> None:
         ),  # type: ignore[arg-type]
         (lambda c: c.add_container_info(ci("", "c")), "pod_uid: must not be empty"),
         (
-            lambda c: c.update_containers(
-                [
-                    mc.ContainerUpdate(
-                        pod_uid="p",
-                        container_name="c",
-                        info=ci(),
-                        update_mask=FieldMask(paths=["bogus"]),
-                    )
-                ]
-            ),
+            lambda c: c.update_containers([update("c", ci(), "bogus")]),
             "updates[0].update_mask: unknown path 'bogus'",
         ),
         (
-            lambda c: c.update_containers(
-                [
-                    mc.ContainerUpdate(
-                        pod_uid="p",
-                        container_name="c",
-                        info=ci(),
-                        update_mask=FieldMask(paths=["pod_uid"]),
-                    )
-                ]
-            ),
+            lambda c: c.update_containers([update("c", ci(), "pod_uid")]),
             "'pod_uid' is the entry's key",
         ),
         (

@@ -220,17 +220,24 @@ def failing(once: dict[str, tuple[str, str]]) -> object:
     return hook
 
 
+def failed_named_admission(directory: Path, fault: tuple[str, str]) -> Named:
+    """A manager on ``directory`` that admitted u1 with its name, then failed to admit x
+    with its name: the save failed at ``fault`` (stage, file name) and raised."""
+    faults: dict[str, tuple[str, str]] = {}
+    m = manager(directory, faults=failing(faults))
+    assert m.admit(named("u1")).result.admitted
+    faults["x"] = fault
+    with pytest.raises(PersistenceError):
+        m.admit(named("x"))
+    return m
+
+
 def test_a_name_appended_for_a_change_that_failed_never_names_the_pod_later(
     tmp_path: Path,
 ) -> None:
     """The record reached the file but the state's write failed: the pod has no state, so the
     name is inert; when the pod later gets state without a name, the file is rewritten first."""
-    faults: dict[str, tuple[str, str]] = {}
-    m = manager(tmp_path, faults=failing(faults))
-    assert m.admit(named("u1")).result.admitted
-    faults["x"] = ("rename", STATE_FILE)
-    with pytest.raises(PersistenceError):
-        m.admit(named("x"))
+    m = failed_named_admission(tmp_path, ("rename", STATE_FILE))
     assert restart_names(tmp_path) == [("u1", ("shop", "web-u1"))]
     assert m.admit(named("x", "")).result.admitted
     assert m.pod_names() == {"u1": ("shop", "web-u1")}

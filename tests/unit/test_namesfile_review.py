@@ -14,7 +14,13 @@ from numamem.checkpoint.namesfile import NAMES_FILE, encode_names, read_names
 from numamem.checkpoint.records import frame
 from numamem.errors import PersistenceError
 from tests.unit.test_memorymanager import GI, MI, two_nodes
-from tests.unit.test_namesfile import failing, manager, named, restart_names
+from tests.unit.test_namesfile import (
+    failed_named_admission,
+    failing,
+    manager,
+    named,
+    restart_names,
+)
 
 
 def damage_second_record(directory: Path) -> bytes:
@@ -139,12 +145,7 @@ def test_a_name_whose_append_failed_at_its_fsync_never_names_the_pod_later(
     """The record is in the file (only its fsync failed) and x has no state: its name is inert
     and must not come back when x gets state without a name (the append's failure makes the
     next save fold). The fault matrix and the random sequences did not catch its removal."""
-    faults: dict[str, tuple[str, str]] = {}
-    m = manager(tmp_path, faults=failing(faults))
-    assert m.admit(named("u1")).result.admitted
-    faults["fsync"] = ("append-fsync", NAMES_FILE)
-    with pytest.raises(PersistenceError):
-        m.admit(named("x"))
+    m = failed_named_admission(tmp_path, ("append-fsync", NAMES_FILE))
     assert m.admit(named("x", "")).result.admitted
     assert m.pod_names() == {"u1": ("shop", "web-u1")}
     assert restart_names(tmp_path) == [("u1", ("shop", "web-u1"))]

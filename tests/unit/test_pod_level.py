@@ -43,6 +43,7 @@ from numamem.pod import (
 from numamem.quantity import Format, Quantity, parse_quantity
 from numamem.topology import HugePagePool, Machine, NUMANode
 from numamem.topologymanager.policy import TopologyHint, new_policy
+from tests.tables import named_rows
 
 GI = 1024**3
 MI = 1024**2
@@ -181,8 +182,7 @@ VALIDATION = [
 
 @pytest.mark.parametrize(
     ("inits", "apps", "memory", "hugepages", "expected"),
-    [case[1:] for case in VALIDATION],
-    ids=[case[0] for case in VALIDATION],
+    named_rows(VALIDATION),
 )
 def test_validate_pod_scope_resources(
     inits: tuple[Container, ...],
@@ -414,9 +414,7 @@ QOS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("requests", "limits", "qos"), [c[1:] for c in QOS], ids=[c[0] for c in QOS]
-)
+@pytest.mark.parametrize(("requests", "limits", "qos"), named_rows(QOS))
 def test_pod_level_qos(requests: dict[str, str], limits: dict[str, str], qos: str) -> None:
     burstable = Container("c", {"memory": q(GI)}, {})
     pod = Pod(
@@ -467,8 +465,7 @@ DEFAULTING = [
 
 @pytest.mark.parametrize(
     ("requests", "limits", "apps", "want_requests", "want_limits"),
-    [c[1:] for c in DEFAULTING],
-    ids=[c[0] for c in DEFAULTING],
+    named_rows(DEFAULTING),
 )
 def test_pod_level_defaulting(
     requests: dict[str, str],
@@ -696,8 +693,7 @@ TOPOLOGY_REFUSALS = [
 
 @pytest.mark.parametrize(
     ("scope", "topology", "gates", "pod", "expected"),
-    [case[1:] for case in TOPOLOGY_REFUSALS],
-    ids=[case[0] for case in TOPOLOGY_REFUSALS],
+    named_rows(TOPOLOGY_REFUSALS),
 )
 def test_topology_refusals_say_the_kubelets_text(
     scope: str,

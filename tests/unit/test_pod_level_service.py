@@ -15,6 +15,7 @@ from numamem.pod import Container, Pod, aggregate_container_resources
 from numamem.quantity import Quantity
 from numamem.testing.server import InProcessServer, serve_in_process
 from numamem.v1 import memorymanager_pb2 as mm
+from tests.tables import named_rows
 from tests.unit.test_pod_level import PARTITIONS, VALIDATION, PartitionCase, pod_level
 
 
@@ -89,8 +90,7 @@ def test_the_partition_through_the_servicers(server: InProcessServer, case: Part
 
 @pytest.mark.parametrize(
     ("inits", "apps", "memory", "hugepages", "expected"),
-    [case[1:] for case in VALIDATION],
-    ids=[case[0] for case in VALIDATION],
+    named_rows(VALIDATION),
 )
 def test_every_rejection_text_through_admit_and_allocate_pod(
     server: InProcessServer,

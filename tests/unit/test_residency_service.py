@@ -7,6 +7,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -21,6 +22,21 @@ from tests.unit.test_metrics import scrape_unix, value
 
 MI = 1 << 20
 SPLIT = {0: (64 * MI, 32 * MI), 1: (30 * MI, 2 * MI)}  # a quarter on node 1
+
+
+def p1_cgroup(root: Path, mode: str, driver: str, cid: str = "aaa", **values: Any) -> str:
+    """The cgroup of p1's container (Guaranteed, id ``cid``) under ``root``/cgroup, its
+    memory SPLIT between the nodes but where ``values`` say otherwise; its path below the
+    mount point."""
+    return write_container(
+        root / "cgroup",
+        mode,
+        driver,
+        "guaranteed",
+        "p1",
+        cid,
+        CgroupValues(**{"numa": SPLIT, **values}),
+    )
 
 
 def pod(uid: str, memory: str = "1Gi", names: tuple[str, ...] = ("app",)) -> mm.Pod:
@@ -86,9 +102,7 @@ def by_key(rows: list[mm.ContainerResidency]) -> dict[tuple[str, str], mm.Contai
 
 def test_lifecycle_of_a_pinned_container(short_root: Path) -> None:
     cgroups = short_root / "cgroup"
-    write_container(
-        cgroups, V2, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0")
-    )
+    p1_cgroup(short_root, V2, SYSTEMD, mems="0")
     with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
         assert c.get_residency() == []
@@ -115,9 +129,7 @@ def test_lifecycle_of_a_pinned_container(short_root: Path) -> None:
         assert row.sampled_at.seconds > 1_600_000_000
         assert not row.HasField("cpuset_write")
         # cpuset.mems changed behind numamem's back: the next round catches it.
-        write_container(
-            cgroups, V2, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
-        )
+        p1_cgroup(short_root, V2, SYSTEMD, mems="0-1")
         collector_round(server)
         [row] = c.get_residency()
         assert (row.cpuset_mems_state, list(row.cpuset_mems)) == (mm.CPUSET_MEMS_DIFFERS, [0, 1])
@@ -199,9 +211,7 @@ def test_selection_and_bad_requests(short_root: Path) -> None:
 
 def test_names_a_new_id_and_a_new_assignment(short_root: Path) -> None:
     cgroups = short_root / "cgroup"
-    write_container(
-        cgroups, V1, CGROUPFS, "guaranteed", "p1", "old", CgroupValues(numa=SPLIT, mems="0")
-    )
+    p1_cgroup(short_root, V1, CGROUPFS, "old", mems="0")
     with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
         p1 = pod("p1")
@@ -255,9 +265,7 @@ def test_recorded_pod_names_with_podresources(short_root: Path) -> None:
 
 def test_unreadable_and_missing_cgroups_in_the_answer(short_root: Path) -> None:
     cgroups = short_root / "cgroup"
-    rel = write_container(
-        cgroups, V2, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT)
-    )
+    rel = p1_cgroup(short_root, V2, CGROUPFS)
     (cgroups / rel / "memory.numa_stat").write_text("anon N0=1 N1=oops\n")
     with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
@@ -281,9 +289,7 @@ def test_unreadable_and_missing_cgroups_in_the_answer(short_root: Path) -> None:
 
 def test_enforcement_through_the_daemon(short_root: Path) -> None:
     cgroups = short_root / "cgroup"
-    rel = write_container(
-        cgroups, V1, SYSTEMD, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
-    )
+    rel = p1_cgroup(short_root, V1, SYSTEMD, mems="0-1")
     with serve(short_root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
         row = pinned_and_measured(server, "containerd://aaa")
         assert (row.cpuset_mems_state, list(row.cpuset_mems)) == (mm.CPUSET_MEMS_MATCHES, [0])
@@ -297,15 +303,7 @@ def test_enforcement_through_the_daemon(short_root: Path) -> None:
 
 
 def test_explain_shows_the_pods_residency(short_root: Path) -> None:
-    write_container(
-        short_root / "cgroup",
-        V2,
-        CGROUPFS,
-        "guaranteed",
-        "p1",
-        "aaa",
-        CgroupValues(numa=SPLIT, mems="0"),
-    )
+    p1_cgroup(short_root, V2, CGROUPFS, mems="0")
     with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
         p1 = pod("p1")
@@ -320,10 +318,7 @@ def test_explain_shows_the_pods_residency(short_root: Path) -> None:
 
 
 def test_the_residency_command(short_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cgroups = short_root / "cgroup"
-    write_container(
-        cgroups, V2, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
-    )
+    p1_cgroup(short_root, V2, CGROUPFS, mems="0-1")
     with serve(short_root, podresources_socket=str(short_root / "pr.sock")) as server:  # type: ignore[attr-defined]
         c = server.client
         p1 = pod("p1")
@@ -427,15 +422,7 @@ def test_enforcement_held_back_by_the_parent_is_reported(
     short_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cgroups = short_root / "cgroup"
-    rel = write_container(
-        cgroups,
-        V2,
-        CGROUPFS,
-        "guaranteed",
-        "p1",
-        "aaa",
-        CgroupValues(numa=SPLIT, mems="1", parent_effective="1"),
-    )
+    rel = p1_cgroup(short_root, V2, CGROUPFS, mems="1", parent_effective="1")
     with serve(short_root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
         row = pinned_and_measured(server)
         assert row.cpuset_enforcement == mm.CPUSET_ENFORCEMENT_PARENT_DISALLOWS
@@ -470,9 +457,7 @@ def test_a_contested_cpuset_through_the_daemon(
     short_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cgroups = short_root / "cgroup"
-    rel = write_container(
-        cgroups, V1, CGROUPFS, "guaranteed", "p1", "aaa", CgroupValues(numa=SPLIT, mems="0-1")
-    )
+    rel = p1_cgroup(short_root, V1, CGROUPFS, mems="0-1")
     mems = cgroups / "cpuset" / rel / "cpuset.mems"
     with serve(short_root, enforce_cpuset_mems=True) as server:  # type: ignore[attr-defined]
         collector_round(server)  # after the thread's own first round: only ours from here

@@ -19,12 +19,11 @@ the current sizes writes nothing; a failed write leaves memory equal to the disk
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from numamem.api.validation import _pod_level
@@ -45,8 +44,7 @@ from numamem.quantity import Format, Quantity
 from numamem.topology import Machine
 from numamem.topologymanager.policy import POLICIES, new_policy
 from tests.kubelet_reference import ref_reserve
-from tests.properties import examples
-from tests.unit.resize_worlds import machines
+from tests.unit import resize_worlds as rw
 
 GI = 1024**3
 UNIT = 512 * 1024**2
@@ -113,7 +111,7 @@ class World:
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
     machine = draw(
-        machines(
+        rw.machines(
             st.integers(1, 8),
             st.integers(3, 8),
             st.sampled_from([0, 0, 2, 3]),
@@ -280,29 +278,6 @@ def check(
             assert again.isolation_level(uid, name) == manager.isolation_level(uid, name)
 
 
-def honest(world: World, directory: str, uid: str, pod: Pod, name: str, err: ResizeError) -> None:
-    """With every other pod released (on a copy of the files), a Deferred resize fits and an
-    Infeasible one does not."""
-    copy = tempfile.mkdtemp(prefix="nm")
-    try:
-        shutil.copytree(directory, copy, dirs_exist_ok=True)
-        alone = _manager(world, copy)
-        for other in list(alone.reader().get_memory_assignments()):
-            if other != uid:
-                alone.release_pod(other)
-        if err.verdict == "Deferred":
-            alone.resize(pod, name)
-            return
-        try:
-            alone.resize(pod, name)
-        except ResizeError as again:
-            assert again.verdict == "Infeasible", str(again)
-        else:
-            raise AssertionError(f"fits alone: {err}")
-    finally:
-        shutil.rmtree(copy)
-
-
 class Fault:
     def __init__(self, stage: str) -> None:
         self.stage, self.fired = stage, False
@@ -313,42 +288,30 @@ class Fault:
             raise OSError(28, "No space left on device")
 
 
-@settings(
-    max_examples=examples(40),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@rw.slow_settings(40)
 @given(worlds())
 def test_pod_level_resize_sequences(world: World) -> None:
     with tempfile.TemporaryDirectory(prefix="nm") as tmp:
         manager = _manager(world, tmp)
         path = Path(tmp) / STATE_FILE
-        specs: dict[str, Spec] = {}
-        live: dict[int, str] = {}
+        pods = rw.Incarnations(world.specs)
         gone: set[tuple[str, str]] = set()
-        generation = 0
-        for kind, index, a, b, c in world.ops:
-            spec = specs.get(live.get(index, ""))
-            if kind == "admit" or (spec is None and kind != "restart"):
-                if spec is not None:
-                    continue
-                generation += 1
-                fresh = replace(world.specs[index], uid=f"{world.specs[index].uid}-{generation}")
-                if not accepted_by_the_api_server(fresh.pod()):
+        for kind, spec, (a, b, c) in pods.steps(world.ops):
+            if kind == "admit":
+                if not accepted_by_the_api_server(spec.pod()):
                     continue
                 try:
-                    admitted = manager.admit(fresh.pod()).result.admitted
+                    admitted = manager.admit(spec.pod()).result.admitted
                 except AllocationError:
                     admitted = False
                 if admitted:
-                    specs[fresh.uid] = fresh
-                    live[index] = fresh.uid
-                    event("admitted" + (" pod-level" if fresh.budget else ""))
+                    pods.admitted(spec)
+                    event("admitted" + (" pod-level" if spec.budget else ""))
             elif kind == "restart":
                 manager = _manager(world, tmp)
             elif kind == "release":
                 manager.release_pod(spec.uid)
-                del specs[spec.uid], live[index]
+                pods.released(spec)
                 gone = {g for g in gone if g[0] != spec.uid}
             elif kind == "start":
                 pod = spec.pod()
@@ -363,34 +326,32 @@ def test_pod_level_resize_sequences(world: World) -> None:
                     continue
                 names = ["", *(n for n, k, _, _ in spec.containers if k != "init")]
                 name = names[b % len(names)]
-                before, file_before = manager.committed(), path.read_bytes()
                 if kind == "fault":
                     fault = Fault(STAGES[a % len(STAGES)])
                     manager._versions.store.faults = fault  # type: ignore[attr-defined]
                 try:
-                    done = manager.resize(pod, name)
+                    with rw.unchanged_if_refused(manager, path) as before:
+                        done = manager.resize(pod, name)
                 except ResizeError as err:
-                    event(f"refused {err.verdict}")
-                    assert manager.committed() is before, "a refused resize changed the state"
-                    assert path.read_bytes() == file_before, "a refused resize wrote"
                     if kind != "fault":
-                        honest(world, tmp, spec.uid, pod, name, err)
+                        with rw.alone(tmp, spec.uid, lambda d: _manager(world, d)) as only:
+                            rw.assert_honest(only, pod, name, err)
                     continue
                 except Exception as err:  # the faulted write
                     assert kind == "fault", err
                     event(f"write failed at {fault.stage}")
                     manager._versions.store.faults = None  # type: ignore[attr-defined]
                     if manager.committed() is not before:  # published: the disk has it
-                        specs[spec.uid] = new
-                    check(world, manager, tmp, specs, gone)
+                        pods.live[spec.uid] = new
+                    check(world, manager, tmp, pods.live, gone)
                     continue
                 finally:
                     manager._versions.store.faults = None  # type: ignore[attr-defined]
                 event(done.action)
                 assert (done.pod_level is None) == (manager.get_pod_memory(spec.uid) is None)
-                specs[spec.uid] = new
+                pods.live[spec.uid] = new
                 committed, file_after = manager.committed(), path.read_bytes()
                 again = manager.resize(pod, name).action
                 assert again in (resizing.UNCHANGED, resizing.NOT_PINNED), "not idempotent"
                 assert manager.committed() is committed and path.read_bytes() == file_after
-            check(world, manager, tmp, specs, gone)
+            check(world, manager, tmp, pods.live, gone)

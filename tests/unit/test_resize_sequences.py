@@ -13,12 +13,11 @@ an Infeasible one is still refused; an Infeasible "resize to at most N" fits the
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from numamem.checkpoint import kubelet
@@ -35,8 +34,7 @@ from numamem.pod import Container, Pod
 from numamem.quantity import Format, Quantity, parse_quantity
 from numamem.topology import Machine
 from numamem.topologymanager.policy import POLICIES, PREFER_CLOSEST_NUMA_NODES, new_policy
-from tests.properties import examples
-from tests.unit.resize_worlds import machines
+from tests.unit import resize_worlds as rw
 
 GI = 1024**3
 UNIT = 512 * 1024**2
@@ -96,7 +94,7 @@ class World:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
-    machine = draw(machines(st.integers(1, 5), st.integers(3, 8), st.integers(0, 2)))
+    machine = draw(rw.machines(st.integers(1, 5), st.integers(3, 8), st.integers(0, 2)))
     policy = draw(st.sampled_from(POLICIES))
     closest = policy != "single-numa-node" and draw(st.booleans())
     n = draw(st.integers(1, 5))
@@ -146,90 +144,53 @@ def _check(world: World, manager: Manager, directory: str, specs: dict[str, Spec
                 assert memory.size == units * UNIT, (uid, name, memory.size, units * UNIT)
 
 
-def _alone(world: World, directory: str, uid: str) -> tuple[str, Manager]:
-    """A copy of the manager's file with every pod but ``uid`` released."""
-    copy = tempfile.mkdtemp(prefix="nm")
-    shutil.copy(Path(directory) / STATE_FILE, Path(copy) / STATE_FILE)
-    manager = _manager(world, copy)
-    for other in list(manager.reader().get_memory_assignments()):
-        if other != uid:
-            manager.release_pod(other)
-    return copy, manager
-
-
-@settings(
-    max_examples=examples(30),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@rw.slow_settings(30)
 @given(worlds())
 def test_resize_sequences_keep_the_invariants_and_honest_verdicts(world: World) -> None:
     with tempfile.TemporaryDirectory(prefix="nm") as tmp:
         manager = _manager(world, tmp)
         path = Path(tmp) / STATE_FILE
-        specs: dict[str, Spec] = {}
-        live: dict[int, str] = {}  # pod index -> the uid of its current incarnation
-        generation = 0
-        for kind, index, at, units in world.ops:
-            spec = specs.get(live.get(index, ""))
-            if kind == "admit" or (spec is None and kind != "restart"):
-                if spec is not None:
-                    continue
-                generation += 1
-                fresh = replace(world.specs[index], uid=f"{world.specs[index].uid}-{generation}")
-                if manager.admit(fresh.pod()).result.admitted:
-                    specs[fresh.uid] = fresh
-                    live[index] = fresh.uid
+        pods = rw.Incarnations(world.specs)
+        for kind, spec, (at, units) in pods.steps(world.ops):
+            if kind == "admit":
+                if manager.admit(spec.pod()).result.admitted:
+                    pods.admitted(spec)
                     event("admitted")
-                _check(world, manager, tmp, specs)
+                _check(world, manager, tmp, pods.live)
                 continue
             if kind == "restart":
                 manager = _manager(world, tmp)
             elif kind == "release":
                 manager.release_pod(spec.uid)
-                del specs[spec.uid], live[index]
+                pods.released(spec)
             elif kind == "start":
                 app = next(n for n, k, _, _ in spec.containers if k == "app")
                 manager.add_container(spec.pod(), app, f"{spec.uid}/{app}")
             else:
                 name, ckind, _, _ = spec.containers[at % len(spec.containers)]
                 resized = spec.resized(name, units)
-                before, file_before = manager.committed(), path.read_bytes()
                 try:
-                    done = manager.resize(resized.pod(), name)
+                    with rw.unchanged_if_refused(manager, path):
+                        done = manager.resize(resized.pod(), name)
                 except ResizeError as err:
-                    event(f"refused {err.verdict}")
-                    assert manager.committed() is before, "a refused resize changed the state"
-                    assert path.read_bytes() == file_before, "a refused resize wrote"
                     if ckind == "init":
                         assert err.verdict == "Infeasible"
                         continue
                     if not manager.get_memory(spec.uid, name):
                         continue  # freed init container
-                    copy, alone = _alone(world, tmp, spec.uid)
-                    try:
-                        if err.verdict == "Deferred":
-                            alone.resize(resized.pod(), name)  # fits once the others left
-                        else:
-                            try:
-                                alone.resize(resized.pod(), name)
-                            except ResizeError as again:
-                                assert again.verdict == "Infeasible", str(again)
-                            else:
-                                raise AssertionError(f"fits alone: {err}")
-                            most = re.search(r"resize to at most (\S+),", str(err))
-                            if most:
-                                size = parse_quantity(most.group(1)).value_ceil()
-                                alone.resize(_with_bytes(resized.pod(), name, size), name)
-                    finally:
-                        shutil.rmtree(copy)
+                    with rw.alone(tmp, spec.uid, lambda d: _manager(world, d)) as only:
+                        rw.assert_honest(only, resized.pod(), name, err)
+                        most = re.search(r"resize to at most (\S+),", str(err))
+                        if err.verdict == "Infeasible" and most:
+                            size = parse_quantity(most.group(1)).value_ceil()
+                            only.resize(_with_bytes(resized.pod(), name, size), name)
                     continue
                 if ckind == "init":
                     assert done.action == resizing.NOT_PINNED, done
                 else:
                     event(done.action)
-                    specs[spec.uid] = resized
-            _check(world, manager, tmp, specs)
+                    pods.live[spec.uid] = resized
+            _check(world, manager, tmp, pods.live)
 
 
 def _with_bytes(pod: Pod, name: str, size: int) -> Pod:

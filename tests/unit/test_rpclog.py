@@ -13,6 +13,7 @@ from numamem.errors import MAX_MESSAGE_BYTES
 from numamem.v1 import common_pb2, info_pb2
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
+from tests.tables import named_rows
 
 RES = {"cpu": "1", "memory": "1Gi"}
 
@@ -174,9 +175,7 @@ CASES: list[tuple[str, Any, Any, dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("request_msg", "reply", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
-)
+@pytest.mark.parametrize(("request_msg", "reply", "expected"), named_rows(CASES))
 def test_fields_say_whom_and_what_was_decided(
     request_msg: Any, reply: Any, expected: dict[str, Any]
 ) -> None:

@@ -101,19 +101,19 @@ def test_a_runs_directory_is_kept_only_when_tests_failed(
     assert tmproot.kept(status) is kept
 
 
+def in_repo(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` run in the repository with the environment ``env`` (2 minutes at most), its
+    output captured."""
+    return subprocess.run(
+        argv, capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120
+    )
+
+
 def _on_own_dev_shm(size: str, after: str, *argv: str) -> subprocess.CompletedProcess[str]:
     """``argv`` run with a tmpfs of ``size`` of its own on /dev/shm (then the shell's ``after``)."""
     env = {k: v for k, v in os.environ.items() if k not in (TMPDIR_VARIABLE, "TMPDIR")}
     script = f'mount -t tmpfs -o size={size} tmpfs /dev/shm && "$@"; {after}'
-    return subprocess.run(
-        ["unshare", "--mount", "--", "sh", "-c", script, "sh", *argv],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        check=False,
-        timeout=120,
-    )
+    return in_repo(["unshare", "--mount", "--", "sh", "-c", script, "sh", *argv], env)
 
 
 needs_mount = pytest.mark.skipif(not can_mount_tmpfs(), reason="needs root and unshare --mount")
@@ -186,15 +186,7 @@ def test_make_soaks_count_reaches_the_property_tests() -> None:
         "    print(name, test._hypothesis_internal_use_settings.max_examples)\n"
     )
     env = dict(os.environ, NUMAMEM_PROPERTY_EXAMPLES="1000")
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        check=False,
-        timeout=120,
-    )
+    out = in_repo([sys.executable, "-c", script], env)
     assert out.returncode == 0, out.stderr
     counts = dict(line.split() for line in out.stdout.splitlines())
     assert len(counts) == 3 and set(counts.values()) == {"1000"}, counts

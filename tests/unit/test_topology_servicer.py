@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,17 @@ def grpc_stub_cls() -> type[topology_pb2_grpc.TopologyStub]:
     return topology_pb2_grpc.TopologyStub
 
 
-def free_file(sysfs: Path, node: int, size_kb: int) -> Path:
-    return sysfs / f"devices/system/node/node{node}/hugepages/hugepages-{size_kb}kB/free_hugepages"
+@contextmanager
+def free_pages_reading(sysfs: Path, node: int, size_kb: int, text: str) -> Iterator[Path]:
+    """Node ``node``'s free_hugepages file of ``size_kb`` pages reads ``text`` in the block,
+    then what it read before (the tree is the module's); yields its path."""
+    path = sysfs / f"devices/system/node/node{node}/hugepages/hugepages-{size_kb}kB/free_hugepages"
+    before = path.read_text()
+    path.write_text(text)
+    try:
+        yield path
+    finally:
+        path.write_text(before)
 
 
 def test_machine_info_describes_the_tree(grpc_stub: topology_pb2_grpc.TopologyStub) -> None:
@@ -78,25 +88,17 @@ def test_machine_info_describes_the_tree(grpc_stub: topology_pb2_grpc.TopologySt
 def test_free_hugepages_are_read_at_call_time(
     grpc_stub: topology_pb2_grpc.TopologyStub, sysfs: Path
 ) -> None:
-    path = free_file(sysfs, 0, HP_1G)
-    path.write_text("1\n")
-    try:
+    with free_pages_reading(sysfs, 0, HP_1G, "1\n"):
         info = grpc_stub.GetMachineInfo(topology_pb2.GetMachineInfoRequest(), timeout=5)
         assert info.numa_nodes[0].hugepages[1].free_pages == 1
         assert info.numa_nodes[0].hugepages[1].total_pages == 4
-    finally:
-        path.write_text("4\n")
 
 
 def test_unreadable_free_count_is_failed_precondition(
     grpc_stub: topology_pb2_grpc.TopologyStub, sysfs: Path
 ) -> None:
-    path = free_file(sysfs, 1, HP_2M)
-    path.write_text("gone\n")
-    try:
+    with free_pages_reading(sysfs, 1, HP_2M, "gone\n") as path:
         with pytest.raises(grpc.RpcError) as info:
             grpc_stub.GetMachineInfo(topology_pb2.GetMachineInfoRequest(), timeout=5)
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert str(path) in (info.value.details() or "")
-    finally:
-        path.write_text("512\n")

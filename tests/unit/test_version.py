@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from numamem import __version__, version
+from tests.tables import named_rows
 
 A = "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
 B = "ffeeddccbbaa99887766554433221100ffeeddcc"
@@ -81,9 +82,7 @@ CHECKOUTS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("files", "expected"), [c[1:] for c in CHECKOUTS], ids=[c[0] for c in CHECKOUTS]
-)
+@pytest.mark.parametrize(("files", "expected"), named_rows(CHECKOUTS))
 def test_checkout_commit(tmp_path: Path, files: dict[str, str], expected: str | None) -> None:
     write(tmp_path, files)
     assert version.checkout_commit(str(tmp_path)) == expected
