@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -319,3 +320,32 @@ def test_every_command_block_says_whether_the_tests_run_it() -> None:
         assert named, f"{page.name}:{block.line}: 'not run' names no test file"
         for name in named:
             assert (REPO / name).exists(), f"{page.name}:{block.line}: {name} does not exist"
+
+
+def test_every_program_a_block_names_under_the_install_venv_is_one_it_makes() -> None:
+    """Review 40: the install block makes the venv at /opt/numamem (``python3 -m venv
+    /opt/numamem``), the pre-launched plugin's wrapper execed /opt/numamem/venv/bin/python,
+    a path no install makes (containerd 1.7 then exits: a pre-launched plugin that fails
+    to register takes it down). Every path under the venv that a block of README.md or
+    docs/ names is a program the venv has: its Python and pip, numamem's console scripts,
+    grpcurl when the install block asks for the extra."""
+    blocks = [(page, block) for page in pages() for block in fenced_blocks(page)]
+    installs = [
+        (match.group(1), block.body)
+        for _, block in blocks
+        if (match := re.search(r"^python3 -m venv (\S+)$", block.body, flags=re.M))
+    ]
+    assert [venv for venv, _ in installs] == ["/opt/numamem"], "one documented install venv"
+    venv, install = installs[0]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    programs = {"python", "python3", "pip", "pip3", *scripts}
+    programs |= {"grpcurl"} if "[grpcurl]" in install else set()
+    made = {f"{venv}/bin/{program}" for program in programs}
+    named = {
+        (page.name, block.line, path)
+        for page, block in blocks
+        for path in re.findall(re.escape(venv) + r"/[\w./+-]*\w", block.body)
+    }
+    assert len(named) >= 3, named  # the install's own pip and numamem, the wrapper's python
+    wrong = sorted(f"{page}:{line}: {path}" for page, line, path in named if path not in made)
+    assert wrong == [], f"not made by 'python3 -m venv {venv}' and its pip install: {wrong}"
