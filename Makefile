@@ -91,14 +91,37 @@ run: $(RUN_STAMP)
 # anything else listens on its socket (a test connect that is not refused: a stalled
 # daemon's backlog still accepts) or holds the state dir's lock (stalled, restoring, not
 # serving), which is held (flock, util-linux; else Python's fcntl) while it is removed.
-# It removes what make run makes there (numamem.sock, state/) and then RUN_DIR only if
-# that left it empty: RUN_DIR may be any directory (make run RUN_DIR=/tmp, $$HOME).
+# It removes only what numamem writes: RUN_DIR/numamem.sock (a socket) and, in
+# RUN_DIR/state, the files of RESET_FILES (the checkpoints, api/precheck.py's CHECKPOINTS)
+# and numamem.lock with their .NAME.tmp-* and NAME.corrupt-* siblings; then state/ and
+# RUN_DIR, each only if that left it empty: RUN_DIR may be any directory (make run
+# RUN_DIR=/tmp, $$HOME). A state/ holding anything else (RUN_DIR=$$HOME and a state/ of
+# its own) or a numamem.sock that is not a socket is refused, naming them, and nothing is
+# removed (review 40): removing numamem's names there and keeping the rest would delete
+# files of a directory that is evidently not make run's (a tool's own numamem.lock or
+# memory_manager_state) and leave a half-reset state; no make run ever leaves such a state/.
+# RESET_RM is one sh script, the same whichever way the lock is taken (none, flock, Python).
+RESET_FILES = memory_manager_state numamem_containers numamem_pod_names sys_advisor_state \
+  sys_advisor_state.journal numamem.lock
 RESET_LOCK = $(RUN_DIR)/state/numamem.lock
 RESET_HELD = make run-reset: a numamem process holds $(RESET_LOCK) (serving, stalled or \
   starting): stop make run (Ctrl-C) first
 RESET_PY = $$([ -x $(BIN)/python ] && echo $(BIN)/python || echo python3)
-RESET_RM = echo "rm -rf $(RUN_DIR)/state $(RUN_DIR)/numamem.sock; rmdir $(RUN_DIR) if empty"; \
-  rm -rf $(RUN_DIR)/state $(RUN_DIR)/numamem.sock && { rmdir $(RUN_DIR) 2>/dev/null || true; }
+RESET_RM = d="$(RUN_DIR)"; s="$$d/numamem.sock"; st="$$d/state"; files=""; other=""; k=0; \
+  if [ -L "$$s" ] || { [ -e "$$s" ] && [ ! -S "$$s" ]; }; then other=" $$s"; k=1; fi; \
+  if [ -L "$$st" ] || { [ -e "$$st" ] && [ ! -d "$$st" ]; }; then other="$$other $$st"; k=$$((k+1)); \
+  elif [ -d "$$st" ]; then for f in "$$st"/* "$$st"/.[!.]* "$$st"/..?*; do \
+    [ -e "$$f" ] || [ -L "$$f" ] || continue; ours=""; \
+    if [ -f "$$f" ] && [ ! -L "$$f" ]; then for c in $(RESET_FILES); do \
+      case "$$f" in "$$st/$$c"|"$$st/$$c".corrupt-*|"$$st/.$$c".tmp-*) ours=1;; esac; done; fi; \
+    if [ -n "$$ours" ]; then files="$$files $$f"; else k=$$((k+1)); \
+      [ $$k -gt 3 ] || other="$$other $$f"; fi; done; fi; \
+  if [ $$k -gt 0 ]; then more=""; [ $$k -le 3 ] || more=" and $$((k-3)) more"; \
+    echo "make run-reset: not written by numamem:$$other$$more; nothing removed: is RUN_DIR=$$d the directory make run used? Move those away to reset it" >&2; exit 1; fi; \
+  echo "rm -f$$files $$s; rmdir $$st, then $$d, if empty"; \
+  for f in $$files; do rm -f "$$f" || exit 1; done; \
+  if [ -d "$$st" ]; then rmdir "$$st" || exit 1; fi; \
+  rm -f "$$s" && { rmdir "$$d" 2>/dev/null || true; }
 run-reset:
 	@if [ -S $(RUN_DIR)/numamem.sock ] && [ -x $(BIN)/numamem ] && \
 	  $(BIN)/numamem health --socket $(RUN_DIR)/numamem.sock --timeout 2 >/dev/null 2>&1; then \
@@ -109,17 +132,14 @@ run-reset:
 	  sys.exit(s.connect_ex(sys.argv[1]) in (errno.ECONNREFUSED, errno.ENOENT))' $(RUN_DIR)/numamem.sock; then \
 	  echo "make run-reset: a process listens on $(RUN_DIR)/numamem.sock but does not answer (stalled or starting): stop make run (Ctrl-C) first" >&2; \
 	  exit 1; fi
-	@if [ ! -e $(RESET_LOCK) ]; then $(RESET_RM); \
+	@if [ ! -e $(RESET_LOCK) ]; then sh -c '$(RESET_RM)'; \
 	elif command -v flock >/dev/null; then \
-	  flock -n $(RESET_LOCK) -c '$(RESET_RM)' || \
-	  { echo "$(RESET_HELD)" >&2; exit 1; }; \
-	else $(RESET_PY) -c 'import fcntl, os, shutil, sys; \
-	  fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB); \
-	  d = sys.argv[2]; s = f"{d}/numamem.sock"; \
-	  print(f"rm -rf {d}/state {s}; rmdir {d} if empty"); shutil.rmtree(f"{d}/state"); \
-	  os.path.lexists(s) and os.unlink(s); os.listdir(d) or os.rmdir(d)' \
-	  $(RESET_LOCK) $(RUN_DIR) 2>/dev/null || \
-	  { echo "$(RESET_HELD)" >&2; exit 1; }; fi
+	  flock -n -E 75 $(RESET_LOCK) sh -c '$(RESET_RM)'; rc=$$?; \
+	  [ $$rc != 75 ] || echo "$(RESET_HELD)" >&2; exit $$rc; \
+	else $(RESET_PY) -c 'import fcntl, os, subprocess, sys; fd = os.open(sys.argv[1], os.O_RDONLY); \
+	  exec("try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError: sys.exit(75)"); \
+	  sys.exit(subprocess.call(["sh", "-c", sys.argv[2]]))' $(RESET_LOCK) '$(RESET_RM)'; rc=$$?; \
+	  [ $$rc != 75 ] || echo "$(RESET_HELD)" >&2; exit $$rc; fi
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

@@ -52,36 +52,67 @@ def shell_blocks(text: str) -> list[str]:
     return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
 
 
-def examples(block: str) -> list[Example]:
-    """Logical lines (backslash continuations and open single quotes joined).
+def examples(block: str, where: str = "the block", first_line: int = 1) -> list[Example]:
+    """The commands of a shell block, one a logical line: a command goes on over its next
+    lines while a quote (``'`` or ``"``) is open or its line ends in a backslash, as the
+    shell reads it; ``#`` at the start of a word outside quotes begins a comment, which is
+    not part of the command (an apostrophe there opens nothing). A trailing ``# exit N``
+    states the expected exit code (default 0). Comment-only and blank lines give nothing.
 
-    A trailing ``  # exit N`` states the expected exit code (default 0).
+    Raises AssertionError naming ``where`` (the page) and the line (``first_line`` is the
+    block's first line on it) when the block ends inside a quote or a continuation: those
+    lines would otherwise be left out, run by no test.
     """
-    logical: list[str] = []
-    pending = ""
-    for line in block.splitlines():
-        if line.endswith("\\"):
-            pending += line + "\n"
+    out: list[Example] = []
+    pending: list[str] = []
+    start, quote, continued = 0, "", False
+    for index, line in enumerate(block.splitlines()):
+        if not pending:
+            start = index
+        command, comment, quote, continued = _scan(line, quote)
+        pending.append(command)
+        if quote or continued:
             continue
-        if (pending + line).count("'") % 2 == 1:
-            pending += line + "\n"
+        joined = "\n".join(pending)
+        pending = []
+        if not joined.strip():
             continue
-        logical.append(pending + line)
-        pending = ""
-    out = []
-    for line in logical:
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        expected = 0
-        match = re.search(r"\s# exit (\d+)\b.*$", line)
-        command, comment = line, ""
-        if match:
-            expected = int(match.group(1))
-            command, comment = line[: match.start()], match.group(0).split("# ", 1)[1]
-        elif "  # " in line:
-            command, comment = line.rsplit("  # ", 1)
-        out.append(Example(command.rstrip(), expected, comment.strip()))
+        match = re.match(r"exit (\d+)\b", comment)
+        out.append(Example(joined, int(match.group(1)) if match else 0, comment))
+    if pending:
+        open_ = f"a {quote} quote" if quote else "a backslash continuation"
+        raise AssertionError(
+            f"{where}:{first_line + start}: the block ends inside {open_} begun on this "
+            f"line ({pending[0][:60]!r}): close it, or its lines are never run"
+        )
     return out
+
+
+def _scan(line: str, quote: str) -> tuple[str, str, str, bool]:
+    """One physical line read as bash reads it, with ``quote`` (``''``, ``"'"`` or ``'"'``)
+    open from the lines before: (the command part, right-stripped when a comment follows;
+    the comment, stripped; the quote open at its end; whether it ends in an unquoted
+    backslash, a continuation)."""
+    index = 0
+    while index < len(line):
+        char = line[index]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif quote == '"':
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quote = ""
+        elif char == "\\":
+            if index == len(line) - 1:
+                return line, "", "", True
+            index += 1
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (index == 0 or line[index - 1] in " \t"):
+            return line[:index].rstrip(), line[index + 1 :].strip(), "", False
+        index += 1
+    return line, "", quote, False
 
 
 @dataclass

@@ -42,9 +42,14 @@ def localize(text: str, daemon: DaemonProcess, files: Path) -> str:
     return text.replace(".venv/bin/numamem", f"{sys.executable} -m numamem")
 
 
-def run_shell(block: Fenced, daemon: DaemonProcess, files: Path, out_dir: Path) -> list[str]:
-    """Run each logical line of ``block``; what went other than documented."""
-    steps = examples(block.body)
+def run_shell(
+    page: Path, block: Fenced, daemon: DaemonProcess, files: Path, out_dir: Path
+) -> list[str]:
+    """Run each command of ``block`` (one a logical line: :func:`examples`), each with its
+    own exit status checked; what went other than documented."""
+    steps = examples(block.body, page.name, block.line + 1)
+    if not steps:
+        return [f"line {block.line}: a run block with no command"]
     script = ["set -u"]
     for index, example in enumerate(steps):
         command = localize(example.command, daemon, files)
@@ -129,10 +134,25 @@ def test_the_documented_commands_run_with_the_documented_exit_codes(
         else:
             out_dir = short_root / f"out{number}"
             problems += [
-                f"{page.name}:{block.line}: {p}" for p in run_shell(block, daemon, files, out_dir)
+                f"{page.name}:{block.line}: {p}"
+                for p in run_shell(page, block, daemon, files, out_dir)
             ]
     assert not problems, "\n".join(problems)
     assert daemon.stop() == 0
+
+
+def test_each_command_of_a_block_is_run_and_its_exit_status_checked(tmp_path: Path) -> None:
+    """Review 40: an apostrophe in a comment joined the rest of the block to it and the
+    block ended inside that "quote": nothing was run, so a ``false`` documented as exit 0
+    passed; lines that were joined ran as one group, only the last status checked."""
+    block = Fenced("sh", "true   # the pod's blocks\nfalse  # one more's\ntrue\n", 7, "")
+    daemon = DaemonProcess(tmp_path)  # not started: the block does not call it
+    problems = run_shell(Path("x.md"), block, daemon, tmp_path, tmp_path / "out")
+    assert problems == ["'false': exit 1: "]
+    with pytest.raises(AssertionError, match=r"^x\.md:9: the block ends inside a ' quote"):
+        run_shell(
+            Path("x.md"), Fenced("sh", "true\necho 'open\n", 7, ""), daemon, tmp_path, tmp_path
+        )
 
 
 def test_the_readmes_explain_output_is_what_the_cli_prints(

@@ -1,8 +1,8 @@
 """Issue 38 in ``--config``: a short YAML document must not name a large amount of work.
 
 Aliases that expand to millions of values, nesting thousands deep, a recursive alias and
-a file of megabytes are refused naming the file and the bound
-(:mod:`numamem.config.yamlbounds`); anchors within the bounds still work. Costs are checked
+a file of megabytes, a number of thousands of characters are refused naming the file and
+the bound (:mod:`numamem.config.yamlbounds`); anchors within the bounds still work. Costs are checked
 on the memory counted (tracemalloc), not on time.
 """
 
@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from numamem.config.model import Config
-from numamem.config.yamlbounds import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES
+from numamem.config.yamlbounds import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_NUMBER_CHARS,
+    MAX_VALUES,
+    compose_all_bounded,
+    compose_bounded,
+    construct,
+    load_mapping,
+)
 from numamem.config.yamlfile import apply_yaml
 from numamem.errors import ConfigError
 
@@ -130,3 +139,59 @@ def test_max_depth_holds_through_anchors_reached_first_by_an_alias(tmp_path: Pat
     shallow.write_text(KUBELET + "clusterDNS: &a [[x]]\nb: *a\n")
     with pytest.raises(ConfigError, match=r"^b \(in .*, line 4\): unknown field"):
         apply_yaml(Config(), str(shallow))  # composed and read: past the bounds
+
+
+SEXAGESIMAL = "1" + ":1" * 32_000
+"""A 64 KiB base-60 int: PyYAML builds it with ``base *= 60`` a part, 1.2 s here (256 KiB:
+11 to 15 s, the 1 MiB MAX_FILE_BYTES allows about three minutes), twice (the tag check
+built it once more before construction)."""
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"memoryManagerPolicy: {SEXAGESIMAL}",
+        f"memoryManagerPolicy: {SEXAGESIMAL}.5",  # a base-60 float
+        f"memoryManagerPolicy: !!int '{SEXAGESIMAL}'",  # tagged, not resolved
+        f"? {SEXAGESIMAL}\n: Static",  # a key (a long one is written with ?)
+        "memoryManagerPolicy: " + "1" * 1_000_000,  # past int()'s 4300 digits
+        "memoryManagerPolicy: 0b" + "1" * 1_000_000,  # binary: no int() limit
+        "memoryManagerPolicy: 1" + "0" * 100 + ".5",
+    ],
+    ids=["sexagesimal", "sexagesimal-float", "tagged", "key", "decimal", "binary", "float"],
+)
+def test_a_number_past_max_number_chars_is_refused_before_it_is_built(
+    tmp_path: Path, line: str
+) -> None:
+    """Review 40: the base-60 cases were read (in the square of their length); the long
+    decimal was refused as ``not a valid !!int value`` after being read, the binary read."""
+    refusal, _ = _refusal(tmp_path, KUBELET + line + "\n")
+    assert "at line 3: '" in refusal
+    assert f"longer than {MAX_NUMBER_CHARS} characters (MAX_NUMBER_CHARS)" in refusal
+    assert len(refusal) < 600  # the value is shortened
+
+
+def test_every_reader_refuses_a_long_number() -> None:
+    """``load_mapping`` (``--config``, the NRI plugin's config), ``compose_bounded`` then
+    ``construct``, and ``compose_all_bounded`` (the CLI's Pod manifests)."""
+    text = f"memoryManagerPolicy: {SEXAGESIMAL}\n"
+    bound = "MAX_NUMBER_CHARS"
+    with pytest.raises(ConfigError, match=f"^--config 'x.yaml': at line 1: .*{bound}"):
+        construct(compose_bounded(text, "--config 'x.yaml'"))
+    with pytest.raises(ConfigError, match=f"^--config 'x.yaml': at line 1: .*{bound}"):
+        load_mapping(text, "--config 'x.yaml'")
+    with pytest.raises(ConfigError, match=f"^pod.yaml: at line 3: .*{bound}"):
+        compose_all_bounded("a: 1\n---\n" + text, "pod.yaml", MAX_VALUES, "MAX_VALUES")
+
+
+def test_numbers_within_max_number_chars_are_read() -> None:
+    longest = "9" * MAX_NUMBER_CHARS
+    text = f"a: {longest}\nb: 1:30:00\nc: 1.7976931348623157e+308\nd: -9223372036854775808\n"
+    read = load_mapping(text, "x")
+    assert read is not None
+    assert read[0] == {
+        "a": int(longest),
+        "b": 5400,
+        "c": 1.7976931348623157e308,
+        "d": -9223372036854775808,
+    }

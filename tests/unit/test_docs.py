@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tomllib
 from pathlib import Path
+
+import pytest
 
 from bench import readme as bench_readme
 from numamem.v1 import info_pb2, memorymanager_pb2, metacache_pb2, topology_pb2
@@ -57,13 +60,52 @@ def test_every_rpc_has_a_comment() -> None:
 
 def test_every_rpc_has_a_grpcurl_example() -> None:
     [block] = shell_blocks(section(DOCS / "api.md", "A call of every RPC"))
-    commands = " ".join(e.command for e in examples(block))
+    commands = " ".join(e.command for e in examples(block, "api.md"))
     for module in (info_pb2, topology_pb2, memorymanager_pb2, metacache_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 assert f"{service.full_name}/{method.name}" in commands, (
                     f"docs/api.md '## A call of every RPC' lacks a grpcurl call of {service.full_name}/{method.name}"
                 )
+
+
+@pytest.mark.parametrize(
+    ("block", "commands"),
+    [
+        (  # review 40: the apostrophe opened a quote that swallowed the block
+            ".venv/bin/numamem state $S   # the pod's blocks\nfalse  # must be run and fail\n",
+            [(".venv/bin/numamem state $S", 0), ("false", 0)],
+        ),
+        (
+            "echo 'a # b' \"it's\"  # c's\ntrue # exit 3: why\n",
+            [("echo 'a # b' \"it's\"", 0), ("true", 3)],
+        ),
+        ("# a comment's line\n\necho \\'  # x\n", [("echo \\'", 0)]),
+        (  # one command over three lines: a quote, then a backslash
+            "grpcurl -d '{\n  \"a\": 1}' \\\n  $S x/Y  # exit 69: NOT_FOUND\nfalse  # exit 1\n",
+            [("grpcurl -d '{\n  \"a\": 1}' \\\n  $S x/Y", 69), ("false", 1)],
+        ),
+    ],
+    ids=["apostrophe-in-comment", "quotes-and-hash", "comment-lines", "multi-line"],
+)
+def test_a_shell_block_is_read_as_one_command_a_logical_line(
+    block: str, commands: list[tuple[str, int]]
+) -> None:
+    assert [(e.command, e.expected_exit) for e in examples(block)] == commands
+
+
+@pytest.mark.parametrize(
+    ("block", "open_"),
+    [
+        ("true\necho 'unclosed\n", "a ' quote"),
+        ('true\necho "a\nb\\\n', 'a " quote'),
+        ("true\necho a \\\n", "a backslash continuation"),
+    ],
+)
+def test_a_block_ending_inside_a_quote_names_the_page_and_line(block: str, open_: str) -> None:
+    """Review 40: those lines were dropped silently, run by no test."""
+    with pytest.raises(AssertionError, match=f"^x.md:11: the block ends inside {open_} begun"):
+        examples(block, "x.md", 10)
 
 
 def _source_text() -> str:
@@ -278,3 +320,32 @@ def test_every_command_block_says_whether_the_tests_run_it() -> None:
         assert named, f"{page.name}:{block.line}: 'not run' names no test file"
         for name in named:
             assert (REPO / name).exists(), f"{page.name}:{block.line}: {name} does not exist"
+
+
+def test_every_program_a_block_names_under_the_install_venv_is_one_it_makes() -> None:
+    """Review 40: the install block makes the venv at /opt/numamem (``python3 -m venv
+    /opt/numamem``), the pre-launched plugin's wrapper execed /opt/numamem/venv/bin/python,
+    a path no install makes (containerd 1.7 then exits: a pre-launched plugin that fails
+    to register takes it down). Every path under the venv that a block of README.md or
+    docs/ names is a program the venv has: its Python and pip, numamem's console scripts,
+    grpcurl when the install block asks for the extra."""
+    blocks = [(page, block) for page in pages() for block in fenced_blocks(page)]
+    installs = [
+        (match.group(1), block.body)
+        for _, block in blocks
+        if (match := re.search(r"^python3 -m venv (\S+)$", block.body, flags=re.M))
+    ]
+    assert [venv for venv, _ in installs] == ["/opt/numamem"], "one documented install venv"
+    venv, install = installs[0]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    programs = {"python", "python3", "pip", "pip3", *scripts}
+    programs |= {"grpcurl"} if "[grpcurl]" in install else set()
+    made = {f"{venv}/bin/{program}" for program in programs}
+    named = {
+        (page.name, block.line, path)
+        for page, block in blocks
+        for path in re.findall(re.escape(venv) + r"/[\w./+-]*\w", block.body)
+    }
+    assert len(named) >= 3, named  # the install's own pip and numamem, the wrapper's python
+    wrong = sorted(f"{page}:{line}: {path}" for page, line, path in named if path not in made)
+    assert wrong == [], f"not made by 'python3 -m venv {venv}' and its pip install: {wrong}"

@@ -8,11 +8,15 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from numamem.api.precheck import CHECKPOINTS
+from numamem.api.statedir import LOCK_FILE
+from numamem.checkpoint.filestore import move_aside
 from numamem.testing.daemon import DaemonProcess
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from tests.daemon import REPO, STATIC_ARGS
@@ -42,6 +46,24 @@ def serve_flags(*variables: str) -> list[str]:
 
 def values(flags: list[str], name: str) -> list[str]:
     return [flags[i + 1] for i, f in enumerate(flags) if f == name]
+
+
+LOCKERS = ["no lock file", "flock", "python"]
+"""The three ways run-reset removes: no lock file to take, util-linux flock, Python's fcntl
+(no flock on PATH)."""
+
+
+def locker_env(locker: str, where: Path) -> dict[str, str] | None:
+    """make's environment for ``locker``; for the fallback, a PATH (``where``) with the
+    programs run-reset runs but flock."""
+    if locker != "python":
+        return None
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("the fallback runs the venv's python; PATH has no python")
+    where.mkdir(exist_ok=True)
+    for program in ("sh", "rm", "rmdir"):
+        (where / program).symlink_to(shutil.which(program) or f"/bin/{program}")
+    return {**os.environ, "PATH": str(where)}
 
 
 def test_the_built_in_configuration() -> None:
@@ -103,9 +125,7 @@ def test_run_reset_refuses_while_a_stalled_daemon_holds_the_lock(
     did not answer SERVING in time (stalled, restoring, NOT_SERVING) had its state deleted.
     The state dir's lock says whether a daemon holds it; ``python``: no flock on PATH (the
     recipe falls back to Python's fcntl)."""
-    if locker == "python" and not (REPO / ".venv" / "bin" / "python").exists():
-        pytest.skip("the fallback runs the venv's python; PATH is emptied")
-    env = None if locker == "flock" else {**os.environ, "PATH": str(tmp_path)}
+    env = locker_env(locker, tmp_path / "bin")
     sysfs = write_sysfs(short_root / "sys", standard_nodes(1))
     daemon = DaemonProcess(short_root, ["--sysfs-root", str(sysfs), *STATIC_ARGS])
     daemon_factory.append(daemon)
@@ -131,34 +151,104 @@ def test_run_reset_refuses_while_a_stalled_daemon_holds_the_lock(
     assert (run_dir / "sys").is_dir()  # not make run's: kept, and RUN_DIR with it
 
 
-@pytest.mark.parametrize("locker", ["no lock file", "flock", "python"])
-def test_run_reset_removes_only_what_make_run_made(tmp_path: Path, locker: str) -> None:
+def numamem_state(state: Path, locker: str) -> list[Path]:
+    """``state`` with every file numamem writes there: each checkpoint (precheck's
+    CHECKPOINTS), a ``.corrupt-*`` copy moved aside as restore does, a temporary file of an
+    interrupted write (filestore's ``.<name>.tmp-<pid><run>-<n>``), and the lock unless
+    ``locker`` is "no lock file"."""
+    state.mkdir(parents=True)
+    for name in CHECKPOINTS:
+        (state / name).write_text("{}")
+        move_aside(state / name, "corrupt")  # keeps the file, links the copy aside
+        (state / f".{name}.tmp-1f2e3d4a5b6c-0").write_text("{")
+    if locker != "no lock file":
+        (state / LOCK_FILE).write_text("")  # not held
+        move_aside(state / LOCK_FILE, "corrupt")
+    return sorted(state.iterdir())
+
+
+def a_socket_file(path: Path) -> None:
+    """What a killed daemon leaves: a unix socket's file, no listener."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+
+
+@pytest.mark.parametrize("locker", LOCKERS)
+def test_run_reset_removes_only_what_make_run_made(short_root: Path, locker: str) -> None:
     """Review 38b: run-reset ended in ``rm -rf $(RUN_DIR)``, so ``make run RUN_DIR=/tmp`` (or
     ``$HOME``, the checkout) then ``make run-reset RUN_DIR=...`` removed all of it. Now: the
-    socket and state/ only, and RUN_DIR when that left it empty."""
-    if locker == "python" and not (REPO / ".venv" / "bin" / "python").exists():
-        pytest.skip("the fallback runs the venv's python; PATH is emptied")
-    env = None if locker != "python" else {**os.environ, "PATH": str(tmp_path / "bin")}
-    run_dir = tmp_path / "home"
-    (run_dir / "state").mkdir(parents=True)
-    (run_dir / "state" / "memory_manager_state").write_text("{}")  # make run's
-    if locker != "no lock file":
-        (run_dir / "state" / "numamem.lock").write_text("")  # not held
-    (run_dir / "numamem.sock").write_text("")  # a socket file left by a killed daemon
+    socket and numamem's files in state/ only, state/ and RUN_DIR when that left them empty."""
+    env = locker_env(locker, short_root / "bin")
+    run_dir = short_root / "home"
+    written = numamem_state(run_dir / "state", locker)
+    a_socket_file(run_dir / "numamem.sock")
     mine = run_dir / "thesis.tex"
     mine.write_text("three years of work\n")
     done = make("run-reset", f"RUN_DIR={run_dir}", env=env)
     assert done.returncode == 0, done.stderr
-    assert f"rm -rf {run_dir}/state {run_dir}/numamem.sock; rmdir {run_dir} if empty" in done.stdout
+    [said] = [line for line in done.stdout.splitlines() if line.startswith("rm -f ")]
+    removed, rmdir = said.removeprefix("rm -f ").split("; ")
+    assert sorted(removed.split()) == sorted([*map(str, written), f"{run_dir}/numamem.sock"])
+    assert rmdir == f"rmdir {run_dir}/state, then {run_dir}, if empty"
     assert mine.read_text() == "three years of work\n"
     assert sorted(p.name for p in run_dir.iterdir()) == ["thesis.tex"]
     mine.unlink()
-    (run_dir / "state").mkdir()
-    if locker != "no lock file":
-        (run_dir / "state" / "numamem.lock").write_text("")
+    numamem_state(run_dir / "state", locker)
     again = make("run-reset", f"RUN_DIR={run_dir}", env=env)
     assert again.returncode == 0, again.stderr
     assert not run_dir.exists()  # nothing else in it: RUN_DIR goes too
+
+
+@pytest.mark.parametrize("locker", LOCKERS)
+@pytest.mark.parametrize(
+    ("foreign", "numamem_too"),
+    [
+        ("state/notes.txt", False),  # review 40: RUN_DIR=$HOME and a state/ of its own
+        ("state/notes.txt", True),
+        ("state/.numamem.lock.swp", True),
+        ("state/memory_manager_state/", True),  # numamem's name, but a directory
+        ("numamem.sock/", True),  # not a socket
+    ],
+)
+def test_run_reset_refuses_naming_what_numamem_did_not_write_and_removes_nothing(
+    short_root: Path, locker: str, foreign: str, numamem_too: bool
+) -> None:
+    """Review 40: ``rm -rf $(RUN_DIR)/state`` removed a state/ make run never made (no
+    numamem file in it, or some and others). Removing numamem's names and keeping the rest
+    would delete files of a directory that is not make run's and leave a half-reset state:
+    it is refused, naming what is not numamem's, with nothing removed."""
+    env = locker_env(locker, short_root / "bin")
+    run_dir = short_root / "home"
+    path = run_dir / foreign.rstrip("/")
+    if numamem_too:
+        numamem_state(run_dir / "state", locker)
+        if path.is_file():
+            path.unlink()
+    else:
+        (run_dir / "state").mkdir(parents=True)
+    if foreign.endswith("/"):
+        path.mkdir()
+        (path / "data").write_text("not numamem's\n")
+    else:
+        path.write_text("not numamem's\n")
+    before = sorted(str(p) for p in run_dir.rglob("*"))
+    refused = make("run-reset", f"RUN_DIR={run_dir}", env=env)
+    assert refused.returncode != 0
+    assert (
+        f"make run-reset: not written by numamem: {path}; nothing removed: "
+        f"is RUN_DIR={run_dir} the directory make run used?"
+    ) in refused.stderr
+    assert sorted(str(p) for p in run_dir.rglob("*")) == before
+
+
+def test_run_reset_names_at_most_three_foreign_files(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in ("a", "b", "c", "d", "e"):
+        (state / name).touch()
+    refused = make("run-reset", f"RUN_DIR={tmp_path}")
+    assert f"not written by numamem: {state}/a {state}/b {state}/c and 2 more;" in (refused.stderr)
+    assert len(list(state.iterdir())) == 5
 
 
 def test_run_reset_refuses_while_a_stalled_daemon_listens_on_its_socket(

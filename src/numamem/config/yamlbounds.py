@@ -8,7 +8,11 @@ document is therefore composed first and refused, naming the file, when it
 
 * is longer than :data:`MAX_FILE_BYTES`,
 * nests deeper than :data:`MAX_DEPTH`, or refers to itself (a recursive alias),
-* or, with every alias expanded, holds more than :data:`MAX_VALUES` values;
+* or, with every alias expanded, holds more than :data:`MAX_VALUES` values,
+* or holds a number (an ``!!int``/``!!float`` scalar, tagged or resolved) longer than
+  :data:`MAX_NUMBER_CHARS` characters (issue 40: PyYAML builds a base-60 ``1:1:1:...``
+  with ``base *= 60`` a part, time the square of its length: 64 KiB took 1.2 s, 256 KiB
+  15 s);
 
 only then is it turned into Python values. The bounds are far above any
 configuration file (a complete ``KubeletConfiguration`` is a few hundred values,
@@ -31,6 +35,13 @@ MAX_DEPTH = 64
 """The deepest nesting of sequences and mappings."""
 MAX_VALUES = 100_000
 """The most values (scalars, sequences and mappings, keys included) with aliases expanded."""
+MAX_NUMBER_CHARS = 64
+"""The longest int or float scalar, in characters (underscores and signs included). A
+configuration's or a manifest's longest number is an int64 (19 digits) or a float's
+``repr`` (24 characters); quantities (``1Gi``) are strings. Checked before any number is
+built: PyYAML's base-60 ints cost the square of their length, a decimal int of more than
+4300 digits is refused by Python's ``int()`` only after the resolver and the constructor
+have read it, and a binary one (``0b111...``) is built whatever its length."""
 
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's parser where PyYAML has it (its wheels do): it refuses flow nesting past 1000
@@ -190,13 +201,23 @@ def _nested(where: str, max_depth: int, node: yaml.Node) -> ConfigError:
 _SCALARS: Any = yaml.SafeLoader("")
 """Constructs single scalars for :func:`_check_scalar` (keeps no state between them)."""
 _PLAIN = frozenset({"tag:yaml.org,2002:str", "tag:yaml.org,2002:null"})
+_NUMBERS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
 
 
 def _check_scalar(node: yaml.ScalarNode, where: str) -> None:
     """Refuse a scalar that its tag's constructor fails on with a Python error (``!!int
     Static``: ValueError, ``!!timestamp yesterday``: AttributeError, ``2020-13-45``: a
     timestamp with no such date), naming the tag, the value and the line; PyYAML raises
-    those as they are, no YAMLError. Unknown tags are left to construction (a YAMLError)."""
+    those as they are, no YAMLError. Unknown tags are left to construction (a YAMLError).
+    A number longer than :data:`MAX_NUMBER_CHARS` is refused before it is built."""
+    if node.tag in _NUMBERS and len(node.value) > MAX_NUMBER_CHARS:
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise ConfigError(
+            f"{where}: at line {node.start_mark.line + 1}: {quote(node.value, limit=40)} "
+            f"is a {tag} longer than {MAX_NUMBER_CHARS} characters (MAX_NUMBER_CHARS): "
+            "no field takes a number that long; shorten it, or quote it (without the tag) "
+            "to make it a string"
+        )
     make = _SCALARS.yaml_constructors.get(node.tag)
     if node.tag in _PLAIN or make is None:
         return
