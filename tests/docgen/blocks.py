@@ -7,6 +7,7 @@ a text, :meth:`Block.write` in the file. The markers stay; only what is between 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,3 +46,11 @@ class Block:
         if new != text:
             self.path.write_text(new)
         return new != text
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table of ``rows`` (cells as given, ``|`` escaped so a cell stays one cell)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in rows:
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+    return "\n".join(lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from numamem.config.flags.table import flag_reference
 from tests.docgen import DOCS
-from tests.docgen.blocks import Block
+from tests.docgen.blocks import Block, markdown_table
 
 BLOCK = Block(
     DOCS / "configuration.md",
@@ -14,8 +14,7 @@ BLOCK = Block(
 
 
 def render() -> str:
-    lines = ["| Flag | Default | Meaning |", "|---|---|---|"]
-    for flag, default, meaning in flag_reference():
-        cell = meaning.replace("|", "\\|")
-        lines.append(f"| `{flag}` | `{default}` | {cell} |")
-    return "\n".join(lines)
+    return markdown_table(
+        ("Flag", "Default", "Meaning"),
+        ((f"`{flag}`", f"`{default}`", meaning) for flag, default, meaning in flag_reference()),
+    )

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from tests.docgen import DOCS
-from tests.docgen.blocks import Block
+from tests.docgen.blocks import Block, markdown_table
 
 BLOCK = Block(
     DOCS / "api.md",
@@ -16,8 +16,7 @@ BLOCK = Block(
 def render() -> str:
     from numamem.api.status import REASONS, reason_codes
 
-    lines = ["| Reason | Status | Meaning |", "|---|---|---|"]
-    for reason, code in reason_codes().items():
-        meaning = REASONS[reason].replace("|", "\\|")
-        lines.append(f"| `{reason}` | {code.name} | {meaning} |")
-    return "\n".join(lines)
+    return markdown_table(
+        ("Reason", "Status", "Meaning"),
+        ((f"`{reason}`", code.name, REASONS[reason]) for reason, code in reason_codes().items()),
+    )
