@@ -67,26 +67,32 @@ class ForkProvider:
         self._policy.allocate_pod(self._state, pod, affinity, self._work)
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What one admission decides with, besides the fork and the work: the memory manager's
+    policy, the topology manager's policy and scope, the pod and the other providers' hints."""
+
+    policy: Policy
+    topology_policy: TopologyPolicy
+    scope: str
+    pod: Pod
+    others: Sequence[admission.GivenHints] = ()
+
+
 def admit_on_fork(
-    fork: MemoryState,
-    policy: Policy,
-    topology_policy: TopologyPolicy,
-    scope: str,
-    pod: Pod,
-    others: Sequence[admission.GivenHints],
-    work: Work,
-    provider: ForkProvider | None = None,
+    fork: MemoryState, asked: Admission, work: Work, provider: ForkProvider | None = None
 ) -> AdmitOutcome:
-    """Admit ``pod`` into ``fork`` (changed only when admitted: then it holds the blocks), the
-    memory manager first among the providers: ``provider`` when given (one on ``fork``
-    with ``policy`` and ``work``: Explain's records what it did), else a plain one."""
+    """Admit ``asked.pod`` into ``fork`` (changed only when admitted: then it holds the blocks),
+    the memory manager first among the providers: ``provider`` when given (one on ``fork``
+    with ``asked.policy`` and ``work``: Explain's records what it did), else a plain one."""
+    policy, pod = asked.policy, asked.pod
     if provider is None:
         provider = ForkProvider(policy, fork, work)
     result = admission.admit(
         pod,
-        topology_policy,
-        scope,
-        [provider, *others],
+        asked.topology_policy,
+        asked.scope,
+        [provider, *asked.others],
         work,
         podlevel.allocated_as_pod(policy.gates, pod),
     )
@@ -186,22 +192,14 @@ def pod_level_plan(policy: Policy, pod: Pod) -> podlevel.Plan | None:
     return podlevel.plan(pod, budget, lambda c: container_requested_resources(c, pod, True))
 
 
-def explain_on_fork(
-    fork: MemoryState,
-    policy: Policy,
-    topology_policy: TopologyPolicy,
-    scope: str,
-    pod: Pod,
-    others: Sequence[admission.GivenHints],
-    work: Work,
-) -> Explanation:
-    """The admission of ``pod`` on ``fork`` (which the caller drops), step by step.
+def explain_on_fork(fork: MemoryState, asked: Admission, work: Work) -> Explanation:
+    """The admission of ``asked.pod`` on ``fork`` (which the caller drops), step by step.
 
     Only the steps admission reached are explained: each hint request, and each
     Allocate without an affinity (where the policy picks its own hint).
     """
-    provider = ExplainingProvider(policy, fork, work)
-    outcome = admit_on_fork(fork, policy, topology_policy, scope, pod, others, work, provider)
+    provider = ExplainingProvider(asked.policy, fork, work)
+    outcome = admit_on_fork(fork, asked, work, provider)
     result = outcome.result
     containers = []
     for name, explanation in provider.explanations.items():
@@ -213,9 +211,13 @@ def explain_on_fork(
                 answers[0],
                 result.merged.get(name, NO_AFFINITY),
                 result.admitted if name == "" else name in provider.allocated,
-                [(o.provider, a) for o, a in zip(others, answers[1:], strict=False)],
+                [(o.provider, a) for o, a in zip(asked.others, answers[1:], strict=False)],
             )
         )
     return Explanation(
-        topology_policy.name, scope, outcome, containers, pod_level_plan(policy, pod)
+        asked.topology_policy.name,
+        asked.scope,
+        outcome,
+        containers,
+        pod_level_plan(asked.policy, asked.pod),
     )

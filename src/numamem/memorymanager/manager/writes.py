@@ -51,6 +51,7 @@ from numamem.errors import (
 )
 from numamem.memorymanager.manager.containermap import ContainerMap
 from numamem.memorymanager.manager.forked import (
+    Admission,
     AdmitOutcome,
     Explanation,
     admit_on_fork,
@@ -322,10 +323,10 @@ class Manager(Resizes):
         self._touch(pod)
         self._settle_stale_state()
 
+        asked = Admission(self.policy, topology_policy, self._topology_scope, pod, others)
+
         def compute(fork: MemoryState, work: Work) -> tuple[bool, AdmitOutcome]:
-            outcome = admit_on_fork(
-                fork, self.policy, topology_policy, self._topology_scope, pod, others, work
-            )
+            outcome = admit_on_fork(fork, asked, work)
             return outcome.result.admitted, outcome
 
         def record(fork: MemoryState, containers: ContainerMap) -> None:
@@ -348,12 +349,5 @@ class Manager(Resizes):
         """
         if self._topology_policy is None:
             raise AllocationError("explain needs a topology manager policy")
-        return explain_on_fork(
-            self._state.fork(),
-            self.policy,
-            self._topology_policy,
-            self._topology_scope,
-            pod,
-            others,
-            Work(deadline=deadline, courteous=True),
-        )
+        asked = Admission(self.policy, self._topology_policy, self._topology_scope, pod, others)
+        return explain_on_fork(self._state.fork(), asked, Work(deadline=deadline, courteous=True))
