@@ -158,7 +158,7 @@ SLOWEST_FIRST = (
     "tests/e2e/test_hostile_input.py::test_huge_messages_and_million_container_pods",
     "tests/e2e/test_crash_consistency.py",
     "tests/unit/test_platforms.py::test_make_run_resolves_for_manylinux2014_aarch64",
-    "tests/e2e/test_readme_examples.py::test_grpc_api_examples_run_with_the_documented_exit_codes",
+    "tests/e2e/test_docs_examples.py::test_the_documented_commands_run_with_the_documented_exit_codes",
     "tests/e2e/test_resize_daemon.py::test_cli_resize_and_explain_resize",
     "tests/e2e/test_residency_kernel.py::test_residency_and_enforcement_on_a_real_cgroup",
     "tests/e2e/test_access_and_overload.py::test_health_answers_within_its_deadline_under_64_clients",

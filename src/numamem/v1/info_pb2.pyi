@@ -43,7 +43,7 @@ class BuildInfo(_message.Message):
     commit: _builtins.str
     """The git commit (hexadecimal) numamem was built from: the HEAD of the
     checkout it runs from, or the COMMIT file a build wrote beside the
-    package; "unknown" when neither says (README, "Daemon behaviour").
+    package; "unknown" when neither says (docs/operator-guide.md, "Daemon behaviour").
     """
     python: _builtins.str
     """The Python version running the daemon, e.g. "3.11.9"."""
