@@ -101,25 +101,30 @@ run: $(RUN_STAMP)
 # files of a directory that is evidently not make run's (a tool's own numamem.lock or
 # memory_manager_state) and leave a half-reset state; no make run ever leaves such a state/.
 # RESET_RM is one sh script, the same whichever way the lock is taken (none, flock, Python).
+# The names it removes are kept as its positional parameters, never split or globbed again
+# (a name with a space or a `*` is removed as it was checked), and numamem.lock goes last, so a
+# numamem starting meanwhile waits for the lock until everything else is gone (review 40b).
 RESET_FILES = memory_manager_state numamem_containers numamem_pod_names sys_advisor_state \
   sys_advisor_state.journal numamem.lock
 RESET_LOCK = $(RUN_DIR)/state/numamem.lock
 RESET_HELD = make run-reset: a numamem process holds $(RESET_LOCK) (serving, stalled or \
   starting): stop make run (Ctrl-C) first
 RESET_PY = $$([ -x $(BIN)/python ] && echo $(BIN)/python || echo python3)
-RESET_RM = d="$(RUN_DIR)"; s="$$d/numamem.sock"; st="$$d/state"; files=""; other=""; k=0; \
+RESET_RM = set --; d="$(RUN_DIR)"; s="$$d/numamem.sock"; st="$$d/state"; lock=""; other=""; k=0; \
   if [ -L "$$s" ] || { [ -e "$$s" ] && [ ! -S "$$s" ]; }; then other=" $$s"; k=1; fi; \
   if [ -L "$$st" ] || { [ -e "$$st" ] && [ ! -d "$$st" ]; }; then other="$$other $$st"; k=$$((k+1)); \
   elif [ -d "$$st" ]; then for f in "$$st"/* "$$st"/.[!.]* "$$st"/..?*; do \
     [ -e "$$f" ] || [ -L "$$f" ] || continue; ours=""; \
     if [ -f "$$f" ] && [ ! -L "$$f" ]; then for c in $(RESET_FILES); do \
       case "$$f" in "$$st/$$c"|"$$st/$$c".corrupt-*|"$$st/.$$c".tmp-*) ours=1;; esac; done; fi; \
-    if [ -n "$$ours" ]; then files="$$files $$f"; else k=$$((k+1)); \
+    if [ -n "$$ours" ]; then if [ "$$f" = "$$st/numamem.lock" ]; then lock="$$f"; \
+      else set -- "$$@" "$$f"; fi; else k=$$((k+1)); \
       [ $$k -gt 3 ] || other="$$other $$f"; fi; done; fi; \
   if [ $$k -gt 0 ]; then more=""; [ $$k -le 3 ] || more=" and $$((k-3)) more"; \
     echo "make run-reset: not written by numamem:$$other$$more; nothing removed: is RUN_DIR=$$d the directory make run used? Move those away to reset it" >&2; exit 1; fi; \
-  echo "rm -f$$files $$s; rmdir $$st, then $$d, if empty"; \
-  for f in $$files; do rm -f "$$f" || exit 1; done; \
+  echo "rm -f $$* $$lock $$s; rmdir $$st, then $$d, if empty"; \
+  for f in "$$@"; do rm -f "$$f" || exit 1; done; \
+  if [ -n "$$lock" ]; then rm -f "$$lock" || exit 1; fi; \
   if [ -d "$$st" ]; then rmdir "$$st" || exit 1; fi; \
   rm -f "$$s" && { rmdir "$$d" 2>/dev/null || true; }
 run-reset:

@@ -151,8 +151,12 @@ def can_mount_tmpfs() -> bool:
 
 
 def run_together(threads: Sequence[threading.Thread], timeout: float = 120.0) -> None:
-    """Starts every thread, then waits for each to end (``timeout`` seconds at most each)."""
+    """Starts every thread, then waits for each to end (``timeout`` seconds at most each);
+    AssertionError naming the threads still running after that, so a caller's checks of
+    what the workers recorded never pass on work that has not ended."""
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout)
+    running = [t.name for t in threads if t.is_alive()]
+    assert not running, f"threads still running after {timeout} s: {running}"

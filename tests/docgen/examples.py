@@ -69,7 +69,14 @@ def examples(block: str, where: str = "the block", first_line: int = 1) -> list[
     for index, line in enumerate(block.splitlines()):
         if not pending:
             start = index
-        command, comment, quote, continued = _scan(line, quote)
+        try:
+            command, comment, quote, continued = _scan(line, quote)
+        except UnreadableError as what:
+            raise AssertionError(
+                f"{where}:{first_line + index}: {what} is not read by this runner (its lines "
+                "would run as commands of their own): write the command without it, or mark "
+                "the block not run, naming the test that covers it"
+            ) from None
         pending.append(command)
         if quote or continued:
             continue
@@ -88,11 +95,15 @@ def examples(block: str, where: str = "the block", first_line: int = 1) -> list[
     return out
 
 
+class UnreadableError(Exception):
+    """Shell syntax :func:`examples` does not read (its reason is the syntax)."""
+
+
 def _scan(line: str, quote: str) -> tuple[str, str, str, bool]:
     """One physical line read as bash reads it, with ``quote`` (``''``, ``"'"`` or ``'"'``)
     open from the lines before: (the command part, right-stripped when a comment follows;
     the comment, stripped; the quote open at its end; whether it ends in an unquoted
-    backslash, a continuation)."""
+    backslash, a continuation). :class:`UnreadableError` for a here-document or ``$'...'``."""
     index = 0
     while index < len(line):
         char = line[index]
@@ -107,6 +118,12 @@ def _scan(line: str, quote: str) -> tuple[str, str, str, bool]:
             if index == len(line) - 1:
                 return line, "", "", True
             index += 1
+        elif char == "<" and line.startswith("<<<", index):
+            index += 2  # a here-string: one line, read as any other word
+        elif char == "<" and line.startswith("<<", index):
+            raise UnreadableError("a here-document (<<)")
+        elif char == "$" and line.startswith("$'", index):
+            raise UnreadableError("ANSI-C quoting ($'...')")
         elif char in "'\"":
             quote = char
         elif char == "#" and (index == 0 or line[index - 1] in " \t"):

@@ -108,6 +108,21 @@ def test_a_block_ending_inside_a_quote_names_the_page_and_line(block: str, open_
         examples(block, "x.md", 10)
 
 
+@pytest.mark.parametrize(
+    ("block", "syntax"),
+    [
+        ("true\ncat <<EOF\nhello world\nEOF\n", "a here-document"),
+        ("true\necho $'it\\'s'\n", "ANSI-C quoting"),
+    ],
+)
+def test_shell_syntax_the_runner_does_not_read_is_refused_by_name(block: str, syntax: str) -> None:
+    """Review 40b: a here-document's body ran as commands of its own, and ``\\'`` closed a
+    ``$'...'`` quote; the runner refuses both, naming the page and line."""
+    with pytest.raises(AssertionError, match=f"^x.md:11: {re.escape(syntax)}"):
+        examples(block, "x.md", 10)
+    assert [e.command for e in examples("cat <<<'here string'\n")] == ["cat <<<'here string'"]
+
+
 def _source_text() -> str:
     """All of src/numamem with adjacent string literals joined ("a " "b" -> "a b")."""
     text = "\n".join(p.read_text() for p in sorted(SRC.rglob("*.py")))
