@@ -152,6 +152,9 @@ def test_a_run_that_fails_no_test_leaves_nothing_in_dev_shm(args: list[str], say
 OWN_COUNT = {
     "tests/conftest.py": "the profile: NUMAMEM_PROPERTY_EXAMPLES or hypothesis's 100",
     "tests/unit/test_differential.py": "its own variable, NUMAMEM_DIFFERENTIAL_EXAMPLES",
+    "tests/unit/test_resize_pod_level_properties_can_fail.py": (
+        "one fixed world, run once: it checks that a property test can fail, it is no property"
+    ),
 }
 """Files that may set ``max_examples`` other than through :func:`tests.properties.examples`."""
 
