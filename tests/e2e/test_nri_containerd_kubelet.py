@@ -185,11 +185,13 @@ def test_a_prelaunched_plugin_with_a_bad_config_key_logs_it_and_serves(
     text = log.read_text()
     assert "on-reject: 'sometimes' is not one of fail, unpinned" in text
     assert "plugin_config_path/50-numamem.conf or numamem.conf" in text
+    assert inst.proc is not None
     stderr = []
     for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
-        try:
+        try:  # this containerd's plugin only: other tests run numamem beside this one
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if str(numamem).encode() in cmdline:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == inst.proc.pid and str(numamem).encode() in cmdline:
                 stderr.append(os.readlink(f"/proc/{pid}/fd/2"))
         except OSError:
             continue
