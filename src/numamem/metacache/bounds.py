@@ -18,7 +18,7 @@ from pathlib import Path
 from numamem.cpuset import MAX_CPUS, MAX_NUMA_NODES, CPUSet
 from numamem.errors import quote
 from numamem.logging import get_logger
-from numamem.metacache.cache import State
+from numamem.metacache.state import State
 from numamem.metacache.types import TopologyAwareAssignment
 
 _log = get_logger("metacache")

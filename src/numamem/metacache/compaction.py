@@ -23,10 +23,10 @@ from collections.abc import Callable
 from numamem.checkpoint.filestore import atomic_write, error_text, observed
 from numamem.errors import DurabilityUnknownError, PersistenceError
 from numamem.logging import get_logger
-from numamem.metacache.cache import State
 from numamem.metacache.journal import header
 from numamem.metacache.journal_load import JournalLoad
 from numamem.metacache.persistence import PodTextCache, encode
+from numamem.metacache.state import State
 
 _log = get_logger("metacache")
 

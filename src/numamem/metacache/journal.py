@@ -38,8 +38,8 @@ from typing import Any
 from numamem.checkpoint.filestore import atomic_write, read_file
 from numamem.checkpoint.records import Scan, frame
 from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, quote
-from numamem.metacache.cache import State
 from numamem.metacache.persistence import STATE_FILE, decode_snapshot, encode, json_key
+from numamem.metacache.state import State
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo
 
 JOURNAL_FILE = STATE_FILE + ".journal"

@@ -20,8 +20,8 @@ from numamem.checkpoint.filestore import FaultHook, error_text, move_aside, no_f
 from numamem.checkpoint.fs import FileSystem
 from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, PersistenceError, quote
 from numamem.logging import get_logger
-from numamem.metacache.cache import State
 from numamem.metacache.journal import restore
+from numamem.metacache.state import State
 
 _log = get_logger("metacache")
 

@@ -60,10 +60,10 @@ from numamem.errors import (
     quote,
 )
 from numamem.logging import get_logger
-from numamem.metacache.cache import State
 from numamem.metacache.compaction import Compaction
 from numamem.metacache.journal import JOURNAL_FILE, change_payload, header
 from numamem.metacache.persistence import STATE_FILE, PodTextCache, encode, pod_text
+from numamem.metacache.state import State
 
 _log = get_logger("metacache")
 

@@ -44,7 +44,7 @@ from numamem.errors import (
     quote,
 )
 from numamem.logging import get_logger
-from numamem.metacache.cache import State
+from numamem.metacache.state import State
 from numamem.metacache.types import ContainerInfo, PoolInfo, RegionInfo, canonical_json
 
 _log = get_logger("metacache")

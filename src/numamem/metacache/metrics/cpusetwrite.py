@@ -179,12 +179,10 @@ class CpusetWriter:
                 "cgroup's cpuset.mems may not allow every assigned node)"
             )
         write = CpusetWrite(path, before, target.assigned, after, migrate, now, error, written_back)
-        self._report(target, write, path, before)
+        self._report(target, write)
         return Outcome(write, now_enforced)
 
-    def _report(
-        self, target: PlacementTarget, write: CpusetWrite, path: str, before: frozenset[int]
-    ) -> None:
+    def _report(self, target: PlacementTarget, write: CpusetWrite) -> None:
         if write.ok:
             self.stats.writes_ok += 1
         else:
@@ -192,8 +190,8 @@ class CpusetWriter:
         fields = {
             "pod_uid": quote(target.pod_uid, style="bare"),
             "container": quote(target.container_name, style="bare"),
-            "file": quote(path, style="bare", limit=PATH_QUOTE_BYTES),
-            "before": format_cpulist(before),
+            "file": quote(write.path, style="bare", limit=PATH_QUOTE_BYTES),
+            "before": format_cpulist(write.before),
             "written": format_cpulist(target.assigned),
             "memory_migrate_enabled": write.migrate_enabled,
         }
