@@ -36,7 +36,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.harness import run_alone
+from bench.harness import pct, run_alone
 from numamem.client import NumamemClient
 from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Plugin
@@ -52,11 +52,6 @@ TARGET = 1.05
 WARMUP = 3
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parent.parent
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def plugin_command(nri_socket: Path, daemon_socket: str, level: str) -> list[str]:

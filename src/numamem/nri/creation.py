@@ -112,7 +112,7 @@ def _admit(
         )
         reply: mm.AdmitResponse = state.daemon.call("Admit", request, budget, request_id)
     except (UnavailableError, DeadlineExceededError) as err:
-        text = unreachable_message(record, entry, err)
+        text = unreachable_message(entry.name, record.identity.describe(), err)
         return reject(state, record, entry, container.id, text, retry=True)
     except DaemonRefusedError as err:
         text = f"the numamem daemon refused Admit: {err.code}: {err}"
@@ -271,12 +271,10 @@ def rejection_message(record: PodRecord, entry: Entry, reply: mm.AdmitResponse, 
     )
 
 
-def unreachable_message(record: PodRecord, entry: Entry, err: Exception) -> str:
-    """Why the creation fails when the daemon did not answer in time."""
-    return (
-        f"numamem could not admit container {quote(entry.name)} of pod "
-        f"{record.identity.describe()}: {err}"
-    )
+def unreachable_message(container: str, pod: str, err: Exception) -> str:
+    """Why the creation of ``container`` of ``pod`` (described) fails when the daemon, or the
+    plugin's state, was not had in time."""
+    return f"numamem could not admit container {quote(container)} of pod {pod}: {err}"
 
 
 def pod_scope_refusal(record: PodRecord, entry: Entry) -> str:

@@ -83,7 +83,7 @@ class PodIdentity:
 def pod_identity(sandbox: api.PodSandbox) -> PodIdentity:
     """The sandbox's pod; ``UnusableInputError`` (:data:`NO_POD_UID`) without a uid."""
     labels = sandbox.labels
-    uid = sandbox.uid or labels.get(LABEL_POD_UID, "")
+    uid = sandbox_uid(sandbox)
     if not uid:
         raise UnusableInputError(
             NO_POD_UID,

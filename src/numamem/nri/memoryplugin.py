@@ -43,7 +43,7 @@ from numamem.errors import (
 )
 from numamem.nri import kube, status
 from numamem.nri import pluginstate as counters
-from numamem.nri.creation import create, created_unpinned
+from numamem.nri.creation import create, created_unpinned, unreachable_message
 from numamem.nri.daemonlink import Budget, DaemonLink, budget_for
 from numamem.nri.handler import CallContext, Handler
 from numamem.nri.logsink import open_log
@@ -184,10 +184,7 @@ class MemoryPlugin(Handler):
                 state.changed()
                 return create(state, req.pod, req.container, budget)
         except UnavailableError as err:  # the lock: the creation fails unless unpinned
-            text = (
-                f"numamem could not admit container {quote(req.container.name)} of pod "
-                f"{kube.describe_sandbox(req.pod)}: {err}"
-            )
+            text = unreachable_message(req.container.name, kube.describe_sandbox(req.pod), err)
             if state.options.on_reject != "unpinned":
                 state.count(counters.FAILED)
                 raise NriStatusError(status.UNAVAILABLE, text) from None

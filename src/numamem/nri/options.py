@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import yaml
-
 from numamem.config.yamlbounds import load_mapping
 from numamem.errors import PATH_QUOTE_BYTES, ConfigError, quote
 
@@ -73,12 +71,39 @@ def apply_config(
     options: PluginOptions, text: str, source: str = "the runtime's config"
 ) -> PluginOptions:
     """``options`` with the YAML mapping ``text`` applied (see the module docstring)."""
+    doc = _load(text, source)
+    return _apply(options, doc, source) if doc else options
+
+
+def apply_config_leniently(
+    options: PluginOptions, text: str, source: str = "the runtime's config"
+) -> tuple[PluginOptions, list[ConfigError]]:
+    """``options`` with every key of ``text`` that is right applied, and what was wrong
+    (each key alone: one bad key does not cost the others; text that is not a mapping
+    changes nothing). The text is read once."""
+    try:
+        doc = _load(text, source)
+    except ConfigError as err:
+        return options, [err]
+    errors = []
+    for key, value in (doc or {}).items():
+        try:
+            options = _apply(options, {key: value}, source)
+        except ConfigError as err:
+            errors.append(err)
+    return options, errors
+
+
+def _load(text: str, source: str) -> dict[object, object] | None:
+    """The config's mapping; None for an empty config."""
     if not text.strip():
-        return options
+        return None
     loaded = load_mapping(text, source, ", ".join(CONFIG_KEYS))
-    if loaded is None:
-        return options
-    doc, _ = loaded
+    return loaded[0] if loaded is not None else None
+
+
+def _apply(options: PluginOptions, doc: dict[object, object], source: str) -> PluginOptions:
+    """``options`` with the keys of ``doc`` set; ``ConfigError`` at the first that is wrong."""
     changes: dict[str, str] = {}
     for key, value in doc.items():
         attr = CONFIG_KEYS.get(str(key))
@@ -96,31 +121,6 @@ def apply_config(
         return replace(options, **changes)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
-
-
-def apply_config_leniently(
-    options: PluginOptions, text: str, source: str = "the runtime's config"
-) -> tuple[PluginOptions, list[ConfigError]]:
-    """``options`` with every key of ``text`` that is right applied, and what was wrong
-    (each key alone: one bad key does not cost the others; text that is not a mapping
-    changes nothing)."""
-    try:
-        return apply_config(options, text, source), []
-    except ConfigError as err:
-        whole = err
-    try:
-        loaded = load_mapping(text, source)
-    except ConfigError:
-        return options, [whole]
-    if loaded is None:
-        return options, [whole]
-    errors = []
-    for key, value in loaded[0].items():
-        try:
-            options = apply_config(options, yaml.safe_dump({key: value}), source)
-        except ConfigError as err:
-            errors.append(err)
-    return options, errors
 
 
 def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from numamem.nri.kube import sandbox_uid
 from numamem.nriapi import api_pb2 as api
 
 
@@ -22,11 +23,6 @@ class PodView:
     sandbox: api.PodSandbox
     containers: tuple[api.Container, ...]
     names: frozenset[str] = frozenset()
-
-
-def pod_uid(sandbox: api.PodSandbox) -> str:
-    """The sandbox's pod uid ("" when it has none)."""
-    return sandbox.uid or sandbox.labels.get("io.kubernetes.pod.uid", "")
 
 
 class RuntimeView:
@@ -77,7 +73,7 @@ class RuntimeView:
             copy = api.PodSandbox()
             copy.CopyFrom(pod)
         self._pods[pod.id] = copy
-        uid = pod_uid(pod)
+        uid = sandbox_uid(pod)
         if uid:
             self._uids.setdefault(uid, {})[pod.id] = None
 
@@ -132,11 +128,12 @@ class RuntimeView:
         """The sandbox and its containers."""
         pod = self._pods.pop(sandbox_id, None)
         if pod is not None:
-            ids = self._uids.get(pod_uid(pod))
+            uid = sandbox_uid(pod)
+            ids = self._uids.get(uid)
             if ids is not None:
                 ids.pop(sandbox_id, None)
                 if not ids:
-                    del self._uids[pod_uid(pod)]
+                    del self._uids[uid]
         for cid in list(self._in_sandbox.get(sandbox_id, ())):
             self.remove_container(cid)
 
