@@ -27,6 +27,7 @@ from numamem.cpuset import MAX_CPULIST_BYTES
 from numamem.testing.daemon import DaemonProcess
 from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
+from tests.daemon import run_together
 from tests.fuzz.amplify import LONG_CPULIST
 from tests.fuzz.cost import CPU, RSS, SEARCHING, CostOracle, proc_sampler
 from tests.fuzz.machines import LARGE_NODES, long_searches, write_machine
@@ -149,11 +150,7 @@ def test_four_such_requests_at_once_fit_in_the_daemonsets_memory_limit(
                 except grpc.RpcError as err:
                     codes.append(err.code())
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_together([threading.Thread(target=one, args=(i,)) for i in range(4)])
         assert d.proc.poll() is None
         assert codes == [grpc.StatusCode.INVALID_ARGUMENT] * 4
         assert int((group / "memory.failcnt").read_text()) == 0
