@@ -246,16 +246,13 @@ def could_make(path: Path, what: str) -> None:
         probe = probe.parent
     if probe == path:
         return
-    code = 0
-    if not probe.is_dir():
-        code = errno.ENOTDIR
-    elif os.statvfs(probe).f_flag & os.ST_RDONLY:
-        code = errno.EROFS
-    elif not os.access(probe, os.W_OK | os.X_OK):
-        code = errno.EACCES
-    if code:
+    if probe.is_dir():
+        failure = write_error(probe)
+    else:
+        failure = OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+    if failure is not None:
         raise StartupError(
-            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot create: {os.strerror(code)}"
+            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot create: {failure.strerror}"
         )
 
 
