@@ -17,6 +17,7 @@ from typing import Protocol
 import grpc
 
 from numamem.config.model import Config
+from numamem.errors import StartupError
 
 DurabilityReport = Callable[[str, str | None], None]
 """(checkpoint file, the problem or None once it is durable again)."""
@@ -70,6 +71,15 @@ class StatelessComponent:
 
 
 ComponentFactory = Callable[[Config], Sequence[Component]]
+
+
+def service_names(components: Sequence[Component]) -> list[str]:
+    """Every service the components serve, in their order; a service named twice is a
+    numamem bug (StartupError), refused before anything is created."""
+    names = [n for c in components for n in c.service_names]
+    if len(set(names)) != len(names):
+        raise StartupError(f"internal error: a service is registered twice: {sorted(names)}")
+    return names
 
 
 def component_label(component: object) -> str:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from numamem.api.component import Component
+from numamem.api.component import Component, service_names
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
 from numamem.api.sockets import bind_failure, check_socket_path, classify_socket_path
@@ -145,9 +145,7 @@ def check_start(
     check_socket_path(config.socket)
     discard = config.metacache_discard_corrupt_state
     components = factory(replace(config, metacache_discard_corrupt_state=False))
-    names = [n for c in components for n in c.service_names]
-    if len(set(names)) != len(names):
-        raise StartupError(f"internal error: a service is registered twice: {sorted(names)}")
+    service_names(components)
     could_make(state_dir, "--state-dir")
     could_make(socket_dir, "--socket directory")
     holder = check_lock(state_dir / LOCK_FILE, proc_locks)
@@ -246,16 +244,13 @@ def could_make(path: Path, what: str) -> None:
         probe = probe.parent
     if probe == path:
         return
-    code = 0
-    if not probe.is_dir():
-        code = errno.ENOTDIR
-    elif os.statvfs(probe).f_flag & os.ST_RDONLY:
-        code = errno.EROFS
-    elif not os.access(probe, os.W_OK | os.X_OK):
-        code = errno.EACCES
-    if code:
+    if probe.is_dir():
+        failure = write_error(probe)
+    else:
+        failure = OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+    if failure is not None:
         raise StartupError(
-            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot create: {os.strerror(code)}"
+            f"{what} {quote(path, limit=PATH_QUOTE_BYTES)}: cannot create: {failure.strerror}"
         )
 
 

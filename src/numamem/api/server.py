@@ -66,7 +66,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from numamem.api.component import Component, ComponentFactory, component_label
+from numamem.api.component import (
+    Component,
+    ComponentFactory,
+    component_label,
+    service_names,
+)
 from numamem.api.executor import BoundedExecutor
 from numamem.api.health import HEALTH_SERVICE, HealthService, start_health_server
 from numamem.api.interceptors import Readiness, ServerInterceptor
@@ -82,7 +87,6 @@ from numamem.api.statedir import LOCK_FILE, check_dir, claim_state_dir, make_dir
 from numamem.api.wakeup import signal_wakeup
 from numamem.api.watchdog import Watchdog, serving_loop_watchdog
 from numamem.config.model import Config
-from numamem.errors import StartupError
 from numamem.logging import get_logger
 from numamem.work import Courtesy, install_courtesy, uninstall_courtesy
 
@@ -238,9 +242,7 @@ class Daemon:
         notify = self.notifier.status
         notify("discovering the topology and checking the configuration")
         self._components = self.component_factory(cfg)
-        names = [n for c in self._components for n in c.service_names]
-        if len(set(names)) != len(names):
-            raise StartupError(f"internal error: a service is registered twice: {sorted(names)}")
+        names = service_names(self._components)
         try:
             self._created += make_dirs(state_dir, 0o700, "--state-dir")
             self._created += make_dirs(socket_dir, 0o750, "--socket directory")

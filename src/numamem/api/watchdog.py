@@ -275,9 +275,10 @@ def serving_loop_watchdog(
     socket_path: str | None = None,
 ) -> Watchdog | None:
     """The daemon's watchdog: pings through ``notifier`` (None without ``WatchdogSec=``),
-    probes on ``pool`` (the RPC pool; the probe is not counted as an RPC) with the writer
-    locks of every component that has ``liveness_locks()`` and the disk writes of every
-    component that has ``liveness_writes()``, then a Health/Check over ``socket_path`` (when
+    probes on ``pool`` (the RPC pool of ``workers`` threads, as the warning says; the probe
+    is not counted as an RPC) with the writer locks of every component that has
+    ``liveness_locks()`` and the disk writes of every component that has
+    ``liveness_writes()``, then a Health/Check over ``socket_path`` (when
     given: the daemon's ``--socket``), wakes the loop through the non-blocking ``wake_fd``."""
     interval = notifier.watchdog_interval
     if interval is None:
@@ -295,7 +296,6 @@ def serving_loop_watchdog(
         with contextlib.suppress(OSError):
             os.write(wake_fd, b"w")
 
-    workers = pool._max_workers
     return Watchdog(
         notifier.watchdog,
         interval,

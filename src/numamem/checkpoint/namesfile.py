@@ -42,7 +42,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from numamem.checkpoint.filestore import FaultHook, error_text, read_file
+from numamem.checkpoint.filestore import FaultHook, error_text, no_fault, read_file
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.records import Scan, frame
 from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, PersistenceError, quote
@@ -53,10 +53,6 @@ FOLD_MIN_BYTES = 64 << 10
 
 Names = Mapping[str, tuple[str, str]]
 _HEADER = frame(b'{"podNames":1}')
-
-
-def _no_fault(stage: str, target: Path) -> None:
-    return None
 
 
 def _record(uid: str, name: tuple[str, str]) -> bytes:
@@ -207,7 +203,7 @@ class NamesJournal:
     def append(self, records: bytes, faults: FaultHook | None = None) -> None:
         """Append ``records`` and fsync them; PersistenceError (nothing applied) on any
         Exception, after which the next save folds (the records may be in the file)."""
-        hook = faults or _no_fault
+        hook = faults or no_fault
         try:
             if self._fd is None:
                 hook("open", self.path)
