@@ -104,8 +104,8 @@ run: $(RUN_STAMP)
 # The names it removes are kept as its positional parameters, never split or globbed again
 # (a name with a space or a `*` is removed as it was checked), and numamem.lock goes last, so a
 # numamem starting meanwhile waits for the lock until everything else is gone (review 40b).
-RESET_FILES = memory_manager_state numamem_containers numamem_pod_names sys_advisor_state \
-  sys_advisor_state.journal numamem.lock
+RESET_FILES = memory_manager_state numamem_containers numamem_state_journal numamem_pod_names \
+  sys_advisor_state sys_advisor_state.journal numamem.lock
 RESET_LOCK = $(RUN_DIR)/state/numamem.lock
 RESET_HELD = make run-reset: a numamem process holds $(RESET_LOCK) (serving, stalled or \
   starting): stop make run (Ctrl-C) first

@@ -47,6 +47,15 @@ from numamem.testing.nri_runtime import ScriptedRuntime
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 
+
+def shipped(root: Path) -> list[str]:
+    """The daemon flags of deploy/kubernetes/daemonset.yaml that change an Admit's cost: the
+    journal commit and the podresources names (a name appended per new pod), so the figures
+    are those of the shipped configuration (tests/unit/test_bench_tools.py checks the
+    DaemonSet still has them)."""
+    return ["--state-commit=journal", f"--podresources-socket={root / 'podresources.sock'}"]
+
+
 TARGET = 1.05
 """CRI CreateContainer+StartContainer p50 with the plugin over without (issue 39)."""
 WARMUP = 3
@@ -89,7 +98,7 @@ def scripted(root: Path, pods: int) -> dict[str, list[float]]:
     daemon = DaemonProcess(
         root,
         ["--sysfs-root", str(sysfs), "--cgroup-root", str(root / "no-cgroups"), *STATIC_ARGS,
-         "--log-level", "warning"],
+         *shipped(root), "--log-level", "warning"],
     ).start(timeout=60)  # fmt: skip
     runtime = ScriptedRuntime(root / "nri.sock", runtime_name="bench").start()
     with (root / "plugin.log").open("wb") as log:
@@ -167,7 +176,7 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     daemon = DaemonProcess(
         root,
-        [*STATIC_ARGS, "--sysfs-root", "/sys", "--cgroup-root", "/sys/fs/cgroup",
+        [*STATIC_ARGS, *shipped(root), "--sysfs-root", "/sys", "--cgroup-root", "/sys/fs/cgroup",
          "--log-level", "warning"],
     ).start(timeout=60)  # fmt: skip
     names = ("with", "null", "without")

@@ -304,7 +304,9 @@ def normalised(
 
 
 @contextmanager
-def harness(root: Path, pod_level: bool = False) -> Iterator[Harness]:
+def harness(
+    root: Path, pod_level: bool = False, state_commit: str = "replace"
+) -> Iterator[Harness]:
     gates = (
         {
             "feature_gates": FeatureGates(True, True),
@@ -316,7 +318,9 @@ def harness(root: Path, pod_level: bool = False) -> Iterator[Harness]:
         if pod_level
         else {}
     )
-    with serve_in_process(root=root, podresources_socket=str(root / "pr.sock"), **gates) as server:
+    with serve_in_process(
+        root=root, podresources_socket=str(root / "pr.sock"), state_commit=state_commit, **gates
+    ) as server:
         memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
         cache = next(c for c in server.daemon._components if isinstance(c, MetaCacheComponent))
         assert cache.persister is not None

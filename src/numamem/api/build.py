@@ -107,5 +107,8 @@ def state_store(config: Config, fs: FileSystem = REAL) -> KubeletStateStore:
     """The memory manager's store for ``config`` (V3 and pod-level entries with the
     ``PodLevelResourceManagers`` gate)."""
     return KubeletStateStore(
-        config.state_dir, fs=fs, pod_level=config.feature_gates.pod_level_resource_managers
+        config.state_dir,
+        fs=fs,
+        pod_level=config.feature_gates.pod_level_resource_managers,
+        journal=config.state_commit == "journal",
     )

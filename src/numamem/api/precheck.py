@@ -57,6 +57,7 @@ from numamem.api.statedir import (
 from numamem.api.topology import TopologyComponent
 from numamem.checkpoint.filestore import error_text
 from numamem.checkpoint.fs import FileSystem, StrPath
+from numamem.checkpoint.mmjournal import JOURNAL_FILE as MM_JOURNAL_FILE
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
 from numamem.checkpoint.namesfile import NAMES_FILE
 from numamem.config.model import Config
@@ -65,7 +66,9 @@ from numamem.metacache.journal import JOURNAL_FILE
 from numamem.metacache.journal_store import JournalPersister
 from numamem.metacache.persistence import STATE_FILE as METACACHE_FILE
 
-CHECKPOINTS = (STATE_FILE, CONTAINERS_FILE, NAMES_FILE, METACACHE_FILE, JOURNAL_FILE)
+CHECKPOINTS = (
+    STATE_FILE, CONTAINERS_FILE, MM_JOURNAL_FILE, NAMES_FILE, METACACHE_FILE, JOURNAL_FILE,
+)  # fmt: skip
 _READ_ONLY_LOADS = (TopologyComponent, MemoryManagerComponent, MetaCacheComponent)
 """The components whose ``load`` reads and validates but writes and binds nothing."""
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

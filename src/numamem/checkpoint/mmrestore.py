@@ -30,6 +30,7 @@ from numamem.checkpoint.filestore import (
     remove_stale_temps,
 )
 from numamem.checkpoint.fs import FileSystem
+from numamem.checkpoint.mmjournal import JOURNAL_FILE, CommitJournal
 from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, encode_names
 from numamem.errors import CheckpointError, DurabilityUnknownError, PersistenceError, quote
 from numamem.logging import get_logger
@@ -73,9 +74,24 @@ class StoreRestore:
     _map_dirty: bool
     _legacy_names: bool
     _map_unusable: str | None
+    journal: CommitJournal
+    journal_mode: bool
+    _journal_map: bytes | None = None
+    """The container map of the journal's last record, when restore read one."""
+
+    def retire_journal(self) -> None: ...
 
     def restore(self, policy_name: str) -> Snapshot | None:
-        data = read_file(self.state_path, self.fs)
+        try:
+            found = self.journal.load()
+        except CheckpointError as err:
+            raise restore_error(self.journal.path, err) from err
+        if found is not None and found.state is not None:
+            data: bytes | None = found.state
+            self._journal_map = found.containers
+        else:
+            data = read_file(self.state_path, self.fs)
+            self._journal_map = None
         if data is None:
             # No pod has state: every name recorded (in the names file, or in an older map,
             # which the first save moves out of it) is inert, and must stay so.
@@ -151,7 +167,9 @@ class StoreRestore:
         )
 
     def _read_containers(self) -> ContainerFile:
-        data = read_file(self.containers_path, self.fs)
+        data = self._journal_map
+        if data is None:
+            data = read_file(self.containers_path, self.fs)
         if data is None:
             return ContainerFile()
         try:
@@ -163,13 +181,15 @@ class StoreRestore:
     def restored(self) -> None:
         """The restored state was accepted: remove temp files, set an unusable map or names
         file aside (and write the names kept from the latter into a new one)."""
-        for name in (self.state_path.name, self.containers_path.name, NAMES_FILE):
+        for name in (self.state_path.name, self.containers_path.name, NAMES_FILE, JOURNAL_FILE):
             for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
         if self.names_file.damage is not None:
             self._set_names_aside()
             if self._last_names:
                 self._rewrite_names()  # the names kept are on disk again, not only in memory
+        if self.journal.records and not self.journal_mode:
+            self.retire_journal()
         if self._map_unusable is not None:
             aside = move_aside(self.containers_path, "corrupt", self.fs)
             _log.error(

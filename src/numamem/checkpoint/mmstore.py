@@ -72,6 +72,8 @@ from numamem.checkpoint.filestore import (
     read_file,
 )
 from numamem.checkpoint.fs import REAL, FileSystem
+from numamem.checkpoint.mmcommit import JournalCommit
+from numamem.checkpoint.mmjournal import JOURNAL_FILE, CommitJournal, read_journal
 from numamem.checkpoint.mmrestore import StoreRestore, replayed
 from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, encode_names, read_names
 from numamem.errors import (
@@ -107,7 +109,19 @@ def recorded_names(state_dir: Path) -> dict[str, tuple[str, str]]:
     return replayed(names, read_names(data, state_dir / NAMES_FILE).names if data else {})
 
 
-class KubeletStateStore(StoreRestore):
+def current_files(state_dir: Path, fs: FileSystem = REAL) -> tuple[bytes | None, bytes | None]:
+    """What a restart reads as ``memory_manager_state`` and the container map: the commit
+    journal's last good record, else the files (None: missing). Read-only; CheckpointError
+    for a damaged journal, OSError as reading raises it."""
+    data = read_file(state_dir / JOURNAL_FILE, fs)
+    if data is not None:
+        found = read_journal(data, state_dir / JOURNAL_FILE)
+        if found.state is not None:
+            return found.state, found.containers
+    return read_file(state_dir / STATE_FILE, fs), read_file(state_dir / CONTAINERS_FILE, fs)
+
+
+class KubeletStateStore(JournalCommit, StoreRestore):
     """A :class:`~numamem.memorymanager.state.store.StateStore` on a state directory.
 
     Not thread-safe: the memory manager calls it under its own lock. Restoring
@@ -123,10 +137,15 @@ class KubeletStateStore(StoreRestore):
         fs: FileSystem = REAL,
         *,
         pod_level: bool = False,
+        journal: bool = False,
     ) -> None:
         """``pod_level``: the ``PodLevelResourceManagers`` gate (pod-level entries are kept,
-        and the file is written as V3)."""
+        and the file is written as V3). ``journal``: ``--state-commit=journal``
+        (:mod:`numamem.checkpoint.mmjournal`); either way a journal on disk is read."""
         self.pod_level = pod_level
+        self.journal_mode = journal
+        self.journal = CommitJournal(Path(state_dir), fs)
+        self._last_map_bytes: bytes | None = None
         self.fs = fs
         self.dir = Path(state_dir)
         self.state_path = self.dir / STATE_FILE
@@ -153,7 +172,13 @@ class KubeletStateStore(StoreRestore):
         everything written is durable (which also makes earlier unknown writes durable)."""
 
     def close(self) -> None:
-        """Close the pod names file's append descriptor (a later save reopens it)."""
+        """Close the descriptors (a later save reopens them); in journal mode, first fold the
+        journal into the files (a graceful stop leaves ``memory_manager_state`` current;
+        a failure is logged and the journal is replayed at the next start)."""
+        pending = self.journal.records or self.journal.needs_settle
+        if self.journal_mode and pending and (self.journal.exists or self._last_state):
+            self.compact_journal()
+        self.journal.close()
         self.names_file.close()
 
     # --- save --------------------------------------------------------------------
@@ -203,6 +228,11 @@ class KubeletStateStore(StoreRestore):
         ordered = (map_item, state_item) if adds else (state_item, map_item)
         files = [item for item in ordered if item is not None]
         names_plan = self.names_file.plan(old_names, new_names, snapshot.assignments)
+        if self.journal_mode:
+            self._commit(state, new_map, new_names, new_exclusive, names_plan)
+            return
+        if self.journal.records:  # a journal mode's journal: folded before files change
+            self.retire_journal()
         fold = None
         if names_plan is not None and names_plan[0] == "fold":
             fold = (self.names_file.path, names_plan[1])

@@ -29,14 +29,19 @@ def load(state_dir: Path) -> Any:
     """The decoded ``memory_manager_state`` of ``state_dir``; an exit code (1) when it cannot
     be read; raises CheckpointError naming the file when it does not decode."""
     from numamem.checkpoint import kubelet
-    from numamem.checkpoint.mmstore import STATE_FILE
+    from numamem.checkpoint.mmjournal import JOURNAL_FILE
+    from numamem.checkpoint.mmstore import STATE_FILE, current_files
     from numamem.errors import CheckpointError
 
     path = state_dir / STATE_FILE
     try:
-        data = path.read_bytes()
+        data, _ = current_files(state_dir)
     except OSError as err:
-        return fail(f"cannot read {path}: {err.strerror}")
+        return fail(f"cannot read {err.filename or path}: {err.strerror}")
+    except CheckpointError as err:
+        raise CheckpointError(f"{state_dir / JOURNAL_FILE}: {err}") from err
+    if data is None:
+        return fail(f"cannot read {path}: No such file or directory")
     try:
         return kubelet.load(data)
     except CheckpointError as err:
@@ -56,13 +61,15 @@ def shared_containers(state_dir: Path, loaded: Any) -> dict[str, set[str]]:
     in ``loaded`` (as GetState's isolation says it: numamem's record of the containers with
     memory of their own in the container map; none recorded, all share)."""
     from numamem.checkpoint.containerfile import read_container_file
-    from numamem.checkpoint.mmstore import CONTAINERS_FILE
+    from numamem.checkpoint.mmstore import current_files
     from numamem.errors import CheckpointError
     from numamem.memorymanager.requests import podlevel
 
     exclusive: Mapping[str, frozenset[str]] = {}
     with contextlib.suppress(OSError, CheckpointError):  # `state verify` reports the file
-        exclusive = read_container_file((state_dir / CONTAINERS_FILE).read_bytes()).exclusive
+        _, containers = current_files(state_dir)
+        if containers is not None:
+            exclusive = read_container_file(containers).exclusive
     return {
         pod: {
             name
@@ -78,6 +85,8 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
     """The offline checks of the state files: a report (``problems`` empty when they pass),
     or an exit code when the state file cannot be read."""
     from numamem.checkpoint.containerfile import decode_containers
+    from numamem.checkpoint.filestore import read_file
+    from numamem.checkpoint.mmjournal import JOURNAL_FILE, read_journal
     from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
     from numamem.checkpoint.namesfile import NAMES_FILE, read_names
     from numamem.errors import CheckpointError
@@ -117,9 +126,24 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
     elif loaded.assignments:
         report["problems"].append("machine state is empty but there are memory assignments")
     path = state_dir / CONTAINERS_FILE
-    if path.exists():
+    journal = read_file(state_dir / JOURNAL_FILE)
+    in_journal = read_journal(journal, state_dir / JOURNAL_FILE) if journal is not None else None
+    if in_journal is not None:  # load() read it: no damage
+        report["journal"] = {
+            "file": str(state_dir / JOURNAL_FILE),
+            "records": in_journal.records,
+            "torn_bytes": in_journal.torn,
+        }
+    map_bytes = (
+        in_journal.containers if in_journal is not None and in_journal.state is not None else None
+    )
+    if map_bytes is not None:
+        path = state_dir / JOURNAL_FILE
+    elif path.exists():
+        map_bytes = path.read_bytes()
+    if map_bytes is not None:
         try:
-            ids = decode_containers(path.read_bytes())
+            ids = decode_containers(map_bytes)
             report["container_map"] = {"file": str(path), "container_ids": len(ids)}
         except CheckpointError as err:
             report["problems"].append(f"{path}: {err}")

@@ -29,6 +29,8 @@ EVICTION_SIGNALS = (
 )
 DEFAULT_SOCKET = "/run/numamem/numamem.sock"
 DEFAULT_STATE_DIR = "/var/lib/numamem"
+STATE_COMMITS = ("replace", "journal")
+"""The values of ``--state-commit`` (:mod:`numamem.checkpoint.mmjournal`)."""
 DEFAULT_EVICTION_HARD = "memory.available<100Mi"
 POD_LEVEL_RESOURCES = "PodLevelResources"
 POD_LEVEL_RESOURCE_MANAGERS = "PodLevelResourceManagers"
@@ -99,6 +101,7 @@ class Config:
 
     socket: str = DEFAULT_SOCKET
     state_dir: str = DEFAULT_STATE_DIR
+    state_commit: str = "replace"
     sysfs_root: str = "/sys"
     cgroup_root: str = "/sys/fs/cgroup"
     enforce_cpuset_mems: bool = False

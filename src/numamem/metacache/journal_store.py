@@ -42,6 +42,7 @@ import threading
 from collections.abc import Callable, Set
 from pathlib import Path
 
+from numamem.checkpoint.appendlog import TornTailError, append_durably
 from numamem.checkpoint.filestore import (
     FaultHook,
     atomic_write,
@@ -235,55 +236,27 @@ class JournalPersister(Compaction):
             )
 
     def _append_locked(self, record: bytes) -> None:
+        """Append and fsync ``record``; a failure is undone and reported as
+        :func:`~numamem.checkpoint.appendlog.append_durably` says, and poisons the journal
+        when the cut-off did not leave it as before."""
         assert self._fd is not None
-        hook = self.faults or no_fault
-        written = False
         try:
-            hook("append", self.journal_path)
-            view = memoryview(record)
-            while view:
-                view = view[self.fs.write(self._fd, view) :]
-            written = True
-            hook("append-fsync", self.journal_path)
-            self.fs.fsync(self._fd)
-        except Exception as err:  # noqa: BLE001 - every error is undone and reported
-            self._undo_append(err, written)
-
-    def _undo_append(self, err: Exception, written: bool) -> None:
-        """Cut the journal back to its last good record and raise what the writers learn.
-
-        ``written``: the whole record reached the file (its fsync failed), so a restart
-        would read it unless it is cut off again. See the module docstring.
-        """
-        assert self._fd is not None
-        hook = self.faults or no_fault
-        failed = f"cannot append to the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)}: {error_text(err)}"
-        try:
-            hook("truncate", self.journal_path)
-            self.fs.ftruncate(self._fd, self._size)
-        except Exception as cut:  # noqa: BLE001 - reported to the writers
+            append_durably(
+                self.fs,
+                self._fd,
+                record,
+                self._size,
+                path=self.journal_path,
+                failed="cannot append to the metacache journal "
+                f"{quote(self.journal_path, limit=PATH_QUOTE_BYTES)}",
+                rewrite="the next write rewrites the snapshot",
+                faults=self.faults,
+            )
+        except TornTailError:
             self._poisoned = True
-            if not written:
-                # A strict prefix of a record is torn: a restart drops it, the change is not
-                # there. Nothing may follow it, so the next commit rewrites both files.
-                raise PersistenceError(f"{failed}; the change was not applied") from err
-            message = (
-                f"{failed}, and cutting the record off again failed: {error_text(cut)}; a "
-                "restart reads the change but whether it survives a power loss is unknown; the "
-                "next write rewrites the snapshot"
-            )
-            raise self._outcome_unknown(message, applied=True) from err
-        try:
-            hook("truncate-fsync", self.journal_path)
-            self.fs.fsync(self._fd)
-        except Exception as sync:  # noqa: BLE001 - reported to the writers
-            message = (
-                f"{failed}; the record was cut off again but syncing the cut failed: "
-                f"{error_text(sync)}; a restart does not read the change, but whether that "
-                "survives a power loss is unknown; the next write rewrites the snapshot"
-            )
-            raise self._outcome_unknown(message, applied=False) from err
-        raise PersistenceError(f"{failed}; the change was not applied") from err
+            raise
+        except DurabilityUnknownError as err:
+            raise self._outcome_unknown(str(err), applied=err.applied) from err.__cause__
 
     def _outcome_unknown(self, message: str, applied: bool) -> DurabilityUnknownError:
         """A write whose outcome on disk is unknown: nothing may be appended after it (the

@@ -8,7 +8,7 @@ docs/configuration.md list them so).
 from __future__ import annotations
 
 from numamem.config.flags.spec import Flag
-from numamem.config.model import DEFAULT_SOCKET, DEFAULT_STATE_DIR
+from numamem.config.model import DEFAULT_SOCKET, DEFAULT_STATE_DIR, STATE_COMMITS
 
 HOST: tuple[Flag, ...] = (
     Flag(
@@ -22,10 +22,22 @@ HOST: tuple[Flag, ...] = (
         "--state-dir",
         "state_dir",
         "checkpoints: memory_manager_state (kubelet-compatible), numamem_containers and "
-        "numamem_pod_names (container ids, pod names), sys_advisor_state and its journal "
-        "(metacache); created 0700",
+        "numamem_pod_names (container ids, pod names), numamem_state_journal (with "
+        "--state-commit=journal), sys_advisor_state and its journal (metacache); created 0700",
         DEFAULT_STATE_DIR,
         metavar="DIR",
+    ),
+    Flag(
+        "--state-commit",
+        "state_commit",
+        "how the memory manager makes a change durable: replace (memory_manager_state and "
+        "numamem_containers replaced on every change, as the kubelet keeps its file) or "
+        "journal (one record appended and fsynced to numamem_state_journal, folded into "
+        "those files at 1 MiB, at every graceful stop and when a replace-mode start finds "
+        "it; about a fifth of the write cost: for the NRI plugin's container-creation path; "
+        "offline tools read the journal too: docs/state-files.md in the numamem source)",
+        "replace",
+        choices=STATE_COMMITS,
     ),
     Flag(
         "--sysfs-root",
