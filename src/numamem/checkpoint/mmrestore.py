@@ -39,11 +39,13 @@ from numamem.memtypes import ContainerRef, Snapshot
 _log = get_logger("checkpoint")
 
 
-def restore_error(path: Path, err: object) -> CheckpointError:
-    """The kubelet's wrapper text, naming the file and the fix."""
+def restore_error(path: Path, err: object, *, beside: Path | None = None) -> CheckpointError:
+    """The kubelet's wrapper text, naming the file and the fix (``beside``: a second file to
+    delete, the older ``memory_manager_state`` a journal's record overrides)."""
+    files = f'file "{path}"' if beside is None else f'files "{path}" and "{beside}"'
     return CheckpointError(
         f"could not restore state from checkpoint: {err}, please drain this node and delete the memory "
-        f'manager checkpoint file "{path}" before restarting numamem'
+        f"manager checkpoint {files} before restarting numamem"
     )
 
 
@@ -76,6 +78,7 @@ class StoreRestore:
     _map_unusable: str | None
     journal: CommitJournal
     journal_mode: bool
+    accepted: bool
     _journal_map: bytes | None = None
     """The container map of the journal's last record, when restore read one."""
 
@@ -86,9 +89,11 @@ class StoreRestore:
             found = self.journal.load()
         except CheckpointError as err:
             raise restore_error(self.journal.path, err) from err
+        source, beside = self.state_path, None  # what a refusal names: the state's file(s)
         if found is not None and found.state is not None:
             data: bytes | None = found.state
             self._journal_map = found.containers
+            source, beside = self.journal.path, self.state_path
         else:
             data = read_file(self.state_path, self.fs)
             self._journal_map = None
@@ -101,23 +106,25 @@ class StoreRestore:
         try:
             loaded = kubelet.load(data)
         except CheckpointError as err:
-            raise restore_error(self.state_path, err) from err
+            raise restore_error(source, err, beside=beside) from err
         if loaded.policy_name != policy_name:
             raise restore_error(
-                self.state_path,
+                source,
                 f'[memorymanager] configured policy "{policy_name}" differs from state checkpoint policy '
                 f'"{loaded.policy_name}"',
+                beside=beside,
             )
         if loaded.pod_entries and not self.pod_level:
             pods = ", ".join(quote(uid) for uid in sorted(loaded.pod_entries)[:5])
             more = len(loaded.pod_entries) - min(len(loaded.pod_entries), 5)
             raise CheckpointError(
-                f'{self.state_path} holds pod-level memory assignments ("podEntries", KEP-5526) of '
+                f'{source} holds pod-level memory assignments ("podEntries", KEP-5526) of '
                 f"pods {pods}{f' and {more} more' if more else ''}, which numamem keeps only with "
                 "the PodLevelResourceManagers feature gate on (the memory they hold would be "
                 "reserved with nothing to release it); fix: start with --feature-gates "
                 "PodLevelResources=true,PodLevelResourceManagers=true (or featureGates in "
-                f"--config), or drain the node, remove {self.state_path} and restart numamem"
+                f"--config), or drain the node, remove {source}{f' and {beside}' if beside else ''} "
+                "and restart numamem"
             )
         written = "v3" if self.pod_level else "v1"
         if loaded.format != written:
@@ -181,6 +188,7 @@ class StoreRestore:
     def restored(self) -> None:
         """The restored state was accepted: remove temp files, set an unusable map or names
         file aside (and write the names kept from the latter into a new one)."""
+        self.accepted = True
         for name in (self.state_path.name, self.containers_path.name, NAMES_FILE, JOURNAL_FILE):
             for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))

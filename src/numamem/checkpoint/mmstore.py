@@ -145,6 +145,9 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         self.pod_level = pod_level
         self.journal_mode = journal
         self.journal = CommitJournal(Path(state_dir), fs)
+        self.accepted = False
+        """The manager accepted the restored state (or saved): a stop may fold the journal
+        (a refused start changes nothing on disk)."""
         self._last_map_bytes: bytes | None = None
         self.fs = fs
         self.dir = Path(state_dir)
@@ -176,8 +179,17 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         journal into the files (a graceful stop leaves ``memory_manager_state`` current;
         a failure is logged and the journal is replayed at the next start)."""
         pending = self.journal.records or self.journal.needs_settle
-        if self.journal_mode and pending and (self.journal.exists or self._last_state):
-            self.compact_journal()
+        folds = self.journal_mode and self.accepted and pending
+        if folds and not self.compact_journal():
+            _log.error(
+                "memory_manager_state is behind the memory manager journal: the fold at "
+                "stop failed; the next start reads the journal, but before handing the "
+                "file to a kubelet start numamem once without --state-commit=journal "
+                "(it folds the journal) and check that `numamem state verify` shows no "
+                "journal records",
+                state=str(self.state_path),
+                journal=str(self.journal.path),
+            )
         self.journal.close()
         self.names_file.close()
 
@@ -228,6 +240,7 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         ordered = (map_item, state_item) if adds else (state_item, map_item)
         files = [item for item in ordered if item is not None]
         names_plan = self.names_file.plan(old_names, new_names, snapshot.assignments)
+        self.accepted = True
         if self.journal_mode:
             self._commit(state, new_map, new_names, new_exclusive, names_plan)
             return

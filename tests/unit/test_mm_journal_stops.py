@@ -1,0 +1,104 @@
+"""Journal mode at the edges of a run: a refused start, what a refusal names, a stop whose
+fold fails (found by the hostile review of the journal commit; each failed before its fix)."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from numamem.api.app import build_components
+from numamem.api.server import Daemon
+from numamem.checkpoint.mmjournal import JOURNAL_FILE as MM_JOURNAL
+from numamem.checkpoint.mmstore import KubeletStateStore
+from numamem.testing.server import serve_in_process
+from tests.unit.test_fault_matrix import pod
+
+
+def crash_image(live_state: Path, into: Path) -> Path:
+    """The state dir as a power cut / SIGKILL leaves it (every acknowledged change fsynced)."""
+    shutil.copytree(live_state, into, ignore=shutil.ignore_patterns("*.sock", "*.lock"))
+    return into
+
+
+def uids(state_dir: Path) -> set[str]:
+    snap = KubeletStateStore(state_dir, journal=True).restore("Static")
+    return set(snap.assignments) if snap is not None else set()
+
+
+@pytest.mark.parametrize("overrides", [{"memory_manager_policy": "None"}])
+def test_a_refused_start_does_not_erase_the_journal(
+    tmp_path: Path, overrides: dict[str, object]
+) -> None:
+    """Journal mode, crash after acknowledged admissions, then a start that restore refuses
+    (policy mismatch: the kubelet's 'drain and delete' refusal). The refused start's shutdown
+    calls store.close(), which 'compacts' with _last_state None: it writes an empty container
+    map and a fresh journal, erasing every acknowledged record since the last compaction.
+    The next start with the right policy reads the older memory_manager_state."""
+    (tmp_path / "live").mkdir()
+    with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
+        assert server.client.admit(pod("a")).admitted
+        assert server.client.admit(pod("b")).admitted
+        cfg = server.config
+        image = crash_image(Path(cfg.state_dir), tmp_path / "image")
+    assert uids(image) == {"a", "b"}
+    journal_before = (image / MM_JOURNAL).read_bytes()
+    bad = replace(cfg, state_dir=str(image), socket=str(tmp_path / "s2.sock"), **overrides)
+    with pytest.raises(Exception, match="differs from state checkpoint policy"):
+        Daemon(bad, build_components, set_umask=False).start()
+    assert uids(image) == {"a", "b"}, "acknowledged admissions lost by a refused start"
+    # "a refused start changes nothing on disk" (mmstore.KubeletStateStore docstring)
+    assert (image / MM_JOURNAL).read_bytes() == journal_before
+
+
+def test_a_refusal_names_the_files_that_hold_the_state(tmp_path: Path) -> None:
+    """Journal mode, crash (the journal holds the state), restart with another policy: the
+    refusal names the journal and the older memory_manager_state it overrides, and deleting
+    the files it names (after draining) lets the same start through."""
+    from numamem.checkpoint.mmstore import STATE_FILE
+    from numamem.errors import CheckpointError
+
+    (tmp_path / "live").mkdir()
+    with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
+        assert server.client.admit(pod("a")).admitted
+        image = crash_image(Path(server.config.state_dir), tmp_path / "image")
+    with pytest.raises(CheckpointError) as refused:
+        KubeletStateStore(image, journal=True).restore("None")
+    text = str(refused.value)
+    assert 'differs from state checkpoint policy "Static"' in text
+    named = [Path(part.split('"')[0]) for part in text.split('files "')[1].split(' and "')]
+    assert [p.name for p in named] == [MM_JOURNAL, STATE_FILE], text
+    for path in named:
+        path.unlink(missing_ok=True)
+    assert KubeletStateStore(image, journal=True).restore("None") is None
+
+
+def test_a_graceful_stop_whose_fold_fails_says_so(tmp_path: Path) -> None:
+    """When the fold at a graceful stop fails (one EIO on the state file's rename), the stop
+    logs an error naming the stale file and what to do before handing it to a kubelet; the
+    journal keeps the pod, so the next start reads it."""
+    import errno
+
+    from numamem.api.memorymanager import MemoryManagerComponent
+    from numamem.checkpoint.mmstore import STATE_FILE
+
+    (tmp_path / "live").mkdir()
+    with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
+        assert server.client.admit(pod("a")).admitted
+        memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
+
+        def hook(stage: str, target: Path) -> None:
+            if stage == "rename" and target.name == STATE_FILE:
+                raise OSError(errno.EIO, "injected")
+
+        memory.store.faults = hook
+        state_dir = Path(server.config.state_dir)
+        with capture_logs() as logs:
+            server.daemon.shutdown()  # the graceful stop
+    [error] = [e for e in logs if e["event"].startswith("memory_manager_state is behind")]
+    assert error["log_level"] == "error" and error["state"] == str(state_dir / STATE_FILE)
+    assert "numamem state verify" in error["event"]
+    assert uids(state_dir) == {"a"}  # the journal still holds it
