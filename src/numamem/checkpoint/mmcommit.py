@@ -21,15 +21,13 @@ from pathlib import Path
 
 from numamem.checkpoint.containerfile import ContainerFileEncoder, encode_containers
 from numamem.checkpoint.filestore import (
-    FaultHook,
     atomic_write_all,
     error_text,
     fsync_dir,
     no_fault,
 )
-from numamem.checkpoint.fs import FileSystem
-from numamem.checkpoint.mmjournal import HEADER, CommitJournal, record
-from numamem.checkpoint.namesfile import NamesJournal
+from numamem.checkpoint.mmjournal import HEADER, record
+from numamem.checkpoint.mmrestore import StoreFields
 from numamem.errors import PATH_QUOTE_BYTES, DurabilityUnknownError, PersistenceError, quote
 from numamem.logging import get_logger
 from numamem.memtypes import ContainerRef
@@ -39,25 +37,13 @@ _log = get_logger("checkpoint")
 Names = Mapping[str, tuple[str, str]]
 
 
-class JournalCommit:
+class JournalCommit(StoreFields):
     """The journal half of :class:`~numamem.checkpoint.mmstore.KubeletStateStore`."""
 
-    fs: FileSystem
-    dir: Path
-    state_path: Path
-    containers_path: Path
-    faults: FaultHook | None
-    names_file: NamesJournal
-    journal: CommitJournal
-    journal_mode: bool
     writes: int
     observers: list[Callable[[float, bool], None]]
     durability_observers: list[Callable[[str | None], None]]
     _map_encoder: ContainerFileEncoder
-    _last_state: bytes | None
-    _last_map: Mapping[str, ContainerRef]
-    _last_names: Names
-    _last_exclusive: Mapping[str, frozenset[str]]
     _last_map_bytes: bytes | None
 
     def _commit(

@@ -59,26 +59,33 @@ def replayed(
     return names
 
 
-class StoreRestore:
-    """The restore half of :class:`~numamem.checkpoint.mmstore.KubeletStateStore`."""
+class StoreFields:
+    """What :class:`~numamem.checkpoint.mmstore.KubeletStateStore`'s ``__init__`` sets and
+    its halves (:class:`StoreRestore`, :class:`~numamem.checkpoint.mmcommit.JournalCommit`)
+    share: its files, and memory's last saved state."""
 
-    pod_level: bool
     fs: FileSystem
     dir: Path
     state_path: Path
     containers_path: Path
     faults: FaultHook | None
     names_file: NamesJournal
+    journal: CommitJournal
+    journal_mode: bool
+    accepted: bool
     _last_state: bytes | None
     _last_map: Mapping[str, ContainerRef]
     _last_names: Mapping[str, tuple[str, str]]
     _last_exclusive: Mapping[str, frozenset[str]]
+
+
+class StoreRestore(StoreFields):
+    """The restore half of :class:`~numamem.checkpoint.mmstore.KubeletStateStore`."""
+
+    pod_level: bool
     _map_dirty: bool
     _legacy_names: bool
     _map_unusable: str | None
-    journal: CommitJournal
-    journal_mode: bool
-    accepted: bool
     _journal_map: bytes | None = None
     """The container map of the journal's last record, when restore read one."""
 
