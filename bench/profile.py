@@ -1,6 +1,7 @@
 """Where a call's time goes: cProfile of one servicer method, in process, state on tmpfs.
 
-``python -m bench.profile allocate`` (or ``admit``, ``add``, ``remove``, ``metacache``)
+``python -m bench.profile allocate`` (or ``admit``, ``nri-admit``: one container with its id,
+as ``numamem nri`` sends it, ``add``, ``remove``, ``metacache``)
 starts the servicers in this process (the daemon's components, as ``serve`` builds them,
 state directory on ``/dev/shm`` so the disk does not hide numamem's own work), warms up,
 then profiles ``--calls`` calls of that method alone (the untimed calls that undo it run
@@ -35,7 +36,7 @@ from numamem.v1 import memorymanager_pb2 as mm
 from numamem.v1 import metacache_pb2 as mc
 
 TMPFS = Path("/dev/shm")
-OPERATIONS = ("allocate", "admit", "add", "remove", "metacache")
+OPERATIONS = ("allocate", "admit", "nri-admit", "add", "remove", "metacache")
 
 
 class _Context:
@@ -73,6 +74,13 @@ def _steps(
             lambda i: sv.Admit(mm.AdmitRequest(pod=_pod(f"a{i}", 3)), ctx),
             lambda i: sv.ReleasePod(mm.ReleasePodRequest(pod_uid=f"a{i}"), ctx),
         )
+    if op == "nri-admit":  # what numamem nri sends at CreateContainer
+        return (
+            lambda i: sv.Admit(
+                mm.AdmitRequest(pod=_pod(f"a{i}", 1), container_ids={"c0": f"id-{i}"}), ctx
+            ),
+            lambda i: sv.ReleasePod(mm.ReleasePodRequest(pod_uid=f"a{i}"), ctx),
+        )
     if op in ("add", "remove"):
         add = lambda i: sv.AddContainer(  # noqa: E731
             mm.AddContainerRequest(pod=p0, container_name="c0", container_id=f"id{i}"), ctx
@@ -103,6 +111,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=200, help="unprofiled calls first")
     parser.add_argument("--pods", type=int, default=0, help="3-container pods admitted first")
     parser.add_argument("--names", action="store_true", help="with --podresources-socket")
+    parser.add_argument("--state-commit", default="replace", choices=("replace", "journal"))
     parser.add_argument("--nodes", type=int, default=2, help="NUMA nodes of the fake machine")
     parser.add_argument(
         "--topology-manager-policy",
@@ -112,6 +121,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="nmprof-", dir=TMPFS if TMPFS.is_dir() else None))
     config: dict[str, Any] = {"podresources_socket": str(root / "pr.sock")} if args.names else {}
+    config["state_commit"] = args.state_commit
     if args.topology_manager_policy != "none":
         config["topology_manager_policy"] = args.topology_manager_policy
         config["topology_manager_policy_options"] = (
