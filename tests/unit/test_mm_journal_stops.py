@@ -102,3 +102,50 @@ def test_a_graceful_stop_whose_fold_fails_says_so(tmp_path: Path) -> None:
     assert error["log_level"] == "error" and error["state"] == str(state_dir / STATE_FILE)
     assert "numamem state verify" in error["event"]
     assert uids(state_dir) == {"a"}  # the journal still holds it
+
+
+def test_a_journal_that_cannot_be_compacted_stops_at_its_budget(tmp_path: Path) -> None:
+    """Compactions fail (EIO on every rename of the state file): changes go on being
+    acknowledged while the journal is under its budget; the change that would pass it
+    compacts first and fails, not applied; once the fault goes, the next change compacts and
+    the journal is small again. A start never reads more than the budget."""
+    import errno
+
+    import grpc
+
+    from numamem.api.memorymanager import MemoryManagerComponent
+    from numamem.checkpoint.mmstore import STATE_FILE
+    from numamem.client import error_reason
+
+    (tmp_path / "live").mkdir()
+    with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
+        memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
+        journal = memory.store.journal
+        journal.compact_bytes, journal.max_bytes = 2048, 64 * 1024
+
+        def hook(stage: str, target: Path) -> None:
+            if stage == "rename" and target.name == STATE_FILE:
+                raise OSError(errno.EIO, "injected")
+
+        memory.store.faults = hook
+        state_dir = Path(server.config.state_dir)
+        acknowledged = 0
+        refused: grpc.RpcError | None = None
+        for i in range(200):
+            try:
+                server.client.admit(pod(f"p{i}"))
+            except grpc.RpcError as err:
+                refused = err
+                break
+            acknowledged += 1
+            assert journal.size <= max(journal.max_bytes, 16 * journal.last_record)
+        assert refused is not None and 5 < acknowledged < 200
+        assert error_reason(refused) == "CHECKPOINT_WRITE_FAILED"
+        assert "not applied" in (refused.details() or "")  # type: ignore[attr-defined]
+        assert (state_dir / MM_JOURNAL).stat().st_size <= journal.max_bytes
+        assert journal.max_bytes > 16 * journal.last_record  # the byte budget was the bound
+        assert uids(state_dir) == {f"p{i}" for i in range(acknowledged)}
+        memory.store.faults = None
+        assert server.client.admit(pod("after")).admitted
+        assert (state_dir / MM_JOURNAL).stat().st_size < 4096
+        assert uids(state_dir) == {f"p{i}" for i in range(acknowledged)} | {"after"}

@@ -66,10 +66,11 @@ class JournalCommit(StoreFields):
                 self._remember(state, containers, new_map, new_names, new_exclusive)
                 return
             self._sync_owed_directory()
-            if self.journal.needs_settle:
-                self._settle()
+            data = record(state, containers)
+            if self.journal.needs_settle or self.journal.full(len(data)):
+                self._settle()  # a journal whose compactions keep failing: this change waits
                 self._sync_owed_directory()
-            self.journal.append(record(state, containers), self.faults)
+            self.journal.append(data, self.faults)
         except DurabilityUnknownError as err:
             self.journal.needs_settle = True
             self.names_file.saved(old_names, new_names, applied=err.applied)

@@ -31,7 +31,9 @@ record when there is one, else the files. (:func:`~numamem.checkpoint.mmstore.cu
   to override files that only caught up with it. Then the change is appended.
 * A compaction is the same write with the new content right after an append. Its failure
   loses nothing (the record is durable): it is logged and retried by the next change that
-  finds the journal over its bound. When only its directory sync fails, the new journal's
+  finds the journal over its bound. A change that would take the journal past
+  :data:`MAX_JOURNAL_BYTES` settles first, so a journal whose compactions keep failing
+  stops growing: such a change fails, not applied, until the files can be written. When only its directory sync fails, the new journal's
   name may not be durable, so each later change syncs the directory before it is
   acknowledged, until that succeeds (DurabilityUnknownError while it fails).
 
@@ -55,6 +57,11 @@ JOURNAL_FILE = "numamem_state_journal"
 HEADER = frame(b'{"memoryManagerJournal":1}')
 COMPACT_MIN_BYTES = 1 << 20
 """The journal is compacted once it holds more than this and more than four records."""
+MAX_JOURNAL_BYTES = 64 << 20
+"""The journal's budget: while compactions fail (logged, the change acknowledged), records
+pile up; a change that would take the journal past this (or past 16 records' worth, for a
+state larger than a 64th of it) compacts first, and fails, not applied, when that fails
+too. So a start never reads more than this, and the operator sees the failure."""
 
 
 def record(state: bytes, containers: bytes) -> bytes:
@@ -128,6 +135,8 @@ class CommitJournal:
         self.compactions = 0
         self.compact_bytes = COMPACT_MIN_BYTES
         """The size past which the journal is compacted (tests set it low)."""
+        self.max_bytes = MAX_JOURNAL_BYTES
+        """The journal's budget (:data:`MAX_JOURNAL_BYTES`; tests set it low)."""
 
     def load(self) -> JournalRead | None:
         """The journal as a restart reads it (None: no file); a torn tail or a missing header
@@ -167,6 +176,10 @@ class CommitJournal:
         self.records += 1
         self.last_record = len(data)
         self.appends += 1
+
+    def full(self, more: int) -> bool:
+        """Whether appending ``more`` bytes would take the journal past its budget."""
+        return self.size + more > max(self.max_bytes, 16 * more)
 
     def should_compact(self) -> bool:
         return self.records > 4 and self.size > max(self.compact_bytes, 4 * self.last_record)
