@@ -184,6 +184,8 @@ class JournalCommit(StoreFields):
             atomic_write_all(self._files_now(), faults=self.faults, fs=self.fs)
         except DurabilityUnknownError as err:
             self.journal.directory_unknown = str(err)
+        else:
+            self.journal.directory_unknown = None  # its directory sync covers earlier renames
         self.journal.swapped(renamed=True)
         self.writes += 1
 

@@ -95,7 +95,7 @@ class StoreRestore(StoreFields):
         try:
             found = self.journal.load()
         except CheckpointError as err:
-            raise restore_error(self.journal.path, err) from err
+            raise restore_error(self.journal.path, err, beside=self.state_path) from err
         source, beside = self.state_path, None  # what a refusal names: the state's file(s)
         if found is not None and found.state is not None:
             data: bytes | None = found.state

@@ -113,12 +113,22 @@ def current_files(state_dir: Path, fs: FileSystem = REAL) -> tuple[bytes | None,
     """What a restart reads as ``memory_manager_state`` and the container map: the commit
     journal's last good record, else the files (None: missing). Read-only; CheckpointError
     for a damaged journal, OSError as reading raises it."""
+    _, state, containers = current_source(state_dir, fs)
+    return state, containers
+
+
+def current_source(
+    state_dir: Path, fs: FileSystem = REAL
+) -> tuple[Path, bytes | None, bytes | None]:
+    """:func:`current_files`, with the file the state comes from (the journal or
+    ``memory_manager_state``), for messages."""
     data = read_file(state_dir / JOURNAL_FILE, fs)
     if data is not None:
         found = read_journal(data, state_dir / JOURNAL_FILE)
         if found.state is not None:
-            return found.state, found.containers
-    return read_file(state_dir / STATE_FILE, fs), read_file(state_dir / CONTAINERS_FILE, fs)
+            return state_dir / JOURNAL_FILE, found.state, found.containers
+    state = read_file(state_dir / STATE_FILE, fs)
+    return state_dir / STATE_FILE, state, read_file(state_dir / CONTAINERS_FILE, fs)
 
 
 class KubeletStateStore(JournalCommit, StoreRestore):
@@ -179,7 +189,9 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         journal into the files (a graceful stop leaves ``memory_manager_state`` current;
         a failure is logged and the journal is replayed at the next start)."""
         pending = self.journal.records or self.journal.needs_settle
-        folds = self.journal_mode and self.accepted and pending
+        # Not while an older map holds pod names: only a save moves them (the fold would
+        # rewrite the map without them).
+        folds = self.journal_mode and self.accepted and pending and not self._legacy_names
         if folds and not self.compact_journal():
             _log.error(
                 "memory_manager_state is behind the memory manager journal: the fold at "

@@ -29,17 +29,14 @@ def load(state_dir: Path) -> Any:
     """The decoded ``memory_manager_state`` of ``state_dir``; an exit code (1) when it cannot
     be read; raises CheckpointError naming the file when it does not decode."""
     from numamem.checkpoint import kubelet
-    from numamem.checkpoint.mmjournal import JOURNAL_FILE
-    from numamem.checkpoint.mmstore import STATE_FILE, current_files
+    from numamem.checkpoint.mmstore import STATE_FILE, current_source
     from numamem.errors import CheckpointError
 
     path = state_dir / STATE_FILE
-    try:
-        data, _ = current_files(state_dir)
+    try:  # a damaged journal: CheckpointError naming it
+        path, data, _ = current_source(state_dir)
     except OSError as err:
         return fail(f"cannot read {err.filename or path}: {err.strerror}")
-    except CheckpointError as err:
-        raise CheckpointError(f"{state_dir / JOURNAL_FILE}: {err}") from err
     if data is None:
         return fail(f"cannot read {path}: No such file or directory")
     try:
@@ -87,12 +84,14 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
     from numamem.checkpoint.containerfile import decode_containers
     from numamem.checkpoint.filestore import read_file
     from numamem.checkpoint.mmjournal import JOURNAL_FILE, read_journal
-    from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
+    from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, current_source
     from numamem.checkpoint.namesfile import NAMES_FILE, read_names
     from numamem.errors import CheckpointError
     from numamem.memorymanager.state.invariants import violations
 
     report: dict[str, Any] = {"file": str(state_dir / STATE_FILE), "problems": []}
+    with contextlib.suppress(OSError, CheckpointError):  # load() below reports those
+        report["file"] = str(current_source(state_dir)[0])
     try:
         loaded = load(state_dir)
     except CheckpointError as err:
@@ -170,6 +169,25 @@ def _print_files_report(report: Mapping[str, Any]) -> None:
         print(
             f"{container_map['file']}: {plural(container_map['container_ids'], 'container id')}, "
             "checksum valid"
+        )
+    journal = report.get("journal")
+    if journal:
+        from numamem.checkpoint.mmstore import STATE_FILE
+
+        records = journal["records"]
+        print(
+            f"{journal['file']}: "
+            + (
+                f"{plural(records, 'record')} that {STATE_FILE} is behind (folded at a "
+                "graceful stop)"
+                if records
+                else f"no records ({STATE_FILE} is current)"
+            )
+            + (
+                f", a torn last record of {plural(journal['torn_bytes'], 'byte')}"
+                if journal["torn_bytes"]
+                else ""
+            )
         )
     names = report.get("pod_names")
     if names:
