@@ -12,7 +12,9 @@
   once the compaction finished; several compactions, their samples together.
 * **Admit, names on / off**: Admit of a new 3-container pod on a daemon with
   ``--podresources-socket`` (which keeps each pod's name beside its state) over the same
-  on a daemon without, the two daemons admitting in turn on the same disk.
+  on a daemon without, the two daemons admitting in turn on the same disk; beside them a
+  third daemon with names on and ``--state-commit=journal`` (the DaemonSet's), and its
+  Admit p50 over the replace mode's.
 
 Each figure is printed with its floor and the issue's target.
 """
@@ -63,11 +65,15 @@ def phase(r: Any, root: Path, iterations: int, compactions: int) -> None:
     r.value("target_compaction_ratio", "  AddContainer p50 during / after compaction",
             pct(during, 0.5) / pct(after, 0.5), "", "(target <= 1.5)")  # fmt: skip
 
-    off, on = admit_with_names(root, iterations // 4, daemon, guaranteed)
+    off, on, journal = admit_with_names(root, iterations // 4, daemon, guaranteed)
     r.latency("target_admit_names_off", "Admit, 3 containers, --podresources-socket off", off)
     r.latency("target_admit_names_on", "Admit, 3 containers, --podresources-socket on", on)
     r.value("target_admit_names_ratio", "  Admit p50, names on / off (interleaved)",
             pct(on, 0.5) / pct(off, 0.5), "", "(target <= 1.15)")  # fmt: skip
+    r.latency("target_admit_journal", "Admit, 3 containers, names on, --state-commit=journal",
+              journal)  # fmt: skip
+    r.value("target_admit_journal_ratio", "  Admit p50, journal / replace (names on, interleaved)",
+            pct(journal, 0.5) / pct(on, 0.5), "", "(one fsync for the state instead of three)")  # fmt: skip
 
 
 def allocate_samples(
@@ -161,15 +167,19 @@ def compaction_samples(
 
 def admit_with_names(
     root: Path, n: int, daemon: Any, guaranteed: Any
-) -> tuple[list[float], list[float]]:
-    """Admit latencies of new 3-container pods, names off and on, the daemons in turn."""
+) -> tuple[list[float], list[float], list[float]]:
+    """Admit latencies of new 3-container pods, names off, names on, and names on with
+    ``--state-commit=journal``, the three daemons in turn on the same disk."""
     pr_sock = str(root / "pr" / "pr.sock")
+    journal_pr = str(root / "pr" / "pr-journal.sock")
     with (
         daemon(root / "names-off", memory_gib=2048) as off,
         daemon(root / "names-on", memory_gib=2048, extra=["--podresources-socket", pr_sock]) as on,
-    ):
-        clients = NumamemClient(off.socket, timeout=30), NumamemClient(on.socket, timeout=30)
-        samples: tuple[list[float], list[float]] = ([], [])
+        daemon(root / "journal", memory_gib=2048,
+               extra=["--podresources-socket", journal_pr, "--state-commit=journal"]) as journal,
+    ):  # fmt: skip
+        clients = tuple(NumamemClient(d.socket, timeout=30) for d in (off, on, journal))
+        samples: tuple[list[float], list[float], list[float]] = ([], [], [])
         for i in range(-20, n):
             for side, client in enumerate(clients):
                 pod = guaranteed(f"n{side}-{i}", containers=3)
