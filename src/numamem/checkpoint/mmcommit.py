@@ -223,6 +223,25 @@ class JournalCommit(StoreFields):
             )
         return True
 
+    def fold_at_stop(self) -> None:
+        """The graceful stop's fold (journal mode): only once the manager accepted the state
+        (a refused start writes nothing) and not while an older container map holds pod names
+        (only a save moves them); a failure is an error naming the stale file."""
+        pending = self.journal.records or self.journal.needs_settle
+        # Not while an older map holds pod names: only a save moves them (the fold would
+        # rewrite the map without them).
+        folds = self.journal_mode and self.accepted and pending and not self._legacy_names
+        if folds and not self.compact_journal():
+            _log.error(
+                "memory_manager_state is behind the memory manager journal: the fold at "
+                "stop failed; the next start reads the journal, but before handing the "
+                "file to a kubelet start numamem once without --state-commit=journal "
+                "(it folds the journal) and check that `numamem state verify` shows no "
+                "journal records",
+                state=str(self.state_path),
+                journal=str(self.journal.path),
+            )
+
     def retire_journal(self) -> None:
         """Replace mode on a journal holding records (a daemon that ran in journal mode):
         fold it into the files and remove it, before any change is written the replace way

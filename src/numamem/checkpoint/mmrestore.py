@@ -77,6 +77,9 @@ class StoreFields:
     _last_map: Mapping[str, ContainerRef]
     _last_names: Mapping[str, tuple[str, str]]
     _last_exclusive: Mapping[str, frozenset[str]]
+    _legacy_names: bool
+    """The container map on disk holds pod names (an older numamem's), which only a save
+    moves to the names file."""
 
 
 class StoreRestore(StoreFields):
@@ -84,7 +87,6 @@ class StoreRestore(StoreFields):
 
     pod_level: bool
     _map_dirty: bool
-    _legacy_names: bool
     _map_unusable: str | None
     _journal_map: bytes | None = None
     """The container map of the journal's last record, when restore read one."""

@@ -188,20 +188,7 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         """Close the descriptors (a later save reopens them); in journal mode, first fold the
         journal into the files (a graceful stop leaves ``memory_manager_state`` current;
         a failure is logged and the journal is replayed at the next start)."""
-        pending = self.journal.records or self.journal.needs_settle
-        # Not while an older map holds pod names: only a save moves them (the fold would
-        # rewrite the map without them).
-        folds = self.journal_mode and self.accepted and pending and not self._legacy_names
-        if folds and not self.compact_journal():
-            _log.error(
-                "memory_manager_state is behind the memory manager journal: the fold at "
-                "stop failed; the next start reads the journal, but before handing the "
-                "file to a kubelet start numamem once without --state-commit=journal "
-                "(it folds the journal) and check that `numamem state verify` shows no "
-                "journal records",
-                state=str(self.state_path),
-                journal=str(self.journal.path),
-            )
+        self.fold_at_stop()
         self.journal.close()
         self.names_file.close()
 
