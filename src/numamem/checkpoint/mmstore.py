@@ -226,6 +226,13 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         new_exclusive = dict(snapshot.exclusive)
         old_map, old_names = self._last_map, self._last_names
         old_exclusive = self._last_exclusive
+        names_plan = self.names_file.plan(old_names, new_names, snapshot.assignments)
+        self.accepted = True
+        if self.journal_mode:  # one record of both files (the map encoded there, once)
+            self._commit(state, new_map, new_names, new_exclusive, names_plan)
+            return
+        if self.journal.records:  # a journal mode's journal: folded before files change
+            self.retire_journal()
         adds = not (
             new_map.items() <= old_map.items() and new_exclusive.items() <= old_exclusive.items()
         )
@@ -238,13 +245,6 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         state_item = (self.state_path, state) if state != self._last_state else None
         ordered = (map_item, state_item) if adds else (state_item, map_item)
         files = [item for item in ordered if item is not None]
-        names_plan = self.names_file.plan(old_names, new_names, snapshot.assignments)
-        self.accepted = True
-        if self.journal_mode:
-            self._commit(state, new_map, new_names, new_exclusive, names_plan)
-            return
-        if self.journal.records:  # a journal mode's journal: folded before files change
-            self.retire_journal()
         fold = None
         if names_plan is not None and names_plan[0] == "fold":
             fold = (self.names_file.path, names_plan[1])
