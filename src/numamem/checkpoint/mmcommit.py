@@ -253,7 +253,6 @@ class JournalCommit(StoreFields):
         except OSError as err:  # an empty journal is inert: the files are read
             _log.warning("could not remove the folded memory manager journal", error=str(err))
         self.journal.close()
-        self.journal.exists = False
         _log.info(
             "memory manager journal folded into memory_manager_state (--state-commit=replace)",
             path=str(self.journal.path),

@@ -128,7 +128,6 @@ class CommitJournal:
         self.last_record = 0
         self.needs_settle = True
         """Nothing may be appended before the files and a fresh journal are written."""
-        self.exists = False
         self.directory_unknown: str | None = None
         """Why the directory sync after a journal swap failed (retried before each append)."""
         self.appends = 0
@@ -145,7 +144,6 @@ class CommitJournal:
         if data is None:
             return None
         found = read_journal(data, self.path)
-        self.exists = True
         self.size, self.records = found.end, found.records
         self.needs_settle = found.torn > 0 or not found.headed
         return found
@@ -190,7 +188,6 @@ class CommitJournal:
         if not renamed:
             return
         self.close()
-        self.exists = True
         self.size, self.records = len(HEADER), 0
         self.needs_settle = False
 
