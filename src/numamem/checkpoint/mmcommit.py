@@ -57,7 +57,11 @@ class JournalCommit(StoreFields):
         """Save a change in journal mode: the pod names first (an append, or a fold written
         on its own), then one record; see the module for what the caller sees."""
         old_names = self._last_names
-        containers = self._map_encoder.encode(new_map, None, new_exclusive)
+        unchanged = new_map == self._last_map and new_exclusive == self._last_exclusive
+        if unchanged and self._last_map_bytes is not None:
+            containers = self._last_map_bytes  # most changes leave the map alone
+        else:
+            containers = self._map_encoder.encode(new_map, None, new_exclusive)
         started = time.perf_counter()
         try:
             self._names_first(names_plan, old_names, new_names)
@@ -138,9 +142,10 @@ class JournalCommit(StoreFields):
         new_names: Names,
         new_exclusive: Mapping[str, frozenset[str]],
     ) -> None:
+        """Memory's new saved state (the mappings are the save's own copies)."""
         self._last_state, self._last_map_bytes = state, containers
-        self._last_map, self._last_names = dict(new_map), dict(new_names)
-        self._last_exclusive = dict(new_exclusive)
+        self._last_map, self._last_names = new_map, new_names
+        self._last_exclusive = new_exclusive
 
     def _observed(self, started: float, *, written: bool) -> None:
         for observer in self.observers:
@@ -186,7 +191,7 @@ class JournalCommit(StoreFields):
             self.journal.directory_unknown = str(err)
         else:
             self.journal.directory_unknown = None  # its directory sync covers earlier renames
-        self.journal.swapped(renamed=True)
+        self.journal.swapped()
         self.writes += 1
 
     def compact_journal(self) -> bool:

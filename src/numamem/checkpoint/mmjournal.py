@@ -182,11 +182,9 @@ class CommitJournal:
     def should_compact(self) -> bool:
         return self.records > 4 and self.size > max(self.compact_bytes, 4 * self.last_record)
 
-    def swapped(self, *, renamed: bool) -> None:
-        """After a write whose last file was a fresh journal: ``renamed``, the file is the
-        fresh journal (the old descriptor is closed; the next append opens the new file)."""
-        if not renamed:
-            return
+    def swapped(self) -> None:
+        """A fresh journal was renamed into place: the old descriptor is closed (the next
+        append opens the new file)."""
         self.close()
         self.size, self.records = len(HEADER), 0
         self.needs_settle = False

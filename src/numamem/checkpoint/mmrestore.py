@@ -88,8 +88,6 @@ class StoreRestore(StoreFields):
     pod_level: bool
     _map_dirty: bool
     _map_unusable: str | None
-    _journal_map: bytes | None = None
-    """The container map of the journal's last record, when restore read one."""
 
     def retire_journal(self) -> None: ...
 
@@ -101,11 +99,11 @@ class StoreRestore(StoreFields):
         source, beside = self.state_path, None  # what a refusal names: the state's file(s)
         if found is not None and found.state is not None:
             data: bytes | None = found.state
-            self._journal_map = found.containers
+            journal_map = found.containers
             source, beside = self.journal.path, self.state_path
         else:
             data = read_file(self.state_path, self.fs)
-            self._journal_map = None
+            journal_map = None
         if data is None:
             # No pod has state: every name recorded (in the names file, or in an older map,
             # which the first save moves out of it) is inert, and must stay so.
@@ -144,7 +142,7 @@ class StoreRestore(StoreFields):
                 path=str(self.state_path),
             )
         self._last_state = data
-        record = self._read_containers()
+        record = self._read_containers(journal_map)
         containers, legacy = record.containers, record.names
         names = replayed(legacy, self.names_file.load() or {})
         if self.names_file.damage is not None:
@@ -182,8 +180,9 @@ class StoreRestore(StoreFields):
             kept_exclusive,
         )
 
-    def _read_containers(self) -> ContainerFile:
-        data = self._journal_map
+    def _read_containers(self, journal_map: bytes | None = None) -> ContainerFile:
+        """The container map: ``journal_map`` (the journal's last record's) else the file."""
+        data = journal_map
         if data is None:
             data = read_file(self.containers_path, self.fs)
         if data is None:

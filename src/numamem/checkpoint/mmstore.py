@@ -56,6 +56,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from numamem.checkpoint import kubeletwrite
 from numamem.checkpoint.containerfile import (
@@ -73,7 +74,7 @@ from numamem.checkpoint.filestore import (
 )
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.mmcommit import JournalCommit
-from numamem.checkpoint.mmjournal import JOURNAL_FILE, CommitJournal, read_journal
+from numamem.checkpoint.mmjournal import JOURNAL_FILE, CommitJournal, JournalRead, read_journal
 from numamem.checkpoint.mmrestore import StoreRestore, replayed
 from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, encode_names, read_names
 from numamem.errors import (
@@ -113,22 +114,31 @@ def current_files(state_dir: Path, fs: FileSystem = REAL) -> tuple[bytes | None,
     """What a restart reads as ``memory_manager_state`` and the container map: the commit
     journal's last good record, else the files (None: missing). Read-only; CheckpointError
     for a damaged journal, OSError as reading raises it."""
-    _, state, containers = current_source(state_dir, fs)
-    return state, containers
+    current = current_source(state_dir, fs)
+    return current.state, current.containers
 
 
-def current_source(
-    state_dir: Path, fs: FileSystem = REAL
-) -> tuple[Path, bytes | None, bytes | None]:
-    """:func:`current_files`, with the file the state comes from (the journal or
-    ``memory_manager_state``), for messages."""
-    data = read_file(state_dir / JOURNAL_FILE, fs)
-    if data is not None:
-        found = read_journal(data, state_dir / JOURNAL_FILE)
-        if found.state is not None:
-            return state_dir / JOURNAL_FILE, found.state, found.containers
+class Current(NamedTuple):
+    """:func:`current_files` with where each comes from (for messages) and the journal as
+    read (None: no journal file)."""
+
+    state_source: Path
+    state: bytes | None
+    containers_source: Path
+    containers: bytes | None
+    journal: JournalRead | None
+
+
+def current_source(state_dir: Path, fs: FileSystem = REAL) -> Current:
+    """:func:`current_files`, with the files they come from and the journal read once."""
+    path = state_dir / JOURNAL_FILE
+    data = read_file(path, fs)
+    found = read_journal(data, path) if data is not None else None
+    if found is not None and found.state is not None:
+        return Current(path, found.state, path, found.containers, found)
     state = read_file(state_dir / STATE_FILE, fs)
-    return state_dir / STATE_FILE, state, read_file(state_dir / CONTAINERS_FILE, fs)
+    containers = read_file(state_dir / CONTAINERS_FILE, fs)
+    return Current(state_dir / STATE_FILE, state, state_dir / CONTAINERS_FILE, containers, found)
 
 
 class KubeletStateStore(JournalCommit, StoreRestore):
@@ -351,10 +361,8 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         self, state_item: tuple[Path, bytes] | None, started: float, *, written: bool
     ) -> None:
         """Tell the write observers about a write that included the state file."""
-        if state_item is None:
-            return
-        for observer in self.observers:
-            observer(time.perf_counter() - started, written)
+        if state_item is not None:
+            self._observed(started, written=written)
 
     def _names_after_failure(
         self,

@@ -25,24 +25,36 @@ from numamem.cli.common import (
 from numamem.errors import quote
 
 
-def load(state_dir: Path) -> Any:
-    """The decoded ``memory_manager_state`` of ``state_dir``; an exit code (1) when it cannot
-    be read; raises CheckpointError naming the file when it does not decode."""
+def load(state_dir: Path, current: Any = None) -> Any:
+    """The decoded ``memory_manager_state`` of ``state_dir`` (``current``: its
+    :func:`~numamem.checkpoint.mmstore.current_source`, when the caller read it); an exit
+    code (1) when it cannot be read; raises CheckpointError naming the file when it (or a
+    damaged journal) does not decode."""
     from numamem.checkpoint import kubelet
-    from numamem.checkpoint.mmstore import STATE_FILE, current_source
     from numamem.errors import CheckpointError
 
-    path = state_dir / STATE_FILE
-    try:  # a damaged journal: CheckpointError naming it
-        path, data, _ = current_source(state_dir)
-    except OSError as err:
-        return fail(f"cannot read {err.filename or path}: {err.strerror}")
+    if current is None:
+        current = read_current(state_dir)
+        if isinstance(current, int):
+            return current
+    path, data = current.state_source, current.state
     if data is None:
         return fail(f"cannot read {path}: No such file or directory")
     try:
         return kubelet.load(data)
     except CheckpointError as err:
         raise CheckpointError(f"{path}: {err}") from err
+
+
+def read_current(state_dir: Path) -> Any:
+    """:func:`~numamem.checkpoint.mmstore.current_source` of ``state_dir``, or an exit code
+    (1) when a file cannot be read; CheckpointError for a damaged journal."""
+    from numamem.checkpoint.mmstore import STATE_FILE, current_source
+
+    try:
+        return current_source(state_dir)
+    except OSError as err:
+        return fail(f"cannot read {err.filename or state_dir / STATE_FILE}: {err.strerror}")
 
 
 def names(state_dir: Path) -> dict[str, tuple[str, str]]:
@@ -82,18 +94,19 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
     """The offline checks of the state files: a report (``problems`` empty when they pass),
     or an exit code when the state file cannot be read."""
     from numamem.checkpoint.containerfile import decode_containers
-    from numamem.checkpoint.filestore import read_file
-    from numamem.checkpoint.mmjournal import JOURNAL_FILE, read_journal
-    from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, current_source
+    from numamem.checkpoint.mmjournal import JOURNAL_FILE
+    from numamem.checkpoint.mmstore import STATE_FILE
     from numamem.checkpoint.namesfile import NAMES_FILE, read_names
     from numamem.errors import CheckpointError
     from numamem.memorymanager.state.invariants import violations
 
     report: dict[str, Any] = {"file": str(state_dir / STATE_FILE), "problems": []}
-    with contextlib.suppress(OSError, CheckpointError):  # load() below reports those
-        report["file"] = str(current_source(state_dir)[0])
     try:
-        loaded = load(state_dir)
+        current = read_current(state_dir)
+        if isinstance(current, int):
+            return current
+        report["file"] = str(current.state_source)
+        loaded = load(state_dir, current)
     except CheckpointError as err:
         report["problems"].append(str(err))
         return report
@@ -124,25 +137,16 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
         )
     elif loaded.assignments:
         report["problems"].append("machine state is empty but there are memory assignments")
-    path = state_dir / CONTAINERS_FILE
-    journal = read_file(state_dir / JOURNAL_FILE)
-    in_journal = read_journal(journal, state_dir / JOURNAL_FILE) if journal is not None else None
-    if in_journal is not None:  # load() read it: no damage
+    if current.journal is not None:
         report["journal"] = {
             "file": str(state_dir / JOURNAL_FILE),
-            "records": in_journal.records,
-            "torn_bytes": in_journal.torn,
+            "records": current.journal.records,
+            "torn_bytes": current.journal.torn,
         }
-    map_bytes = (
-        in_journal.containers if in_journal is not None and in_journal.state is not None else None
-    )
-    if map_bytes is not None:
-        path = state_dir / JOURNAL_FILE
-    elif path.exists():
-        map_bytes = path.read_bytes()
-    if map_bytes is not None:
+    if current.containers is not None:
+        path = current.containers_source
         try:
-            ids = decode_containers(map_bytes)
+            ids = decode_containers(current.containers)
             report["container_map"] = {"file": str(path), "container_ids": len(ids)}
         except CheckpointError as err:
             report["problems"].append(f"{path}: {err}")
