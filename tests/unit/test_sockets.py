@@ -22,10 +22,11 @@ from numamem.api import sockets
 from numamem.api.metrics import Metrics, MetricsServer
 from numamem.api.podresources import PodResourcesComponent
 from numamem.api.server import Daemon
-from numamem.api.sockets import BoundSocket, bind_unix_socket, prepare_socket_path, probe_connect
+from numamem.api.sockets import BoundSocket, bind_unix_socket
 from numamem.config.model import Config
 from numamem.errors import StartupError
 from numamem.memorymanager.manager.writes import Manager
+from numamem.socketpath import prepare_socket_path, probe_connect
 from tests.daemon import no_dac_override
 from tests.unit.test_metrics import scrape_unix
 from tests.unit.test_server import FakeComponent, health_status
@@ -129,7 +130,7 @@ def test_a_socket_this_user_may_not_connect_to_is_refused_and_kept(sock: str) ->
     dead.close()
     os.chmod(sock, 0)
     code = (
-        "import sys; from numamem.api.sockets import prepare_socket_path\n"
+        "import sys; from numamem.socketpath import prepare_socket_path\n"
         "try:\n    prepare_socket_path(sys.argv[1])\n"
         "except Exception as err:\n    print(err)\n"
     )

@@ -49,10 +49,11 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
 from numamem.api.residency import ResidencyMetrics, ResidencyView
-from numamem.api.sockets import BoundSocket, prepare_socket_path
+from numamem.api.sockets import BoundSocket
 from numamem.errors import PATH_QUOTE_BYTES, StartupError, quote
 from numamem.memorymanager.manager.writes import Manager
 from numamem.metacache.cache import MetaCache
+from numamem.socketpath import prepare_socket_path
 from numamem.version import build_info
 
 _LATENCY_BUCKETS = (

@@ -74,17 +74,13 @@ from numamem.api.component import DurabilityReport
 from numamem.api.interceptors import ServerInterceptor
 from numamem.api.podlisting import memory_to_proto, merge_lists, merge_pod, newest_by_name, own_pods
 from numamem.api.ratelimit import RateLimit, TokenBucket
-from numamem.api.sockets import (
-    BoundSocket,
-    bind_unix_socket,
-    check_socket_path,
-    prepare_socket_path,
-)
+from numamem.api.sockets import BoundSocket, bind_unix_socket
 from numamem.api.statedir import check_dir, make_dirs
 from numamem.errors import quote
 from numamem.logging import get_logger
 from numamem.memorymanager.manager.versions import Committed
 from numamem.memorymanager.manager.writes import Manager
+from numamem.socketpath import check_socket_path, prepare_socket_path
 from numamem.v1 import podresources_pb2 as pr
 from numamem.v1 import podresources_pb2_grpc as pr_grpc
 from numamem.work import installed_courtesy

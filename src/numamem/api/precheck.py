@@ -46,7 +46,7 @@ from pathlib import Path
 from numamem.api.component import Component, service_names
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.metacache import MetaCacheComponent
-from numamem.api.sockets import bind_failure, check_socket_path, classify_socket_path
+from numamem.api.sockets import bind_failure
 from numamem.api.statedir import (
     LOCK_FILE,
     check_dir,
@@ -65,6 +65,7 @@ from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, StartupError, quot
 from numamem.metacache.journal import JOURNAL_FILE
 from numamem.metacache.journal_store import JournalPersister
 from numamem.metacache.persistence import STATE_FILE as METACACHE_FILE
+from numamem.socketpath import check_socket_path, classify_socket_path
 
 CHECKPOINTS = (
     STATE_FILE, CONTAINERS_FILE, MM_JOURNAL_FILE, NAMES_FILE, METACACHE_FILE, JOURNAL_FILE,
@@ -229,7 +230,7 @@ def check_bindable(path: str, flag: str) -> None:
 
 
 def check_socket(path: str, flag: str, report: CheckReport) -> None:
-    """:func:`numamem.api.sockets.prepare_socket_path` without removing anything: the
+    """:func:`numamem.socketpath.prepare_socket_path` without removing anything: the
     stale socket it would remove is a note."""
     if classify_socket_path(path, flag) is not None:
         report.notes.append(

@@ -77,17 +77,13 @@ from numamem.api.health import HEALTH_SERVICE, HealthService, start_health_serve
 from numamem.api.interceptors import Readiness, ServerInterceptor
 from numamem.api.sdnotify import Notifier
 from numamem.api.servingstatus import ServingStatus
-from numamem.api.sockets import (
-    BoundSocket,
-    bind_unix_socket,
-    check_socket_path,
-    prepare_socket_path,
-)
+from numamem.api.sockets import BoundSocket, bind_unix_socket
 from numamem.api.statedir import LOCK_FILE, check_dir, claim_state_dir, make_dirs, record_pid
 from numamem.api.wakeup import signal_wakeup
 from numamem.api.watchdog import Watchdog, serving_loop_watchdog
 from numamem.config.model import Config
 from numamem.logging import get_logger
+from numamem.socketpath import check_socket_path, prepare_socket_path
 from numamem.work import Courtesy, install_courtesy, uninstall_courtesy
 
 _log = get_logger("server")

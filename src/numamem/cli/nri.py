@@ -94,7 +94,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from numamem import logging as nlog
-    from numamem.errors import ConfigError
+    from numamem.errors import ConfigError, StartupError
     from numamem.nri.logsink import default_log_file, open_log, point_stdio_at
     from numamem.nri.memoryplugin import MemoryPlugin
     from numamem.nri.options import PluginOptions
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         status = StatusServer(args.status_socket, lambda: {**plugin.status(), **handler.status()})
         try:
             status.start()
-        except ConfigError as err:
+        except (ConfigError, StartupError) as err:
             handler.stop()
             print(f"numamem: {err}", file=sys.stderr)
             return EXIT_FAILED

@@ -26,6 +26,7 @@ from typing import Any
 
 from numamem.errors import ConfigError, quote
 from numamem.logging import get_logger
+from numamem.socketpath import prepare_socket_path
 
 _log = get_logger("nri")
 
@@ -44,18 +45,11 @@ class StatusServer:
         self._inode: int | None = None
 
     def start(self) -> None:
-        """Bind and serve. ``ConfigError`` naming the path when it cannot be bound, or a live
-        plugin already serves there."""
-        if os.path.exists(self.path):
-            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
-                probe.settimeout(0.5)
-                probe.connect(self.path)
-                raise ConfigError(
-                    f"--status-socket {quote(self.path, style='bare')}: another process "
-                    "serves on it (a numamem nri already running?); give each plugin its own"
-                )
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)  # left by a plugin that is gone
+        """Bind and serve. ``StartupError`` naming the path when something other than a
+        dead socket is there (a live plugin, a socket in doubt, a file that is not a socket:
+        nothing is deleted but a dead socket, see :mod:`numamem.socketpath`); ``ConfigError``
+        when it cannot be bound."""
+        prepare_socket_path(self.path, "--status-socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(self.path)
