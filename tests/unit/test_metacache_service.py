@@ -113,6 +113,23 @@ def test_delete_containers_criteria_keep_and_safe_time(numamem_server: InProcess
     ]
 
 
+def test_a_long_mask_is_checked_in_place_and_applies_each_field_once(
+    numamem_server: InProcessServer,
+) -> None:
+    """A mask of 200,000 paths (1.4 MB): with an unknown path first it is refused at that
+    path; of one field repeated it is that one update (the mask is never copied whole)."""
+    c = numamem_server.client
+    c.add_container_info(ci("p", "a", qos_level="shared_cores", cpu_request=1))
+    code, details = code_and_details(
+        lambda: c.update_containers([update("a", bare(), *(["zz"] * 200_000))])
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "updates[0].update_mask: unknown path 'zz'" in details
+    c.update_containers([update("a", bare(cpu_request=7), *(["cpu_request"] * 200_000))])
+    a = c.get_container_info("p", "a")
+    assert (a.cpu_request, a.qos_level) == (7, "shared_cores")
+
+
 def test_update_containers_with_field_masks(numamem_server: InProcessServer) -> None:
     c = numamem_server.client
     c.add_container_info(

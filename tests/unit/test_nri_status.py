@@ -130,3 +130,16 @@ def test_the_probe_fails_on_what_is_not_a_plugins_status(
         thread.join(10)
         listener.close()
     assert f"no numamem nri status on {path}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("timeout", ["inf", "-1", "nan", "0", "soon"])
+def test_a_timeout_that_is_not_positive_seconds_is_a_usage_error(
+    timeout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--timeout`` as every other command takes it (cli.common.timeout_seconds): exit 2
+    naming the value, not a traceback or a misleading "no status"."""
+    with pytest.raises(SystemExit) as exited:
+        main(["nri-status", "--status-socket", "/nonexistent.sock", "--timeout", timeout])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected seconds, more than 0" in err and timeout in err, err

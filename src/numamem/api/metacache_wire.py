@@ -308,8 +308,8 @@ def mask_updater(
     """An in-place update of the named fields (all but the keys when the mask is empty)."""
     pod_uid, name = checked_keys(update.pod_uid, update.container_name)
     new = container_from_proto(update.info, pod_uid, name, f"{field}.info")
-    paths = list(update.update_mask.paths) or [f for f in CONTAINER_FIELDS if f not in _KEY_FIELDS]
-    for path in paths:
+    mask = update.update_mask.paths  # checked in place: a long mask is refused, not copied
+    for path in mask:
         if path not in CONTAINER_FIELDS:
             raise InvalidArgumentError(
                 f"{field}.update_mask: unknown path {quote(path)} "
@@ -319,6 +319,8 @@ def mask_updater(
             raise InvalidArgumentError(
                 f"{field}.update_mask: {quote(path)} is the entry's key and cannot be updated"
             )
+    # Each field once (a repeated path is the same update): at most the fields, however long.
+    paths = list(dict.fromkeys(mask)) or [f for f in CONTAINER_FIELDS if f not in _KEY_FIELDS]
 
     def apply(info: ContainerInfo) -> None:
         for path in paths:

@@ -15,7 +15,7 @@ import socket
 import sys
 from typing import Any
 
-from numamem.cli.common import EXIT_FAILED, EXIT_OK, fail
+from numamem.cli.common import EXIT_FAILED, EXIT_OK, fail, timeout_seconds
 
 DEFAULT_STATUS_SOCKET = "/run/numamem/nri-status.sock"
 HELP = "check a running numamem nri (its --status-socket); exit 0 when registered with the runtime"
@@ -38,7 +38,11 @@ def add_parser(sub: Any) -> None:
         help="the plugin's --status-socket (default: %(default)s)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=2.0, metavar="SECONDS", help="default: %(default)s"
+        "--timeout",
+        type=timeout_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="more than 0 (default: %(default)s)",
     )
     parser.set_defaults(run=run)
 
