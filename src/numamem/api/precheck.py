@@ -55,7 +55,6 @@ from numamem.api.statedir import (
     write_error,
 )
 from numamem.api.topology import TopologyComponent
-from numamem.checkpoint.filestore import error_text
 from numamem.checkpoint.fs import FileSystem, StrPath
 from numamem.checkpoint.mmjournal import JOURNAL_FILE as MM_JOURNAL_FILE
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
@@ -63,6 +62,7 @@ from numamem.checkpoint.namesfile import NAMES_FILE
 from numamem.config.model import Config
 from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, StartupError, quote
 from numamem.metacache.journal import JOURNAL_FILE
+from numamem.metacache.journal_load import append_refusal
 from numamem.metacache.journal_store import JournalPersister
 from numamem.metacache.persistence import STATE_FILE as METACACHE_FILE
 from numamem.socketpath import check_socket_path, classify_socket_path
@@ -189,10 +189,7 @@ def check_journal(persister: JournalPersister) -> None:
     path = persister.journal_path
     if persister.appends_to_found_journal and path.is_file() and not os.access(path, os.W_OK):
         denied = OSError(errno.EACCES, os.strerror(errno.EACCES))
-        raise StartupError(  # the text of JournalPersister's refusal
-            f"cannot open the metacache journal {quote(path, limit=PATH_QUOTE_BYTES)} to "
-            f"append: {error_text(denied)}; the change was not applied"
-        )
+        raise StartupError(append_refusal(path, denied))
 
 
 def check_side_sockets(config: Config, report: CheckReport) -> None:

@@ -272,14 +272,14 @@ def serving_loop_watchdog(
     in_flight: Callable[[], int],
     components: Callable[[], Sequence[object]],
     wake_fd: int,
-    socket_path: str | None = None,
+    socket_path: str,
 ) -> Watchdog | None:
     """The daemon's watchdog: pings through ``notifier`` (None without ``WatchdogSec=``),
     probes on ``pool`` (the RPC pool of ``workers`` threads, as the warning says; the probe
     is not counted as an RPC) with the writer locks of every component that has
     ``liveness_locks()`` and the disk writes of every component that has
-    ``liveness_writes()``, then a Health/Check over ``socket_path`` (when
-    given: the daemon's ``--socket``), wakes the loop through the non-blocking ``wake_fd``."""
+    ``liveness_writes()``, then a Health/Check over ``socket_path`` (the daemon's
+    ``--socket``), wakes the loop through the non-blocking ``wake_fd``."""
     interval = notifier.watchdog_interval
     if interval is None:
         return None
@@ -303,6 +303,6 @@ def serving_loop_watchdog(
         locks,
         wake,
         writes=writes,
-        reach=health_check_over(socket_path) if socket_path is not None else lambda t: "",
+        reach=health_check_over(socket_path),
         pool_state=lambda: f"{in_flight()} RPCs running or queued on {workers} workers",
     )

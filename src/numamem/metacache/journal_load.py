@@ -30,6 +30,15 @@ READ_ATTEMPTS = 5
 between a failed restore and the read after it (a live daemon's compactions)."""
 
 
+def append_refusal(path: Path, err: BaseException) -> str:
+    """Why the journal at ``path`` cannot be opened to append (the start's refusal, and
+    ``numamem serve --check``'s)."""
+    return (
+        f"cannot open the metacache journal {quote(path, limit=PATH_QUOTE_BYTES)} to append: "
+        f"{error_text(err)}; the change was not applied"
+    )
+
+
 class JournalLoad:
     """The loading half of :class:`~numamem.metacache.journal_store.JournalPersister`."""
 
@@ -134,7 +143,4 @@ class JournalLoad:
             hook("reopen", self.journal_path)
             return self.fs.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         except Exception as err:
-            raise PersistenceError(
-                f"cannot open the metacache journal {quote(self.journal_path, limit=PATH_QUOTE_BYTES)} to append: "
-                f"{error_text(err)}; the change was not applied"
-            ) from err
+            raise PersistenceError(append_refusal(self.journal_path, err)) from err

@@ -121,7 +121,7 @@ def _admit(
         text = rejection_message(record, entry, reply, settings.topology_manager_policy)
         return reject(state, record, entry, container.id, text)
     if reply.container_ids_recorded:
-        ids_recorded(record, pod, [entry])
+        ids_recorded(record, pod, entry)
     else:  # a daemon older than Admit's container_ids: AddContainer records the id
         add_container(state, record, pod, entry, budget)
     admission = next((c for c in reply.containers if c.container_name == entry.name), None)
@@ -177,18 +177,17 @@ def add_container(
         )
         state.dirty.set()
         return
-    ids_recorded(record, pod, [entry])
+    ids_recorded(record, pod, entry)
 
 
-def ids_recorded(record: PodRecord, pod: mm.Pod, entries: list[Entry]) -> None:
-    """The daemon recorded the ids of ``entries`` with ``pod`` (AddContainer, or Admit's
-    ``container_ids``): mark them, and the regular init containers that freed."""
-    for entry in entries:
-        entry.id_recorded = True
-        for name in record.freed_by(pod, entry.name):
-            freed = record.entries.get(name)
-            if freed is not None and freed.pin is Pin.PINNED:
-                freed.pin, freed.nodes = Pin.RELEASED, ()
+def ids_recorded(record: PodRecord, pod: mm.Pod, entry: Entry) -> None:
+    """The daemon recorded ``entry``'s id with ``pod`` (AddContainer, or Admit's
+    ``container_ids``): mark it, and the regular init containers that freed."""
+    entry.id_recorded = True
+    for name in record.freed_by(pod, entry.name):
+        freed = record.entries.get(name)
+        if freed is not None and freed.pin is Pin.PINNED:
+            freed.pin, freed.nodes = Pin.RELEASED, ()
 
 
 def created_unpinned(

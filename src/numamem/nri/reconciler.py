@@ -222,7 +222,7 @@ class Reconciler:
                 record = state.records.get(uid)
                 live = _same_instance(record.entries.get(entry.name) if record else None, entry)
                 if record is not None and live is not None:
-                    ids_recorded(record, pod, [live])
+                    ids_recorded(record, pod, live)
 
     def _adopted(
         self, uid: str, pod: mm.Pod, candidates: list[Entry], reply: mm.AdmitResponse
@@ -242,7 +242,7 @@ class Reconciler:
                 state.dirty.set()  # removed (or decided) meanwhile: what was admitted is owed
                 continue
             if reply.container_ids_recorded and record is not None and live.container_id:
-                ids_recorded(record, pod, [live])
+                ids_recorded(record, pod, live)
             admission = blocks.get(candidate.name)
             nodes = block_nodes(admission.blocks) if admission is not None else ()
             if reply.admitted and nodes:
