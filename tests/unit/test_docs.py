@@ -364,3 +364,20 @@ def test_every_program_a_block_names_under_the_install_venv_is_one_it_makes() ->
     assert len(named) >= 3, named  # the install's own pip and numamem, the wrapper's python
     wrong = sorted(f"{page}:{line}: {path}" for page, line, path in named if path not in made)
     assert wrong == [], f"not made by 'python3 -m venv {venv}' and its pip install: {wrong}"
+
+
+def test_the_counts_the_pages_state_are_the_suites() -> None:
+    """The sizes docs/reliability.md names (the fuzzer's RPCs, both fault matrices) and the
+    profiler operations docs/performance.md lists are what the code has, not hand-kept."""
+    from bench.profile import OPERATIONS
+    from tests.fuzz.catalogue import RPCS
+    from tests.unit import test_fault_matrix as replace_matrix
+    from tests.unit import test_mm_journal_faults as journal_matrix
+
+    reliability = (DOCS / "reliability.md").read_text()
+    assert f"all {len(RPCS)} RPCs" in reliability
+    for matrix in (replace_matrix, journal_matrix):
+        steps, faults = len(matrix.cells()), len(matrix.FAULTS)
+        assert f"{steps} steps × {faults} faults = {len(matrix.MATRIX)} cells" in reliability
+    performance = (DOCS / "performance.md").read_text()
+    assert all(f"`{operation}`" in performance for operation in OPERATIONS)

@@ -34,7 +34,7 @@ HOST: tuple[Flag, ...] = (
         "numamem_containers replaced on every change, as the kubelet keeps its file) or "
         "journal (one record appended and fsynced to numamem_state_journal, folded into "
         "those files at 1 MiB, at every graceful stop and when a replace-mode start finds "
-        "it; about a fifth of the write cost: for the NRI plugin's container-creation path; "
+        "it; one fsync per change instead of three: for the NRI plugin's container-creation path; "
         "offline tools read the journal too: docs/state-files.md in the numamem source)",
         "replace",
         choices=STATE_COMMITS,
