@@ -147,11 +147,6 @@ class Daemon(DaemonProcess):
         assert self.proc is not None
         return int(psutil.Process(self.proc.pid).memory_info().rss)
 
-    def cpu_seconds(self) -> float:
-        assert self.proc is not None
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return float(t.user + t.system)
-
     def metric(self, name: str) -> float:
         """One sample of the daemon's Prometheus metrics (over its metrics socket)."""
         sock = socket.socket(socket.AF_UNIX)

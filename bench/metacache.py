@@ -25,6 +25,7 @@ from numamem.metacache.metrics.collector import Collector
 from numamem.metacache.metrics.store import MetricStore
 from numamem.testing.cgroups import V2, CgroupValues, write_container
 from numamem.v1 import metacache_pb2 as mc
+from tests.daemon import run_together
 
 
 def metacache_phase(r: Report, root: Path, s: Scale) -> None:
@@ -122,11 +123,7 @@ def metacache_growth_phase(r: Report, root: Path, s: Scale) -> None:
                                              cpu_request=2, owner_pool_name="share", labels={"app": "bench"})
                         )  # fmt: skip
 
-            threads = [threading.Thread(target=fill, args=(t,)) for t in range(16)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            run_together([threading.Thread(target=fill, args=(t,)) for t in range(16)])
             client = NumamemClient(d.socket, timeout=30)
 
             def probe(i: int, size: int = size, c: NumamemClient = client) -> None:

@@ -25,7 +25,6 @@ Standalone: ``python -m bench.nri [PODS]`` prints the figures.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.harness import pct, run_alone
+from bench.harness import Daemon, daemon, pct, run_alone
 from numamem.client import NumamemClient
 from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Plugin
@@ -44,7 +43,6 @@ from numamem.nriapi import api_pb2 as api
 from numamem.testing import nri_objects as obj
 from numamem.testing.daemon import STATIC_ARGS, DaemonProcess
 from numamem.testing.nri_runtime import ScriptedRuntime
-from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 
 
@@ -61,6 +59,8 @@ TARGET = 1.05
 WARMUP = 3
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parent.parent
+DIRECT = {"cpu": "250m", "memory": "64Mi"}
+"""The requests and limits of the direct Admit's container: those of the plugin's."""
 
 
 def plugin_command(nri_socket: Path, daemon_socket: str, level: str) -> list[str]:
@@ -91,19 +91,17 @@ def _timed(into: list[float], call: Callable[[], object]) -> None:
 
 
 def scripted(root: Path, pods: int) -> dict[str, list[float]]:
-    """Seconds per sample of ``floor``, ``admit`` and ``create`` (see the module docstring)."""
-    root.mkdir(parents=True, exist_ok=True)
-    sysfs = write_sysfs(root / "sys", standard_nodes(2))
-    (root / "no-cgroups").mkdir(exist_ok=True)
-    daemon = DaemonProcess(
-        root,
-        ["--sysfs-root", str(sysfs), "--cgroup-root", str(root / "no-cgroups"), *STATIC_ARGS,
-         *shipped(root), "--log-level", "warning"],
-    ).start(timeout=60)  # fmt: skip
+    """Seconds per sample of ``floor``, ``admit`` and ``create`` (see the module docstring),
+    on :func:`bench.harness.daemon`'s 2-node machine under ``root``."""
+    with daemon(root, extra=shipped(root)) as d:
+        return _scripted(d, root, pods)
+
+
+def _scripted(d: Daemon, root: Path, pods: int) -> dict[str, list[float]]:
     runtime = ScriptedRuntime(root / "nri.sock", runtime_name="bench").start()
     with (root / "plugin.log").open("wb") as log:
         plugin = subprocess.Popen(
-            plugin_command(runtime.socket_path, daemon.socket, "warning"),  # type: ignore[arg-type]
+            plugin_command(runtime.socket_path, d.socket, "warning"),  # type: ignore[arg-type]
             stdout=subprocess.DEVNULL,
             stderr=log,
         )
@@ -113,22 +111,15 @@ def scripted(root: Path, pods: int) -> dict[str, list[float]]:
         peer.configure()
         peer.synchronize([], [])
         with (
-            NumamemClient(daemon.socket, timeout=10) as client,
-            grpc.insecure_channel(f"unix://{daemon.socket}") as channel,
+            NumamemClient(d.socket, timeout=10) as client,
+            grpc.insecure_channel(f"unix://{d.socket}") as channel,
         ):
             health = health_pb2_grpc.HealthStub(channel)
             check = health_pb2.HealthCheckRequest()
-            res = {"cpu": "250m", "memory": "64Mi"}
             for i in range(-WARMUP, pods):
                 keep = samples if i >= 0 else {k: [] for k in samples}
                 _timed(keep["floor"], lambda: health.Check(check, timeout=10))
-                direct = mm.Pod(
-                    uid=f"direct-{i}", namespace="bench", name=f"direct-{i}",
-                    containers=[mm.Container(name="app", requests=res, limits=res)],
-                )  # fmt: skip
-                ids = {"app": f"d-{i}"}
-                _timed(keep["admit"], lambda: client.admit(direct, container_ids=ids))  # noqa: B023
-                client.release_pod(direct.uid)
+                _direct_admit(client, i, keep["admit"])
                 sandbox = obj.pod(f"p{i}", f"uid-{i}")
                 container = obj.container(sandbox, "app", memory_limit=64 * MIB, cpu_milli=250)
                 _timed(keep["create"], lambda: peer.create_container(sandbox, container))  # noqa: B023
@@ -137,22 +128,22 @@ def scripted(root: Path, pods: int) -> dict[str, list[float]]:
     finally:
         _stop(plugin)
         runtime.stop()
-        daemon.stop(timeout=30)
     return samples
 
 
+def _direct_admit(client: NumamemClient, i: int, into: list[float]) -> None:
+    """The plugin's one daemon write, made directly: an Admit of round ``i``'s pod (what the
+    plugin's container asks) with the container's id, its seconds appended to ``into``;
+    then the pod released (untimed), so every round admits on the same state."""
+    pod = mm.Pod(
+        uid=f"direct-{i}", namespace="bench", name=f"direct-{i}",
+        containers=[mm.Container(name="app", requests=DIRECT, limits=DIRECT)],
+    )  # fmt: skip
+    _timed(into, lambda: client.admit(pod, container_ids={"app": f"d-{i}"}))
+    client.release_pod(pod.uid)
+
+
 # --- 2. the real containerd, with and without the plugin ----------------------------------------
-
-
-def harness_unavailable() -> str | None:
-    """Why the containerd harness cannot run here (None: it can)."""
-    from tests.containerd import cgroups
-
-    if os.geteuid() != 0:
-        return f"the containerd harness needs root (euid {os.geteuid()})"
-    if cgroups.cpuset_hierarchy() is None:
-        return "no cpuset cgroup controller is mounted (v1 or v2)"
-    return None
 
 
 def through_containerd(root: Path, pods: int) -> dict[str, Any]:
@@ -160,21 +151,15 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
     ``null`` plugin (answers every CreateContainer at once with the same ``cpuset.mems``: the
     cost of NRI itself) and ``without`` a plugin; the plugin's own handling seconds
     (``handling``), a direct Admit per round (``admit``) and the build; or ``skipped``."""
-    why = harness_unavailable()
-    if why is not None:
-        return {"skipped": why}
-    from tests.containerd import debs
-    from tests.containerd.cleanup import reap_stale
-    from tests.containerd.instance import Containerd, distribution
+    from tests.containerd.available import build
+    from tests.containerd.instance import Containerd
     from tests.containerd.kubelet import Kubelet, PodSpec, QOSClass
 
-    reap_stale()
-    try:
-        dist = distribution("2.x")
-    except debs.RegistryUnreachableError as err:
-        return {"skipped": str(err)}
+    dist = build("2.x")
+    if isinstance(dist, str):
+        return {"skipped": dist}
     root.mkdir(parents=True, exist_ok=True)
-    daemon = DaemonProcess(
+    served = DaemonProcess(
         root,
         [*STATIC_ARGS, *shipped(root), "--sysfs-root", "/sys", "--cgroup-root", "/sys/fs/cgroup",
          "--log-level", "warning"],
@@ -193,7 +178,7 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
             nri_socket = instances["with"].layout.nri_socket
             plugins.append(
                 subprocess.Popen(
-                    plugin_command(nri_socket, daemon.socket, "debug"),
+                    plugin_command(nri_socket, served.socket, "debug"),
                     stdout=subprocess.DEVNULL,
                     stderr=err,
                 )
@@ -207,8 +192,7 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
         for path in (log, root / "null.log"):
             _wait_registered(path, plugins)
         kubelets = {name: Kubelet(inst) for name, inst in instances.items()}
-        res = {"cpu": "250m", "memory": "64Mi"}
-        with NumamemClient(daemon.socket, timeout=10) as client:
+        with NumamemClient(served.socket, timeout=10) as client:
             for i in range(-WARMUP, pods):
                 for k in range(len(names)):  # each instance first in turn
                     name = names[(i + k) % len(names)]
@@ -217,21 +201,13 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
                     if i >= 0:
                         samples[name].append(running.seconds["app"])
                     kubelets[name].remove_pod(running)
-                # The plugin's one daemon write, made directly in the same round.
-                direct = mm.Pod(
-                    uid=f"direct-{i}", namespace="bench", name=f"direct-{i}",
-                    containers=[mm.Container(name="app", requests=res, limits=res)],
-                )  # fmt: skip
-                ids = {"app": f"d-{i}"}
-                keep: list[float] = samples["admit"] if i >= 0 else []
-                _timed(keep, lambda: client.admit(direct, container_ids=ids))  # noqa: B023
-                client.release_pod(direct.uid)
+                _direct_admit(client, i, samples["admit"] if i >= 0 else [])  # same round
     finally:
         for plugin in plugins:
             _stop(plugin)
         for inst in instances.values():
             inst.cleanup()
-        daemon.stop(timeout=30)
+        served.stop(timeout=30)
     handled = [
         float(line["seconds"])
         for line in _json_lines(log)

@@ -32,6 +32,7 @@ from grpc_health.v1 import health_pb2
 from bench.harness import daemon, guaranteed, pct
 from numamem.client import NumamemClient
 from numamem.v1 import metacache_pb2 as mc
+from tests.daemon import run_together
 
 TMPFS = Path("/dev/shm")
 
@@ -45,7 +46,7 @@ def phase(r: Any, root: Path, iterations: int, compactions: int) -> None:
     ratios = {}
     for bound in (None, "write", "noop"):
         with daemon(fast / f"alloc-{bound or 'real'}", bound=bound) as d:
-            health, alloc = allocate_samples(d.socket, iterations, guaranteed)
+            health, alloc = allocate_samples(d.socket, iterations)
         ratios[bound] = pct(alloc, 0.5) / pct(health, 0.5)
         if bound is None:
             r.latency(
@@ -59,13 +60,13 @@ def phase(r: Any, root: Path, iterations: int, compactions: int) -> None:
     r.value("target_allocate_bound_noop", "  bound: Allocate replayed, no write (bench.bounds)",
             ratios["noop"], "", "(the RPC with Allocate's messages)")  # fmt: skip
 
-    during, after, snapshot = compaction_samples(root / "compaction", compactions, daemon, pct)
+    during, after, snapshot = compaction_samples(root / "compaction", compactions)
     r.latency("target_add_during_compaction", f"AddContainer, 10,000 containers, during a compaction ({snapshot / 1e6:.1f} MB snapshot)", during)  # fmt: skip
     r.latency("target_add_after_compaction", "AddContainer, 10,000 containers, after it", after)
     r.value("target_compaction_ratio", "  AddContainer p50 during / after compaction",
             pct(during, 0.5) / pct(after, 0.5), "", "(target <= 1.5)")  # fmt: skip
 
-    off, on, journal = admit_with_names(root, iterations // 4, daemon, guaranteed)
+    off, on, journal = admit_with_names(root, iterations // 4)
     r.latency("target_admit_names_off", "Admit, 3 containers, --podresources-socket off", off)
     r.latency("target_admit_names_on", "Admit, 3 containers, --podresources-socket on", on)
     r.value("target_admit_names_ratio", "  Admit p50, names on / off (interleaved)",
@@ -76,9 +77,7 @@ def phase(r: Any, root: Path, iterations: int, compactions: int) -> None:
             pct(journal, 0.5) / pct(on, 0.5), "", "(one fsync for the state instead of three)")  # fmt: skip
 
 
-def allocate_samples(
-    socket: str, iterations: int, guaranteed: Any
-) -> tuple[list[float], list[float]]:
+def allocate_samples(socket: str, iterations: int) -> tuple[list[float], list[float]]:
     """(Health/Check, Allocate) latencies, interleaved on one channel: each iteration times a
     Check and an Allocate, then adds and removes the container untimed (which frees its
     memory again); 100 untimed iterations first."""
@@ -109,9 +108,7 @@ def _info(i: int, cpu: float) -> mc.ContainerInfo:
     )  # fmt: skip
 
 
-def compaction_samples(
-    root: Path, rounds: int, daemon: Any, pct: Any
-) -> tuple[list[float], list[float], int]:
+def compaction_samples(root: Path, rounds: int) -> tuple[list[float], list[float], int]:
     """AddContainer latencies while compactions run, and after them (see the module)."""
     with daemon(root) as d:
 
@@ -120,7 +117,7 @@ def compaction_samples(
                 for i in range(t, 10_000, 16):
                     c.add_container_info(_info(i, cpu))
 
-        _in_threads(16, lambda t: fill(t, 2.0))
+        run_together([threading.Thread(target=fill, args=(t, 2.0)) for t in range(16)])
         snap = Path(d.state_dir) / "sys_advisor_state"
         log = Path(d.state_dir) / "sys_advisor_state.journal"
         time.sleep(1)
@@ -165,9 +162,7 @@ def compaction_samples(
         return during, after, snap.stat().st_size
 
 
-def admit_with_names(
-    root: Path, n: int, daemon: Any, guaranteed: Any
-) -> tuple[list[float], list[float], list[float]]:
+def admit_with_names(root: Path, n: int) -> tuple[list[float], list[float], list[float]]:
     """Admit latencies of new 3-container pods, names off, names on, and names on with
     ``--state-commit=journal``, the three daemons in turn on the same disk."""
     pr_sock = str(root / "pr" / "pr.sock")
@@ -190,11 +185,3 @@ def admit_with_names(
         for client in clients:
             client.close()
         return samples
-
-
-def _in_threads(count: int, work: Any) -> None:
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()

@@ -2,56 +2,31 @@
 
 ``containerd_dist`` is parametrized over the builds of :data:`instance.DISTRIBUTIONS`
 (ids ``containerd-1.7``, ``containerd-2.x``), so every test using these fixtures runs
-on each. It skips only where the harness cannot run, saying which: not root, no cpuset
-cgroup controller, or no Debian registry on a first download (naming the URL tried).
+on each. It skips only where the harness cannot run, saying which
+(:func:`tests.containerd.available.build`): not root, no cpuset cgroup controller, or no
+Debian registry on a first download (naming the URL tried).
 ``containerd_factory`` makes private instances (started, images imported, unless
 ``start=False``) and at teardown cleans each up and fails the test if anything is left.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.containerd import cgroups, debs
-from tests.containerd.cleanup import reap_stale
-from tests.containerd.instance import DISTRIBUTIONS, Containerd, Distribution, distribution
+from tests.containerd import available
+from tests.containerd.instance import DISTRIBUTIONS, Containerd, Distribution
 from tests.containerd.kubelet import Kubelet
-
-_DISTS: dict[str, Distribution] = {}
-_UNREACHABLE: dict[str, str] = {}
-"""A registry that was not reached is not tried again by the same process (each try can
-take the probe's whole timeout)."""
-_REAPED: list[str] = []
-
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return f"the containerd harness needs root (euid {os.geteuid()}): it runs containerd, runc and cgroups"
-    if cgroups.cpuset_hierarchy() is None:
-        return "no cpuset cgroup controller is mounted (v1 or v2): the harness reads containers' cpuset"
-    return None
 
 
 def _distribution(name: str) -> Distribution:
     """The build ``name``, fetched once per machine (then cached); skips saying why not."""
-    reason = _why_not()
-    if reason:
-        pytest.skip(reason)
-    if not _DISTS:  # once per process: what killed test processes left behind
-        _REAPED.extend(reap_stale())
-    if name in _UNREACHABLE:
-        pytest.skip(_UNREACHABLE[name])
-    if name not in _DISTS:
-        try:
-            _DISTS[name] = distribution(name)
-        except debs.RegistryUnreachableError as err:
-            _UNREACHABLE[name] = str(err)
-            pytest.skip(str(err))
-    return _DISTS[name]
+    got = available.build(name)
+    if isinstance(got, str):
+        pytest.skip(got)
+    return got
 
 
 @pytest.fixture(params=list(DISTRIBUTIONS), ids=[f"containerd-{n}" for n in DISTRIBUTIONS])

@@ -219,6 +219,11 @@ class Node:
     def mems(self, container: api.Container) -> str:
         return self.containers[container.id].linux.resources.cpu.mems
 
+    def held(self) -> dict[str, set[str]]:
+        """The daemon's memory manager state now: pod uid -> the names of its containers
+        holding memory (one GetState)."""
+        return {uid: set(e.containers) for uid, e in self.client.get_state().entries.items()}
+
 
 @contextmanager
 def started_node(

@@ -41,10 +41,6 @@ def node(short_root: Path, daemon_factory: list[DaemonProcess], flavor: str) -> 
 BOTH_FLAVORS = pytest.mark.parametrize("flavor", ["2.x", "1.7"])
 
 
-def held(node: Node) -> dict[str, set[str]]:
-    return {uid: set(e.containers) for uid, e in node.client.get_state().entries.items()}
-
-
 # --- rejections ------------------------------------------------------------------------------
 
 
@@ -68,7 +64,7 @@ def test_single_numa_node_rejection_fails_creation_with_the_reason(
             "numamem explain",
         ):
             assert part in text, (part, text)
-        assert held(node) == {"uid-web-1": {"small"}}  # nothing of the rejected one
+        assert node.held() == {"uid-web-1": {"small"}}  # nothing of the rejected one
         assert node.handler.counts["failed"] == 1
 
         # --on-reject=unpinned: the creation goes on without cpuset.mems, counted.
@@ -78,7 +74,7 @@ def test_single_numa_node_rejection_fails_creation_with_the_reason(
         _, reply = node.create(sandbox, "wide", 14 * GI)
         assert not reply.adjust.HasField("linux")
         assert node.handler.counts["unpinned"] == 1
-        assert held(node) == {"uid-web-1": {"small"}}
+        assert node.held() == {"uid-web-1": {"small"}}
         _, reply = node.create(sandbox, "after", GI)  # the unpinned one is not in later pods
         assert reply.adjust.linux.resources.cpu.mems in ("0", "1")
 
@@ -92,7 +88,7 @@ def test_the_pod_scope_is_refused_per_pod_with_the_reason(
         sandbox = node.run_pod("scoped")
         with pytest.raises(NriStatusError, match="--topology-manager-scope container"):
             node.create(sandbox, "app", GI)
-        assert held(node) == {}
+        assert node.held() == {}
 
 
 def test_an_unreachable_daemon_fails_creation_clearly_and_in_time(node: Node) -> None:
@@ -179,14 +175,14 @@ def test_removal_releases_and_an_older_instance_does_not(node: Node) -> None:
     second, reply = node.create(sandbox, "app", 2 * GI)
     assert reply.adjust.linux.resources.cpu.mems == "0"  # the same blocks
     node.remove(first)  # the kubelet's garbage collection of the dead instance
-    assert held(node) == {"uid-x": {"app"}}
+    assert node.held() == {"uid-x": {"app"}}
     node.remove(second)
-    assert held(node) == {}
+    assert node.held() == {}
 
     kept = node.run_pod("kept", "uid-k")
     node.create(kept, "app", GI)
     node.remove_pod(kept)
-    assert held(node) == {}
+    assert node.held() == {}
 
 
 @BOTH_FLAVORS
@@ -203,9 +199,9 @@ def test_a_replaced_sandbox_does_not_release_its_pod(node: Node) -> None:
     _, reply = node.create(new, "app", 2 * GI)
     assert reply.adjust.linux.resources.cpu.mems == "0"
     node.remove_pod(old)  # garbage collection of the old sandbox
-    assert held(node) == {"uid-s": {"app"}}
+    assert node.held() == {"uid-s": {"app"}}
     node.remove_pod(new)
-    assert held(node) == {}
+    assert node.held() == {}
 
 
 # --- what the plugin cannot use --------------------------------------------------------------
@@ -227,13 +223,13 @@ def test_unusable_input_is_left_alone_logged_once_and_the_plugin_serves_on(node:
     assert problems.count("no_limits") == 1  # twice sent, once logged
     assert problems.count("unknown_cgroup_layout") == 1
     assert node.handler.counts["left_alone"] == 3
-    assert held(node) == {}
+    assert node.held() == {}
     systemd = node.run_pod(
         "sysd", "1b2c-3d", cgroup_parent="/kubepods.slice/kubepods-pod1b2c_3d.slice"
     )
     _, reply = node.create(systemd, "app", GI)  # and still pins what it can
     assert reply.adjust.linux.resources.cpu.mems == "0"
-    assert held(node) == {"1b2c-3d": {"app"}}
+    assert node.held() == {"1b2c-3d": {"app"}}
 
 
 def test_a_container_released_behind_the_plugins_back_is_adopted_again_and_resized(
@@ -249,7 +245,7 @@ def test_a_container_released_behind_the_plugins_back_is_adopted_again_and_resiz
     node.client.release_pod("uid-o2")  # another agent took it away
     node.stop_plugin()
     node.start_plugin()  # the plugin learns it (and adopts the running container again)
-    assert held(node) == {"uid-o2": {"app"}}
+    assert node.held() == {"uid-o2": {"app"}}
     reply = node.update(c, 2 * GI)
     assert [u.linux.resources.cpu.mems for u in reply.update] == ["0"]
     assert [x.size for x in node.client.get_memory("uid-o2", "app")] == [2 * GI]

@@ -24,10 +24,6 @@ from tests.e2e.nri_node import GI, Node, started_node
 pytestmark = pytest.mark.e2e
 
 
-def held(node: Node) -> dict[str, set[str]]:
-    return {u: set(e.containers) for u, e in node.client.get_state().entries.items()}
-
-
 def while_a_reconciliation_waits(node: Node, *events: Callable[[], object]) -> list[str]:
     """Run ``events`` (runtime calls) while a reconciliation waits for the daemon, which does
     not answer (SIGSTOPped: a reconciliation's RPC may take 5 s); what the runtime got."""
@@ -61,7 +57,7 @@ def test_events_while_a_reconciliation_waits_for_a_slow_daemon_are_not_lost(node
     init, _ = node.create(init_pod, "init", 6 * GI)
     gone = node.run_pod("gone")
     app, _ = node.create(gone, "app", 2 * GI)
-    assert held(node) == {init_pod.uid: {"init"}, gone.uid: {"app"}}
+    assert node.held() == {init_pod.uid: {"init"}, gone.uid: {"app"}}
     seen = while_a_reconciliation_waits(
         node,
         lambda: node.stop(init),
@@ -76,7 +72,7 @@ def test_events_while_a_reconciliation_waits_for_a_slow_daemon_are_not_lost(node
     node.wait_reconciled(passes + 1)
     _, reply = node.create(init_pod, "app", 6 * GI)  # reuses the init container's 6 GiB
     assert reply.adjust.linux.resources.cpu.mems == "0"
-    assert held(node) == {init_pod.uid: {"app"}}
+    assert node.held() == {init_pod.uid: {"app"}}
 
 
 def test_an_unpinned_creation_while_the_daemon_is_slow_is_recorded_counted_and_adopted(
@@ -96,7 +92,7 @@ def test_an_unpinned_creation_while_the_daemon_is_slow_is_recorded_counted_and_a
         passes = node.handler.reconciler.passes
         node.handler.reconciler.request()
         node.wait_reconciled(passes + 1)
-        assert held(node) == {late.uid: {"app"}}
+        assert node.held() == {late.uid: {"app"}}
         assert node.handler.counts["adopted"] == 1
         assert [c.linux.resources.cpu.mems for c in node.containers.values()] == ["0"]
 
@@ -182,7 +178,7 @@ def test_a_declaration_from_before_an_admission_does_not_release_it(node: Node) 
     node.handler.reconciler.request()
     node.wait_reconciled(passes + 1)
     daemon.get_state = original  # type: ignore[method-assign]
-    assert created and held(node) == {late.uid: {"app"}}
+    assert created and node.held() == {late.uid: {"app"}}
 
 
 def test_a_creation_that_cannot_have_the_plugins_state_in_time_is_not_lost(
@@ -219,7 +215,7 @@ def test_a_creation_that_cannot_have_the_plugins_state_in_time_is_not_lost(
         passes = handler.reconciler.passes
         handler.reconciler.request()
         node.wait_reconciled(passes + 1)
-        assert held(node) == {late.uid: {"app"}}
+        assert node.held() == {late.uid: {"app"}}
         assert handler.counts["unpinned"] == 1 and handler.counts["failed"] == 1
         assert handler.counts["adopted"] == 1
         assert node.mems(container) == "0"

@@ -21,10 +21,6 @@ from tests.e2e.nri_node import GI, Node
 pytestmark = pytest.mark.e2e
 
 
-def held(node: Node) -> dict[str, set[str]]:
-    return {uid: set(e.containers) for uid, e in node.client.get_state().entries.items()}
-
-
 def assert_consistent(node: Node) -> None:
     """Nothing held twice: the blocks account for the reserved memory exactly, and every
     running container of a pinned pod has cpuset.mems equal to its blocks' nodes."""
@@ -76,14 +72,14 @@ def test_a_restarted_plugin_reconciles_both_ways(node: Node) -> None:
     updates = node.synchronize(per_message=1)  # in chunks, as a runtime with many pods sends
     assert [(u.container_id, u.linux.resources.cpu.mems) for u in updates] == [(lost_app.id, "0")]
     node.wait_reconciled(passes + 1)
-    assert held(node) == {"uid-kept": {"app"}, "uid-lost": {"app"}, "uid-early": {"app"}}
+    assert node.held() == {"uid-kept": {"app"}, "uid-lost": {"app"}, "uid-early": {"app"}}
     assert node.mems(adopted) == "0"
     assert run.handler.counts["adopted"] == 1
     assert run.handler.counts["not_adopted"] == 1  # reported; it runs unpinned
     assert_consistent(node)
     # The adopted container's runtime id was recorded: its removal releases it.
     node.remove(adopted)
-    assert "uid-early" not in held(node)
+    assert "uid-early" not in node.held()
 
 
 def test_a_sigkilled_daemon_loses_nothing_and_holds_nothing_twice(node: Node) -> None:
@@ -99,7 +95,7 @@ def test_a_sigkilled_daemon_loses_nothing_and_holds_nothing_twice(node: Node) ->
     passes = node.handler.reconciler.passes
     node.daemon.start()
     node.wait_reconciled(passes + 1)  # the plugin reconciles once the daemon answers
-    assert held(node) == {"uid-a": {"app"}}
+    assert node.held() == {"uid-a": {"app"}}
     assert_consistent(node)
 
     # Again, with --on-reject=unpinned: a container created meanwhile starts unpinned and is
@@ -115,11 +111,11 @@ def test_a_sigkilled_daemon_loses_nothing_and_holds_nothing_twice(node: Node) ->
     passes = node.handler.reconciler.passes
     node.daemon.start()
     node.wait_reconciled(passes + 1)
-    assert held(node) == {"uid-a": {"app"}, "uid-d": {"app"}}
+    assert node.held() == {"uid-a": {"app"}, "uid-d": {"app"}}
     assert_consistent(node)
     _, reply = node.create(c, "app", GI)  # the kubelet's retry
     assert reply.adjust.linux.resources.cpu.mems == "0"
-    assert held(node) == {"uid-a": {"app"}, "uid-c": {"app"}, "uid-d": {"app"}}
+    assert node.held() == {"uid-a": {"app"}, "uid-c": {"app"}, "uid-d": {"app"}}
     assert_consistent(node)
 
 
@@ -135,12 +131,12 @@ def test_a_restarted_runtime_reconnects_the_plugin_and_resynchronizes(node: Node
     passes = run.handler.reconciler.passes
     assert node.synchronize() == []  # its cpuset.mems is still numamem's
     node.wait_reconciled(passes + 1)
-    assert held(node) == {"uid-a": {"app"}}
+    assert node.held() == {"uid-a": {"app"}}
     b = node.run_pod("b", "uid-b")
     _, reply = node.create(b, "app", 2 * GI)
     assert reply.adjust.linux.resources.cpu.mems == "0"
     node.remove(app)
-    assert held(node) == {"uid-b": {"app"}}
+    assert node.held() == {"uid-b": {"app"}}
     assert_consistent(node)
 
 
@@ -159,17 +155,17 @@ def test_a_crash_looping_container_keeps_its_memory_across_a_plugin_restart(node
     node.stop(a)  # it crashed; the kubelet restarts it after a back-off
     node.stop_plugin()
     node.start_plugin()  # Synchronize: the exited container is not listed
-    assert held(node) == {p.uid: {"app"}}
+    assert node.held() == {p.uid: {"app"}}
     q = node.run_pod("other")
     _, other = node.create(q, "app", 8 * GI)
     assert other.adjust.linux.resources.cpu.mems == "1"  # node 0 is still the crashed one's
     _, restarted = node.create(p, "app", 8 * GI)
     assert restarted.adjust.linux.resources.cpu.mems == "0"
-    assert held(node) == {p.uid: {"app"}, q.uid: {"app"}}
+    assert node.held() == {p.uid: {"app"}, q.uid: {"app"}}
     node.remove(a)  # the exited instance, once the new one exists: an older instance
-    assert held(node) == {p.uid: {"app"}, q.uid: {"app"}}
+    assert node.held() == {p.uid: {"app"}, q.uid: {"app"}}
     node.remove_pod(p)
-    assert held(node) == {q.uid: {"app"}}
+    assert node.held() == {q.uid: {"app"}}
     assert_consistent(node)
 
 
@@ -185,11 +181,11 @@ def test_an_exited_container_a_restarted_plugin_never_saw_is_released_with_its_p
     node.stop(a)
     node.stop_plugin()
     node.start_plugin()
-    assert held(node) == {p.uid: {"a", "b"}}
+    assert node.held() == {p.uid: {"a", "b"}}
     node.remove(a)  # the kubelet removes it (e.g. containerd 2.x after a runtime restart)
-    assert held(node) == {p.uid: {"b"}}
+    assert node.held() == {p.uid: {"b"}}
     node.remove_pod(p)
-    assert held(node) == {}
+    assert node.held() == {}
 
 
 def test_a_finished_init_container_kept_at_a_synchronize_is_reused_by_the_next(
@@ -203,10 +199,10 @@ def test_a_finished_init_container_kept_at_a_synchronize_is_reused_by_the_next(
     node.stop(init)
     node.stop_plugin()
     node.start_plugin()
-    assert held(node) == {p.uid: {"init"}}
+    assert node.held() == {p.uid: {"init"}}
     _, reply = node.create(p, "app", 6 * GI)
     assert reply.adjust.linux.resources.cpu.mems == "0"
-    assert held(node) == {p.uid: {"app"}}
+    assert node.held() == {p.uid: {"app"}}
     blocks = node.client.get_memory(p.uid, "app")
     assert [(list(b.numa_affinity), b.size) for b in blocks] == [([0], 6 * GI)]
     big = node.run_pod("big")

@@ -50,6 +50,7 @@ from numamem.api.ratelimit import TokenBucket
 from numamem.api.status import DOMAIN, REASONS
 from numamem.checkpoint.containerfile import decode_container_file
 from numamem.checkpoint.mmstore import CONTAINERS_FILE
+from numamem.client import error_reason
 from numamem.errors import CUT_MARK, MAX_MESSAGE_BYTES
 from numamem.memorymanager.state.invariants import violations
 from numamem.testing.daemon import DaemonProcess
@@ -296,6 +297,15 @@ def reply_problems(
     elif rpc.path.startswith("/numamem.v1."):
         problems += _error_info_problems(outcome)
     return problems
+
+
+def _reason(outcome: Outcome) -> str | None:
+    """The numamem ErrorInfo reason of a failed call, or None (also when its status details
+    disagree with its status: :func:`reply_problems` reports that)."""
+    try:
+        return error_reason(outcome.error) if outcome.error is not None else None
+    except ValueError:
+        return None
 
 
 def _error_info_problems(outcome: Outcome) -> list[str]:
@@ -661,6 +671,8 @@ class Campaign:
     indices: range | None = None
     max_findings: int = 20
     codes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    reasons: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(RPC, ErrorInfo reason) of each numamem error reply, the sweep's included."""
     kinds: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
     model: Model = field(default_factory=Model)
@@ -745,6 +757,8 @@ class Campaign:
             self.sent += 1
             self.kinds[gen.kind] += 1
         self.codes[(gen.rpc.short, outcome.code.name)] += 1
+        if (reason := _reason(outcome)) is not None:
+            self.reasons[(gen.rpc.short, reason)] += 1
         if outcome.seconds > self.slowest[0]:
             self.slowest = (outcome.seconds, f"{gen.rpc.short} request {gen.index}")
         problems = reply_problems(gen.rpc, gen.request, outcome, gen.payload)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from numamem.testing.daemon import TMPDIR_VARIABLE, short_tmpdir
-from tests.containerd import cgroups, debs, fixtures, images, kubelet
+from tests.containerd import available, cgroups, debs, images, kubelet
 from tests.containerd.cleanup import TMP_PREFIX, Remains, instance_roots, reap_stale
 from tests.containerd.config import Layout, render
 from tests.containerd.kubelet import ContainerSpec, PodSpec, QOSClass
@@ -293,7 +293,7 @@ def test_an_instance_of_a_killed_run_in_dev_shm_is_reaped_by_the_next_run(
 
 def test_the_skips_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert "needs root (euid 1000)" in (fixtures._why_not() or "")
+    assert "needs root (euid 1000)" in (available.unavailable() or "")
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(cgroups, "cpuset_hierarchy", lambda: None)
-    assert "no cpuset cgroup controller" in (fixtures._why_not() or "")
+    assert "no cpuset cgroup controller" in (available.unavailable() or "")
