@@ -88,7 +88,7 @@ def test_a_graceful_stop_whose_fold_fails_says_so(tmp_path: Path) -> None:
     (tmp_path / "live").mkdir()
     with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
         assert server.client.admit(pod("a")).admitted
-        memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
+        memory = server.component(MemoryManagerComponent)
 
         def hook(stage: str, target: Path) -> None:
             if stage == "rename" and target.name == STATE_FILE:
@@ -119,7 +119,7 @@ def test_a_journal_that_cannot_be_compacted_stops_at_its_budget(tmp_path: Path) 
 
     (tmp_path / "live").mkdir()
     with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
-        memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
+        memory = server.component(MemoryManagerComponent)
         journal = memory.store.journal
         journal.compact_bytes, journal.max_bytes = 2048, 64 * 1024
 

@@ -277,16 +277,11 @@ class ServingLoop:
         self.rx.close()
 
 
-def component(server: InProcessServer, kind: type) -> object:
-    [found] = [c for c in server.daemon._components if isinstance(c, kind)]
-    return found
-
-
 @pytest.mark.parametrize("kind", [MemoryManagerComponent, MetaCacheComponent])
 def test_the_daemon_stops_pinging_while_a_writer_lock_is_wedged(
-    served: InProcessServer, kind: type
+    served: InProcessServer, kind: type[MemoryManagerComponent | MetaCacheComponent]
 ) -> None:
-    [(name, lock)] = component(served, kind).liveness_locks()  # type: ignore[attr-defined]
+    [(name, lock)] = served.component(kind).liveness_locks()
     loop = ServingLoop(served.daemon, served.root)
     try:
         loop.wait(lambda: loop.watchdog.pings >= 2)
@@ -315,8 +310,9 @@ def test_the_daemon_stops_pinging_while_a_metacache_commit_is_wedged(
     """Review of issue 38: a metacache write waits for its group commit's disk write, which
     runs outside the writer lock. A persister whose save never returns (a hung fsync) must
     stop the pings although every lock the probe takes is free."""
-    metacache = component(served, MetaCacheComponent)
-    persister = metacache.persister  # type: ignore[attr-defined]
+    metacache = served.component(MetaCacheComponent)
+    persister = metacache.persister
+    assert persister is not None
     wedged, entered = threading.Event(), threading.Event()
     real_save = persister.save
 
