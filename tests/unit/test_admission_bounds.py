@@ -647,9 +647,7 @@ def test_admit_bounds_the_hints_it_accepts(
     """Refused by Admit's validation, before the manager computes anything (issue 38: the test
     asserted an answer under 0.1 s of wall time; what it means is that no search ran)."""
     with serve_in_process(topology_manager_policy="best-effort") as server:
-        [component] = [
-            c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)
-        ]
+        component = server.component(MemoryManagerComponent)
         searched: list[object] = []
         real_admit = component.manager.admit
 

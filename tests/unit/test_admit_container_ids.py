@@ -156,7 +156,7 @@ def test_ids_given_to_admit_are_the_daemons_runtime_ids(numamem_server: InProces
 
 
 def commits(server: InProcessServer) -> Callable[[], int]:
-    component = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
+    component = server.component(MemoryManagerComponent)
     return lambda: component.manager.committed().version
 
 
@@ -201,9 +201,7 @@ def test_an_admitted_container_without_blocks_has_its_id_released_at_removal() -
     """Policy None admits and pins nothing, but the id is recorded (as AddContainer records
     every container's): the container's RemoveContainer releases it."""
     with serve_in_process(memory_manager_policy="None", reserved_memory=()) as server:
-        component = next(
-            c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)
-        )
+        component = server.component(MemoryManagerComponent)
         plugin = MemoryPlugin(
             PluginOptions(socket=server.socket), DaemonLink(server.socket), poll=60
         )

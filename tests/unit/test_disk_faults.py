@@ -28,10 +28,8 @@ def pod(uid: str) -> mm.Pod:
 def components(
     server: InProcessServer,
 ) -> tuple[KubeletStateStore, JournalPersister]:
-    store = next(
-        c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)
-    ).manager._store
-    cache = next(c for c in server.daemon._components if isinstance(c, MetaCacheComponent))
+    store = server.component(MemoryManagerComponent).manager._store
+    cache = server.component(MetaCacheComponent)
     assert isinstance(store, KubeletStateStore) and cache.persister is not None
     return store, cache.persister
 

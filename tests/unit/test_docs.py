@@ -152,8 +152,7 @@ def _metric_names_of_the_daemon() -> set[str]:
     root = short_tmpdir()
     try:
         with serve_in_process(root=root, metrics_socket=str(root / "m.sock")) as server:
-            [component] = [c for c in server.daemon._components if isinstance(c, MetricsComponent)]
-            families = list(component.metrics.registry.collect())
+            families = list(server.component(MetricsComponent).metrics.registry.collect())
     finally:
         shutil.rmtree(root, ignore_errors=True)
     suffix = {"counter": "_total", "info": "_info"}

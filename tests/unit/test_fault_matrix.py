@@ -227,9 +227,7 @@ class Harness:
         return self.server.client
 
     def manager_memory(self) -> tuple[object, ...]:
-        committed = next(
-            c for c in self.server.daemon._components if isinstance(c, MemoryManagerComponent)
-        ).manager.committed()
+        committed = self.server.component(MemoryManagerComponent).manager.committed()
         view = committed.view
         pods = view.pod_entries()
         return normalised(
@@ -254,9 +252,7 @@ class Harness:
         )
 
     def cache_memory(self) -> bytes:
-        cache = next(
-            c for c in self.server.daemon._components if isinstance(c, MetaCacheComponent)
-        ).cache
+        cache = self.server.component(MetaCacheComponent).cache
         return encode(cache.state())
 
     def cache_restart(self) -> bytes:
@@ -321,8 +317,8 @@ def harness(
     with serve_in_process(
         root=root, podresources_socket=str(root / "pr.sock"), state_commit=state_commit, **gates
     ) as server:
-        memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
-        cache = next(c for c in server.daemon._components if isinstance(c, MetaCacheComponent))
+        memory = server.component(MemoryManagerComponent)
+        cache = server.component(MetaCacheComponent)
         assert cache.persister is not None
         cache.persister.min_compact_bytes = 10**12  # compactions only when a cell asks
         yield Harness(server, memory.store, cache.persister, pod_level)

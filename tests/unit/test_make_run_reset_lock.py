@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from numamem.api.precheck import CHECKPOINTS
 from numamem.api.statedir import LOCK_FILE
 from tests.daemon import REPO
+from tests.unit.test_make_run import locker_env, make
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
@@ -42,11 +42,13 @@ else:
 """
 
 
-def shim_path(bin_dir: Path, log: Path, with_flock: bool) -> str:
-    """A PATH whose ``rm`` runs the real one, then, for a numamem.lock, the probe."""
-    bin_dir.mkdir()
+def install_rm_probe(bin_dir: Path, log: Path) -> None:
+    """An ``rm`` in ``bin_dir`` that runs the real one, then, for a numamem.lock, the probe
+    (it replaces the ``rm`` that locker_env links there for the Python fallback)."""
     real = shutil.which("rm") or "/bin/rm"
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "probe.py").write_text(PROBE)
+    (bin_dir / "rm").unlink(missing_ok=True)
     (bin_dir / "rm").write_text(
         "#!/bin/sh\n"
         f'{real} "$@" || exit $?\n'
@@ -54,44 +56,26 @@ def shim_path(bin_dir: Path, log: Path, with_flock: bool) -> str:
         f'  {sys.executable} {bin_dir / "probe.py"} "$a" >> {log};; esac; done\n'
     )
     (bin_dir / "rm").chmod(0o755)
-    if with_flock:
-        return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
-    for program in ("sh", "rmdir"):
-        (bin_dir / program).symlink_to(shutil.which(program) or f"/bin/{program}")
-    return str(bin_dir)  # no flock: the Python fallback
 
 
 @pytest.mark.parametrize("locker", ["flock", "python"])
 def test_no_numamem_takes_the_lock_while_checkpoints_remain(tmp_path: Path, locker: str) -> None:
-    if locker == "flock" and shutil.which("flock") is None:
-        pytest.skip("no flock")
+    bin_dir = tmp_path / "bin"
+    env = locker_env(locker, bin_dir) or {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",  # flock from the system's PATH
+    }
+    log = tmp_path / "probe.log"
+    install_rm_probe(bin_dir, log)
+    env["PYTHONPATH"] = str(REPO / "src")
     state = tmp_path / "run" / "state"
     state.mkdir(parents=True)
     for name in CHECKPOINTS:
         (state / name).write_text("{}")
     (state / LOCK_FILE).write_text("")  # left by a stopped make run, not held
-    log = tmp_path / "probe.log"
-    env = {
-        **os.environ,
-        "PATH": shim_path(tmp_path / "bin", log, locker == "flock"),
-        "PYTHONPATH": str(REPO / "src"),
-    }
-    out = subprocess.run(
-        [
-            shutil.which("make") or "make",
-            "--no-print-directory",
-            "-C",
-            str(REPO),
-            "run-reset",
-            f"RUN_DIR={state.parent}",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        env=env,
-    )
+    out = make("run-reset", f"RUN_DIR={state.parent}", env=env)
+    assert log.exists(), out.stdout + out.stderr  # the shim ran when numamem.lock was removed
     probed = log.read_text().splitlines()
-    assert probed, out.stdout + out.stderr  # the shim ran when numamem.lock was removed
+    assert probed, out.stdout + out.stderr
     assert probed in (["held"], ["taken with"]), (probed, out.stderr)
     assert out.returncode == 0 and not state.exists(), out.stdout + out.stderr

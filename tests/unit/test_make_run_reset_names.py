@@ -42,11 +42,15 @@ def test_a_blank_and_a_star_in_a_state_file_name_remove_nothing_outside_state(
     cwd.mkdir()
     for name in ("Makefile.local", "pyproject.toml", "thesis.tex"):
         (cwd / name).write_text("not numamem's\n")
-    state = tmp_path / "run" / "state"
+    run_dir = tmp_path / "run"
+    state = run_dir / "state"
     state.mkdir(parents=True)
     (state / "memory_manager_state").write_text("{}")
     (state / "memory_manager_state.corrupt- *").write_text("{")
-    out = make_in(cwd, "-f", str(REPO / "Makefile"), "run-reset", f"RUN_DIR={tmp_path / 'run'}")
+    out = make_in(cwd, "-f", str(REPO / "Makefile"), "run-reset", f"RUN_DIR={run_dir}")
+    assert out.returncode == 0 and not state.exists() and not run_dir.exists(), (
+        out.stdout + out.stderr
+    )
     assert sorted(p.name for p in cwd.iterdir()) == [
         "Makefile.local",
         "pyproject.toml",

@@ -220,9 +220,9 @@ def test_failed_writes_and_collector_rounds_are_counted() -> None:
         c = server.client
         c.add_container_info(mc.ContainerInfo(pod_uid="p1", container_name="c", container_id="aaa"))
         c.add_container_info(mc.ContainerInfo(pod_uid="p2", container_name="c", container_id="bbb"))
-        [cache] = [x for x in server.daemon._components if isinstance(x, MetaCacheComponent)]
+        cache = server.component(MetaCacheComponent)
         cache.collector.sample_once()
-        [memory] = [x for x in server.daemon._components if isinstance(x, MemoryManagerComponent)]
+        memory = server.component(MemoryManagerComponent)
 
         def full_disk(stage: str, target: Path) -> None:
             if stage == "write":

@@ -19,11 +19,6 @@ from tests.unit.test_memorymanager_service import code_and_details
 MI = 1024**2
 
 
-def metacache(server: object) -> MetaCacheComponent:
-    [component] = [c for c in server.daemon._components if isinstance(c, MetaCacheComponent)]  # type: ignore[attr-defined]
-    return component
-
-
 def test_metrics_of_metacache_and_memory_manager_containers() -> None:
     root = short_tmpdir()
     cgroups = root / "cgroup"
@@ -42,7 +37,7 @@ def test_metrics_of_metacache_and_memory_manager_containers() -> None:
         pod = mm.Pod(uid="p2", containers=[mm.Container(name="db", requests=res, limits=res)])
         assert client.admit(pod).admitted
         client.add_container(pod, "db", "containerd://bbb")
-        metacache(server).collector.sample_once()
+        server.component(MetaCacheComponent).collector.sample_once()
         first = client.get_container_metric("p1", "app", "mem.usage.container")
         assert first.value == 100 * MI
         assert first.time.seconds > 1_600_000_000
@@ -58,7 +53,7 @@ def test_metrics_of_metacache_and_memory_manager_containers() -> None:
             )
         # Releasing the container (RemoveContainer) ends its sampling.
         client.remove_container("containerd://bbb")
-        metacache(server).collector.sample_once()
+        server.component(MetaCacheComponent).collector.sample_once()
         with pytest.raises(grpc.RpcError, match="empty map"):
             client.get_container_metric("p2", "db", "mem.usage.container")
 
@@ -73,7 +68,7 @@ def test_expired_metric_is_failed_precondition() -> None:
         server.client.add_container_info(
             mc.ContainerInfo(pod_uid="p1", container_name="app", container_id="aaa")
         )
-        component = metacache(server)
+        component = server.component(MetaCacheComponent)
         component.collector.clock = lambda: 1_000 * 10**9  # a sample taken long ago
         component.collector.sample_once()
         with pytest.raises(grpc.RpcError) as info:
@@ -98,7 +93,7 @@ def test_the_collector_samples_by_itself_and_stops_with_the_daemon(persist: bool
         client.add_container_info(
             mc.ContainerInfo(pod_uid="p1", container_name="app", container_id="aaa")
         )
-        component = metacache(server)
+        component = server.component(MetaCacheComponent)
         deadline = time.monotonic() + 10
         while component.collector.stats.samples < 3 and time.monotonic() < deadline:
             time.sleep(0.02)

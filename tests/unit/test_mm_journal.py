@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.nri import shipped
+from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.mmjournal import HEADER, JOURNAL_FILE, read_journal, record
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, current_files
@@ -91,7 +92,7 @@ def test_journal_mode_appends_and_a_graceful_stop_folds(tmp_path: Path) -> None:
 
 def test_the_journal_is_compacted_and_stays_bounded(tmp_path: Path) -> None:
     with serve_in_process(root=tmp_path, state_commit="journal") as server:
-        store = next(c for c in server.daemon._components if hasattr(c, "store")).store
+        store = server.component(MemoryManagerComponent).store
         store.journal.compact_bytes = 4096
         state_dir = Path(server.config.state_dir)
         sizes = []
@@ -119,7 +120,7 @@ def test_switching_modes_keeps_every_change(tmp_path: Path) -> None:
     with serve_in_process(root=root, state_commit="journal") as server:
         state_dir = Path(server.config.state_dir)
         admit(server, "a")
-        store = next(c for c in server.daemon._components if hasattr(c, "store")).store
+        store = server.component(MemoryManagerComponent).store
         store.journal_mode = False  # no fold at this stop: as after a crash
         store.journal.close()
     assert read_journal((state_dir / JOURNAL_FILE).read_bytes(), state_dir).records >= 1

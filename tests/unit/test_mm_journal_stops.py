@@ -29,10 +29,7 @@ def uids(state_dir: Path) -> set[str]:
     return set(snap.assignments) if snap is not None else set()
 
 
-@pytest.mark.parametrize("overrides", [{"memory_manager_policy": "None"}])
-def test_a_refused_start_does_not_erase_the_journal(
-    tmp_path: Path, overrides: dict[str, object]
-) -> None:
+def test_a_refused_start_does_not_erase_the_journal(tmp_path: Path) -> None:
     """Journal mode, crash after acknowledged admissions, then a start that restore refuses
     (policy mismatch: the kubelet's 'drain and delete' refusal). The refused start's shutdown
     calls store.close(), which 'compacts' with _last_state None: it writes an empty container
@@ -46,7 +43,9 @@ def test_a_refused_start_does_not_erase_the_journal(
         image = crash_image(Path(cfg.state_dir), tmp_path / "image")
     assert uids(image) == {"a", "b"}
     journal_before = (image / MM_JOURNAL).read_bytes()
-    bad = replace(cfg, state_dir=str(image), socket=str(tmp_path / "s2.sock"), **overrides)
+    bad = replace(
+        cfg, state_dir=str(image), socket=str(tmp_path / "s2.sock"), memory_manager_policy="None"
+    )
     with pytest.raises(Exception, match="differs from state checkpoint policy"):
         Daemon(bad, build_components, set_umask=False).start()
     assert uids(image) == {"a", "b"}, "acknowledged admissions lost by a refused start"
@@ -88,7 +87,7 @@ def test_a_graceful_stop_whose_fold_fails_says_so(tmp_path: Path) -> None:
     (tmp_path / "live").mkdir()
     with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
         assert server.client.admit(pod("a")).admitted
-        memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
+        memory = server.component(MemoryManagerComponent)
 
         def hook(stage: str, target: Path) -> None:
             if stage == "rename" and target.name == STATE_FILE:
@@ -119,7 +118,7 @@ def test_a_journal_that_cannot_be_compacted_stops_at_its_budget(tmp_path: Path) 
 
     (tmp_path / "live").mkdir()
     with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
-        memory = next(c for c in server.daemon._components if isinstance(c, MemoryManagerComponent))
+        memory = server.component(MemoryManagerComponent)
         journal = memory.store.journal
         journal.compact_bytes, journal.max_bytes = 2048, 64 * 1024
 

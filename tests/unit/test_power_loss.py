@@ -42,7 +42,7 @@ from numamem.metacache.journal import JOURNAL_FILE
 from numamem.metacache.persistence import decode, encode
 from numamem.metacache.types import ContainerInfo
 from numamem.pod import Pod
-from numamem.testing.server import default_config
+from numamem.testing.server import daemon_component, default_config
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.topology.sysfs import discover
 from numamem.v1 import memorymanager_pb2 as mm
@@ -327,8 +327,8 @@ def record(
     daemon = Daemon(config, components, set_umask=False)  # type: ignore[arg-type]
     daemon.start()
     try:
-        memory = next(c for c in daemon._components if isinstance(c, MemoryManagerComponent))
-        meta = next(c for c in daemon._components if isinstance(c, MetaCacheComponent))
+        memory = daemon_component(daemon, MemoryManagerComponent)
+        meta = daemon_component(daemon, MetaCacheComponent)
         assert meta.persister is not None
         memory.store.journal.compact_bytes = 2048  # journal mode: compactions in the workload
         run = Run(seed, fs.initial, fs.log, [], [], [], [], [], config, started=len(fs.log))

@@ -29,7 +29,7 @@ from numamem.metacache.journal import JOURNAL_FILE
 from numamem.metacache.journal_load import READ_ATTEMPTS
 from numamem.metacache.persistence import STATE_FILE
 from numamem.metacache.types import ContainerInfo
-from numamem.testing.server import default_config, serve_in_process
+from numamem.testing.server import daemon_component, default_config, serve_in_process
 from numamem.testing.sysfs import standard_nodes, write_sysfs
 from numamem.v1 import memorymanager_pb2 as mm
 from tests.daemon import tree
@@ -264,7 +264,7 @@ def test_a_compaction_between_the_checks_two_reads_is_no_corruption(
     daemon = Daemon(config, build_components, set_umask=False)
     daemon.start()
     try:
-        [meta] = [c for c in daemon._components if isinstance(c, MetaCacheComponent)]
+        meta = daemon_component(daemon, MetaCacheComponent)
         for i in range(5):
             meta.cache.set_container_info(
                 f"pod{i}", "c", ContainerInfo(pod_uid=f"pod{i}", container_name="c")

@@ -51,7 +51,7 @@ def pod(uid: str, memory: str = "1Gi", names: tuple[str, ...] = ("app",)) -> mm.
 
 def collector_round(server: InProcessServer) -> None:
     """One more collector round, run here after the thread's first (it then waits an hour)."""
-    [cache] = [c for c in server.daemon._components if isinstance(c, MetaCacheComponent)]
+    cache = server.component(MetaCacheComponent)
     deadline = time.monotonic() + 10
     while cache.collector.stats.samples < 1 and time.monotonic() < deadline:
         time.sleep(0.01)

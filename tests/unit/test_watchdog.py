@@ -142,9 +142,16 @@ def test_a_disk_write_running_past_the_interval_stops_the_pings_and_is_named(
     pool: futures.ThreadPoolExecutor,
 ) -> None:
     """Review of issue 38: the metacache's commit writes with no lock held, so a hung fsync
-    there leaves every writer lock free; the write's age is what the probe must look at."""
+    there leaves every writer lock free; the write's age is what the probe must look at.
+    On the loop's own clock: with the machine's, a worker the scheduler started late made
+    the one warning 'the RPC worker pool is saturated' instead of the disk write's."""
     running = [0.0]
-    loop = Loop([("metacache", threading.Lock())], pool, [("metacache", lambda: running[0])])
+    loop = Loop(
+        [("metacache", threading.Lock())],
+        pool,
+        [("metacache", lambda: running[0])],
+        stepped=True,
+    )
     running[0] = INTERVAL / 2  # a commit in progress, younger than the interval: fine
     loop.until(lambda: loop.pinged >= 2)
     with capture_logs() as logs:
@@ -270,16 +277,11 @@ class ServingLoop:
         self.rx.close()
 
 
-def component(server: InProcessServer, kind: type) -> object:
-    [found] = [c for c in server.daemon._components if isinstance(c, kind)]
-    return found
-
-
 @pytest.mark.parametrize("kind", [MemoryManagerComponent, MetaCacheComponent])
 def test_the_daemon_stops_pinging_while_a_writer_lock_is_wedged(
-    served: InProcessServer, kind: type
+    served: InProcessServer, kind: type[MemoryManagerComponent | MetaCacheComponent]
 ) -> None:
-    [(name, lock)] = component(served, kind).liveness_locks()  # type: ignore[attr-defined]
+    [(name, lock)] = served.component(kind).liveness_locks()
     loop = ServingLoop(served.daemon, served.root)
     try:
         loop.wait(lambda: loop.watchdog.pings >= 2)
@@ -308,8 +310,9 @@ def test_the_daemon_stops_pinging_while_a_metacache_commit_is_wedged(
     """Review of issue 38: a metacache write waits for its group commit's disk write, which
     runs outside the writer lock. A persister whose save never returns (a hung fsync) must
     stop the pings although every lock the probe takes is free."""
-    metacache = component(served, MetaCacheComponent)
-    persister = metacache.persister  # type: ignore[attr-defined]
+    metacache = served.component(MetaCacheComponent)
+    persister = metacache.persister
+    assert persister is not None
     wedged, entered = threading.Event(), threading.Event()
     real_save = persister.save
 
@@ -320,6 +323,7 @@ def test_the_daemon_stops_pinging_while_a_metacache_commit_is_wedged(
 
     persister.save = hung_fsync
     loop = ServingLoop(served.daemon, served.root)
+    loop.watchdog._warn_every = 0  # every stuck tick says why: a late worker's may come first
     errors: list[grpc.StatusCode] = []
 
     def write() -> None:
@@ -344,8 +348,10 @@ def test_the_daemon_stops_pinging_while_a_metacache_commit_is_wedged(
             before = loop.watchdog.pings
             loop.wait(lambda: loop.watchdog.pings > before)  # pings resume
         assert errors == []  # the write was acknowledged once the disk answered
-        [warning] = warnings(logs)
-        assert str(warning["stuck"]).startswith("the metacache disk write has run for ")
+        assert any(
+            str(warning["stuck"]).startswith("the metacache disk write has run for ")
+            for warning in warnings(logs)
+        ), warnings(logs)
     finally:
         wedged.set()
         writer.join(PATIENCE)
@@ -389,6 +395,7 @@ def test_the_daemon_stops_pinging_when_its_socket_cannot_be_reached(
     new client got ENOENT and WATCHDOG=1 kept coming, so systemd never restarted the
     daemon. The probe ends with a Health/Check over the socket's path."""
     loop = ServingLoop(served.daemon, served.root)
+    loop.watchdog._warn_every = 0  # every stuck tick says why: a late worker's may come first
     try:
         loop.wait(lambda: loop.watchdog.pings >= 2)
         with capture_logs() as logs:
@@ -400,11 +407,11 @@ def test_the_daemon_stops_pinging_when_its_socket_cannot_be_reached(
             loop.pings()  # a probe that passed before the unlink may ping once
             loop.wait(lambda: loop.watchdog.failures >= 4)
             assert loop.pings() == 0
-        [warning] = warnings(logs)
-        assert str(warning["stuck"]) == (
+        unreachable = (
             f"a Health/Check over --socket '{served.socket}' failed (UNAVAILABLE): new "
             "clients cannot reach the daemon"
         )
+        assert any(warning["stuck"] == unreachable for warning in warnings(logs)), warnings(logs)
     finally:
         loop.stop()
 

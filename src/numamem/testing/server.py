@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from numamem.api.app import build_components
 from numamem.api.server import Daemon
@@ -36,6 +36,21 @@ from numamem.config.syntax import (
 from numamem.testing.daemon import short_tmpdir
 from numamem.testing.sysfs import FakeNode, standard_nodes, write_sysfs
 
+_Component = TypeVar("_Component")
+
+
+def daemon_component(daemon: Daemon, kind: type[_Component]) -> _Component:
+    """The one component of type ``kind`` the started ``daemon`` serves: the live object,
+    not a copy. Raises :class:`AssertionError` naming ``kind`` when it has none or several."""
+    found = [c for c in daemon._components if isinstance(c, kind)]
+    if len(found) != 1:
+        served = ", ".join(type(c).__name__ for c in daemon._components) or "none"
+        raise AssertionError(
+            f"the daemon has {len(found)} components of type {kind.__name__}, not 1 "
+            f"(its components: {served})"
+        )
+    return found[0]
+
 
 @dataclass
 class InProcessServer:
@@ -48,6 +63,10 @@ class InProcessServer:
     @property
     def state_dir(self) -> Path:
         return Path(self.config.state_dir)
+
+    def component(self, kind: type[_Component]) -> _Component:
+        """The daemon's one component of type ``kind`` (see :func:`daemon_component`)."""
+        return daemon_component(self.daemon, kind)
 
 
 def default_config(root: Path, sysfs: Path, **overrides: Any) -> Config:
