@@ -55,7 +55,7 @@ def hold_hints(
 ) -> None:
     """Makes the daemon's GetTopologyHints, on entry, call ``entered()`` and hold its worker
     until ``release`` is set (30 s at most) before it answers."""
-    [component] = [c for c in server.daemon._components if isinstance(c, MemoryManagerComponent)]
+    component = server.component(MemoryManagerComponent)
     manager = component.manager
     real = manager.get_topology_hints
 
