@@ -12,8 +12,9 @@ import pytest
 from bench.nri import shipped
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.checkpoint import kubelet
+from numamem.checkpoint.mmcurrent import current_files
 from numamem.checkpoint.mmjournal import HEADER, JOURNAL_FILE, read_journal, record
-from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, current_files
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
 from numamem.checkpoint.records import frame
 from numamem.cli.state_check import check_files
 from numamem.errors import CheckpointError

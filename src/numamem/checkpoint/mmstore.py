@@ -56,7 +56,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from numamem.checkpoint import kubeletwrite
 from numamem.checkpoint.containerfile import (
@@ -74,7 +73,7 @@ from numamem.checkpoint.filestore import (
 )
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.mmcommit import JournalCommit
-from numamem.checkpoint.mmjournal import JOURNAL_FILE, CommitJournal, JournalRead, read_journal
+from numamem.checkpoint.mmjournal import CommitJournal
 from numamem.checkpoint.mmrestore import StoreRestore, replayed
 from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, encode_names, read_names
 from numamem.errors import (
@@ -108,37 +107,6 @@ def recorded_names(state_dir: Path) -> dict[str, tuple[str, str]]:
     except OSError:
         data = None
     return replayed(names, read_names(data, state_dir / NAMES_FILE).names if data else {})
-
-
-def current_files(state_dir: Path, fs: FileSystem = REAL) -> tuple[bytes | None, bytes | None]:
-    """What a restart reads as ``memory_manager_state`` and the container map: the commit
-    journal's last good record, else the files (None: missing). Read-only; CheckpointError
-    for a damaged journal, OSError as reading raises it."""
-    current = current_source(state_dir, fs)
-    return current.state, current.containers
-
-
-class Current(NamedTuple):
-    """:func:`current_files` with where each comes from (for messages) and the journal as
-    read (None: no journal file)."""
-
-    state_source: Path
-    state: bytes | None
-    containers_source: Path
-    containers: bytes | None
-    journal: JournalRead | None
-
-
-def current_source(state_dir: Path, fs: FileSystem = REAL) -> Current:
-    """:func:`current_files`, with the files they come from and the journal read once."""
-    path = state_dir / JOURNAL_FILE
-    data = read_file(path, fs)
-    found = read_journal(data, path) if data is not None else None
-    if found is not None and found.state is not None:
-        return Current(path, found.state, path, found.containers, found)
-    state = read_file(state_dir / STATE_FILE, fs)
-    containers = read_file(state_dir / CONTAINERS_FILE, fs)
-    return Current(state_dir / STATE_FILE, state, state_dir / CONTAINERS_FILE, containers, found)
 
 
 class KubeletStateStore(JournalCommit, StoreRestore):

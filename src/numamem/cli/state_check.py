@@ -27,7 +27,7 @@ from numamem.errors import quote
 
 def load(state_dir: Path, current: Any = None) -> Any:
     """The decoded ``memory_manager_state`` of ``state_dir`` (``current``: its
-    :func:`~numamem.checkpoint.mmstore.current_source`, when the caller read it); an exit
+    :func:`~numamem.checkpoint.mmcurrent.current_source`, when the caller read it); an exit
     code (1) when it cannot be read; raises CheckpointError naming the file when it (or a
     damaged journal) does not decode."""
     from numamem.checkpoint import kubelet
@@ -47,9 +47,10 @@ def load(state_dir: Path, current: Any = None) -> Any:
 
 
 def read_current(state_dir: Path) -> Any:
-    """:func:`~numamem.checkpoint.mmstore.current_source` of ``state_dir``, or an exit code
+    """:func:`~numamem.checkpoint.mmcurrent.current_source` of ``state_dir``, or an exit code
     (1) when a file cannot be read; CheckpointError for a damaged journal."""
-    from numamem.checkpoint.mmstore import STATE_FILE, current_source
+    from numamem.checkpoint.mmcurrent import current_source
+    from numamem.checkpoint.mmstore import STATE_FILE
 
     try:
         return current_source(state_dir)
@@ -70,7 +71,7 @@ def shared_containers(state_dir: Path, loaded: Any) -> dict[str, set[str]]:
     in ``loaded`` (as GetState's isolation says it: numamem's record of the containers with
     memory of their own in the container map; none recorded, all share)."""
     from numamem.checkpoint.containerfile import read_container_file
-    from numamem.checkpoint.mmstore import current_files
+    from numamem.checkpoint.mmcurrent import current_files
     from numamem.errors import CheckpointError
     from numamem.memorymanager.requests import podlevel
 
