@@ -25,6 +25,7 @@ from numamem.checkpoint.containerfile import ContainerFile, read_container_file
 from numamem.checkpoint.filestore import (
     FaultHook,
     atomic_write,
+    error_text,
     move_aside,
     read_file,
     remove_stale_temps,
@@ -204,24 +205,47 @@ class StoreRestore(StoreFields):
             self._set_names_aside()
             if self._last_names:
                 self._rewrite_names()  # the names kept are on disk again, not only in memory
+        if self._map_unusable is not None:  # before the retiring fold rewrites the map
+            self._set_map_aside()
         if self.journal.records and not self.journal_mode:
             self.retire_journal()
-        if self._map_unusable is not None:
-            aside = move_aside(self.containers_path, "corrupt", self.fs)
-            _log.error(
-                "container map file is unusable; moved aside, starting without container ids "
-                "(RemoveContainer by id cannot free their memory; SyncActivePods and ReleasePod can)",
-                path=str(self.containers_path),
-                moved_to=str(aside),
-                error=self._map_unusable,
-            )
-            self._map_unusable = None
+
+    def set_evidence_aside(self) -> None:
+        """Before a save at start (before :meth:`restored`): a damaged names file and an
+        unusable container map set aside before any write may replace them (they are the
+        evidence; a journal mode's first save writes both files). PersistenceError naming
+        the file when one cannot be moved: nothing was written, the change is not applied."""
+        for damaged, path, what, move in (
+            (self.names_file.damage, self.names_file.path, "pod names file", self._set_names_aside),
+            (self._map_unusable, self.containers_path, "container map", self._set_map_aside),
+        ):
+            if damaged is None:
+                continue
+            try:
+                move()
+            except OSError as err:
+                raise PersistenceError(
+                    f"cannot set the damaged {what} {quote(path)} aside: {error_text(err)}; "
+                    "the change was not applied"
+                ) from err
 
     def _set_names_aside(self) -> None:
         """Move the damaged names file aside, before anything replaces it (it is the evidence)."""
         aside = move_aside(self.names_file.path, "corrupt", self.fs)
         _log.error("pod names file set aside", moved_to=str(aside))
         self.names_file.set_aside()
+
+    def _set_map_aside(self) -> None:
+        """Move the unusable container map aside, before anything replaces it (the evidence)."""
+        aside = move_aside(self.containers_path, "corrupt", self.fs)
+        _log.error(
+            "container map file is unusable; moved aside, starting without container ids "
+            "(RemoveContainer by id cannot free their memory; SyncActivePods and ReleasePod can)",
+            path=str(self.containers_path),
+            moved_to=str(aside),
+            error=self._map_unusable,
+        )
+        self._map_unusable = None
 
     def _rewrite_names(self) -> None:
         """Write the names file holding memory's names (a fold); on failure the next save that

@@ -68,7 +68,6 @@ from numamem.checkpoint.filestore import (
     PartialWriteError,
     atomic_write,
     atomic_write_all,
-    error_text,
     read_file,
 )
 from numamem.checkpoint.fs import REAL, FileSystem
@@ -80,7 +79,6 @@ from numamem.errors import (
     CheckpointError,
     DurabilityUnknownError,
     PersistenceError,
-    quote,
 )
 from numamem.logging import get_logger
 from numamem.memtypes import ContainerRef, Snapshot
@@ -190,14 +188,7 @@ class KubeletStateStore(JournalCommit, StoreRestore):
             state = self._encoder.encode(
                 snapshot.policy_name, snapshot.machine_state, snapshot.assignments
             )
-        if self.names_file.damage is not None:  # a save at start, before restored()
-            try:
-                self._set_names_aside()
-            except OSError as err:
-                raise PersistenceError(
-                    f"cannot set the damaged pod names file {quote(self.names_file.path)} aside: "
-                    f"{error_text(err)}; the change was not applied"
-                ) from err
+        self.set_evidence_aside()  # a save at start, before restored()
         if self._legacy_names:
             self._move_legacy_names()
         new_map, new_names = dict(snapshot.container_map), dict(snapshot.pod_names)
