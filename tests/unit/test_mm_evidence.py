@@ -1,8 +1,14 @@
-"""A start that writes before it is accepted (the drift settle of ``finish_start``) keeps the
-evidence: an unusable container map is set aside before any write may replace it, in both
-commit modes. The journal mode's first save writes both files (its settle), so on 488fcb0
-it replaced the unusable map and only the log named what had been there (the journal case
-below failed there; the replace case shows the two modes alike)."""
+"""Evidence of damage is kept, whatever writes first: a durable copy of an unusable container
+map (from its file or from the journal's last record) and of a damaged pod names file is
+made before any write may replace them, and the damaged files stay in place until then, so
+a start refused at any step leaves what a restart reads.
+
+On 488fcb0 a journal-mode start that settled before ``restored()`` replaced an unusable map
+(only the log named what had been there). The first fix (7719401) moved the files aside
+instead; its hostile review showed that a refused start then lost the pod names a restart
+reads, that a map from the journal moved the healthy file away (and a killed start then
+left every later start refused), and that a failed directory sync was reported as a failed
+move. Each of those is a test below."""
 
 from __future__ import annotations
 
@@ -13,13 +19,17 @@ from pathlib import Path
 import pytest
 
 from numamem.checkpoint.fs import FileSystem, StrPath
+from numamem.checkpoint.mmjournal import HEADER, JOURNAL_FILE, read_journal, record
 from numamem.checkpoint.mmstore import CONTAINERS_FILE
+from numamem.checkpoint.namesfile import NAMES_FILE
 from numamem.errors import PersistenceError
 from numamem.topology import HugePagePool, Machine, NUMANode
 from tests.unit.test_namesfile import manager, named
 
 GI = 1 << 30
 CORRUPT = b'{"containers":{"cid":["u1","a"]},"checksum":1}'
+KEPT_NAMES = {"u1": ("shop", "web-u1")}
+"""What a restart reads of :func:`damage_names`'s file: u1's name, before the damage."""
 
 
 def grown() -> Machine:
@@ -27,81 +37,196 @@ def grown() -> Machine:
     return Machine(tuple(NUMANode(i, 9 * GI, (HugePagePool(1048576, 4, 4),)) for i in range(2)))
 
 
-def seeded(directory: Path) -> None:
-    """A replace-mode daemon's files (a first journal-mode start has no journal: it settles)."""
-    m = manager(directory)
-    assert m.admit(named("u1")).result.admitted
+def seeded(directory: Path, **store: object) -> None:
+    """Pods u1-u3 named, u1's container with the id "cid"; stopped gracefully."""
+    m = manager(directory, **store)
+    for uid in ("u1", "u2", "u3"):
+        assert m.admit(named(uid)).result.admitted
     m.add_container(named("u1"), "a", "cid")
     m.store.close()
+
+
+def damage_names(directory: Path) -> bytes:
+    """u2's record fails its check: u1's name is read, u3's (after the damage) is lost."""
+    data = bytearray((directory / NAMES_FILE).read_bytes())
+    data[data.index(b'"u2"') + 1] = ord("X")
+    (directory / NAMES_FILE).write_bytes(bytes(data))
+    return bytes(data)
+
+
+def damaged(directory: Path) -> bytes:
+    """Seeded (replace mode: a first journal-mode start has no journal, so it settles), an
+    unusable map and a damaged names file; the names file's bytes."""
+    seeded(directory)
     (directory / CONTAINERS_FILE).write_bytes(CORRUPT)
+    return damage_names(directory)
 
 
-def aside(directory: Path) -> list[bytes]:
-    return [p.read_bytes() for p in sorted(directory.iterdir()) if ".corrupt-" in p.name]
+def copies(directory: Path, name: str) -> list[bytes]:
+    return [p.read_bytes() for p in sorted(directory.glob(f"{name}.corrupt-*"))]
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
 
 
 @pytest.mark.parametrize("journal", [False, True], ids=["replace", "journal"])
-def test_a_settling_start_sets_an_unusable_map_aside_before_writing(
-    tmp_path: Path, journal: bool
+@pytest.mark.parametrize("drift", [False, True], ids=["restored", "settle-first"])
+def test_copies_of_the_damaged_files_are_kept_once_and_what_was_readable_stays(
+    tmp_path: Path, journal: bool, drift: bool
 ) -> None:
-    seeded(tmp_path)
-    m = manager(tmp_path, grown(), journal=journal)
-    assert m.store.writes >= 1  # the drift was written before restored()
-    assert m.get_memory("u1", "a"), "the pod's memory is kept"
-    assert m.container_map() == {}
-    assert aside(tmp_path) == [CORRUPT], "the unusable map is the evidence: kept, byte for byte"
+    """settle-first: the start writes the drift before restored() (the journal mode's first
+    save writes both files); restored: nothing to write, restored() keeps the copies."""
+    names = damaged(tmp_path)
+    m = manager(tmp_path, grown() if drift else None, journal=journal)
+    assert m.store.writes >= (1 if drift else 0)
+    assert m.get_memory("u1", "a") and m.container_map() == {}
+    assert m.pod_names() == KEPT_NAMES
+    assert copies(tmp_path, CONTAINERS_FILE) == [CORRUPT], "the unusable map, byte for byte"
+    assert copies(tmp_path, NAMES_FILE) == [names]
     m.store.close()
-    again = manager(tmp_path, grown(), journal=journal)
-    assert again.get_memory("u1", "a") == m.get_memory("u1", "a")
-    assert aside(tmp_path) == [CORRUPT], "set aside once, not again at the next start"
+    again = manager(tmp_path, grown() if drift else None, journal=journal)
+    assert again.pod_names() == KEPT_NAMES and again.get_memory("u1", "a")
+    assert len(copies(tmp_path, CONTAINERS_FILE)) == len(copies(tmp_path, NAMES_FILE)) == 1, (
+        "kept once: the damaged files were replaced, not read again"
+    )
 
 
-class NoMoves(FileSystem):
-    """Links and renames of the container map fail with ``error`` (setting it aside)."""
+class Failing(FileSystem):
+    """Fails ``op`` ("open", "write", "fsync", "close" of a copy; "dirsync": the directory's
+    sync after it) with ``error`` for the copies of ``which`` (a file name) only."""
 
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
+    def __init__(self, op: str, error: BaseException, which: str) -> None:
+        self.op, self.error, self.which = op, error, which
+        self.copy_fd: int | None = None
+        self.dir_fd: int | None = None
+        self.copied = False
 
-    def link(self, src: StrPath, dst: StrPath) -> None:
-        self._check(src)
-        super().link(src, dst)
-
-    def rename(self, src: StrPath, dst: StrPath) -> None:
-        self._check(src)
-        super().rename(src, dst)
-
-    def _check(self, src: StrPath) -> None:
-        if Path(src).name == CONTAINERS_FILE:
+    def open(self, path: StrPath, flags: int, mode: int = 0o600) -> int:
+        is_copy = Path(path).name.startswith(f"{self.which}.corrupt-")
+        if is_copy and self.op == "open":
             raise self.error
+        fd = super().open(path, flags, mode)
+        if is_copy:
+            self.copy_fd, self.copied = fd, True
+        elif flags & os.O_DIRECTORY and self.copied:
+            self.dir_fd, self.copied = fd, False  # the sync that follows the copy
+        return fd
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if (self.op, fd) == ("write", self.copy_fd):
+            raise self.error
+        return super().write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        if (self.op, fd) in (("fsync", self.copy_fd), ("dirsync", self.dir_fd)):
+            raise self.error
+        super().fsync(fd)
+
+    def close(self, fd: int) -> None:
+        super().close(fd)
+        if fd == self.copy_fd:
+            self.copy_fd = None
+            if self.op == "close":
+                raise self.error
+        if fd == self.dir_fd:
+            self.dir_fd = None
+
+
+ERRORS = [
+    *(OSError(code, os.strerror(code)) for code in (errno.EIO, errno.ENOSPC, errno.EDQUOT,
+                                                     errno.EROFS, errno.EACCES, errno.EMFILE)),
+    RuntimeError("not an OSError"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("journal", [False, True], ids=["replace", "journal"])
+@pytest.mark.parametrize("which", [CONTAINERS_FILE, NAMES_FILE])
+@pytest.mark.parametrize("op", ["open", "write", "fsync", "close", "dirsync"])
 @pytest.mark.parametrize(
     "error",
-    [
-        *(
-            OSError(code, os.strerror(code))
-            for code in (errno.EIO, errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM)
-        ),
-        RuntimeError("not an OSError"),
-    ],
+    ERRORS,
     ids=lambda e: errno.errorcode[e.errno] if isinstance(e, OSError) else "non-OSError",
 )
-def test_a_map_that_cannot_be_set_aside_fails_the_settling_start_and_writes_nothing(
-    tmp_path: Path, journal: bool, error: BaseException
+def test_a_copy_that_cannot_be_kept_refuses_the_start_and_a_restart_reads_the_same(
+    tmp_path: Path, journal: bool, which: str, op: str, error: BaseException
 ) -> None:
-    """The start's save is refused (the daemon does not start): an OSError as a
-    PersistenceError naming the map and the errno, anything else as itself. The files are
-    as they were, so a start once the disk is mended reads them and sets the map aside."""
-    seeded(tmp_path)
-    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(type(error) if not isinstance(error, OSError) else PersistenceError) as info:
-        manager(tmp_path, grown(), journal=journal, fs=NoMoves(error))
-    if isinstance(error, OSError):
-        text = str(info.value)
-        assert f"cannot set the damaged container map '{tmp_path / CONTAINERS_FILE}' aside" in text
-        assert errno.errorcode[error.errno] in text and "the change was not applied" in text
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
+    """Every step of keeping either copy, each kind of error, at a start that settles first:
+    a PersistenceError naming the file and the error; the state files are as they were (a
+    copy may be left only when its directory sync failed: it is whole), and the start after
+    the disk is mended reads the same pods and names and keeps both copies."""
+    names = damaged(tmp_path)
+    before = files(tmp_path)
+    with pytest.raises(PersistenceError) as info:
+        manager(tmp_path, grown(), journal=journal, fs=Failing(op, error, which))
+    text = str(info.value)
+    what = "container map" if which == CONTAINERS_FILE else "pod names file"
+    assert f"cannot keep a copy of the damaged {what} '{tmp_path / which}'" in text
+    assert "the change was not applied" in text
+    assert (
+        errno.errorcode[error.errno] if isinstance(error, OSError) else "not an OSError"
+    ) in text
+    after = {k: v for k, v in files(tmp_path).items() if ".corrupt-" not in k}
+    assert after == before, "a refused start changed what a restart reads"
+    left = copies(tmp_path, which)
+    assert left == ([CORRUPT if which == CONTAINERS_FILE else names] if op == "dirsync" else [])
     m = manager(tmp_path, grown(), journal=journal)
-    assert m.get_memory("u1", "a")
-    assert aside(tmp_path) == [CORRUPT]
+    assert m.pod_names() == KEPT_NAMES and m.get_memory("u1", "a")
+    assert copies(tmp_path, CONTAINERS_FILE)[-1:] == [CORRUPT]
+    assert copies(tmp_path, NAMES_FILE)[-1:] == [names]
+
+
+class NoTemps(FileSystem):
+    """Every temp file's creation fails with ENOSPC: the save after the copies fails."""
+
+    def open(self, path: StrPath, flags: int, mode: int = 0o600) -> int:
+        if Path(path).name.startswith(".") and flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().open(path, flags, mode)
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["replace", "journal"])
+def test_a_save_failing_after_the_copies_loses_no_name(tmp_path: Path, journal: bool) -> None:
+    """(On 7719401 the names file was moved away first, and the kept names were lost.)"""
+    damaged(tmp_path)
+    with pytest.raises(PersistenceError, match="No space left on device"):
+        manager(tmp_path, grown(), journal=journal, fs=NoTemps())
+    assert manager(tmp_path, grown(), journal=journal).pod_names() == KEPT_NAMES
+
+
+def journal_with_bad_map(directory: Path) -> bytes:
+    """A journal whose last record (its own check passes) holds an unusable map; the map file
+    beside it is healthy and older. Returns that file's bytes."""
+    seeded(directory, journal=True)
+    m = manager(directory, journal=True)  # records stay: no graceful fold
+    assert m.admit(named("u4")).result.admitted
+    found = read_journal((directory / JOURNAL_FILE).read_bytes(), directory / JOURNAL_FILE)
+    assert found.state is not None
+    (directory / JOURNAL_FILE).write_bytes(HEADER + record(found.state, CORRUPT))
+    return (directory / CONTAINERS_FILE).read_bytes()
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["replace", "journal"])
+@pytest.mark.parametrize("drift", [False, True], ids=["restored", "settle-first"])
+def test_a_map_from_the_journal_is_the_one_kept_and_the_healthy_file_is_not_touched(
+    tmp_path: Path, journal: bool, drift: bool
+) -> None:
+    healthy = journal_with_bad_map(tmp_path)
+    m = manager(tmp_path, grown() if drift else None, journal=journal)
+    assert m.get_memory("u4", "a") and m.container_map() == {}
+    assert copies(tmp_path, CONTAINERS_FILE) == [CORRUPT], "the journal's map, not the file"
+    if journal and not drift:
+        assert (tmp_path / CONTAINERS_FILE).read_bytes() == healthy
+    m.store.close()
+
+
+@pytest.mark.parametrize("second", [False, True], ids=["then-replace", "then-journal"])
+def test_a_start_killed_after_keeping_the_journals_map_leaves_the_next_start_working(
+    tmp_path: Path, second: bool
+) -> None:
+    """(On 7719401 the healthy file was moved away, and every later start failed on it.)"""
+    journal_with_bad_map(tmp_path)
+    manager(tmp_path, journal=True)  # killed: no close()
+    m = manager(tmp_path, grown(), journal=second)
+    assert m.get_memory("u4", "a")
+    assert CORRUPT in copies(tmp_path, CONTAINERS_FILE)

@@ -251,15 +251,21 @@ def read_file(path: Path, fs: FileSystem = REAL) -> bytes | None:
     return fs.read(path)
 
 
-def move_aside(path: Path, reason: str, fs: FileSystem = REAL) -> Path:
-    """Rename ``path`` to ``<name>.<reason>-<UTC time to the microsecond>[-<n>]`` and sync the
-    directory; never replaces an existing file (each move keeps its own evidence)."""
+def _aside_names(path: Path, reason: str) -> Iterator[Path]:
+    """``<name>.<reason>-<UTC time to the microsecond>[-<n>]`` beside ``path``: the names
+    :func:`move_aside` and :func:`keep_aside` try in turn (1000 of them)."""
     stamp = (
         time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() // 1000 % 10**6:06d}Z"
     )
     for attempt in range(1000):
         suffix = "" if attempt == 0 else f"-{attempt}"
-        target = path.with_name(f"{path.name}.{reason}-{stamp}{suffix}")
+        yield path.with_name(f"{path.name}.{reason}-{stamp}{suffix}")
+
+
+def move_aside(path: Path, reason: str, fs: FileSystem = REAL) -> Path:
+    """Rename ``path`` to ``<name>.<reason>-<UTC time to the microsecond>[-<n>]`` and sync the
+    directory; never replaces an existing file (each move keeps its own evidence)."""
+    for target in _aside_names(path, reason):
         try:
             fs.link(path, target)  # fails if target exists: nothing is ever overwritten
         except FileExistsError:
@@ -276,6 +282,35 @@ def move_aside(path: Path, reason: str, fs: FileSystem = REAL) -> Path:
         fsync_dir(path.parent, fs)
         return target
     raise FileExistsError(f"{path}: no free name to move it aside")
+
+
+def keep_aside(path: Path, data: bytes, reason: str, fs: FileSystem = REAL) -> Path:
+    """``data`` (what was read from ``path``, or what stood for it) durable in a new file
+    named as :func:`move_aside` would name ``path``'s; ``path`` itself is untouched, so a
+    failure after this changes nothing a restart reads. Raises what failed: the partial copy
+    is removed, but for a failed directory sync (the copy is whole, its name may not last)."""
+    for target in _aside_names(path, reason):
+        try:
+            fd = fs.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[fs.write(fd, view) :]
+            fs.fsync(fd)
+        except BaseException:
+            _close_quietly(fs, fd)
+            _unlink_quietly(fs, str(target))
+            raise
+        try:
+            fs.close(fd)  # Linux releases the descriptor even when close reports an error
+        except BaseException:
+            _unlink_quietly(fs, str(target))
+            raise
+        fsync_dir(path.parent, fs)
+        return target
+    raise FileExistsError(f"{path}: no free name to keep a copy of it")
 
 
 def remove_stale_temps(directory: Path, name: str, fs: FileSystem = REAL) -> list[Path]:

@@ -11,8 +11,8 @@ so does a file holding pod-level entries (``podEntries``, KEP-5526) with the
 ``PodLevelResourceManagers`` gate off (the deviation :mod:`numamem.checkpoint.mmstore`
 names). An unusable container map or a
 damaged names file is only noted: :meth:`~StoreRestore.restored`, called once the manager
-accepted the state, removes temp files of interrupted writes and sets those files aside,
-so a refused start changes nothing on disk. Not thread-safe (the manager's lock).
+accepted the state, removes temp files of interrupted writes and keeps copies of those
+files (a save before it keeps them first), so a refused start changes nothing on disk. Not thread-safe (the manager's lock).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from numamem.checkpoint.filestore import (
     FaultHook,
     atomic_write,
     error_text,
-    move_aside,
+    fsync_dir,
+    keep_aside,
     read_file,
     remove_stale_temps,
 )
@@ -89,6 +90,8 @@ class StoreRestore(StoreFields):
     pod_level: bool
     _map_dirty: bool
     _map_unusable: str | None
+    _map_evidence: tuple[bytes, bool] | None
+    """The unusable map's bytes and whether they came from its file (else the journal)."""
 
     def retire_journal(self) -> None: ...
 
@@ -149,7 +152,7 @@ class StoreRestore(StoreFields):
         if self.names_file.damage is not None:
             _log.error(
                 "pod names file is damaged; names recorded after the damage are lost (pods "
-                "are listed by uid while they have state); the file is set aside",
+                "are listed by uid while they have state); a copy of the file is kept",
                 path=str(self.names_file.path),
                 error=self.names_file.damage,
             )
@@ -192,60 +195,84 @@ class StoreRestore(StoreFields):
             return read_container_file(data)
         except CheckpointError as err:
             self._map_unusable = str(err)
+            self._map_evidence = (data, journal_map is None)
             return ContainerFile()
 
     def restored(self) -> None:
-        """The restored state was accepted: remove temp files, set an unusable map or names
-        file aside (and write the names kept from the latter into a new one)."""
+        """The restored state was accepted: remove temp files, keep copies of an unusable map
+        and a damaged names file (:meth:`set_evidence_aside`), then replace the damaged names
+        file by the names kept and remove an unusable map file (memory holds no ids from
+        it: a missing map reads the same). PersistenceError when a copy cannot be kept."""
         self.accepted = True
         for name in (self.state_path.name, self.containers_path.name, NAMES_FILE, JOURNAL_FILE):
             for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
-        if self.names_file.damage is not None:
-            self._set_names_aside()
-            if self._last_names:
-                self._rewrite_names()  # the names kept are on disk again, not only in memory
-        if self._map_unusable is not None:  # before the retiring fold rewrites the map
-            self._set_map_aside()
+        names_damaged = self.names_file.damage is not None
+        map_file = self._map_evidence is not None and self._map_evidence[1]
+        self.set_evidence_aside()
+        if names_damaged:
+            self._rewrite_names()  # the names kept on disk again, not only in memory
+        if map_file:
+            self._drop_unusable_map()
         if self.journal.records and not self.journal_mode:
             self.retire_journal()
 
     def set_evidence_aside(self) -> None:
-        """Before a save at start (before :meth:`restored`): a damaged names file and an
-        unusable container map set aside before any write may replace them (they are the
-        evidence; a journal mode's first save writes both files). PersistenceError naming
-        the file when one cannot be moved: nothing was written, the change is not applied."""
-        for damaged, path, what, move in (
-            (self.names_file.damage, self.names_file.path, "pod names file", self._set_names_aside),
-            (self._map_unusable, self.containers_path, "container map", self._set_map_aside),
+        """Keep a durable copy of an unusable container map (from its file, or from the
+        journal's last record) and of a damaged names file, before any write may replace
+        them (they are the evidence; a journal mode's first save writes both files). Called
+        by :meth:`restored` and before a save at start; the damaged files stay in place, so
+        a failure here or in the save after it leaves what a restart reads. PersistenceError
+        naming the file when a copy cannot be kept: the change is not applied."""
+        names = self.names_file
+        for damaged, path, what, keep in (
+            (self._map_unusable, self.containers_path, "container map", self._keep_map),
+            (names.damage, names.path, "pod names file", self._keep_names),
         ):
             if damaged is None:
                 continue
             try:
-                move()
-            except OSError as err:
+                keep()
+            except Exception as err:
                 raise PersistenceError(
-                    f"cannot set the damaged {what} {quote(path)} aside: {error_text(err)}; "
-                    "the change was not applied"
+                    f"cannot keep a copy of the damaged {what} {quote(path)}: "
+                    f"{error_text(err)}; the change was not applied"
                 ) from err
 
-    def _set_names_aside(self) -> None:
-        """Move the damaged names file aside, before anything replaces it (it is the evidence)."""
-        aside = move_aside(self.names_file.path, "corrupt", self.fs)
-        _log.error("pod names file set aside", moved_to=str(aside))
-        self.names_file.set_aside()
+    def _keep_names(self) -> None:
+        kept = keep_aside(self.names_file.path, self.names_file.damaged_data, "corrupt", self.fs)
+        _log.error("a copy of the damaged pod names file kept", path=str(kept))
+        self.names_file.copied_aside()
 
-    def _set_map_aside(self) -> None:
-        """Move the unusable container map aside, before anything replaces it (the evidence)."""
-        aside = move_aside(self.containers_path, "corrupt", self.fs)
+    def _keep_map(self) -> None:
+        assert self._map_evidence is not None
+        data, from_file = self._map_evidence
+        kept = keep_aside(self.containers_path, data, "corrupt", self.fs)
         _log.error(
-            "container map file is unusable; moved aside, starting without container ids "
+            "container map is unusable; a copy kept, starting without container ids "
             "(RemoveContainer by id cannot free their memory; SyncActivePods and ReleasePod can)",
-            path=str(self.containers_path),
-            moved_to=str(aside),
+            source=str(self.containers_path if from_file else self.journal.path),
+            copy=str(kept),
             error=self._map_unusable,
         )
-        self._map_unusable = None
+        self._map_unusable, self._map_evidence = None, None
+        self._map_dirty = True  # the next save writes the map
+
+    def _drop_unusable_map(self) -> None:
+        """Remove the unusable map file once its copy is kept (a failure is only logged: the
+        next save replaces the file)."""
+        try:
+            self.fs.unlink(self.containers_path)
+            fsync_dir(self.dir, self.fs)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            _log.warning(
+                "could not remove the unusable container map (its copy is kept); the next "
+                "change replaces it",
+                path=str(self.containers_path),
+                error=error_text(err),
+            )
 
     def _rewrite_names(self) -> None:
         """Write the names file holding memory's names (a fold); on failure the next save that

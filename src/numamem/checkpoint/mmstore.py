@@ -153,6 +153,7 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         """The container map on disk holds names (an older numamem's): see
         :meth:`_move_legacy_names`."""
         self._map_unusable: str | None = None
+        self._map_evidence: tuple[bytes, bool] | None = None
         self.writes = 0
         self.observers: list[Callable[[float, bool], None]] = []
         """Called after each write of memory_manager_state with (seconds, succeeded)."""

@@ -125,7 +125,9 @@ class NamesJournal:
         self._fold_size = 0
         self._fold_next = False
         self.damage: str | None = None
-        """Why the file read at restore was unusable in part (the store sets it aside)."""
+        """Why the file read at restore was unusable in part (the store keeps a copy)."""
+        self.damaged_data = b""
+        """The damaged file's bytes, read at restore (the evidence the store keeps)."""
         self.appends = 0
         self.folds = 0
 
@@ -143,6 +145,7 @@ class NamesJournal:
         # A file without its header (empty: truncated) is folded before anything is appended.
         self._fold_next = bool(found.torn or found.damage) or not data.startswith(_HEADER)
         self.damage = found.damage
+        self.damaged_data = data if found.damage is not None else b""
         self._inert = set(found.names)
         return found.names
 
@@ -153,12 +156,12 @@ class NamesJournal:
         if extra:
             self._fold_next = True
 
-    def set_aside(self) -> None:
-        """The damaged file was moved away: the next save that names a pod folds."""
-        self._exists = False
+    def copied_aside(self) -> None:
+        """A copy of the damaged file is kept: the next save folds over the file (which a
+        restart reads to the same names until then)."""
         self._fold_next = True
-        self._inert = set()
         self.damage = None
+        self.damaged_data = b""
 
     # --- save ------------------------------------------------------------------------
 

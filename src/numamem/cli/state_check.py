@@ -161,7 +161,7 @@ def check_files(state_dir: Path) -> dict[str, Any] | int:
             "inert": len(recorded - held),
             "torn_bytes": found.torn,
         }
-        if found.damage is not None:  # the daemon sets the file aside and keeps what it read
+        if found.damage is not None:  # the daemon keeps a copy of the file and what it read
             report["problems"].append(found.damage)
     return report
 
