@@ -14,17 +14,28 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
+import textwrap
+import time
+import types
 from pathlib import Path
 
 import pytest
 
+from numamem.checkpoint import filestore
+from numamem.checkpoint.filestore import keep_aside
 from numamem.checkpoint.fs import FileSystem, StrPath
 from numamem.checkpoint.mmjournal import HEADER, JOURNAL_FILE, read_journal, record
-from numamem.checkpoint.mmstore import CONTAINERS_FILE
+from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
 from numamem.checkpoint.namesfile import NAMES_FILE
+from numamem.cli.state_check import check_files
 from numamem.errors import PersistenceError
+from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.topology import HugePagePool, Machine, NUMANode
-from tests.unit.test_namesfile import manager, named
+from numamem.topologymanager.policy import new_policy
+from tests.unit.test_memorymanager import MI, two_nodes
+from tests.unit.test_namesfile import Named, manager, named
 
 GI = 1 << 30
 CORRUPT = b'{"containers":{"cid":["u1","a"]},"checksum":1}'
@@ -93,24 +104,30 @@ def test_copies_of_the_damaged_files_are_kept_once_and_what_was_readable_stays(
 
 
 class Failing(FileSystem):
-    """Fails ``op`` ("open", "write", "fsync", "close" of a copy; "dirsync": the directory's
-    sync after it) with ``error`` for the copies of ``which`` (a file name) only."""
+    """Fails ``op`` of the copy of ``which`` (a file name) with ``error``: "open", "write",
+    "fsync" or "close" of its temp file (the first temp of ``which``: the copy is made
+    before any write), "place": its link to the copy's name and the rename tried where
+    links fail, or "dirsync" after it."""
 
     def __init__(self, op: str, error: BaseException, which: str) -> None:
         self.op, self.error, self.which = op, error, which
         self.copy_fd: int | None = None
         self.dir_fd: int | None = None
-        self.copied = False
+        self.temps = 0
+        self.linked = False
 
     def open(self, path: StrPath, flags: int, mode: int = 0o600) -> int:
-        is_copy = Path(path).name.startswith(f"{self.which}.corrupt-")
-        if is_copy and self.op == "open":
-            raise self.error
+        name = Path(path).name
+        is_copy = name.startswith(f".{self.which}.tmp-") and self.temps == 0
+        if is_copy:
+            self.temps += 1
+            if self.op == "open":
+                raise self.error
         fd = super().open(path, flags, mode)
         if is_copy:
-            self.copy_fd, self.copied = fd, True
-        elif flags & os.O_DIRECTORY and self.copied:
-            self.dir_fd, self.copied = fd, False  # the sync that follows the copy
+            self.copy_fd = fd
+        elif flags & os.O_DIRECTORY and self.linked:
+            self.dir_fd, self.linked = fd, False  # the sync that follows the copy's link
         return fd
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
@@ -132,6 +149,20 @@ class Failing(FileSystem):
         if fd == self.dir_fd:
             self.dir_fd = None
 
+    def link(self, src: StrPath, dst: StrPath) -> None:
+        self._place(dst)
+        super().link(src, dst)
+
+    def rename(self, src: StrPath, dst: StrPath) -> None:  # where hard links fail
+        self._place(dst)
+        super().rename(src, dst)
+
+    def _place(self, dst: StrPath) -> None:
+        if Path(dst).name.startswith(f"{self.which}.corrupt-"):
+            if self.op == "place":
+                raise self.error
+            self.linked = True
+
 
 ERRORS = [
     *(OSError(code, os.strerror(code)) for code in (errno.EIO, errno.ENOSPC, errno.EDQUOT,
@@ -142,7 +173,7 @@ ERRORS = [
 
 @pytest.mark.parametrize("journal", [False, True], ids=["replace", "journal"])
 @pytest.mark.parametrize("which", [CONTAINERS_FILE, NAMES_FILE])
-@pytest.mark.parametrize("op", ["open", "write", "fsync", "close", "dirsync"])
+@pytest.mark.parametrize("op", ["open", "write", "fsync", "close", "place", "dirsync"])
 @pytest.mark.parametrize(
     "error",
     ERRORS,
@@ -230,3 +261,157 @@ def test_a_start_killed_after_keeping_the_journals_map_leaves_the_next_start_wor
     m = manager(tmp_path, grown(), journal=second)
     assert m.get_memory("u4", "a")
     assert CORRUPT in copies(tmp_path, CONTAINERS_FILE)
+
+
+# --- the second review (of 93dc8ee) ---------------------------------------------------------
+
+
+def refused_then_stopped(directory: Path, machine: Machine | None = None, **store: object) -> None:
+    """A start refused with PersistenceError, then the stop the daemon makes after it
+    (Server.shutdown -> the component's stop -> the store's close, which may fold)."""
+    machine = machine or grown()
+    files_ = KubeletStateStore(directory, **store)  # type: ignore[arg-type]
+    m = Named(
+        StaticPolicy(machine, {0: {"memory": 512 * MI}}),
+        files_,
+        new_policy("none", machine)[0],
+        "container",
+        record_pod_names=True,
+    )
+    try:
+        with pytest.raises(PersistenceError):
+            m.start()
+    finally:
+        files_.faults = None
+        files_.close()
+
+
+@pytest.mark.parametrize("source", ["journal-record", "map-file"])
+def test_a_start_refused_in_restored_then_stopped_changes_nothing(
+    tmp_path: Path, source: str
+) -> None:
+    """No drift: the copy is made in restored(), and fails. (On 93dc8ee restored() had marked
+    the state accepted first, so the stop folded the journal: the damaged map was replaced
+    with no copy kept.)"""
+    if source == "journal-record":
+        journal_with_bad_map(tmp_path)
+    else:
+        seeded(tmp_path)
+        (tmp_path / CONTAINERS_FILE).write_bytes(CORRUPT)
+    before = files(tmp_path)
+    fs = Failing("write", OSError(errno.EIO, os.strerror(errno.EIO)), CONTAINERS_FILE)
+    refused_then_stopped(tmp_path, two_nodes(), journal=True, fs=fs)
+    assert files(tmp_path) == before
+
+
+def test_a_save_at_start_that_fails_then_the_stop_changes_nothing(tmp_path: Path) -> None:
+    """(On 93dc8ee save() marked the state accepted before it failed; the stop then folded.)"""
+    journal_with_bad_map(tmp_path)
+    before = files(tmp_path)
+
+    def journal_fails(op: str, path: Path) -> None:
+        if op == "open" and path.name == JOURNAL_FILE:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    refused_then_stopped(tmp_path, journal=True, faults=journal_fails)
+    after = {k: v for k, v in files(tmp_path).items() if ".corrupt-" not in k}
+    assert after == before
+
+
+SURROGATE = b'{"containers":{"cid":["u1","\\ud800"]},"checksum":1}'
+
+
+def test_a_map_that_cannot_be_encoded_is_unusable_not_a_crash(tmp_path: Path) -> None:
+    """A lone surrogate escape decodes but cannot be encoded for the checksum. (It raised
+    UnicodeEncodeError out of read_container_file: the start and `state verify` crashed.)"""
+    seeded(tmp_path)
+    (tmp_path / CONTAINERS_FILE).write_bytes(SURROGATE)
+    report = check_files(tmp_path)
+    assert any("cannot decode container map" in p for p in report["problems"])
+    m = manager(tmp_path)
+    assert m.container_map() == {} and m.get_memory("u1", "a")
+    assert copies(tmp_path, CONTAINERS_FILE) == [SURROGATE]
+
+
+def test_copies_do_not_pile_up_over_refused_or_killed_starts(tmp_path: Path) -> None:
+    """A copy is kept once per content: starts refused on a failing directory sync, and
+    journal-mode starts killed before their first change (which copy the journal's map at
+    each start), leave one copy each."""
+    seeded(tmp_path)
+    (tmp_path / CONTAINERS_FILE).write_bytes(CORRUPT)
+
+    class NoDirSyncs(FileSystem):
+        def open(self, path: StrPath, flags: int, mode: int = 0o600) -> int:
+            if flags & os.O_DIRECTORY:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            return super().open(path, flags, mode)
+
+    for _ in range(5):
+        with pytest.raises(PersistenceError, match="cannot keep a copy of the damaged"):
+            manager(tmp_path, fs=NoDirSyncs())
+    assert copies(tmp_path, CONTAINERS_FILE) == [CORRUPT]
+    journaled = tmp_path / "journaled"
+    journaled.mkdir()
+    journal_with_bad_map(journaled)
+    for _ in range(5):
+        manager(journaled, journal=True)  # killed: no close()
+    assert copies(journaled, CONTAINERS_FILE) == [CORRUPT]
+
+
+def test_a_start_killed_in_the_middle_of_a_copy_leaves_no_partial_copy(tmp_path: Path) -> None:
+    """The copy is written to a temp file and linked to its name once whole: a process
+    killed after 10 bytes leaves a temp, which the next start removes."""
+    seeded(tmp_path)
+    (tmp_path / CONTAINERS_FILE).write_bytes(CORRUPT)
+    killed = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from numamem.checkpoint.fs import FileSystem
+        from tests.unit.test_namesfile import manager
+
+        class Killed(FileSystem):
+            def write(self, fd, data):
+                name = os.readlink(f"/proc/self/fd/{{fd}}").rsplit("/", 1)[1]
+                if name.startswith(".{CONTAINERS_FILE}.tmp-"):
+                    super().write(fd, bytes(data)[:10])
+                    os._exit(9)  # as SIGKILL: nothing else runs
+                return super().write(fd, data)
+
+        manager(Path({str(tmp_path)!r}), fs=Killed())
+    """)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{root / 'src'}:{root}"}
+    assert (
+        subprocess.run([sys.executable, "-c", killed], check=False, env=env, cwd=root).returncode
+        == 9
+    )
+    assert copies(tmp_path, CONTAINERS_FILE) == []
+    assert list(tmp_path.glob(f".{CONTAINERS_FILE}.tmp-*")), "the killed copy's temp"
+    manager(tmp_path)
+    assert copies(tmp_path, CONTAINERS_FILE) == [CORRUPT]
+    assert not list(tmp_path.glob(f".{CONTAINERS_FILE}.tmp-*"))
+
+
+def test_keep_aside_never_replaces_a_file_and_works_without_hard_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two different copies made within the same microsecond (a frozen clock) keep both,
+    with hard links and without them (the rename fallback)."""
+    frozen = types.SimpleNamespace(
+        gmtime=lambda: time.gmtime(0), strftime=time.strftime, time_ns=lambda: 0
+    )
+    monkeypatch.setattr(filestore, "time", frozen)
+
+    class NoHardLinks(FileSystem):
+        def link(self, src: StrPath, dst: StrPath) -> None:
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    for fs in (FileSystem(), NoHardLinks()):
+        target = tmp_path / type(fs).__name__
+        first = keep_aside(target, b"first", "corrupt", fs)
+        second = keep_aside(target, b"second", "corrupt", fs)
+        assert first.name == f"{target.name}.corrupt-19700101T000000.000000Z"
+        assert second.name == first.name + "-1"
+        assert (first.read_bytes(), second.read_bytes()) == (b"first", b"second")
+        assert keep_aside(target, b"first", "corrupt", fs) == first  # the same bytes: kept once
+        assert not target.exists() and not list(tmp_path.glob(".*.tmp-*"))

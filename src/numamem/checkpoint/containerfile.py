@@ -169,10 +169,11 @@ def read_container_file(data: bytes) -> ContainerFile:
             str(uid): frozenset(str(c) for c in ctrs)
             for uid, ctrs in doc.get("exclusive", {}).items()
         }
+        actual = fnv1a_32(canonical.encode())  # UnicodeEncodeError (a ValueError): "\ud800"
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as err:
         raise CheckpointError(f"cannot decode container map: {err}") from err
-    if fnv1a_32(canonical.encode()) != stored:
-        raise CorruptCheckpointError(stored, fnv1a_32(canonical.encode()))
+    if actual != stored:
+        raise CorruptCheckpointError(stored, actual)
     ordered = {uid: names[uid] for uid in order if uid in names}
     ordered.update((uid, n) for uid, n in names.items() if uid not in ordered)
     return ContainerFile(result, ordered, exclusive)

@@ -265,9 +265,15 @@ def _aside_names(path: Path, reason: str) -> Iterator[Path]:
 def move_aside(path: Path, reason: str, fs: FileSystem = REAL) -> Path:
     """Rename ``path`` to ``<name>.<reason>-<UTC time to the microsecond>[-<n>]`` and sync the
     directory; never replaces an existing file (each move keeps its own evidence)."""
+    return _place_aside(path, path, reason, fs)
+
+
+def _place_aside(source: Path, path: Path, reason: str, fs: FileSystem) -> Path:
+    """Rename ``source`` to the first free :func:`_aside_names` name of ``path``, then sync the
+    directory; never replaces a file."""
     for target in _aside_names(path, reason):
         try:
-            fs.link(path, target)  # fails if target exists: nothing is ever overwritten
+            fs.link(source, target)  # fails if target exists: nothing is ever overwritten
         except FileExistsError:
             continue
         except OSError:
@@ -275,42 +281,43 @@ def move_aside(path: Path, reason: str, fs: FileSystem = REAL) -> Path:
             # (the single-instance lock keeps other numamem processes out of the directory).
             if fs.exists(target):
                 continue
-            fs.rename(path, target)
+            fs.rename(source, target)
             fsync_dir(path.parent, fs)
             return target
-        fs.unlink(path)
+        fs.unlink(source)
         fsync_dir(path.parent, fs)
         return target
-    raise FileExistsError(f"{path}: no free name to move it aside")
+    raise FileExistsError(f"{path}: no free name to set it aside")
 
 
 def keep_aside(path: Path, data: bytes, reason: str, fs: FileSystem = REAL) -> Path:
-    """``data`` (what was read from ``path``, or what stood for it) durable in a new file
-    named as :func:`move_aside` would name ``path``'s; ``path`` itself is untouched, so a
-    failure after this changes nothing a restart reads. Raises what failed: the partial copy
-    is removed, but for a failed directory sync (the copy is whole, its name may not last)."""
-    for target in _aside_names(path, reason):
-        try:
-            fd = fs.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            continue
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[fs.write(fd, view) :]
-            fs.fsync(fd)
-        except BaseException:
-            _close_quietly(fs, fd)
-            _unlink_quietly(fs, str(target))
-            raise
-        try:
-            fs.close(fd)  # Linux releases the descriptor even when close reports an error
-        except BaseException:
-            _unlink_quietly(fs, str(target))
-            raise
-        fsync_dir(path.parent, fs)
-        return target
-    raise FileExistsError(f"{path}: no free name to keep a copy of it")
+    """``data`` (what was read from ``path``, or what stood for it) durable under a name
+    :func:`move_aside` would give ``path``; ``path`` itself is untouched, so a failure after
+    this changes nothing a restart reads. Idempotent: a copy already there with the same
+    bytes (an earlier start's) is synced and returned instead of a new one. The copy is
+    written to a temp file first (a crash leaves only a temp, which the next start removes)
+    and never replaces a file. Raises what failed (the temp is removed)."""
+    for kept in fs.glob(path.parent, f"{path.name}.{reason}-*"):
+        if fs.read(kept) == data:
+            fsync_dir(path.parent, fs)  # an earlier attempt's directory sync may have failed
+            return kept
+    tmp = _temp_name(path)
+    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[fs.write(fd, view) :]
+        fs.fsync(fd)
+    except BaseException:
+        _close_quietly(fs, fd)
+        _unlink_quietly(fs, tmp)
+        raise
+    try:
+        fs.close(fd)  # Linux releases the descriptor even when close reports an error
+        return _place_aside(Path(tmp), path, reason, fs)
+    except BaseException:
+        _unlink_quietly(fs, tmp)
+        raise
 
 
 def remove_stale_temps(directory: Path, name: str, fs: FileSystem = REAL) -> list[Path]:

@@ -203,7 +203,6 @@ class StoreRestore(StoreFields):
         and a damaged names file (:meth:`set_evidence_aside`), then replace the damaged names
         file by the names kept and remove an unusable map file (memory holds no ids from
         it: a missing map reads the same). PersistenceError when a copy cannot be kept."""
-        self.accepted = True
         for name in (self.state_path.name, self.containers_path.name, NAMES_FILE, JOURNAL_FILE):
             for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
@@ -216,6 +215,7 @@ class StoreRestore(StoreFields):
             self._drop_unusable_map()
         if self.journal.records and not self.journal_mode:
             self.retire_journal()
+        self.accepted = True  # last: a start refused above folds nothing at its stop
 
     def set_evidence_aside(self) -> None:
         """Keep a durable copy of an unusable container map (from its file, or from the

@@ -132,8 +132,8 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         self.journal_mode = journal
         self.journal = CommitJournal(Path(state_dir), fs)
         self.accepted = False
-        """The manager accepted the restored state (or saved): a stop may fold the journal
-        (a refused start changes nothing on disk)."""
+        """:meth:`restored` ran to its end: a stop may fold the journal (a start refused
+        before, even after a save at start, folds nothing: the journal holds what it wrote)."""
         self._last_map_bytes: bytes | None = None
         self.fs = fs
         self.dir = Path(state_dir)
@@ -197,7 +197,6 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         old_map, old_names = self._last_map, self._last_names
         old_exclusive = self._last_exclusive
         names_plan = self.names_file.plan(old_names, new_names, snapshot.assignments)
-        self.accepted = True
         if self.journal_mode:  # one record of both files (the map encoded there, once)
             self._commit(state, new_map, new_names, new_exclusive, names_plan)
             return

@@ -157,9 +157,8 @@ class NamesJournal:
             self._fold_next = True
 
     def copied_aside(self) -> None:
-        """A copy of the damaged file is kept: the next save folds over the file (which a
-        restart reads to the same names until then)."""
-        self._fold_next = True
+        """A copy of the damaged file is kept; the next save folds over the file (:meth:`load`
+        made it fold on damage), which a restart reads to the same names until then."""
         self.damage = None
         self.damaged_data = b""
 
