@@ -28,7 +28,7 @@ from numamem.checkpoint.filestore import keep_aside
 from numamem.checkpoint.fs import FileSystem, StrPath
 from numamem.checkpoint.mmjournal import HEADER, JOURNAL_FILE, read_journal, record
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
-from numamem.checkpoint.namesfile import NAMES_FILE
+from numamem.checkpoint.namesfile import NAMES_FILE, encode_names
 from numamem.cli.state_check import check_files
 from numamem.errors import PersistenceError
 from numamem.memorymanager.policy.static import StaticPolicy
@@ -91,6 +91,9 @@ def test_copies_of_the_damaged_files_are_kept_once_and_what_was_readable_stays(
     names = damaged(tmp_path)
     m = manager(tmp_path, grown() if drift else None, journal=journal)
     assert m.store.writes >= (1 if drift else 0)
+    if not drift:  # restored() replaced the damaged names file and removed the unusable map
+        assert (tmp_path / NAMES_FILE).read_bytes() == encode_names(KEPT_NAMES)
+        assert not (tmp_path / CONTAINERS_FILE).exists()
     assert m.get_memory("u1", "a") and m.container_map() == {}
     assert m.pod_names() == KEPT_NAMES
     assert copies(tmp_path, CONTAINERS_FILE) == [CORRUPT], "the unusable map, byte for byte"
@@ -415,3 +418,38 @@ def test_keep_aside_never_replaces_a_file_and_works_without_hard_links(
         assert (first.read_bytes(), second.read_bytes()) == (b"first", b"second")
         assert keep_aside(target, b"first", "corrupt", fs) == first  # the same bytes: kept once
         assert not target.exists() and not list(tmp_path.glob(".*.tmp-*"))
+
+
+def test_keep_aside_reuses_only_a_regular_file_with_the_same_bytes_and_syncs_it(
+    tmp_path: Path,
+) -> None:
+    """Whatever else matches a copy's name (a directory, a FIFO, a link, a different or
+    truncated file) is neither read into nor reused: a new copy is made, without blocking.
+    A reused copy is fsynced itself, not only its directory (it may be an outside copy)."""
+    target = tmp_path / "damaged"
+    (tmp_path / "damaged.corrupt-a-directory").mkdir()
+    os.mkfifo(tmp_path / "damaged.corrupt-a-fifo")  # read, it would block the start forever
+    (tmp_path / "elsewhere").write_bytes(b"evidence")
+    (tmp_path / "damaged.corrupt-a-link").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "damaged.corrupt-shorter").write_bytes(b"evid")
+    kept = keep_aside(target, b"evidence", "corrupt")
+    assert kept.read_bytes() == b"evidence" and not kept.is_symlink()
+    assert kept.name not in {"damaged.corrupt-a-link", "damaged.corrupt-shorter"}
+
+    class Syncs(FileSystem):
+        def __init__(self) -> None:
+            self.synced: list[str] = []
+            self.names: dict[int, str] = {}
+
+        def open(self, path: StrPath, flags: int, mode: int = 0o600) -> int:
+            fd = super().open(path, flags, mode)
+            self.names[fd] = Path(path).name
+            return fd
+
+        def fsync(self, fd: int) -> None:
+            self.synced.append(self.names[fd])
+            super().fsync(fd)
+
+    fs = Syncs()
+    assert keep_aside(target, b"evidence", "corrupt", fs) == kept
+    assert fs.synced == [kept.name, tmp_path.name]

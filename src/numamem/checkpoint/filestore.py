@@ -25,6 +25,7 @@ import errno
 import itertools
 import os
 import secrets
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -268,6 +269,16 @@ def move_aside(path: Path, reason: str, fs: FileSystem = REAL) -> Path:
     return _place_aside(path, path, reason, fs)
 
 
+def _holds(kept: Path, data: bytes, fs: FileSystem) -> bool:
+    """Whether ``kept`` is a regular file (not a link, FIFO or directory someone put there)
+    holding exactly ``data``; anything unreadable is not (a new copy is made)."""
+    try:
+        found = kept.lstat()
+        return stat.S_ISREG(found.st_mode) and found.st_size == len(data) and fs.read(kept) == data
+    except OSError:
+        return False
+
+
 def _place_aside(source: Path, path: Path, reason: str, fs: FileSystem) -> Path:
     """Rename ``source`` to the first free :func:`_aside_names` name of ``path``, then sync the
     directory; never replaces a file."""
@@ -298,7 +309,12 @@ def keep_aside(path: Path, data: bytes, reason: str, fs: FileSystem = REAL) -> P
     written to a temp file first (a crash leaves only a temp, which the next start removes)
     and never replaces a file. Raises what failed (the temp is removed)."""
     for kept in fs.glob(path.parent, f"{path.name}.{reason}-*"):
-        if fs.read(kept) == data:
+        if _holds(kept, data, fs):
+            fd = fs.open(kept, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fs.fsync(fd)  # not known to be synced (an older numamem's, an operator's cp)
+            finally:
+                fs.close(fd)
             fsync_dir(path.parent, fs)  # an earlier attempt's directory sync may have failed
             return kept
     tmp = _temp_name(path)

@@ -275,8 +275,8 @@ class StoreRestore(StoreFields):
             )
 
     def _rewrite_names(self) -> None:
-        """Write the names file holding memory's names (a fold); on failure the next save that
-        names a pod folds (the file is missing until then)."""
+        """Write the names file holding memory's names (a fold); on failure the next save folds
+        (the damaged file, which replays to the same names, stays until then)."""
         data = encode_names(self._last_names)
         try:
             atomic_write(self.names_file.path, data, faults=self.faults, fs=self.fs)
