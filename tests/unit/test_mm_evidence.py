@@ -27,15 +27,13 @@ from numamem.checkpoint import filestore
 from numamem.checkpoint.filestore import keep_aside
 from numamem.checkpoint.fs import FileSystem, StrPath
 from numamem.checkpoint.mmjournal import HEADER, JOURNAL_FILE, read_journal, record
-from numamem.checkpoint.mmstore import CONTAINERS_FILE, KubeletStateStore
+from numamem.checkpoint.mmstore import CONTAINERS_FILE
 from numamem.checkpoint.namesfile import NAMES_FILE, encode_names
 from numamem.cli.state_check import check_files
 from numamem.errors import PersistenceError
-from numamem.memorymanager.policy.static import StaticPolicy
 from numamem.topology import HugePagePool, Machine, NUMANode
-from numamem.topologymanager.policy import new_policy
-from tests.unit.test_memorymanager import MI, two_nodes
-from tests.unit.test_namesfile import Named, manager, named
+from tests.unit.test_memorymanager import two_nodes
+from tests.unit.test_namesfile import manager, named, unstarted
 
 GI = 1 << 30
 CORRUPT = b'{"containers":{"cid":["u1","a"]},"checksum":1}'
@@ -272,21 +270,13 @@ def test_a_start_killed_after_keeping_the_journals_map_leaves_the_next_start_wor
 def refused_then_stopped(directory: Path, machine: Machine | None = None, **store: object) -> None:
     """A start refused with PersistenceError, then the stop the daemon makes after it
     (Server.shutdown -> the component's stop -> the store's close, which may fold)."""
-    machine = machine or grown()
-    files_ = KubeletStateStore(directory, **store)  # type: ignore[arg-type]
-    m = Named(
-        StaticPolicy(machine, {0: {"memory": 512 * MI}}),
-        files_,
-        new_policy("none", machine)[0],
-        "container",
-        record_pod_names=True,
-    )
+    m = unstarted(directory, machine or grown(), **store)
     try:
         with pytest.raises(PersistenceError):
             m.start()
     finally:
-        files_.faults = None
-        files_.close()
+        m.store.faults = None
+        m.store.close()
 
 
 @pytest.mark.parametrize("source", ["journal-record", "map-file"])

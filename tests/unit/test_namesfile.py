@@ -58,8 +58,9 @@ class Named(Manager):
     store: KubeletStateStore
 
 
-def manager(directory: Path, machine: Machine | None = None, **store: object) -> Named:
-    """A manager recording pod names on a store in ``directory`` (two nodes by default)."""
+def unstarted(directory: Path, machine: Machine | None = None, **store: object) -> Named:
+    """A manager recording pod names on a store in ``directory`` (two nodes by default),
+    not started."""
     machine = machine or two_nodes()
     files = KubeletStateStore(directory, **store)  # type: ignore[arg-type]
     m = Named(
@@ -70,6 +71,12 @@ def manager(directory: Path, machine: Machine | None = None, **store: object) ->
         record_pod_names=True,
     )
     m.store = files
+    return m
+
+
+def manager(directory: Path, machine: Machine | None = None, **store: object) -> Named:
+    """:func:`unstarted`, started."""
+    m = unstarted(directory, machine, **store)
     m.start()
     return m
 
