@@ -114,6 +114,9 @@ def test_a_handler_can_call_the_runtime_while_it_is_being_called(nri_sock: Path)
     try:
         with running(plugin):
             peer = runtime.accept()
+            # The runtime's side registers when it gets the request, the plugin when the reply
+            # reaches it; its calls to the runtime before that are refused ("not registered").
+            assert plugin.wait_registered(10)
             peer.configure()
             pod = obj.pod()
             assert peer.create_container(pod, obj.container(pod)) is not None
