@@ -9,10 +9,11 @@ state; the rest are inert and dropped from memory. A state that cannot be used r
 start with the kubelet's wrapper text naming the file and the fix (:func:`restore_error`);
 so does a file holding pod-level entries (``podEntries``, KEP-5526) with the
 ``PodLevelResourceManagers`` gate off (the deviation :mod:`numamem.checkpoint.mmstore`
-names). An unusable container map or a
-damaged names file is only noted: :meth:`~StoreRestore.restored`, called once the manager
-accepted the state, removes temp files of interrupted writes and keeps copies of those
-files (a save before it keeps them first), so a refused start changes nothing on disk. Not thread-safe (the manager's lock).
+names). An unusable container map or a damaged names file is only noted:
+:meth:`~StoreRestore.restored`, called once the manager accepted the state, removes temp
+files of interrupted writes and keeps copies of those files (a save before it keeps them
+first), so a refused start changes nothing a restart reads. Not thread-safe (the manager's
+lock).
 """
 
 from __future__ import annotations
