@@ -198,11 +198,11 @@ def _write_temp(path: Path, data: bytes, hook: FaultHook | None, fs: FileSystem)
         if hook is not None:
             hook("close", path)
     except Exception as err:
-        _close_quietly(fs, fd)
+        close_quietly(fs, fd)
         _unlink_quietly(fs, tmp)
         raise _fail(path, err, "write") from err
     except BaseException:
-        _close_quietly(fs, fd)
+        close_quietly(fs, fd)
         raise
     try:
         fs.close(fd)  # Linux releases the descriptor even when close reports an error
@@ -325,7 +325,7 @@ def keep_aside(path: Path, data: bytes, reason: str, fs: FileSystem = REAL) -> P
             view = view[fs.write(fd, view) :]
         fs.fsync(fd)
     except BaseException:
-        _close_quietly(fs, fd)
+        close_quietly(fs, fd)
         _unlink_quietly(fs, tmp)
         raise
     try:
@@ -350,6 +350,9 @@ def _unlink_quietly(fs: FileSystem, path: StrPath) -> None:
         fs.unlink(path)
 
 
-def _close_quietly(fs: FileSystem, fd: int) -> None:
-    with contextlib.suppress(OSError):
-        fs.close(fd)
+def close_quietly(fs: FileSystem, fd: int | None) -> None:
+    """Close ``fd`` (None: nothing), ignoring an error: Linux releases a descriptor even
+    when close reports one, so there is nothing to retry."""
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            fs.close(fd)

@@ -42,13 +42,12 @@ Not thread-safe: the store calls it under the memory manager's lock.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from numamem.checkpoint.appendlog import TornTailError, append_durably
-from numamem.checkpoint.filestore import FaultHook, read_file
+from numamem.checkpoint.filestore import FaultHook, close_quietly, read_file
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.records import Scan, frame
 from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, DurabilityUnknownError, quote
@@ -191,7 +190,5 @@ class CommitJournal:
 
     def close(self) -> None:
         """Close the append descriptor (the next append reopens it)."""
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            with contextlib.suppress(OSError):  # Linux releases it even when close fails
-                self.fs.close(fd)
+        fd, self._fd = self._fd, None
+        close_quietly(self.fs, fd)

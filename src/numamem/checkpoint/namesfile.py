@@ -42,7 +42,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from numamem.checkpoint.filestore import FaultHook, error_text, no_fault, read_file
+from numamem.checkpoint.filestore import FaultHook, close_quietly, error_text, no_fault, read_file
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.records import Scan, frame
 from numamem.errors import PATH_QUOTE_BYTES, CheckpointError, PersistenceError, quote
@@ -260,10 +260,8 @@ class NamesJournal:
         self._fold_next = True
 
     def _close(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            with contextlib.suppress(OSError):  # Linux releases it even when close fails
-                self.fs.close(fd)
+        fd, self._fd = self._fd, None
+        close_quietly(self.fs, fd)
 
     def close(self) -> None:
         """Close the append descriptor (the next append reopens it)."""

@@ -16,11 +16,10 @@ compaction, ``_lock`` for the journal itself; the compactor outlives every error
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 
-from numamem.checkpoint.filestore import atomic_write, error_text, observed
+from numamem.checkpoint.filestore import atomic_write, close_quietly, error_text, observed
 from numamem.errors import DurabilityUnknownError, PersistenceError
 from numamem.logging import get_logger
 from numamem.metacache.journal import header
@@ -152,9 +151,7 @@ class Compaction(JournalLoad):
             self._directory_unknown = str(err)  # in place, maybe not durable: retried per commit
             self._report(self._directory_unknown)
         old, self._fd = self._fd, None
-        if old is not None:
-            with contextlib.suppress(OSError):
-                self.fs.close(old)
+        close_quietly(self.fs, old)
         self._size, self._records, self._snapshot_bytes = len(journal), records, snapshot_bytes
         self._poisoned = False
         try:

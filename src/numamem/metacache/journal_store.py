@@ -37,7 +37,6 @@ a commit. Every file operation goes through ``fs``
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Set
 from pathlib import Path
@@ -46,6 +45,7 @@ from numamem.checkpoint.appendlog import TornTailError, append_durably
 from numamem.checkpoint.filestore import (
     FaultHook,
     atomic_write,
+    close_quietly,
     error_text,
     fsync_dir,
     no_fault,
@@ -299,8 +299,6 @@ class JournalPersister(Compaction):
                 if self._records or self._poisoned:
                     self._rewrite_locked(self._state)
             finally:
-                if self._fd is not None:
-                    with contextlib.suppress(OSError):
-                        self.fs.close(self._fd)
-                self._fd = None
+                fd, self._fd = self._fd, None
+                close_quietly(self.fs, fd)
                 self._open = False
