@@ -12,7 +12,7 @@ import pytest
 from bench.nri import shipped
 from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.checkpoint import kubelet
-from numamem.checkpoint.mmcurrent import current_files
+from numamem.checkpoint.mmcurrent import current_source
 from numamem.checkpoint.mmjournal import HEADER, JOURNAL_FILE, read_journal, record
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
 from numamem.checkpoint.records import frame
@@ -63,7 +63,7 @@ def admit(server: object, uid: str) -> None:
 
 def held(state_dir: Path) -> set[str]:
     """The pods a restart (and the offline tools) read from ``state_dir``."""
-    state, _ = current_files(state_dir)
+    state = current_source(state_dir).state
     assert state is not None
     return set(kubelet.load(state).assignments)
 

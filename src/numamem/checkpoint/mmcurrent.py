@@ -15,17 +15,10 @@ from numamem.checkpoint.mmjournal import JOURNAL_FILE, JournalRead, read_journal
 from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE
 
 
-def current_files(state_dir: Path, fs: FileSystem = REAL) -> tuple[bytes | None, bytes | None]:
-    """What a restart reads as ``memory_manager_state`` and the container map: the commit
-    journal's last good record, else the files (None: missing). Read-only; CheckpointError
-    for a damaged journal, OSError as reading raises it."""
-    current = current_source(state_dir, fs)
-    return current.state, current.containers
-
-
 class Current(NamedTuple):
-    """:func:`current_files` with where each comes from (for messages) and the journal as
-    read (None: no journal file)."""
+    """What a restart reads as ``memory_manager_state`` and the container map (None:
+    missing), where each comes from (for messages) and the journal as read (None: no journal
+    file)."""
 
     state_source: Path
     state: bytes | None
@@ -35,7 +28,8 @@ class Current(NamedTuple):
 
 
 def current_source(state_dir: Path, fs: FileSystem = REAL) -> Current:
-    """:func:`current_files`, with the files they come from and the journal read once."""
+    """The commit journal's last good record, else the files, read once. Read-only;
+    CheckpointError for a damaged journal, OSError as reading raises it."""
     path = state_dir / JOURNAL_FILE
     data = read_file(path, fs)
     found = read_journal(data, path) if data is not None else None

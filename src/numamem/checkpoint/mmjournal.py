@@ -17,8 +17,8 @@ both files, ``b"<state bytes> <map bytes>\\n" + state + map``. So the last good 
 the state, whatever came before it, and a record is the two files at once: the order the
 replace mode keeps between their renames is not needed. Invariant: the files hold an
 earlier (or the same) state than the journal's last record, so restoring is: the last good
-record when there is one, else the files. (:func:`~numamem.checkpoint.mmcurrent.current_files` for the offline readers,
-:meth:`CommitJournal.load` for the daemon.)
+record when there is one, else the files (:func:`~numamem.checkpoint.mmcurrent.current_source`
+for the offline readers, :meth:`CommitJournal.load` for the daemon).
 
 * A torn last record (a crash during its append, never acknowledged) is dropped. A damaged
   record with anything after it is damage to acknowledged changes: the start is refused

@@ -137,11 +137,12 @@ def live(args: argparse.Namespace, client: NumamemClient) -> int:
 
 
 def show(state_dir: Path, *, as_json: bool) -> int:
-    from numamem.cli.state_check import load, names, shared_containers
+    from numamem.cli.state_check import load, names, read_current, shared_containers
     from numamem.errors import CheckpointError
 
     try:
-        loaded = load(state_dir)
+        current = read_current(state_dir)  # the journal read once, for the state and the map
+        loaded = current if isinstance(current, int) else load(state_dir, current)
     except CheckpointError as err:
         return fail(str(err))
     if isinstance(loaded, int):
@@ -163,7 +164,7 @@ def show(state_dir: Path, *, as_json: bool) -> int:
         loaded.assignments,
         names(state_dir),
         loaded.pod_entries,
-        shared_containers(state_dir, loaded),
+        shared_containers(current.containers, loaded),
     )
     return EXIT_OK
 

@@ -66,19 +66,18 @@ def names(state_dir: Path) -> dict[str, tuple[str, str]]:
     return recorded_names(state_dir)
 
 
-def shared_containers(state_dir: Path, loaded: Any) -> dict[str, set[str]]:
+def shared_containers(containers: bytes | None, loaded: Any) -> dict[str, set[str]]:
     """Pod uid -> the containers that share the pod's pool, for the pods allocated as a whole
     in ``loaded`` (as GetState's isolation says it: numamem's record of the containers with
-    memory of their own in the container map; none recorded, all share)."""
+    memory of their own in the container map ``containers``, as a restart reads it; none
+    recorded, all share)."""
     from numamem.checkpoint.containerfile import read_container_file
-    from numamem.checkpoint.mmcurrent import current_files
     from numamem.errors import CheckpointError
     from numamem.memorymanager.requests import podlevel
 
     exclusive: Mapping[str, frozenset[str]] = {}
-    with contextlib.suppress(OSError, CheckpointError):  # `state verify` reports the file
-        _, containers = current_files(state_dir)
-        if containers is not None:
+    if containers is not None:
+        with contextlib.suppress(CheckpointError):  # `state verify` reports the file
             exclusive = read_container_file(containers).exclusive
     return {
         pod: {
