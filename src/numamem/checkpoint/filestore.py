@@ -307,7 +307,8 @@ def keep_aside(path: Path, data: bytes, reason: str, fs: FileSystem = REAL) -> P
     this changes nothing a restart reads. Idempotent: a copy already there with the same
     bytes (an earlier start's) is synced and returned instead of a new one. The copy is
     written to a temp file first (a crash leaves only a temp, which the next start removes)
-    and never replaces a file. Raises what failed (the temp is removed)."""
+    and never replaces a file. Raises what failed (the temp is removed; an interrupt may leave
+    it, which the next start removes)."""
     for kept in fs.glob(path.parent, f"{path.name}.{reason}-*"):
         if _holds(kept, data, fs):
             fd = fs.open(kept, os.O_RDONLY | os.O_CLOEXEC)
@@ -317,19 +318,11 @@ def keep_aside(path: Path, data: bytes, reason: str, fs: FileSystem = REAL) -> P
                 fs.close(fd)
             fsync_dir(path.parent, fs)  # an earlier attempt's directory sync may have failed
             return kept
-    tmp = _temp_name(path)
-    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[fs.write(fd, view) :]
-        fs.fsync(fd)
-    except BaseException:
-        close_quietly(fs, fd)
-        _unlink_quietly(fs, tmp)
-        raise
+        tmp = _write_temp(path, data, None, fs)
+    except PersistenceError as err:  # what failed, not the checkpoint message it was wrapped in
+        raise err.__cause__ or err from None
     try:
-        fs.close(fd)  # Linux releases the descriptor even when close reports an error
         return _place_aside(Path(tmp), path, reason, fs)
     except BaseException:
         _unlink_quietly(fs, tmp)

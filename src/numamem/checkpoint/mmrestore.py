@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from numamem.checkpoint import kubelet
 from numamem.checkpoint.containerfile import ContainerFile, read_container_file
@@ -85,14 +86,21 @@ class StoreFields:
     moves to the names file."""
 
 
+class UnusableMap(NamedTuple):
+    """A container map that did not decode: why, its bytes (the evidence kept), and whether
+    they came from its file (else from the journal's last record)."""
+
+    reason: str
+    data: bytes
+    from_file: bool
+
+
 class StoreRestore(StoreFields):
     """The restore half of :class:`~numamem.checkpoint.mmstore.KubeletStateStore`."""
 
     pod_level: bool
     _map_dirty: bool
-    _map_unusable: str | None
-    _map_evidence: tuple[bytes, bool] | None
-    """The unusable map's bytes and whether they came from its file (else the journal)."""
+    _map_unusable: UnusableMap | None
 
     def retire_journal(self) -> None: ...
 
@@ -195,8 +203,7 @@ class StoreRestore(StoreFields):
         try:
             return read_container_file(data)
         except CheckpointError as err:
-            self._map_unusable = str(err)
-            self._map_evidence = (data, journal_map is None)
+            self._map_unusable = UnusableMap(str(err), data, from_file=journal_map is None)
             return ContainerFile()
 
     def restored(self) -> None:
@@ -208,7 +215,7 @@ class StoreRestore(StoreFields):
             for tmp in remove_stale_temps(self.dir, name, self.fs):
                 _log.warning("removed a temp file left by an interrupted write", path=str(tmp))
         names_damaged = self.names_file.damage is not None
-        map_file = self._map_evidence is not None and self._map_evidence[1]
+        map_file = self._map_unusable is not None and self._map_unusable.from_file
         self.set_evidence_aside()
         if names_damaged:
             self._rewrite_names()  # the names kept on disk again, not only in memory
@@ -246,17 +253,17 @@ class StoreRestore(StoreFields):
         self.names_file.copied_aside()
 
     def _keep_map(self) -> None:
-        assert self._map_evidence is not None
-        data, from_file = self._map_evidence
+        assert self._map_unusable is not None
+        why, data, from_file = self._map_unusable
         kept = keep_aside(self.containers_path, data, "corrupt", self.fs)
         _log.error(
             "container map is unusable; a copy kept, starting without container ids "
             "(RemoveContainer by id cannot free their memory; SyncActivePods and ReleasePod can)",
             source=str(self.containers_path if from_file else self.journal.path),
             copy=str(kept),
-            error=self._map_unusable,
+            error=why,
         )
-        self._map_unusable, self._map_evidence = None, None
+        self._map_unusable = None
         self._map_dirty = True  # the next save writes the map
 
     def _drop_unusable_map(self) -> None:

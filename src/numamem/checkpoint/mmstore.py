@@ -73,7 +73,7 @@ from numamem.checkpoint.filestore import (
 from numamem.checkpoint.fs import REAL, FileSystem
 from numamem.checkpoint.mmcommit import JournalCommit
 from numamem.checkpoint.mmjournal import CommitJournal
-from numamem.checkpoint.mmrestore import StoreRestore, replayed
+from numamem.checkpoint.mmrestore import StoreRestore, UnusableMap, replayed
 from numamem.checkpoint.namesfile import NAMES_FILE, NamesJournal, encode_names, read_names
 from numamem.errors import (
     CheckpointError,
@@ -152,8 +152,7 @@ class KubeletStateStore(JournalCommit, StoreRestore):
         self._legacy_names = False
         """The container map on disk holds names (an older numamem's): see
         :meth:`_move_legacy_names`."""
-        self._map_unusable: str | None = None
-        self._map_evidence: tuple[bytes, bool] | None = None
+        self._map_unusable: UnusableMap | None = None
         self.writes = 0
         self.observers: list[Callable[[float, bool], None]] = []
         """Called after each write of memory_manager_state with (seconds, succeeded)."""

@@ -256,7 +256,9 @@ class JournalPersister(Compaction):
             self._poisoned = True
             raise
         except DurabilityUnknownError as err:
-            raise self._outcome_unknown(str(err), applied=err.applied) from err.__cause__
+            self._poisoned = True  # as _outcome_unknown: the writer gets append_durably's error
+            self._report(str(err))
+            raise
 
     def _outcome_unknown(self, message: str, applied: bool) -> DurabilityUnknownError:
         """A write whose outcome on disk is unknown: nothing may be appended after it (the
