@@ -162,6 +162,14 @@ class Daemon(DaemonProcess):
         return 0.0
 
 
+def shipped(root: Path) -> list[str]:
+    """The daemon flags of deploy/kubernetes/daemonset.yaml that change an Admit's cost: the
+    journal commit and the podresources names (a name appended per new pod), so the figures
+    are those of the shipped configuration (tests/unit/test_mm_journal.py checks the
+    DaemonSet still has them)."""
+    return ["--state-commit=journal", f"--podresources-socket={root / 'podresources.sock'}"]
+
+
 @contextmanager
 def daemon(
     root: Path,

@@ -9,15 +9,16 @@
    container's id made directly (the one durable write the plugin waits for). Reported:
    p50/p90 of each and the handling's p50 over the floor's.
 2. **CRI CreateContainer+StartContainer through the real containerd 2.x**, with the plugin
-   over without: two private containerd instances (:mod:`tests.containerd`) run at once, one
-   with ``numamem nri`` (external) connected and one without, and each round creates one
-   Guaranteed pod on each (in alternating order) the way the kubelet does; each pod's
+   over without: three private containerd instances (:mod:`tests.containerd`) run at once,
+   one with ``numamem nri`` (external) connected, one with a null plugin (answers at once:
+   the cost of NRI itself) and one without; each round creates and removes one Guaranteed
+   pod on each (each instance first in turn) the way the kubelet does, and each pod's
    CreateContainer+StartContainer is timed at the CRI client. Target: p50 ratio <= 1.05.
-   The plugin logs its own handling time per container (debug), so the difference is broken
-   down into the plugin's handling (of which the daemon's write, from part 1) and the rest
-   (containerd's NRI call: marshalling, the ttrpc round trip, applying the adjustment).
-   Beside it, the CPU time per round of the daemon, the plugin and the null plugin: on a
-   small machine they take it from containerd, runc and the shims while a pod starts.
+   The difference is broken down into NRI itself (the null plugin over none) and numamem's
+   work (numamem nri over the null plugin), beside the plugin's own handling time per
+   container (its debug log) and a direct Admit in the same rounds. Beside them, the CPU
+   time per round of the daemon (the plugin's calls only), the plugin and the null plugin:
+   on a small machine they take it from containerd, runc and the shims while a pod starts.
    Skipped, saying why, where the harness cannot run (not root, no cpuset cgroup controller,
    no Debian registry on a first download).
 
@@ -30,7 +31,8 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.harness import Daemon, daemon, pct, run_alone
+from bench.harness import Daemon, daemon, pct, run_alone, shipped
 from numamem.client import NumamemClient
 from numamem.nri.handler import CallContext, Handler
 from numamem.nri.plugin import Plugin
@@ -47,15 +49,6 @@ from numamem.testing import nri_objects as obj
 from numamem.testing.daemon import STATIC_ARGS, DaemonProcess
 from numamem.testing.nri_runtime import ScriptedRuntime
 from numamem.v1 import memorymanager_pb2 as mm
-
-
-def shipped(root: Path) -> list[str]:
-    """The daemon flags of deploy/kubernetes/daemonset.yaml that change an Admit's cost: the
-    journal commit and the podresources names (a name appended per new pod), so the figures
-    are those of the shipped configuration (tests/unit/test_bench_tools.py checks the
-    DaemonSet still has them)."""
-    return ["--state-commit=journal", f"--podresources-socket={root / 'podresources.sock'}"]
-
 
 TARGET = 1.05
 """CRI CreateContainer+StartContainer p50 with the plugin over without (issue 39)."""
@@ -210,7 +203,8 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
                     if i >= 0:
                         samples[name].append(running.seconds["app"])
                     kubelets[name].remove_pod(running)
-                _direct_admit(client, i, samples["admit"] if i >= 0 else [])  # same round
+                with cpu.excluding("daemon"):  # the bench's own calls, not the plugin's
+                    _direct_admit(client, i, samples["admit"] if i >= 0 else [])  # same round
         samples["cpu_ms_per_pod"] = cpu.per(pods)
     finally:
         for plugin in plugins:
@@ -229,22 +223,39 @@ def through_containerd(root: Path, pods: int) -> dict[str, Any]:
 
 class CpuMeter:
     """CPU seconds (user + system) the named processes use between :meth:`start` and
-    :meth:`per` (the kernel counts in ticks of 10 ms: over 40 rounds, 0.25 ms a round)."""
+    :meth:`per`, but for what they do inside :meth:`excluding` (the kernel counts in ticks of
+    10 ms: :data:`TICK_MS` over the rounds is the resolution)."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
         self.started: dict[str, float] = {}
+        self.excluded = dict.fromkeys(pids, 0.0)
 
-    def _now(self) -> dict[str, float]:
-        return {name: sum(p.cpu_times()[:2]) for name, p in self.procs.items()}
+    def _cpu(self, name: str) -> float:
+        return float(sum(self.procs[name].cpu_times()[:2]))
 
     def start(self) -> None:
-        self.started = self._now()
+        self.started = {name: self._cpu(name) for name in self.procs}
+
+    @contextmanager
+    def excluding(self, name: str) -> Iterator[None]:
+        """What ``name`` uses inside the block is not counted (the bench's own calls)."""
+        before = self._cpu(name)
+        try:
+            yield
+        finally:
+            self.excluded[name] += self._cpu(name) - before
 
     def per(self, rounds: int) -> dict[str, float]:
         """Milliseconds per round of each process since :meth:`start`."""
-        now = self._now()
-        return {name: (now[name] - self.started[name]) * 1e3 / rounds for name in now}
+        return {
+            name: (self._cpu(name) - self.started[name] - self.excluded[name]) * 1e3 / rounds
+            for name in self.procs
+        }
+
+
+TICK_MS = 10.0
+"""The CPU time counter's step (USER_HZ 100)."""
 
 
 def _wait_registered(log: Path, plugins: list[subprocess.Popen[bytes]]) -> None:
@@ -364,15 +375,21 @@ def phase(r: Any, root: Path, pods: int) -> None:
     ):
         r.value(f"nri_cri_{key}_ms", f"    {label}", parts[key] * 1e3, "ms")
     for name, label in (
-        ("daemon", "the daemon (its Admit, RemoveContainer and ReleasePod, and the direct Admit)"),
+        ("daemon", "the daemon (the plugin's Admit, RemoveContainer and ReleasePod)"),
         (
             "plugin",
-            "numamem nri (CreateContainer, StopContainer, RemoveContainer, RemovePodSandbox)",
+            "numamem nri, debug logging (CreateContainer, StopContainer, "
+            "RemoveContainer, RemovePodSandbox)",
         ),
         ("null", "the plugin that does nothing (CreateContainer)"),
     ):
-        r.value(f"nri_cri_cpu_{name}_ms", f"  CPU per round (one pod each): {label}",
-                cri["cpu_ms_per_pod"][name], "ms")  # fmt: skip
+        r.value(
+            f"nri_cri_cpu_{name}_ms",
+            f"  CPU per round (one pod each): {label}",
+            cri["cpu_ms_per_pod"][name],
+            "ms",
+            f"resolution {TICK_MS / pods:.2f} ms",
+        )
 
 
 def main(argv: list[str]) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 
 from grpc_health.v1 import health_pb2
 
-from bench.harness import daemon, guaranteed, pct
+from bench.harness import daemon, guaranteed, pct, shipped
 from numamem.client import NumamemClient
 from numamem.v1 import metacache_pb2 as mc
 from tests.daemon import run_together
@@ -166,12 +166,10 @@ def admit_with_names(root: Path, n: int) -> tuple[list[float], list[float], list
     """Admit latencies of new 3-container pods, names off, names on, and names on with
     ``--state-commit=journal``, the three daemons in turn on the same disk."""
     pr_sock = str(root / "pr" / "pr.sock")
-    journal_pr = str(root / "pr" / "pr-journal.sock")
     with (
         daemon(root / "names-off", memory_gib=2048) as off,
         daemon(root / "names-on", memory_gib=2048, extra=["--podresources-socket", pr_sock]) as on,
-        daemon(root / "journal", memory_gib=2048,
-               extra=["--podresources-socket", journal_pr, "--state-commit=journal"]) as journal,
+        daemon(root / "journal", memory_gib=2048, extra=shipped(root / "journal")) as journal,
     ):  # fmt: skip
         clients = tuple(NumamemClient(d.socket, timeout=30) for d in (off, on, journal))
         samples: tuple[list[float], list[float], list[float]] = ([], [], [])

@@ -15,8 +15,6 @@ _DISTS: dict[str, Distribution] = {}
 _UNREACHABLE: dict[str, str] = {}
 """A registry that was not reached is not tried again by the same process (each try can
 take the probe's whole timeout)."""
-REAPED: list[str] = []
-"""What :func:`build` reaped: instances killed processes left behind."""
 
 
 def unavailable() -> str | None:
@@ -34,13 +32,13 @@ def build(name: str) -> Distribution | str:
     (then cached, and kept by this process), or why it cannot be had: :func:`unavailable`'s
     reason, or the Debian registry not reached on a first download (naming the URL tried;
     remembered by this process). Until a build is had, each call first reaps what killed
-    processes left behind (:data:`REAPED`). Raises :class:`debs.FetchError` as
+    processes left behind (:func:`cleanup.reap_stale`). Raises :class:`debs.FetchError` as
     :func:`instance.distribution` does."""
     reason = unavailable()
     if reason:
         return reason
     if not _DISTS:
-        REAPED.extend(reap_stale())
+        reap_stale()
     if name in _UNREACHABLE:
         return _UNREACHABLE[name]
     if name not in _DISTS:
