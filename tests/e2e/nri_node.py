@@ -220,9 +220,13 @@ class Node:
         return self.containers[container.id].linux.resources.cpu.mems
 
     def held(self) -> dict[str, set[str]]:
-        """The daemon's memory manager state now: pod uid -> the names of its containers
-        holding memory (one GetState)."""
-        return {uid: set(e.containers) for uid, e in self.client.get_state().entries.items()}
+        return held(self.client)
+
+
+def held(client: NumamemClient) -> dict[str, set[str]]:
+    """The daemon's memory manager state now: pod uid -> the names of its containers holding
+    memory (one GetState)."""
+    return {uid: set(e.containers) for uid, e in client.get_state().entries.items()}
 
 
 @contextmanager

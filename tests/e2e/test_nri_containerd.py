@@ -34,6 +34,7 @@ from tests.containerd.cri import CriError, Resources
 from tests.containerd.instance import Containerd, Distribution
 from tests.containerd.kubelet import ContainerSpec, Kubelet, PodSpec, memory_capacity
 from tests.daemon import REPO, STATIC_ARGS
+from tests.e2e.nri_node import held
 
 pytestmark = [pytest.mark.containerd, pytest.mark.e2e]
 
@@ -82,7 +83,7 @@ class Numamem:
         return self.plugin.wait(30)
 
     def held(self) -> dict[str, set[str]]:
-        return {u: set(e.containers) for u, e in self.client.get_state().entries.items()}
+        return held(self.client)
 
 
 def wait_until(

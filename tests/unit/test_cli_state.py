@@ -22,10 +22,13 @@ from tests.daemon import data_path
 GI = 1024**3
 
 
-def written_state(state_dir: Path) -> None:
+def written_state(state_dir: Path, *, journal: bool = False) -> None:
+    """pod-1 allocated on the machine of :func:`machine_flags`, in ``state_dir`` (``journal``:
+    with ``--state-commit=journal``, and no graceful stop: the pod is only in the journal)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     machine = Machine(tuple(NUMANode(i, 8 * GI, (HugePagePool(1048576, 2, 2),)) for i in range(2)))
-    m = Manager(StaticPolicy(machine, {0: {"memory": GI}}), KubeletStateStore(state_dir))
+    store = KubeletStateStore(state_dir, journal=journal)
+    m = Manager(StaticPolicy(machine, {0: {"memory": GI}}), store)
     m.start()
     res = {"cpu": Quantity.from_int(1), "memory": Quantity.from_int(2 * GI, Format.BINARY_SI)}
     m.allocate(Pod("pod-1", containers=(Container("app", res, dict(res)),)), "app")

@@ -24,9 +24,12 @@ from tests.daemon import REPO, STATIC_ARGS
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 
-def make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def make(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    """``make -C cwd ARGS`` (the checkout by default)."""
     return subprocess.run(
-        [shutil.which("make") or "make", "--no-print-directory", "-C", str(REPO), *args],
+        [shutil.which("make") or "make", "--no-print-directory", "-C", str(cwd), *args],
         capture_output=True,
         text=True,
         check=False,

@@ -14,25 +14,14 @@ The first test runs make from a scratch working directory (``-f``), never the ch
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.daemon import REPO
+from tests.unit.test_make_run import make
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-
-
-def make_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [shutil.which("make") or "make", "--no-print-directory", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
 
 
 def test_a_blank_and_a_star_in_a_state_file_name_remove_nothing_outside_state(
@@ -47,7 +36,7 @@ def test_a_blank_and_a_star_in_a_state_file_name_remove_nothing_outside_state(
     state.mkdir(parents=True)
     (state / "memory_manager_state").write_text("{}")
     (state / "memory_manager_state.corrupt- *").write_text("{")
-    out = make_in(cwd, "-f", str(REPO / "Makefile"), "run-reset", f"RUN_DIR={run_dir}")
+    out = make("-f", str(REPO / "Makefile"), "run-reset", f"RUN_DIR={run_dir}", cwd=cwd)
     assert out.returncode == 0 and not state.exists() and not run_dir.exists(), (
         out.stdout + out.stderr
     )
@@ -65,6 +54,6 @@ def test_a_glob_character_in_run_dir_removes_no_other_directory(tmp_path: Path) 
     other = tmp_path / "run1" / "state" / "memory_manager_state"  # another make run's
     other.parent.mkdir(parents=True)
     other.write_text("another daemon's state\n")
-    out = make_in(REPO, "run-reset", f"RUN_DIR={run_dir}")
+    out = make("run-reset", f"RUN_DIR={run_dir}")
     assert other.exists(), out.stdout + out.stderr
     assert out.returncode == 0 and not run_dir.exists(), out.stdout + out.stderr

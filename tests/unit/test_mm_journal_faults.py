@@ -24,7 +24,6 @@ is SERVING and no descriptor leaked.
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,11 +88,7 @@ def poison(h: Harness) -> None:
     """An admission whose append and cut-off both fail: not applied, and the journal may end
     in a torn record, so the next change settles first."""
 
-    def hook(stage: str, target: Path) -> None:
-        if stage in ("append", "truncate") and target.name == MM_JOURNAL:
-            raise OSError(errno.EIO, "injected")
-
-    h.store.faults = hook
+    h.store.faults = injector(Cell(MM_JOURNAL, "poison", "append", ("truncate",)), "EIO")
     outcome = run(lambda: h.client.admit(pod("poisoned")))
     assert outcome.reason == "CHECKPOINT_WRITE_FAILED", outcome
     h.store.faults = None
@@ -105,11 +100,7 @@ def swap_dirsync_unknown(h: Harness) -> None:
     """A compaction whose directory sync fails: the change that compacted is acknowledged
     (its record is durable whatever the renames left), and the next change owes the sync."""
 
-    def hook(stage: str, target: Path) -> None:
-        if stage == "dirsync" and target.name == MM_JOURNAL:
-            raise OSError(errno.EIO, "injected")
-
-    h.store.faults = hook
+    h.store.faults = injector(Cell(MM_JOURNAL, "swap", "dirsync"), "EIO")
     always_compact(h)
     assert h.client.admit(pod("compacted")).admitted
     del h.store.journal.should_compact

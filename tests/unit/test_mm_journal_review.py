@@ -16,12 +16,7 @@ from numamem.checkpoint.mmstore import CONTAINERS_FILE, STATE_FILE, KubeletState
 from numamem.checkpoint.namesfile import NAMES_FILE
 from numamem.cli.main import main
 from numamem.errors import CheckpointError
-from numamem.memorymanager.manager.writes import Manager
-from numamem.memorymanager.policy.static import StaticPolicy
-from numamem.pod import Container, Pod
-from numamem.quantity import Format, Quantity
-from numamem.topology import HugePagePool, Machine, NUMANode
-from tests.unit.test_cli_state import GI, machine_flags
+from tests.unit.test_cli_state import machine_flags, written_state
 from tests.unit.test_namesfile import manager, named
 
 
@@ -59,13 +54,7 @@ def test_state_verify_text_tells_the_journal_from_memory_manager_state(
     and it attributes the journal's content to memory_manager_state: here that file does not
     even exist, yet verify prints "memory_manager_state: V1 checkpoint ... 1 pod" and OK."""
     state = tmp_path / "state"
-    state.mkdir()
-    machine = Machine(tuple(NUMANode(i, 8 * GI, (HugePagePool(1048576, 2, 2),)) for i in range(2)))
-    m = Manager(StaticPolicy(machine, {0: {"memory": GI}}), KubeletStateStore(state, journal=True))
-    m.start()
-    res = {"cpu": Quantity.from_int(1), "memory": Quantity.from_int(2 * GI, Format.BINARY_SI)}
-    m.allocate(Pod("pod-1", containers=(Container("app", res, dict(res)),)), "app")
-    # a crash (no graceful stop): the pod is only in the journal
+    written_state(state, journal=True)  # a crash (no graceful stop): the pod is only in the journal
     assert read_journal((state / JOURNAL_FILE).read_bytes(), state).records >= 1
     assert main(["state", "verify", "--state-dir", str(state), *machine_flags(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -7,15 +7,19 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import grpc
 import pytest
 from structlog.testing import capture_logs
 
 from numamem.api.app import build_components
+from numamem.api.memorymanager import MemoryManagerComponent
 from numamem.api.server import Daemon
 from numamem.checkpoint.mmjournal import JOURNAL_FILE as MM_JOURNAL
-from numamem.checkpoint.mmstore import KubeletStateStore
+from numamem.checkpoint.mmstore import STATE_FILE, KubeletStateStore
+from numamem.client import error_reason
+from numamem.errors import CheckpointError
 from numamem.testing.server import serve_in_process
-from tests.unit.test_fault_matrix import pod
+from tests.unit.test_fault_matrix import Cell, injector, pod
 
 
 def crash_image(live_state: Path, into: Path) -> Path:
@@ -57,9 +61,6 @@ def test_a_refusal_names_the_files_that_hold_the_state(tmp_path: Path) -> None:
     """Journal mode, crash (the journal holds the state), restart with another policy: the
     refusal names the journal and the older memory_manager_state it overrides, and deleting
     the files it names (after draining) lets the same start through."""
-    from numamem.checkpoint.mmstore import STATE_FILE
-    from numamem.errors import CheckpointError
-
     (tmp_path / "live").mkdir()
     with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
         assert server.client.admit(pod("a")).admitted
@@ -79,21 +80,12 @@ def test_a_graceful_stop_whose_fold_fails_says_so(tmp_path: Path) -> None:
     """When the fold at a graceful stop fails (one EIO on the state file's rename), the stop
     logs an error naming the stale file and what to do before handing it to a kubelet; the
     journal keeps the pod, so the next start reads it."""
-    import errno
-
-    from numamem.api.memorymanager import MemoryManagerComponent
-    from numamem.checkpoint.mmstore import STATE_FILE
-
     (tmp_path / "live").mkdir()
     with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
         assert server.client.admit(pod("a")).admitted
         memory = server.component(MemoryManagerComponent)
 
-        def hook(stage: str, target: Path) -> None:
-            if stage == "rename" and target.name == STATE_FILE:
-                raise OSError(errno.EIO, "injected")
-
-        memory.store.faults = hook
+        memory.store.faults = injector(Cell(STATE_FILE, "fold", "rename"), "EIO")
         state_dir = Path(server.config.state_dir)
         with capture_logs() as logs:
             server.daemon.shutdown()  # the graceful stop
@@ -108,25 +100,13 @@ def test_a_journal_that_cannot_be_compacted_stops_at_its_budget(tmp_path: Path) 
     acknowledged while the journal is under its budget; the change that would pass it
     compacts first and fails, not applied; once the fault goes, the next change compacts and
     the journal is small again. A start never reads more than the budget."""
-    import errno
-
-    import grpc
-
-    from numamem.api.memorymanager import MemoryManagerComponent
-    from numamem.checkpoint.mmstore import STATE_FILE
-    from numamem.client import error_reason
-
     (tmp_path / "live").mkdir()
     with serve_in_process(root=tmp_path / "live", state_commit="journal") as server:
         memory = server.component(MemoryManagerComponent)
         journal = memory.store.journal
         journal.compact_bytes, journal.max_bytes = 2048, 64 * 1024
 
-        def hook(stage: str, target: Path) -> None:
-            if stage == "rename" and target.name == STATE_FILE:
-                raise OSError(errno.EIO, "injected")
-
-        memory.store.faults = hook
+        memory.store.faults = injector(Cell(STATE_FILE, "fold", "rename"), "EIO")
         state_dir = Path(server.config.state_dir)
         acknowledged = 0
         refused: grpc.RpcError | None = None

@@ -496,53 +496,41 @@ def check_every_cut(run: Run, tmp_path: Path, report: list[str], label: str) -> 
     )
 
 
+@pytest.mark.parametrize("state_commit", ["replace", "journal"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_power_cut_at_any_operation_keeps_everything_acknowledged(
-    tmp_path: Path, seed: int, report: list[str]
+    tmp_path: Path, seed: int, state_commit: str, report: list[str]
 ) -> None:
-    run = record(tmp_path / "live", seed, OPS)
-    assert 0 < run.acks[-1] <= len(run.log)  # the graceful stop writes after the last answer
+    """``journal`` (``--state-commit=journal``): the memory manager's changes as journal
+    records, compacted every few changes (a low bound), restored in journal mode and, every
+    third cut, by a replace-mode start that folds the journal into the files."""
+    run = record(tmp_path / "live", seed, OPS, state_commit=state_commit)
     assert set(run.outcomes) <= {"acknowledged", "refused"}
-    check_every_cut(run, tmp_path, report, "no faults")
+    if state_commit == "replace":
+        assert 0 < run.acks[-1] <= len(run.log)  # the graceful stop writes after the last answer
+    else:
+        swaps = [op for op in run.log if op.kind == "rename" and op.other == MM_JOURNAL]
+        assert len(swaps) >= 3 and run.journal_compactions >= 2
+        assert run.journal_appends >= OPS // 5
+    check_every_cut(
+        run, tmp_path, report, "no faults" if state_commit == "replace" else "journal mode"
+    )
 
 
+@pytest.mark.parametrize("state_commit", ["replace", "journal"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_power_cut_after_faults_never_resurrects_a_failed_change(
-    tmp_path: Path, seed: int, report: list[str]
+    tmp_path: Path, seed: int, state_commit: str, report: list[str]
 ) -> None:
     """Faults and power cuts together: a change reported not applied never comes back, an
-    acknowledged one is never lost, and an unknown one is either there or not."""
-    run = record(tmp_path / "live", seed, max(OPS * 3 // 4, len(SCHEDULED) * 3), faults=True)
+    acknowledged one is never lost, and an unknown one is either there or not (``journal``:
+    failed appends cut off, a poisoned journal settled by the next change, compactions that
+    fail)."""
+    count = max(OPS * 3 // 4, len(SCHEDULED) * 3)
+    run = record(tmp_path / "live", seed, count, faults=True, state_commit=state_commit)
     assert run.faults >= len(SCHEDULED) and "failed" in run.outcomes
-    check_every_cut(run, tmp_path, report, "with faults")
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_power_cut_in_journal_mode_keeps_everything_acknowledged(
-    tmp_path: Path, seed: int, report: list[str]
-) -> None:
-    """``--state-commit=journal``: the memory manager's changes as journal records, compacted
-    every few changes (a low bound), restored in journal mode and, every third cut, by a
-    replace-mode start that folds the journal into the files."""
-    run = record(tmp_path / "live", seed, OPS, state_commit="journal")
-    assert set(run.outcomes) <= {"acknowledged", "refused"}
-    swaps = [op for op in run.log if op.kind == "rename" and op.other == MM_JOURNAL]
-    assert len(swaps) >= 3 and run.journal_compactions >= 2 and run.journal_appends >= OPS // 5
-    check_every_cut(run, tmp_path, report, "journal mode")
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_power_cut_after_faults_in_journal_mode(
-    tmp_path: Path, seed: int, report: list[str]
-) -> None:
-    """Faults and power cuts in journal mode: failed appends cut off, a poisoned journal
-    settled by the next change, compactions that fail."""
-    run = record(
-        tmp_path / "live", seed, max(OPS * 3 // 4, len(SCHEDULED) * 3), faults=True,
-        state_commit="journal",
-    )  # fmt: skip
-    assert run.faults >= len(SCHEDULED) and "failed" in run.outcomes
-    check_every_cut(run, tmp_path, report, "journal mode with faults")
+    label = "with faults" if state_commit == "replace" else "journal mode with faults"
+    check_every_cut(run, tmp_path, report, label)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -210,7 +210,6 @@ def test_selection_and_bad_requests(short_root: Path) -> None:
 
 
 def test_names_a_new_id_and_a_new_assignment(short_root: Path) -> None:
-    cgroups = short_root / "cgroup"
     p1_cgroup(short_root, V1, CGROUPFS, "old", mems="0")
     with serve(short_root) as server:  # type: ignore[attr-defined]
         c = server.client
@@ -230,15 +229,7 @@ def test_names_a_new_id_and_a_new_assignment(short_root: Path) -> None:
             mm.RESIDENCY_MEASURED,
         )
         # The container restarts under a new id: pending until measured, then the new cgroup.
-        write_container(
-            cgroups,
-            V1,
-            CGROUPFS,
-            "guaranteed",
-            "p1",
-            "new",
-            CgroupValues(numa={0: (MI, 0)}, mems="0"),
-        )
+        p1_cgroup(short_root, V1, CGROUPFS, "new", numa={0: (MI, 0)}, mems="0")
         c.add_container(p1, "app", "new")
         assert c.get_residency()[0].status == mm.RESIDENCY_PENDING
         collector_round(server)
@@ -487,9 +478,7 @@ def test_a_contested_cpuset_through_the_daemon(
 
 
 def test_hugetlb_pages_in_the_answer_and_the_gauges(short_root: Path) -> None:
-    cgroups = short_root / "cgroup"
-    values = CgroupValues(numa=SPLIT, mems="0", hugetlb={"2MB": {0: 0, 1: 64 * MI}})
-    write_container(cgroups, V2, CGROUPFS, "guaranteed", "p1", "aaa", values)
+    p1_cgroup(short_root, V2, CGROUPFS, mems="0", hugetlb={"2MB": {0: 0, 1: 64 * MI}})
     with serve(short_root) as server:  # type: ignore[attr-defined]
         row = pinned_and_measured(server)
         assert dict(row.nodes[1].types) == {
